@@ -1,0 +1,477 @@
+package dpdf
+
+import (
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/alecthomas/participle/v2/lexer"
+)
+
+// Token types of the DPDF lexer. The lexer is line-aware: a DPDF is one
+// statement per line (or per ';'), and what a token means depends on where
+// it stands in its statement, which a context-free lexer cannot see:
+//
+//   - Key: a "keyword =" at the start of a statement; the keyword may be two
+//     words ("pass count"). The '=' follows as a Punct token.
+//   - String: the value of "name =", quoted or bare to the end of the
+//     statement (paths such as ./a.out or /lib/x86_64-linux-gnu/libc.so.6
+//     are not expressions).
+//   - SrcLine: "fs/open.c:1234" as the value of "offset =".
+//   - Label: "identifier:" at the start of a statement.
+//
+// Everything else is ordinary tokens: identifiers (which may contain inner
+// dots, as compiler-generated symbols do: foo.isra.0), numbers, character
+// literals and punctuation. EOL ends every statement; empty statements
+// produce no EOL.
+const (
+	tokEOF lexer.TokenType = lexer.EOF - iota
+	tokEOL
+	tokKey
+	tokIdent
+	tokInt
+	tokChar
+	tokString
+	tokSrcLine
+	tokLabel
+	tokPunct
+)
+
+func tokenSymbols() map[string]lexer.TokenType {
+	return map[string]lexer.TokenType{
+		"EOF":     tokEOF,
+		"EOL":     tokEOL,
+		"Key":     tokKey,
+		"Ident":   tokIdent,
+		"Int":     tokInt,
+		"Char":    tokChar,
+		"String":  tokString,
+		"SrcLine": tokSrcLine,
+		"Label":   tokLabel,
+		"Punct":   tokPunct,
+	}
+}
+
+// scanner turns DPDF text (raw, or the output of the C preprocessor with
+// its line markers) into tokens with positions in the user's files.
+type scanner struct {
+	src  string
+	off  int
+	file string // current file, from line markers when preprocessed
+	line int
+	lsrc int // offset of the start of the current line in src
+
+	cpp    bool // input is preprocessor output: honour line markers
+	tokens []lexer.Token
+	errs   *ErrorList
+	// lines records, for every file and line that produced tokens, the text
+	// of that line as the lexer saw it, for caret displays of preprocessed
+	// input and for column recovery.
+	lines map[lineKey]string
+
+	atStmt  bool // at the start of a statement: keywords and labels are recognised
+	pending bool // tokens were emitted since the last EOL
+	valKey  string
+}
+
+type lineKey struct {
+	file string
+	line int
+}
+
+func newScanner(file, src string, cpp bool, errs *ErrorList) *scanner {
+	return &scanner{src: src, file: file, line: 1, cpp: cpp, errs: errs, atStmt: true, lines: map[lineKey]string{}}
+}
+
+func (s *scanner) pos(off int) lexer.Position {
+	return lexer.Position{Filename: s.file, Offset: off, Line: s.line, Column: off - s.lsrc + 1}
+}
+
+func (s *scanner) emit(t lexer.TokenType, val string, off int) {
+	s.tokens = append(s.tokens, lexer.Token{Type: t, Value: val, Pos: s.pos(off)})
+	s.atStmt = false
+	s.pending = true
+}
+
+func (s *scanner) eol(off int) {
+	if s.pending {
+		s.tokens = append(s.tokens, lexer.Token{Type: tokEOL, Value: "\n", Pos: s.pos(off)})
+	}
+	s.pending = false
+	s.atStmt = true
+	s.valKey = ""
+}
+
+func (s *scanner) errorf(off int, format string, args ...any) {
+	s.errs.add(s.pos(off), format, args...)
+}
+
+func (s *scanner) newline() {
+	s.line++
+	s.lsrc = s.off
+}
+
+func (s *scanner) peek(i int) byte {
+	if s.off+i < len(s.src) {
+		return s.src[s.off+i]
+	}
+	return 0
+}
+
+func isIdentStart(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+func isIdentChar(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' }
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v' }
+
+// scan lexes the whole input.
+func (s *scanner) scan() []lexer.Token {
+	for s.off < len(s.src) {
+		c := s.src[s.off]
+		switch {
+		case c == '\n':
+			s.recordLine()
+			s.eol(s.off)
+			s.off++
+			s.newline()
+			continue
+		case isSpace(c):
+			s.off++
+			continue
+		case c == '/' && s.peek(1) == '/':
+			for s.off < len(s.src) && s.src[s.off] != '\n' {
+				s.off++
+			}
+			continue
+		case c == '/' && s.peek(1) == '*':
+			s.blockComment()
+			continue
+		case c == ';':
+			s.eol(s.off)
+			s.off++
+			continue
+		case c == '#' && s.off == s.lsrc+s.indent():
+			s.directive()
+			continue
+		}
+		if s.atStmt {
+			if s.keyword() || s.label() {
+				continue
+			}
+		}
+		if s.valKey != "" {
+			if s.value() {
+				continue
+			}
+		}
+		s.token()
+	}
+	s.recordLine()
+	s.eol(s.off)
+	s.tokens = append(s.tokens, lexer.Token{Type: tokEOF, Pos: s.pos(s.off)})
+	return s.tokens
+}
+
+// recordLine remembers the text of the line being finished.
+func (s *scanner) recordLine() {
+	end := strings.IndexByte(s.src[s.lsrc:], '\n')
+	text := s.src[s.lsrc:]
+	if end >= 0 {
+		text = text[:end]
+	}
+	s.lines[lineKey{s.file, s.line}] = text
+}
+
+func (s *scanner) indent() int {
+	i := s.lsrc
+	for i < len(s.src) && isSpace(s.src[i]) {
+		i++
+	}
+	return i - s.lsrc
+}
+
+func (s *scanner) blockComment() {
+	start := s.off
+	startPos := s.pos(start)
+	s.off += 2
+	for s.off < len(s.src) {
+		if s.src[s.off] == '*' && s.peek(1) == '/' {
+			s.off += 2
+			return
+		}
+		if s.src[s.off] == '\n' {
+			s.off++
+			s.newline()
+			continue
+		}
+		s.off++
+	}
+	s.errs.add(startPos, "unterminated /* comment")
+}
+
+// directive handles a line starting with '#'. In preprocessor output these
+// are line markers ("# 12 \"file.dpdf\" 2") or "#line 12 \"file\"", which
+// move the position to the user's file; anything else (#pragma, and
+// directives in a file read without the preprocessor, which cannot happen
+// through Parse) is skipped.
+func (s *scanner) directive() {
+	end := strings.IndexByte(s.src[s.off:], '\n')
+	var text string
+	if end < 0 {
+		text = s.src[s.off:]
+		end = len(s.src) - s.off
+	} else {
+		text = s.src[s.off : s.off+end]
+	}
+	directivePos := s.pos(s.off)
+	s.off += end
+	if s.off < len(s.src) {
+		s.off++ // the newline
+	}
+	f := strings.Fields(strings.TrimPrefix(text, "#"))
+	if len(f) > 0 && f[0] == "line" {
+		f = f[1:]
+	}
+	if s.cpp && len(f) >= 1 {
+		if n, err := strconv.Atoi(f[0]); err == nil {
+			if len(f) >= 2 {
+				if name, err := strconv.Unquote(f[1]); err == nil {
+					s.file = name
+				}
+			}
+			s.line = n
+			s.lsrc = s.off
+			return
+		}
+	}
+	if !s.cpp {
+		s.errs.add(directivePos, "preprocessor directive in a file read without the preprocessor")
+	}
+	s.newline()
+}
+
+// keyword recognises "word =" or "word word =" at the start of a statement.
+func (s *scanner) keyword() bool {
+	i := s.off
+	words := 0
+	lastEnd := i
+	for words < 2 {
+		j := i
+		for j < len(s.src) && isSpace(s.src[j]) {
+			j++
+		}
+		if j >= len(s.src) || !isIdentStart(s.src[j]) {
+			break
+		}
+		k := j
+		for k < len(s.src) && isIdentChar(s.src[k]) {
+			k++
+		}
+		words++
+		lastEnd = k
+		i = k
+	}
+	if words == 0 {
+		return false
+	}
+	j := lastEnd
+	for j < len(s.src) && isSpace(s.src[j]) {
+		j++
+	}
+	if j >= len(s.src) || s.src[j] != '=' || (j+1 < len(s.src) && s.src[j+1] == '=') {
+		return false
+	}
+	key := strings.Join(strings.Fields(s.src[s.off:lastEnd]), " ")
+	s.emit(tokKey, key, s.off)
+	s.tokens = append(s.tokens, lexer.Token{Type: tokPunct, Value: "=", Pos: s.pos(j)})
+	s.off = j + 1
+	s.valKey = normKey(key)
+	return true
+}
+
+// label recognises "identifier:" at the start of a statement.
+func (s *scanner) label() bool {
+	c := s.src[s.off]
+	if !isIdentStart(c) {
+		return false
+	}
+	k := s.off
+	for k < len(s.src) && isIdentChar(s.src[k]) {
+		k++
+	}
+	j := k
+	for j < len(s.src) && isSpace(s.src[j]) {
+		j++
+	}
+	if j >= len(s.src) || s.src[j] != ':' {
+		return false
+	}
+	s.emit(tokLabel, s.src[s.off:k], s.off)
+	s.off = j + 1
+	s.atStmt = true // an instruction may follow on the same line
+	return true
+}
+
+// value lexes the special value forms of "name =" and "offset =". It
+// reports false when the ordinary tokenizer should handle the value.
+func (s *scanner) value() bool {
+	key := s.valKey
+	s.valKey = ""
+	switch key {
+	case "name":
+		if s.src[s.off] == '"' {
+			return false
+		}
+		start := s.off
+		end := start
+		for end < len(s.src) {
+			c := s.src[end]
+			if c == '\n' || c == ';' || c == '/' && end+1 < len(s.src) && (s.src[end+1] == '/' || s.src[end+1] == '*') {
+				break
+			}
+			end++
+		}
+		v := strings.TrimRight(s.src[start:end], " \t\r\f\v")
+		if v == "" {
+			return false
+		}
+		s.emit(tokString, v, start)
+		s.off = start + len(v)
+		return true
+	case "offset":
+		start := s.off
+		k := start
+		for k < len(s.src) && (isIdentChar(s.src[k]) || strings.IndexByte("./+-", s.src[k]) >= 0) {
+			k++
+		}
+		if k == start || k >= len(s.src) || s.src[k] != ':' {
+			return false
+		}
+		d := k + 1
+		for d < len(s.src) && s.src[d] >= '0' && s.src[d] <= '9' {
+			d++
+		}
+		if d == k+1 || d < len(s.src) && isIdentChar(s.src[d]) {
+			return false
+		}
+		s.emit(tokSrcLine, s.src[start:d], start)
+		s.off = d
+		return true
+	}
+	return false
+}
+
+// token lexes one ordinary token.
+func (s *scanner) token() {
+	start := s.off
+	c := s.src[start]
+	switch {
+	case isIdentStart(c):
+		k := start
+		for k < len(s.src) && isIdentChar(s.src[k]) {
+			k++
+		}
+		// inner dots: foo.isra.0, foo.cold
+		for k+1 < len(s.src) && s.src[k] == '.' && isIdentChar(s.src[k+1]) {
+			k++
+			for k < len(s.src) && isIdentChar(s.src[k]) {
+				k++
+			}
+		}
+		s.emit(tokIdent, s.src[start:k], start)
+		s.off = k
+	case c >= '0' && c <= '9':
+		k := start
+		for k < len(s.src) && isIdentChar(s.src[k]) {
+			k++
+		}
+		s.emit(tokInt, s.src[start:k], start)
+		s.off = k
+	case c == '\'' || c == '"':
+		k := start + 1
+		for k < len(s.src) && s.src[k] != c && s.src[k] != '\n' {
+			if s.src[k] == '\\' && k+1 < len(s.src) && s.src[k+1] != '\n' {
+				k++
+			}
+			k++
+		}
+		if k >= len(s.src) || s.src[k] != c {
+			if c == '"' {
+				s.errorf(start, "unterminated string")
+			} else {
+				s.errorf(start, "unterminated character constant")
+			}
+			s.skipStatement()
+			return
+		}
+		t := tokChar
+		if c == '"' {
+			t = tokString
+		}
+		s.emit(t, s.src[start:k+1], start)
+		s.off = k + 1
+	case (c == '<' || c == '>') && s.peek(1) == c:
+		s.emit(tokPunct, s.src[start:start+2], start)
+		s.off += 2
+	case strings.IndexByte("+-*/%&|^~(),[].=", c) >= 0:
+		s.emit(tokPunct, s.src[start:start+1], start)
+		s.off++
+	default:
+		if c < 0x20 || c >= 0x7f {
+			s.errorf(start, "unexpected character %q", rune(c))
+		} else {
+			s.errorf(start, "unexpected character '%c'", c)
+		}
+		s.skipStatement()
+	}
+}
+
+// skipStatement drops the rest of a statement after a lexical error, so
+// the parser does not report the same mistake a second time.
+func (s *scanner) skipStatement() {
+	// drop the tokens of this statement emitted so far
+	i := len(s.tokens)
+	for i > 0 && s.tokens[i-1].Type != tokEOL {
+		i--
+	}
+	s.tokens = s.tokens[:i]
+	s.pending = false
+	for s.off < len(s.src) && s.src[s.off] != '\n' && s.src[s.off] != ';' {
+		s.off++
+	}
+	s.atStmt = true
+	s.valKey = ""
+}
+
+// normKey folds a keyword to its canonical spelling: lower case, without
+// spaces or underscores ("Pass Count", "pass_count" -> "passcount").
+func normKey(k string) string {
+	k = strings.ToLower(k)
+	return strings.NewReplacer(" ", "", "_", "").Replace(k)
+}
+
+// lexDef adapts the scanner's token slice to participle.
+type lexDef struct{}
+
+func (lexDef) Symbols() map[string]lexer.TokenType { return tokenSymbols() }
+
+func (lexDef) Lex(string, io.Reader) (lexer.Lexer, error) {
+	return nil, errors.New("dpdf: the grammar is fed pre-lexed tokens; use dpdf.Parse")
+}
+
+type sliceLexer struct {
+	toks []lexer.Token
+	i    int
+}
+
+func (l *sliceLexer) Next() (lexer.Token, error) {
+	if l.i >= len(l.toks) {
+		return lexer.Token{Type: tokEOF}, nil
+	}
+	t := l.toks[l.i]
+	l.i++
+	return t, nil
+}

@@ -1,0 +1,529 @@
+package dpdf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/alecthomas/participle/v2"
+	"github.com/alecthomas/participle/v2/lexer"
+)
+
+// Options controls how a DPDF is read.
+type Options struct {
+	Defines  []string // -D NAME[=VALUE], for the C preprocessor
+	Includes []string // -I DIR, for the C preprocessor
+	CPP      string   // preprocessor command line; empty chooses $GPROBES_CPP, cpp, gcc -E or cc -E
+}
+
+// File is a parsed DPDF: its header keywords and its probes, each with
+// its keywords and program, in file order.
+type File struct {
+	Path         string
+	Header       []*KeyValue
+	Probes       []*ProbeDef
+	Deps         []string // files read: the DPDF, then every #include, in order of first use
+	Preprocessed bool
+
+	src *sources
+}
+
+// ProbeDef is one probe: the offset line, its keywords and its program.
+type ProbeDef struct {
+	Pos    lexer.Position
+	Offset *KeyValue
+	Keys   []*KeyValue
+	Body   []*Stmt // labels and instructions
+}
+
+// Header keywords and probe keywords, in canonical (normKey) spelling.
+var (
+	headerKeys = []string{"name", "modtype", "major", "jmpmax", "logmax", "dfltexit", "vars", "gvars", "arch"}
+	probeKeys  = []string{"offset", "opcode", "minor", "passcount", "maxhits", "logonfault"}
+	// spelling used in messages
+	keyDisplay = map[string]string{"passcount": "pass count", "maxhits": "max hits"}
+)
+
+// KeyName is the canonical spelling of a keyword for messages.
+func KeyName(norm string) string {
+	if d, ok := keyDisplay[norm]; ok {
+		return d
+	}
+	return norm
+}
+
+// Norm returns the canonical form of the keyword: lower case, without
+// spaces or underscores.
+func (kv *KeyValue) Norm() string { return normKey(kv.Key) }
+
+// Parse reads and parses the DPDF at path. Lines starting with '#' send
+// the file through the C preprocessor first. The error is an ErrorList
+// holding every error found, or an I/O error.
+func Parse(path string, opts Options) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read DPDF: %w", err)
+	}
+	return parse(path, data, opts, true)
+}
+
+// ParseSource parses DPDF text held in memory; name is used in positions.
+// Preprocessing reads the text from standard input, so #include "x"
+// resolves against -I directories and the current directory.
+func ParseSource(name string, src []byte, opts Options) (*File, error) {
+	return parse(name, src, opts, false)
+}
+
+func parse(path string, data []byte, opts Options, onDisk bool) (*File, error) {
+	f := &File{Path: path, src: &sources{files: map[string][]string{}}}
+	f.src.files[path] = strings.Split(string(data), "\n")
+	var errs ErrorList
+	text := string(data)
+	cpp := false
+	if hasDirectives(text) {
+		out, deps, err := preprocess(path, data, opts, onDisk)
+		if err != nil {
+			var l ErrorList
+			if errors.As(err, &l) {
+				f.src.annotate(l)
+				return nil, l
+			}
+			return nil, err
+		}
+		text, cpp, f.Deps, f.Preprocessed = out, true, deps, true
+	} else {
+		f.Deps = []string{path}
+	}
+	sc := newScanner(path, text, cpp, &errs)
+	toks := sc.scan()
+	f.src.pp = sc.lines
+	if cpp {
+		fixColumns(toks, f.src)
+	}
+	stmts := parseStatements(toks, text, &errs)
+	f.structure(stmts, &errs)
+	errs.Sort()
+	f.src.annotate(errs)
+	if len(errs) > 0 {
+		return f, errs
+	}
+	return f, nil
+}
+
+// hasDirectives reports whether any line starts with '#'.
+func hasDirectives(s string) bool {
+	for len(s) > 0 {
+		i := 0
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		if i < len(s) && s[i] == '#' {
+			return true
+		}
+		nl := strings.IndexByte(s, '\n')
+		if nl < 0 {
+			return false
+		}
+		s = s[nl+1:]
+	}
+	return false
+}
+
+// fixColumns recovers the columns of tokens in preprocessor output, which
+// collapses runs of blanks: each token is looked up, left to right, in the
+// original line. A token that a macro produced keeps the column of the
+// preprocessed text.
+func fixColumns(toks []lexer.Token, src *sources) {
+	type cursor struct {
+		key  lineKey
+		from int
+	}
+	var cur cursor
+	for i := range toks {
+		t := &toks[i]
+		if t.Type == tokEOL || t.Type == tokEOF {
+			continue
+		}
+		k := lineKey{t.Pos.Filename, t.Pos.Line}
+		if k != cur.key {
+			cur = cursor{key: k}
+		}
+		orig := src.line(k.file, k.line)
+		if orig == "" {
+			continue
+		}
+		needle := t.Value
+		if t.Type == tokKey {
+			needle = strings.Fields(t.Value)[0]
+		}
+		if cur.from > len(orig) {
+			continue
+		}
+		if j := strings.Index(orig[cur.from:], needle); j >= 0 {
+			t.Pos.Column = cur.from + j + 1
+			cur.from += j + len(needle)
+		}
+	}
+}
+
+// parseStatements parses each statement (the tokens up to an EOL) with the
+// participle grammar, collecting the errors of every statement.
+func parseStatements(toks []lexer.Token, text string, errs *ErrorList) []*Stmt {
+	var stmts []*Stmt
+	start := 0
+	for i, t := range toks {
+		if t.Type != tokEOL {
+			continue
+		}
+		line := toks[start : i+1]
+		start = i + 1
+		eof := lexer.Token{Type: tokEOF, Pos: t.Pos}
+		pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[:len(line):len(line)], eof)})
+		st, err := stmtParser.ParseFromLexer(pl)
+		if err != nil {
+			errs.addParse(err, line)
+			continue
+		}
+		fillText(st, text)
+		stmts = append(stmts, st)
+	}
+	return stmts
+}
+
+// fillText sets Value.Text to the value as written.
+func fillText(st *Stmt, text string) {
+	if st.KV == nil || st.KV.Value == nil {
+		return
+	}
+	v := st.KV.Value
+	v.Text = tokenText(v.Tokens, text)
+}
+
+// tokenText returns the source text spanned by toks.
+func tokenText(toks []lexer.Token, text string) string {
+	if len(toks) == 0 {
+		return ""
+	}
+	first, last := toks[0], toks[len(toks)-1]
+	for last.Type == tokEOL && len(toks) > 1 {
+		toks = toks[:len(toks)-1]
+		last = toks[len(toks)-1]
+	}
+	a, b := first.Pos.Offset, last.Pos.Offset+len(last.Value)
+	if a < 0 || b > len(text) || a > b {
+		var s []string
+		for _, t := range toks {
+			s = append(s, t.Value)
+		}
+		return strings.Join(s, " ")
+	}
+	return text[a:b]
+}
+
+// Text returns the expression as written.
+func (e *Expr) Text() string {
+	var b strings.Builder
+	prev := -1
+	for _, t := range e.Tokens {
+		if prev >= 0 && t.Pos.Offset > prev {
+			b.WriteByte(' ')
+		}
+		b.WriteString(t.Value)
+		prev = t.Pos.Offset + len(t.Value)
+	}
+	return b.String()
+}
+
+// mnemonics lists every instruction word, for suggestions.
+var mnemonics = []string{"push", "pop", "log", "move", "inc", "dec", "jmp", "jz", "jnz", "jlt", "jle", "jgt", "jge",
+	"loop", "call", "ret", "exit", "abort", "rem", "nop", "setmaj", "setmin", "add", "sub", "mul", "div", "idiv",
+	"and", "or", "xor", "not", "neg", "shl", "shr", "sar", "rol", "ror", "vfy_r", "vfy_rw", "dup", "xchg", "ros"}
+
+// addParse turns a participle error into a positioned error with a
+// message a user can act on.
+func (l *ErrorList) addParse(err error, line []lexer.Token) {
+	var perr participle.Error
+	if !errors.As(err, &perr) {
+		l.add(line[0].Pos, "%v", err)
+		return
+	}
+	pos := perr.Position()
+	first := line[0]
+	if first.Type == tokLabel && len(line) > 1 {
+		first = line[1]
+	}
+	if pos == first.Pos {
+		switch first.Type {
+		case tokIdent:
+			msg := fmt.Sprintf("unknown instruction %q", first.Value)
+			if s := suggest(strings.ToLower(first.Value), mnemonics); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			l.add(pos, "%s", msg)
+			return
+		case tokKey:
+			// keyword lines fail on their value
+		default:
+			l.add(pos, "expected an instruction, a label or \"keyword = value\", found %s", describe(first))
+			return
+		}
+	}
+	var ut *participle.UnexpectedTokenError
+	if errors.As(err, &ut) {
+		tok := ut.Unexpected
+		what := describe(tok)
+		if tok.Type != tokEOL && tok.Type != tokEOF && completeBefore(line, tok) {
+			l.add(pos, "unexpected %s after a complete statement", what)
+			return
+		}
+		if tok.Type == tokEOL || tok.Type == tokEOF {
+			l.add(pos, "unexpected end of statement: %s", expectedAfter(line, tok))
+			return
+		}
+		l.add(pos, "unexpected %s: %s", what, expectedAfter(line, tok))
+		return
+	}
+	l.add(pos, "%s", perr.Message())
+}
+
+// completeBefore reports whether the tokens of line before tok form a
+// complete statement on their own.
+func completeBefore(line []lexer.Token, tok lexer.Token) bool {
+	var head []lexer.Token
+	for _, t := range line {
+		if t.Pos == tok.Pos {
+			break
+		}
+		head = append(head, t)
+	}
+	if len(head) == 0 || len(head) == len(line) {
+		return false
+	}
+	head = append(head, lexer.Token{Type: tokEOL, Pos: tok.Pos}, lexer.Token{Type: tokEOF, Pos: tok.Pos})
+	pl, err := lexer.Upgrade(&sliceLexer{toks: head})
+	if err != nil {
+		return false
+	}
+	_, err = stmtParser.ParseFromLexer(pl)
+	return err == nil
+}
+
+// describe names a token for a message.
+func describe(t lexer.Token) string {
+	switch t.Type {
+	case tokEOL, tokEOF:
+		return "end of statement"
+	case tokIdent:
+		return fmt.Sprintf("%q", t.Value)
+	case tokInt:
+		return "number " + t.Value
+	case tokKey:
+		return fmt.Sprintf("keyword %q", t.Value)
+	case tokLabel:
+		return fmt.Sprintf("label %q", t.Value)
+	case tokSrcLine:
+		return "source line " + t.Value
+	}
+	return fmt.Sprintf("%q", t.Value)
+}
+
+// expectedAfter says what the instruction or keyword that begins line
+// takes, for parse errors inside it.
+func expectedAfter(line []lexer.Token, at lexer.Token) string {
+	first := line[0]
+	if first.Type == tokLabel && len(line) > 1 {
+		first = line[1]
+	}
+	if first.Type == tokKey {
+		return fmt.Sprintf("%s takes one value", first.Value)
+	}
+	if first.Type != tokIdent {
+		return "malformed statement"
+	}
+	syn, ok := syntax[strings.ToLower(first.Value)]
+	if !ok {
+		return "malformed statement"
+	}
+	return "expected " + syn
+}
+
+// syntax is the operand summary of each instruction, for messages.
+var syntax = map[string]string{
+	"push":   "push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | pid | tid | procid | task | ts | lp",
+	"pop":    "pop | pop r,REG | u,REG | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | lp",
+	"log":    "log N | log str | log mrf | log lv,I,N | log gv,I,N",
+	"move":   "move lv[,I] | move gv[,I]",
+	"inc":    "inc lv[,I] | inc gv[,I]",
+	"dec":    "dec lv[,I] | dec gv[,I]",
+	"exit":   "exit [N]",
+	"setmaj": "setmaj [N]",
+	"setmin": "setmin [N]",
+	"shl":    "shl [N]", "shr": "shr [N]", "sar": "sar [N]", "rol": "rol [N]", "ror": "ror [N]",
+	"ros": "ros N",
+}
+
+func init() {
+	for _, j := range []string{"jmp", "jz", "jnz", "jlt", "jle", "jgt", "jge", "loop", "call"} {
+		syntax[j] = j + " LABEL"
+	}
+	for _, s := range []string{"nop", "ret", "abort", "rem", "add", "sub", "mul", "div", "idiv", "and", "or",
+		"xor", "not", "neg", "vfy_r", "vfy_rw", "dup", "xchg"} {
+		syntax[s] = s + " takes no operand"
+	}
+}
+
+// structure groups statements into the header and the probes and checks
+// where each keyword stands.
+func (f *File) structure(stmts []*Stmt, errs *ErrorList) {
+	var cur *ProbeDef
+	seenHeader := map[string]*KeyValue{}
+	var seenProbe map[string]*KeyValue
+	for _, st := range stmts {
+		if st.KV == nil {
+			if cur == nil {
+				errs.add(st.Pos, "instruction outside a probe: a probe starts with \"offset = LOCATION\"")
+				continue
+			}
+			cur.Body = append(cur.Body, st)
+			continue
+		}
+		kv := st.KV
+		k := kv.Norm()
+		switch {
+		case k == "offset":
+			cur = &ProbeDef{Pos: kv.Pos, Offset: kv}
+			f.Probes = append(f.Probes, cur)
+			seenProbe = map[string]*KeyValue{"offset": kv}
+		case contains(headerKeys, k):
+			if cur != nil {
+				errs.add(kv.Pos, "header keyword %q inside a probe: move it before the first \"offset =\"", kv.Key)
+				continue
+			}
+			if prev, dup := seenHeader[k]; dup {
+				errs.add(kv.Pos, "%s given twice (first at line %d)", KeyName(k), prev.Pos.Line)
+				continue
+			}
+			seenHeader[k] = kv
+			f.Header = append(f.Header, kv)
+		case contains(probeKeys, k):
+			if cur == nil {
+				errs.add(kv.Pos, "probe keyword %q before the first probe: a probe starts with \"offset = LOCATION\"", kv.Key)
+				continue
+			}
+			if len(cur.Body) > 0 {
+				errs.add(kv.Pos, "probe keyword %q after the program started: put it right after the offset line", kv.Key)
+				continue
+			}
+			if prev, dup := seenProbe[k]; dup {
+				errs.add(kv.Pos, "%s given twice in this probe (first at line %d)", KeyName(k), prev.Pos.Line)
+				continue
+			}
+			seenProbe[k] = kv
+			cur.Keys = append(cur.Keys, kv)
+		default:
+			msg := fmt.Sprintf("unknown keyword %q", kv.Key)
+			all := append(append([]string{}, headerKeys...), probeKeys...)
+			if s := suggest(k, all); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", KeyName(s))
+			}
+			errs.add(kv.Pos, "%s", msg)
+		}
+	}
+	if len(f.Probes) == 0 && len(*errs) == 0 {
+		errs.add(lexer.Position{Filename: f.Path}, "no probes: a probe starts with \"offset = LOCATION\"")
+	}
+}
+
+// Errorf adds an error at pos to errs; it exists so later stages report
+// errors in the same form.
+func (f *File) Errorf(errs *ErrorList, pos lexer.Position, format string, args ...any) {
+	errs.add(pos, format, args...)
+}
+
+// Finish sorts errs and attaches source lines for caret displays.
+func (f *File) Finish(errs *ErrorList) {
+	errs.Sort()
+	f.src.annotate(*errs)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// suggest returns the closest word of list within edit distance 2 of w.
+func suggest(w string, list []string) string {
+	best, bestD := "", 3
+	for _, c := range list {
+		if d := editDistance(w, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// Suggest returns the closest candidate to w within a small edit
+// distance, or "".
+func Suggest(w string, candidates []string) string { return suggest(w, candidates) }
+
+func editDistance(a, b string) int {
+	if a == b {
+		return 0
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := 1
+			if a[i-1] == b[j-1] {
+				c = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// ParseExpr parses a constant expression on its own, such as a location
+// stored in a PPDF, for evaluation at insert time.
+func ParseExpr(text string) (Node, error) {
+	var errs ErrorList
+	sc := newScanner("expr", text, false, &errs)
+	sc.atStmt = false
+	toks := sc.scan()
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	if len(toks) < 2 {
+		return nil, fmt.Errorf("empty expression")
+	}
+	body := toks[:len(toks)-2] // drop EOL and EOF
+	eof := lexer.Token{Type: tokEOF}
+	pl, _ := lexer.Upgrade(&sliceLexer{toks: append(body[:len(body):len(body)], eof)})
+	e, err := exprParser.ParseFromLexer(pl)
+	if err != nil {
+		return nil, fmt.Errorf("parse expression %q: %v", text, err)
+	}
+	n := e.Tree(&errs)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return n, nil
+}
+
+var exprParser = participle.MustBuild[Expr](
+	participle.Lexer(lexDef{}),
+	participle.CaseInsensitive("Ident"),
+	participle.UseLookahead(2),
+)
+

@@ -1,0 +1,396 @@
+package ppdf
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Decode parses a PPDF. It checks, in this order, the magic, the version,
+// the file length, the checksum, then every section: lengths and counts
+// against the bytes left, flags, and finally what validate checks (header
+// limits, enums, offsets inside the code, indices inside the file table,
+// sorted tables). It never panics, and it allocates at most a small constant
+// times len(data): a count is checked against the bytes left before
+// anything is made for it. The result shares no memory with data.
+//
+// Decode does not verify the bytecode: run rpn's verifier on the result
+// before executing any of it.
+func Decode(data []byte) (*rpn.Module, error) {
+	m, _, err := decode(data)
+	return m, err
+}
+
+// decode is Decode that also reports whether it skipped optional sections,
+// in which case Encode of the result is not the input.
+func decode(data []byte) (m *rpn.Module, skipped bool, err error) {
+	if err := checkPreamble(data); err != nil {
+		return nil, false, err
+	}
+	body := data[preambleSize : len(data)-checksumSize]
+	m = new(rpn.Module)
+	r := reader{b: body}
+	for tag := uint8(tagHeader); tag <= tagRelocs; tag++ {
+		if r.off == len(r.b) {
+			return nil, false, wrap("decode", "sections", invalidf("section %s (tag 0x%02x) is missing", sectionNames[tag], tag))
+		}
+		t, payload := r.section()
+		if r.err != nil {
+			return nil, false, wrap("decode", "sections", r.err)
+		}
+		if t != tag {
+			what := "an unknown section"
+			if t < uint8(len(sectionNames)) && sectionNames[t] != "" {
+				what = "section " + sectionNames[t]
+			}
+			return nil, false, wrap("decode", "sections", invalidf("found %s (tag 0x%02x) where section %s (tag 0x%02x) belongs", what, t, sectionNames[tag], tag))
+		}
+		s := reader{b: payload}
+		switch tag {
+		case tagHeader:
+			s.header(&m.Header)
+		case tagBuildID:
+			m.BuildID = s.rest()
+		case tagFiles:
+			m.Files = s.files()
+		case tagProbes:
+			m.Probes = s.probes()
+		case tagCode:
+			m.Code = s.rest()
+		case tagLines:
+			m.Lines = s.lines()
+		case tagRelocs:
+			m.Relocs = s.relocs()
+		}
+		if s.err == nil && s.off != len(s.b) {
+			s.err = invalidf("%d bytes of unexpected data after the last field", len(s.b)-s.off)
+		}
+		if s.err != nil {
+			return nil, false, wrap("decode", sectionNames[tag], s.err)
+		}
+	}
+	// Optional sections: none is known to this version, so skip them all.
+	prev := -1
+	for r.off < len(r.b) && r.err == nil {
+		t, _ := r.section()
+		if r.err == nil && (t < tagOptional || t == 0xff || int(t) <= prev) {
+			r.err = invalidf("found section tag 0x%02x after the last required section: only optional sections (tags 0x80..0xfe, ascending) may follow it", t)
+		}
+		prev = int(t)
+		skipped = true
+	}
+	if r.err != nil {
+		return nil, false, wrap("decode", "sections", r.err)
+	}
+	if sect, err := validate(m); err != nil {
+		return nil, false, wrap("decode", sect, err)
+	}
+	return m, skipped, nil
+}
+
+// checkPreamble checks magic, version, file length and checksum: when it
+// returns nil, data is preambleSize + sections + checksum, and the checksum
+// matches.
+func checkPreamble(data []byte) error {
+	left := uint64(len(data))
+	if len(data) < len(magic) {
+		if string(data) == magic[:len(data)] {
+			return &TruncatedError{What: "the PPDF magic", Need: uint64(len(magic)), Left: left}
+		}
+		return notPPDF(data)
+	}
+	if string(data[:len(magic)]) != magic {
+		return notPPDF(data)
+	}
+	if len(data) < len(magic)+2 {
+		return &TruncatedError{What: "the version", Need: 2, Left: left - uint64(len(magic))}
+	}
+	if v := binary.LittleEndian.Uint16(data[len(magic):]); v != Version {
+		return &VersionError{Got: v, Want: Version}
+	}
+	if len(data) < preambleSize {
+		return &TruncatedError{What: "the file length", Need: 4, Left: left - uint64(len(magic)+2)}
+	}
+	size := uint64(binary.LittleEndian.Uint32(data[len(magic)+2:]))
+	switch {
+	case size < uint64(minFileSize):
+		return invalidf("the file length in the header is %d, less than the %d bytes of any PPDF", size, minFileSize)
+	case left < size:
+		return &TruncatedError{What: "the file", Need: size, Left: left}
+	case left > size:
+		return &fault{ErrTrailing, fmt.Sprintf("%d bytes of trailing data after the checksum", left-size)}
+	}
+	sum := sha256.Sum256(data[:size-checksumSize])
+	if !bytes.Equal(sum[:], data[size-checksumSize:]) {
+		return ErrChecksum
+	}
+	return nil
+}
+
+// notPPDF says what the data looks like when it is not a PPDF.
+func notPPDF(data []byte) error {
+	if len(data) >= 5 && string(data[1:5]) == magic[1:5] {
+		return fmt.Errorf("%w: its header was changed in transit (CR/LF or 8-bit conversion): copy the file in binary mode", ErrNotPPDF)
+	}
+	if looksLikeDPDF(data) {
+		return fmt.Errorf("%w: looks like a DPDF source file; use gprobes check/build", ErrNotPPDF)
+	}
+	return ErrNotPPDF
+}
+
+// looksLikeDPDF reports whether the start of data is text with a line
+// "keyword = ..." for a DPDF keyword, or a preprocessor directive or
+// comment at the start of a line.
+func looksLikeDPDF(data []byte) bool {
+	if len(data) > 4096 {
+		data = data[:4096]
+	}
+	for _, c := range data {
+		if c == 0 || c == 0x7f || c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v' {
+			return false
+		}
+	}
+	for line := range bytes.Lines(data) {
+		line = bytes.TrimSpace(line)
+		for _, kw := range dpdfKeywords {
+			if len(line) > len(kw) && bytes.EqualFold(line[:len(kw)], []byte(kw)) {
+				rest := bytes.TrimLeft(line[len(kw):], " \t")
+				if len(rest) > 0 && rest[0] == '=' {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// dpdfKeywords are the DPDF keywords of SPEC §2 that start a "key = value"
+// line (the spaced forms "pass count" and "max hits" included).
+var dpdfKeywords = []string{
+	"name", "modtype", "major", "jmpmax", "logmax", "dfltexit", "vars", "gvars", "arch",
+	"offset", "opcode", "minor", "pass count", "passcount", "pass_count",
+	"max hits", "maxhits", "max_hits", "logonfault",
+}
+
+// reader reads fixed-width fields from b. The first failure is kept in err
+// and every later read returns zero, so a parse function checks err once at
+// the end. item and idx name the table entry being read, for messages.
+type reader struct {
+	b    []byte
+	off  int
+	err  error
+	item string
+	idx  int
+}
+
+// need reports whether n more bytes are there, and records a truncation
+// error if not.
+func (r *reader) need(n uint64, what string) bool {
+	if r.err != nil {
+		return false
+	}
+	if left := uint64(len(r.b) - r.off); n > left {
+		if r.item != "" {
+			what = fmt.Sprintf("%s %d %s", r.item, r.idx, what)
+		}
+		r.err = &TruncatedError{What: what, Need: n, Left: left}
+		return false
+	}
+	return true
+}
+
+func (r *reader) next(n int, what string) []byte {
+	if !r.need(uint64(n), what) {
+		return nil
+	}
+	b := r.b[r.off : r.off+n]
+	r.off += n
+	return b
+}
+
+func (r *reader) u8(what string) uint8 {
+	if b := r.next(1, what); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (r *reader) u16(what string) uint16 {
+	if b := r.next(2, what); b != nil {
+		return binary.LittleEndian.Uint16(b)
+	}
+	return 0
+}
+
+func (r *reader) u32(what string) uint32 {
+	if b := r.next(4, what); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *reader) u64(what string) uint64 {
+	if b := r.next(8, what); b != nil {
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (r *reader) str(what string) string {
+	n := r.u32(what + " length")
+	if !r.need(uint64(n), what) {
+		return ""
+	}
+	return string(r.next(int(n), what))
+}
+
+// count reads a table's entry count and checks that the bytes left can
+// hold that many entries of at least size bytes each, so that the caller
+// may allocate the table.
+func (r *reader) count(n uint64, item string, size uint64) int {
+	if r.err != nil {
+		return 0
+	}
+	if left := uint64(len(r.b) - r.off); n*size > left {
+		r.err = &TruncatedError{What: fmt.Sprintf("%s count %d", item, n), Need: n * size, Left: left}
+		return 0
+	}
+	return int(n)
+}
+
+func (r *reader) pos() rpn.Pos {
+	return rpn.Pos{File: r.u16("source file"), Line: r.u32("source line"), Col: r.u32("source column")}
+}
+
+// flags reads a flags byte and rejects bits outside known.
+func (r *reader) flags(what string, known uint8) uint8 {
+	f := r.u8(what)
+	if r.err == nil && f&^known != 0 {
+		r.err = invalidf("%s %d: unknown %s bits 0x%02x", r.item, r.idx, what, f&^known)
+	}
+	return f
+}
+
+// rest returns a copy of the remaining bytes, nil when there are none.
+func (r *reader) rest() []byte {
+	if r.off == len(r.b) {
+		return nil
+	}
+	b := bytes.Clone(r.b[r.off:])
+	r.off = len(r.b)
+	return b
+}
+
+// section reads one section head and returns its tag and payload.
+func (r *reader) section() (tag uint8, payload []byte) {
+	tag = r.u8("section tag")
+	n := r.u32("section length")
+	if r.err != nil {
+		return 0, nil
+	}
+	if left := uint64(len(r.b) - r.off); uint64(n) > left {
+		what := "an unknown section"
+		if int(tag) < len(sectionNames) && sectionNames[tag] != "" {
+			what = "section " + sectionNames[tag]
+		}
+		r.err = &TruncatedError{What: what, Need: uint64(n), Left: left}
+		return 0, nil
+	}
+	return tag, r.next(int(n), "")
+}
+
+func (r *reader) header(h *rpn.Header) {
+	h.Name = r.str("name")
+	h.ModType = rpn.ModType(r.u8("module type"))
+	h.Major = r.u16("major")
+	h.JmpMax = r.u32("jmpmax")
+	h.LogMax = r.u32("logmax")
+	h.DfltExit = r.u8("dfltexit")
+	h.Vars = r.u16("vars")
+	h.GVars = r.u16("gvars")
+	h.Arch = rpn.Arch(r.u8("arch"))
+}
+
+func (r *reader) files() []string {
+	n := r.count(uint64(r.u16("file count")), "file", 4)
+	if n == 0 {
+		return nil
+	}
+	files := make([]string, n)
+	r.item = "file"
+	for i := range files {
+		r.idx = i
+		files[i] = r.str("name")
+	}
+	return files
+}
+
+func (r *reader) probes() []rpn.Probe {
+	n := r.count(uint64(r.u32("probe count")), "probe", probeSize)
+	if n == 0 {
+		return nil
+	}
+	probes := make([]rpn.Probe, n)
+	r.item = "probe"
+	for i := range probes {
+		r.idx = i
+		p := &probes[i]
+		p.Loc.Text = r.str("location text")
+		p.Loc.Kind = rpn.LocKind(r.u8("location kind"))
+		f := r.flags("flags", probeResolved|probeHasOpcode|probeLogOnFault)
+		p.Loc.Resolved = f&probeResolved != 0
+		p.HasOpcode = f&probeHasOpcode != 0
+		p.LogOnFault = f&probeLogOnFault != 0
+		p.Loc.Addr = r.u64("address")
+		p.Opcode = r.u8("opcode")
+		p.Minor = r.u16("minor")
+		p.PassCount = r.u64("pass count")
+		p.MaxHits = r.u64("max hits")
+		p.Entry = r.u32("entry")
+		p.End = r.u32("end")
+		p.Pos = r.pos()
+		if r.err != nil {
+			return nil
+		}
+	}
+	return probes
+}
+
+func (r *reader) lines() []rpn.LineEntry {
+	n := r.count(uint64(r.u32("line count")), "line entry", lineSize)
+	if n == 0 {
+		return nil
+	}
+	lines := make([]rpn.LineEntry, n)
+	r.item = "line entry"
+	for i := range lines {
+		r.idx = i
+		lines[i].PC = r.u32("pc")
+		lines[i].Pos = r.pos()
+	}
+	return lines
+}
+
+func (r *reader) relocs() []rpn.Reloc {
+	n := r.count(uint64(r.u32("reloc count")), "reloc", relocSize)
+	if n == 0 {
+		return nil
+	}
+	relocs := make([]rpn.Reloc, n)
+	r.item = "reloc"
+	for i := range relocs {
+		r.idx = i
+		x := &relocs[i]
+		x.Off = r.u32("offset")
+		x.Resolved = r.flags("flags", relocResolved)&relocResolved != 0
+		x.Value = r.u64("value")
+		x.Expr = r.str("expression")
+		if r.err != nil {
+			return nil
+		}
+	}
+	return relocs
+}

@@ -1,0 +1,771 @@
+package rpn
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/alecthomas/participle/v2/lexer"
+
+	"github.com/gprobes/gprobes/dpdf"
+)
+
+// Resolver answers the compiler's questions about the probed module:
+// symbol addresses, source lines and type layouts. symbols.Set implements
+// it. Addresses are link-time addresses of the module.
+type Resolver interface {
+	Symbol(name string) (uint64, error)
+	Sizeof(typ string) (uint64, error)
+	Offsetof(typ, field string) (uint64, error)
+	LineAddr(file string, line int) (addr uint64, actualLine int, err error)
+	BuildID() []byte
+}
+
+// CompileOptions controls Compile.
+type CompileOptions struct {
+	// Symbols resolves locations and symbolic constants at build time.
+	// Without it they stay symbolic and are resolved when the module is
+	// inserted.
+	Symbols Resolver
+}
+
+// Compile turns a parsed DPDF into a verified module. Every error found is
+// reported, as a dpdf.ErrorList positioned in the user's files.
+func Compile(f *dpdf.File, opts CompileOptions) (*Module, error) {
+	c := &compiler{f: f, opts: opts, fileIdx: map[string]uint16{}}
+	c.fileIndex(f.Path)
+	c.header()
+	if len(c.errs) == 0 {
+		for i, p := range f.Probes {
+			c.probe(i, p)
+		}
+	}
+	if len(c.errs) > 0 {
+		f.Finish(&c.errs)
+		return nil, c.errs
+	}
+	if opts.Symbols != nil {
+		c.m.BuildID = opts.Symbols.BuildID()
+	}
+	if _, err := Load(c.m); err != nil {
+		// The compiler checks everything the verifier does, with positions;
+		// reaching this is a compiler bug, reported as such.
+		return nil, fmt.Errorf("internal error: compiled code fails verification: %w", err)
+	}
+	return c.m, nil
+}
+
+type compiler struct {
+	f       *dpdf.File
+	opts    CompileOptions
+	m       *Module
+	errs    dpdf.ErrorList
+	fileIdx map[string]uint16
+
+	// per probe
+	labels  map[string]uint32
+	labelAt map[string]lexer.Position
+	fixups  []fixup
+	lastPos Pos
+}
+
+type fixup struct {
+	at    uint32 // offset of the 4-byte target
+	label *dpdf.Name
+}
+
+func (c *compiler) errorf(pos lexer.Position, format string, args ...any) {
+	c.errs.Add(pos, format, args...)
+}
+
+func (c *compiler) fileIndex(name string) uint16 {
+	if i, ok := c.fileIdx[name]; ok {
+		return i
+	}
+	if c.m == nil {
+		c.m = &Module{}
+	}
+	if len(c.m.Files) >= math.MaxUint16 {
+		return 0
+	}
+	i := uint16(len(c.m.Files))
+	c.m.Files = append(c.m.Files, name)
+	c.fileIdx[name] = i
+	return i
+}
+
+func (c *compiler) pos(p lexer.Position) Pos {
+	return Pos{File: c.fileIndex(p.Filename), Line: uint32(p.Line), Col: uint32(max(p.Column, 0))}
+}
+
+// constant evaluates a keyword value or operand that must be a plain
+// number, within lo..hi.
+func (c *compiler) constant(e *dpdf.Expr, what string, lo, hi uint64) (uint64, bool) {
+	var errs dpdf.ErrorList
+	n := e.Tree(&errs)
+	if len(errs) > 0 {
+		c.errs = append(c.errs, errs...)
+		return 0, false
+	}
+	if dpdf.External(n) {
+		c.errorf(e.Pos, "%s must be a constant: %s depends on symbols or types", what, e.Text())
+		return 0, false
+	}
+	v, err := dpdf.Eval(n, nil)
+	if err != nil {
+		c.evalError(e.Pos, err)
+		return 0, false
+	}
+	if v < lo || v > hi {
+		c.errorf(e.Pos, "%s must be %d..%d, not %s", what, lo, hi, signedText(v, e))
+		return 0, false
+	}
+	return v, true
+}
+
+// signedText shows a value as the user most likely meant it.
+func signedText(v uint64, e *dpdf.Expr) string {
+	if int64(v) < 0 {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	if t := e.Text(); t != strconv.FormatUint(v, 10) {
+		return fmt.Sprintf("%s (%d)", t, v)
+	}
+	return strconv.FormatUint(v, 10)
+}
+
+func (c *compiler) evalError(pos lexer.Position, err error) {
+	var ee *dpdf.EvalError
+	if errors.As(err, &ee) {
+		c.errorf(ee.Pos, "%s", ee.Msg)
+		return
+	}
+	c.errorf(pos, "%v", err)
+}
+
+// word reads a keyword value that is a single word, such as "user".
+func (c *compiler) word(kv *dpdf.KeyValue, allowed ...string) (string, bool) {
+	v := kv.Value
+	var w string
+	switch {
+	case v.Expr != nil:
+		var errs dpdf.ErrorList
+		n := v.Expr.Tree(&errs)
+		s, ok := dpdf.Word(n)
+		if !ok {
+			break
+		}
+		w = strings.ToLower(s)
+	case v.Str != nil:
+		w = strings.ToLower(unquote(*v.Str))
+	}
+	for _, a := range allowed {
+		if w == a {
+			return w, true
+		}
+	}
+	c.errorf(v.Pos, "%s must be %s, not %s", dpdf.KeyName(kv.Norm()), orList(allowed), v.Text)
+	return "", false
+}
+
+func orList(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = strconv.Quote(w)
+	}
+	if len(q) == 1 {
+		return q[0]
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+}
+
+func unquote(s string) string {
+	if len(s) >= 2 && s[0] == '"' {
+		if u, err := strconv.Unquote(s); err == nil {
+			return u
+		}
+		return s[1 : len(s)-1]
+	}
+	return s
+}
+
+// number reads a keyword value that must be a constant.
+func (c *compiler) number(kv *dpdf.KeyValue, lo, hi uint64) (uint64, bool) {
+	if kv.Value.Expr == nil {
+		c.errorf(kv.Value.Pos, "%s must be a number, not %s", dpdf.KeyName(kv.Norm()), kv.Value.Text)
+		return 0, false
+	}
+	return c.constant(kv.Value.Expr, dpdf.KeyName(kv.Norm()), lo, hi)
+}
+
+func (c *compiler) header() {
+	h := Header{JmpMax: DefaultJmpMax, LogMax: DefaultLogMax, DfltExit: DefaultDfltExit, Arch: ArchX86_64}
+	var haveName, haveType bool
+	// arch first: it decides what the rest means
+	for _, kv := range c.f.Header {
+		if kv.Norm() == "arch" {
+			if w, ok := c.word(kv, "x86_64", "i386"); ok && w == "i386" {
+				h.Arch = ArchI386
+			}
+		}
+	}
+	for _, kv := range c.f.Header {
+		switch kv.Norm() {
+		case "name":
+			haveName = true
+			switch {
+			case kv.Value.Str != nil:
+				h.Name = unquote(*kv.Value.Str)
+			default:
+				h.Name = kv.Value.Text
+			}
+			if h.Name == "" {
+				c.errorf(kv.Value.Pos, "name is empty")
+			}
+		case "modtype":
+			haveType = true
+			if w, ok := c.word(kv, "user", "kernel"); ok && w == "kernel" {
+				h.ModType = ModKernel
+			}
+		case "major":
+			if v, ok := c.number(kv, 0, math.MaxUint16); ok {
+				h.Major = uint16(v)
+			}
+		case "jmpmax":
+			if v, ok := c.number(kv, 1, MaxJmpMax); ok {
+				h.JmpMax = uint32(v)
+			}
+		case "logmax":
+			if v, ok := c.number(kv, 1, MaxLogMax); ok {
+				h.LogMax = uint32(v)
+			}
+		case "dfltexit":
+			if v, ok := c.number(kv, 0, MaxFacility); ok {
+				h.DfltExit = uint8(v)
+			}
+		case "vars":
+			if v, ok := c.number(kv, 0, MaxVars); ok {
+				h.Vars = uint16(v)
+			}
+		case "gvars":
+			if v, ok := c.number(kv, 0, MaxGVars); ok {
+				h.GVars = uint16(v)
+			}
+		}
+	}
+	start := lexer.Position{Filename: c.f.Path, Line: 1, Column: 1}
+	if !haveName {
+		c.errorf(start, "missing \"name = MODULE\": the probed module (a path, vmlinux or a kernel module name)")
+	}
+	if !haveType {
+		c.errorf(start, "missing \"modtype = user\" or \"modtype = kernel\"")
+	}
+	c.m.Header = h
+}
+
+func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
+	p := Probe{Pos: c.pos(pd.Pos)}
+	p.Loc = c.location(pd.Offset)
+	for _, kv := range pd.Keys {
+		switch kv.Norm() {
+		case "opcode":
+			if v, ok := c.number(kv, 0, 0xff); ok {
+				p.HasOpcode, p.Opcode = true, uint8(v)
+			}
+		case "minor":
+			if v, ok := c.number(kv, 0, math.MaxUint16); ok {
+				p.Minor = uint16(v)
+			}
+		case "passcount":
+			if v, ok := c.number(kv, 0, math.MaxInt64); ok {
+				p.PassCount = v
+			}
+		case "maxhits":
+			if v, ok := c.number(kv, 0, math.MaxInt64); ok {
+				p.MaxHits = v
+			}
+		case "logonfault":
+			if w, ok := c.word(kv, "yes", "no"); ok {
+				p.LogOnFault = w == "yes"
+			}
+		}
+	}
+	p.Entry = uint32(len(c.m.Code))
+	c.labels = map[string]uint32{}
+	c.labelAt = map[string]lexer.Position{}
+	c.fixups = c.fixups[:0]
+	c.lastPos = Pos{}
+	lastEnds := false
+	var last lexer.Position = pd.Pos
+	for _, st := range pd.Body {
+		last = st.Pos
+		if st.Label != nil {
+			name := st.Label.Name
+			if prev, dup := c.labelAt[name]; dup {
+				c.errorf(st.Label.Pos, "label %s defined twice in this probe (first at line %d)", name, prev.Line)
+			} else {
+				c.labels[name] = uint32(len(c.m.Code))
+				c.labelAt[name] = st.Label.Pos
+			}
+			lastEnds = false
+		}
+		if st.Instr != nil {
+			lastEnds = c.instr(st.Instr)
+		}
+	}
+	if !lastEnds {
+		// falling off the end of a program is a bare exit
+		c.line(last)
+		c.emit8(OpExit, c.m.DfltExit)
+	}
+	for _, fx := range c.fixups {
+		target, ok := c.labels[fx.label.Value]
+		if !ok {
+			msg := fmt.Sprintf("undefined label %s", fx.label.Value)
+			var names []string
+			for n := range c.labels {
+				names = append(names, n)
+			}
+			if s := dpdf.Suggest(fx.label.Value, names); s != "" {
+				msg += fmt.Sprintf(" (did you mean %s?)", s)
+			}
+			c.errorf(fx.label.Pos, "%s", msg)
+			continue
+		}
+		binary.LittleEndian.PutUint32(c.m.Code[fx.at:], target)
+	}
+	p.End = uint32(len(c.m.Code))
+	c.m.Probes = append(c.m.Probes, p)
+}
+
+// location evaluates an offset value.
+func (c *compiler) location(kv *dpdf.KeyValue) Location {
+	v := kv.Value
+	loc := Location{Text: v.Text}
+	switch {
+	case v.Line != nil:
+		loc.Kind = LocLine
+		i := strings.LastIndexByte(*v.Line, ':')
+		file := (*v.Line)[:i]
+		line, err := strconv.Atoi((*v.Line)[i+1:])
+		if err != nil || line <= 0 {
+			c.errorf(v.Pos, "bad line number in %s", *v.Line)
+			return loc
+		}
+		if c.opts.Symbols != nil {
+			addr, _, err := c.opts.Symbols.LineAddr(file, line)
+			if err != nil {
+				c.errorf(v.Pos, "%s: %v", *v.Line, err)
+				return loc
+			}
+			loc.Addr, loc.Resolved = addr, true
+		}
+	case v.Expr != nil:
+		var errs dpdf.ErrorList
+		n := v.Expr.Tree(&errs)
+		if len(errs) > 0 {
+			c.errs = append(c.errs, errs...)
+			return loc
+		}
+		if !dpdf.External(n) {
+			loc.Kind = LocAbsolute
+			a, err := dpdf.Eval(n, nil)
+			if err != nil {
+				c.evalError(v.Pos, err)
+				return loc
+			}
+			loc.Addr, loc.Resolved = a, true
+			return loc
+		}
+		loc.Kind = LocExpr
+		if c.opts.Symbols != nil {
+			a, err := dpdf.Eval(n, c.opts.Symbols)
+			if err != nil {
+				c.evalError(v.Pos, err)
+				return loc
+			}
+			loc.Addr, loc.Resolved = a, true
+		}
+	default:
+		c.errorf(v.Pos, "offset must be a location (symbol, symbol+N, an address or file.c:LINE), not %s", v.Text)
+	}
+	return loc
+}
+
+// line records the source position of the next instruction.
+func (c *compiler) line(p lexer.Position) {
+	pos := c.pos(p)
+	if pos == c.lastPos {
+		return
+	}
+	c.lastPos = pos
+	c.m.Lines = append(c.m.Lines, LineEntry{PC: uint32(len(c.m.Code)), Pos: pos})
+}
+
+// emit appends an instruction without operands; emit8, emit16, emit16x2
+// and emit64 append one with operands of the opcode's format.
+func (c *compiler) emit(op Opcode) { c.m.Code = append(c.m.Code, byte(op)) }
+
+func (c *compiler) emit8(op Opcode, a uint8) { c.m.Code = append(c.m.Code, byte(op), a) }
+
+func (c *compiler) emit16(op Opcode, a uint16) {
+	c.m.Code = binary.LittleEndian.AppendUint16(append(c.m.Code, byte(op)), a)
+}
+
+func (c *compiler) emit16x2(op Opcode, a, b uint16) {
+	c.m.Code = binary.LittleEndian.AppendUint16(binary.LittleEndian.AppendUint16(append(c.m.Code, byte(op)), a), b)
+}
+
+func (c *compiler) emit64(op Opcode, a uint64) {
+	c.m.Code = binary.LittleEndian.AppendUint64(append(c.m.Code, byte(op)), a)
+}
+
+// instr compiles one instruction and reports whether it ends the flow.
+func (c *compiler) instr(in *dpdf.Instr) bool {
+	c.line(in.Pos)
+	switch {
+	case in.Push != nil:
+		c.push(in.Push)
+	case in.PopKw:
+		c.pop(in.Pos, in.Pop)
+	case in.Log != nil:
+		c.log(in.Log)
+	case in.VarOp != "":
+		c.varOp(strings.ToLower(in.VarOp), in.VarRef)
+	case in.Jump != nil:
+		op := map[string]Opcode{"jmp": OpJmp, "jz": OpJz, "jnz": OpJnz, "jlt": OpJlt, "jle": OpJle,
+			"jgt": OpJgt, "jge": OpJge, "loop": OpLoop, "call": OpCall}[strings.ToLower(in.Jump.Op)]
+		c.emit(op)
+		// the target is patched once the probe's labels are known
+		c.fixups = append(c.fixups, fixup{at: uint32(len(c.m.Code)), label: in.Jump.Label})
+		c.m.Code = append(c.m.Code, 0, 0, 0, 0)
+		return op == OpJmp
+	case in.ExitKw:
+		fac := c.m.DfltExit
+		if in.Exit != nil {
+			if v, ok := c.constant(in.Exit, "exit facility", 0, MaxFacility); ok {
+				fac = uint8(v)
+			}
+		}
+		c.emit8(OpExit, fac)
+		return true
+	case in.SetOp != "":
+		imm, stack := OpSetMajI, OpSetMaj
+		if strings.EqualFold(in.SetOp, "setmin") {
+			imm, stack = OpSetMinI, OpSetMin
+		}
+		if in.SetArg == nil {
+			c.emit(stack)
+			break
+		}
+		if v, ok := c.constant(in.SetArg, strings.ToLower(in.SetOp), 0, math.MaxUint16); ok {
+			c.emit16(imm, uint16(v))
+		}
+	case in.Shift != "":
+		s := strings.ToLower(in.Shift)
+		imm := map[string]Opcode{"shl": OpShlI, "shr": OpShrI, "sar": OpSarI, "rol": OpRolI, "ror": OpRorI}[s]
+		if in.Count == nil {
+			c.emit(imm + (OpShl - OpShlI))
+			break
+		}
+		bits := uint64(c.m.Arch.WordSize() * 8)
+		if v, ok := c.constant(in.Count, s+" count", 0, bits-1); ok {
+			c.emit8(imm, uint8(v))
+		}
+	case in.Ros != nil:
+		if v, ok := c.constant(in.Ros, "ros count", 1, StackSize); ok {
+			c.emit8(OpRos, uint8(v))
+		}
+	case in.Simple != "":
+		s := strings.ToLower(in.Simple)
+		op := simpleOps[s]
+		c.emit(op)
+		return op.ends()
+	}
+	return false
+}
+
+var simpleOps = map[string]Opcode{
+	"nop": OpNop, "ret": OpRet, "abort": OpAbort, "rem": OpRem, "add": OpAdd, "sub": OpSub, "mul": OpMul,
+	"div": OpDiv, "idiv": OpIDiv, "and": OpAnd, "or": OpOr, "xor": OpXor, "not": OpNot, "neg": OpNeg,
+	"vfy_r": OpVfyR, "vfy_rw": OpVfyRW, "dup": OpDup, "xchg": OpXchg,
+}
+
+// reg resolves a register operand and checks it may be used here.
+func (c *compiler) reg(r *dpdf.RegRef, write bool) (Reg, bool) {
+	reg, ok := LookupReg(c.m.Arch, r.Name.Value)
+	if !ok {
+		msg := fmt.Sprintf("unknown register %q for arch %s", r.Name.Value, c.m.Arch)
+		if s := dpdf.Suggest(strings.ToLower(r.Name.Value), RegNames(c.m.Arch)); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		c.errorf(r.Name.Pos, "%s", msg)
+		return 0, false
+	}
+	if msg := checkReg(reg, c.m.Header, write, strings.EqualFold(r.Set, "u")); msg != "" {
+		c.errorf(r.Name.Pos, "%s", msg)
+		return 0, false
+	}
+	return reg, true
+}
+
+// checkReg says why a register cannot be used, or "". Shared by the
+// compiler and the verifier.
+func checkReg(reg Reg, h Header, write, user bool) string {
+	if reg.Canonical() >= NumRegs {
+		return fmt.Sprintf("register number %d does not exist", reg.Canonical())
+	}
+	if reg&^(Reg32|0xff) != 0 || (reg.Is32() && reg.Canonical() > RegRFLAGS) {
+		return fmt.Sprintf("register encoding %#x is invalid", uint16(reg))
+	}
+	if h.Arch == ArchI386 && !reg.Is32() && reg.class() == regGeneral {
+		return fmt.Sprintf("register %s does not exist on i386", reg)
+	}
+	if h.Arch == ArchI386 && (reg.class() == regBase || reg.Canonical() >= RegR8 && reg.Canonical() <= RegR15) {
+		return fmt.Sprintf("register %s does not exist on i386", reg)
+	}
+	switch reg.class() {
+	case regControl:
+		if h.ModType != ModKernel {
+			return fmt.Sprintf("%s can only be read in a kernel probe (this module is modtype = user)", reg)
+		}
+		if user {
+			return fmt.Sprintf("%s is not a user-mode register", reg)
+		}
+		if write {
+			return fmt.Sprintf("%s is read-only", reg)
+		}
+	case regSegment:
+		if write {
+			return fmt.Sprintf("%s is read-only", reg)
+		}
+	}
+	return ""
+}
+
+// varIndex evaluates an immediate variable index.
+func (c *compiler) varIndex(space string, e *dpdf.Expr) (uint16, bool) {
+	n := c.m.Vars
+	if space == "gv" {
+		n = c.m.GVars
+	}
+	if n == 0 {
+		key := "vars"
+		if space == "gv" {
+			key = "gvars"
+		}
+		c.errorf(e.Pos, "%s used but the module declares none: add \"%s = N\" to the header", space, key)
+		return 0, false
+	}
+	v, ok := c.constant(e, space+" index", 0, uint64(n)-1)
+	return uint16(v), ok
+}
+
+func (c *compiler) size(e *dpdf.Expr, io bool) (uint8, bool) {
+	if e == nil {
+		return uint8(c.m.Arch.WordSize()), true
+	}
+	v, ok := c.constant(e, "size", 1, 8)
+	if !ok {
+		return 0, false
+	}
+	if msg := checkSize(uint8(v), c.m.Arch, io); msg != "" {
+		c.errorf(e.Pos, "%s", msg)
+		return 0, false
+	}
+	return uint8(v), true
+}
+
+// checkSize says why a memory or port access size is invalid, or "".
+func checkSize(s uint8, arch Arch, io bool) string {
+	switch {
+	case io && (s == 1 || s == 2 || s == 4):
+		return ""
+	case io:
+		return fmt.Sprintf("port IO size must be 1, 2 or 4, not %d", s)
+	case s == 1 || s == 2 || s == 4 || s == 8 && arch == ArchX86_64:
+		return ""
+	case s == 8:
+		return "size 8 does not fit a 32-bit i386 stack word: use 1, 2 or 4"
+	}
+	return fmt.Sprintf("size must be 1, 2, 4 or 8, not %d", s)
+}
+
+func (c *compiler) push(p *dpdf.PushOperand) {
+	switch {
+	case p.Reg != nil:
+		if r, ok := c.reg(p.Reg, false); ok {
+			op := OpPushR
+			if strings.EqualFold(p.Reg.Set, "u") && c.m.ModType == ModKernel {
+				op = OpPushU
+			}
+			c.emit16(op, uint16(r))
+		}
+	case p.Const != nil:
+		c.pushConst(p.Const)
+	case p.Var != nil:
+		c.varInstr("push", p.Var, OpPushLVI, OpPushLV)
+	case p.MrfKw:
+		if s, ok := c.size(p.Size, false); ok {
+			c.emit8(OpPushMrf, s)
+		}
+	case p.IO != nil:
+		if s, ok := c.size(p.IO, true); ok {
+			c.emit8(OpPushIO, s)
+		}
+	case p.Sys != "":
+		switch strings.ToLower(p.Sys) {
+		case "pid":
+			c.emit(OpPushPID)
+		case "tid":
+			c.emit(OpPushTID)
+		case "procid":
+			c.emit(OpPushProcID)
+		case "task":
+			if c.m.ModType != ModKernel {
+				c.errorf(p.Pos, "push task reads the current task of a kernel: this module is modtype = user")
+				return
+			}
+			c.emit(OpPushTask)
+		case "ts":
+			c.emit(OpPushTS)
+		case "lp":
+			c.emit(OpPushLP)
+		}
+	}
+}
+
+// pushConst compiles push d,EXPR. A value that depends on symbols or types
+// gets a relocation so the engine can recompute it for the live target.
+func (c *compiler) pushConst(e *dpdf.Expr) {
+	var errs dpdf.ErrorList
+	n := e.Tree(&errs)
+	if len(errs) > 0 {
+		c.errs = append(c.errs, errs...)
+		return
+	}
+	ext := dpdf.External(n)
+	var v uint64
+	resolved := true
+	if ext && c.opts.Symbols == nil {
+		resolved = false
+	} else {
+		var env dpdf.Env
+		if ext {
+			env = c.opts.Symbols
+		}
+		var err error
+		v, err = dpdf.Eval(n, env)
+		if err != nil {
+			c.evalError(e.Pos, err)
+			return
+		}
+	}
+	if c.m.Arch == ArchI386 && resolved && v > math.MaxUint32 && int64(v) < math.MinInt32 {
+		c.errorf(e.Pos, "constant %s does not fit in a 32-bit word", signedText(v, e))
+		return
+	}
+	if c.m.Arch == ArchI386 {
+		v &= math.MaxUint32
+	}
+	if ext {
+		c.m.Relocs = append(c.m.Relocs, Reloc{Off: uint32(len(c.m.Code) + 1), Expr: e.Text(), Value: v, Resolved: resolved})
+	}
+	c.emit64(OpPushD, v)
+}
+
+func (c *compiler) pop(pos lexer.Position, p *dpdf.PopOperand) {
+	switch {
+	case p == nil:
+		c.emit(OpPop)
+	case p.Reg != nil:
+		if r, ok := c.reg(p.Reg, true); ok {
+			op := OpPopR
+			if strings.EqualFold(p.Reg.Set, "u") && c.m.ModType == ModKernel {
+				op = OpPopU
+			}
+			c.emit16(op, uint16(r))
+		}
+	case p.Var != nil:
+		c.varInstr("pop", p.Var, OpPopLVI, OpPopLV)
+	case p.MrfKw:
+		if s, ok := c.size(p.Size, false); ok {
+			c.emit8(OpPopMrf, s)
+		}
+	case p.IO != nil:
+		if s, ok := c.size(p.IO, true); ok {
+			c.emit8(OpPopIO, s)
+		}
+	case p.LP:
+		c.emit(OpPopLP)
+	default:
+		c.errorf(pos, "malformed pop")
+	}
+}
+
+// varInstr compiles an lv/gv instruction; the gv opcodes follow the lv
+// ones in the same order, 10 apart.
+func (c *compiler) varInstr(what string, v *dpdf.VarRef, imm, stack Opcode) {
+	space := strings.ToLower(v.Space)
+	delta := Opcode(0)
+	if space == "gv" {
+		delta = OpPushGVI - OpPushLVI
+	}
+	if v.Index == nil {
+		if (space == "lv" && c.m.Vars == 0) || (space == "gv" && c.m.GVars == 0) {
+			c.errorf(v.Pos, "%s %s used but the module declares no %s", what, space, map[string]string{"lv": "vars", "gv": "gvars"}[space])
+			return
+		}
+		c.emit(stack + delta)
+		return
+	}
+	if i, ok := c.varIndex(space, v.Index); ok {
+		c.emit16(imm+delta, i)
+	}
+}
+
+func (c *compiler) varOp(op string, v *dpdf.VarRef) {
+	switch op {
+	case "move":
+		c.varInstr(op, v, OpMoveLVI, OpMoveLV)
+	case "inc":
+		c.varInstr(op, v, OpIncLVI, OpIncLV)
+	case "dec":
+		c.varInstr(op, v, OpDecLVI, OpDecLV)
+	}
+}
+
+func (c *compiler) log(l *dpdf.LogOperand) {
+	switch {
+	case l.Str:
+		c.emit(OpLogStr)
+	case l.Mrf:
+		c.emit(OpLogMrf)
+	case l.Space != "":
+		space := strings.ToLower(l.Space)
+		i, ok := c.varIndex(space, l.Index)
+		if !ok {
+			return
+		}
+		total := c.m.Vars
+		if space == "gv" {
+			total = c.m.GVars
+		}
+		n, ok := c.constant(l.Count, "log "+space+" count", 1, uint64(total-i))
+		if !ok {
+			return
+		}
+		op := OpLogLV
+		if space == "gv" {
+			op = OpLogGV
+		}
+		c.emit16x2(op, i, uint16(n))
+	case l.Words != nil:
+		if n, ok := c.constant(l.Words, "log word count", 1, StackSize); ok {
+			c.emit8(OpLogN, uint8(n))
+		}
+	}
+}

@@ -1,0 +1,206 @@
+package rpn
+
+import "fmt"
+
+// Arch is the architecture of the probed code; it fixes the word width of
+// the stack and which register names exist.
+type Arch uint8
+
+const (
+	ArchX86_64 Arch = iota // 64-bit words
+	ArchI386               // 32-bit words
+)
+
+func (a Arch) String() string {
+	switch a {
+	case ArchX86_64:
+		return "x86_64"
+	case ArchI386:
+		return "i386"
+	}
+	return fmt.Sprintf("arch(%d)", uint8(a))
+}
+
+// WordSize is the width of a stack entry in bytes.
+func (a Arch) WordSize() int {
+	if a == ArchI386 {
+		return 4
+	}
+	return 8
+}
+
+// ModType says whether a module is user or kernel code.
+type ModType uint8
+
+const (
+	ModUser ModType = iota
+	ModKernel
+)
+
+func (m ModType) String() string {
+	switch m {
+	case ModUser:
+		return "user"
+	case ModKernel:
+		return "kernel"
+	}
+	return fmt.Sprintf("modtype(%d)", uint8(m))
+}
+
+// Limits of the header keywords (SPEC §2).
+const (
+	MaxJmpMax    = 65535
+	MaxLogMax    = 65536
+	MaxVars      = 256
+	MaxGVars     = 256
+	MaxFacility  = 4 // exit facilities 0..4
+	StackSize    = 32
+	MaxCallDepth = 32
+
+	DefaultJmpMax   = 65535
+	DefaultLogMax   = 1024
+	DefaultDfltExit = 1
+)
+
+// Exit facilities.
+const (
+	ExitNone     = 0 // nothing committed
+	ExitLog      = 1 // commit to the log stream
+	ExitTrace    = 2 // commit as a trace event
+	ExitDump     = 3 // dump, then commit
+	ExitDebugger = 4 // hand the stopped target to a debugger, then commit
+)
+
+// Header holds the module keywords of a DPDF.
+type Header struct {
+	Name     string // probed module: path for user code, vmlinux/kernel or a kernel module name
+	ModType  ModType
+	Major    uint16
+	JmpMax   uint32 // 1..MaxJmpMax
+	LogMax   uint32 // 1..MaxLogMax
+	DfltExit uint8  // 0..MaxFacility
+	Vars     uint16 // 0..MaxVars
+	GVars    uint16 // 0..MaxGVars
+	Arch     Arch
+}
+
+// LocKind says how a probe location was written.
+type LocKind uint8
+
+const (
+	LocExpr     LocKind = iota // constant expression, possibly with symbols: "do_fork+0x1c", "0xffffffff81000000"
+	LocLine                    // source line "fs/open.c:1234", resolved through DWARF
+	LocAbsolute                // constant expression without symbols: an address as written
+)
+
+func (k LocKind) String() string {
+	switch k {
+	case LocExpr:
+		return "symbolic"
+	case LocLine:
+		return "line"
+	case LocAbsolute:
+		return "absolute"
+	}
+	return fmt.Sprintf("lockind(%d)", uint8(k))
+}
+
+// Location is where a probe goes, as written and, when symbols were
+// available at build time, as resolved. A resolved address is a link-time
+// address of the module (the value in its symbol table); the engine adds
+// the load bias or KASLR slide when it inserts the probe.
+type Location struct {
+	Text     string // as written (after preprocessing): "do_fork+0x1c", "fs/open.c:1234"
+	Kind     LocKind
+	Addr     uint64
+	Resolved bool
+}
+
+func (l Location) String() string {
+	if l.Resolved && l.Kind != LocAbsolute {
+		return fmt.Sprintf("%s (%#x)", l.Text, l.Addr)
+	}
+	return l.Text
+}
+
+// Probe is one probe definition: its location, identity, limits and the
+// entry point of its program in Module.Code.
+type Probe struct {
+	Loc        Location
+	HasOpcode  bool
+	Opcode     uint8 // expected byte at the location
+	Minor      uint16
+	PassCount  uint64 // the first PassCount hits run nothing
+	MaxHits    uint64 // 0 = unlimited
+	LogOnFault bool
+	Entry      uint32 // byte offset of the program in Module.Code
+	End        uint32 // byte offset just past the program
+	Pos        Pos    // the offset line in the DPDF
+}
+
+// Pos is a source position: an index into Module.Files, a line and a column.
+type Pos struct {
+	File uint16
+	Line uint32
+	Col  uint32
+}
+
+// LineEntry maps the instruction at PC (a byte offset in Module.Code) and
+// the ones after it, up to the next entry, to a DPDF source position.
+type LineEntry struct {
+	PC  uint32
+	Pos Pos
+}
+
+// Reloc marks a PUSH D immediate whose value depends on symbols or types
+// (an address or a struct layout). The engine re-evaluates Expr at insert
+// time against the live target and patches the 8 bytes at Off; when that
+// is impossible it uses Value if Resolved.
+type Reloc struct {
+	Off      uint32 // byte offset of the 8-byte immediate in Module.Code
+	Expr     string // the expression as written
+	Value    uint64
+	Resolved bool
+}
+
+// Module is a compiled DPDF: what a PPDF file stores and what the engine
+// inserts. Code holds the bytecode of every probe, concatenated; it is
+// untrusted until Load has verified it.
+type Module struct {
+	Header
+	Probes  []Probe
+	Code    []byte
+	Lines   []LineEntry // sorted by PC
+	Files   []string    // source files named by Pos.File; Files[0] is the DPDF itself
+	Relocs  []Reloc     // sorted by Off
+	BuildID []byte      // ELF build ID of the probed module when known at build time
+}
+
+// PosString formats p as file:line:col using the module's file table.
+func (m *Module) PosString(p Pos) string {
+	f := "?"
+	if int(p.File) < len(m.Files) {
+		f = m.Files[p.File]
+	}
+	if p.Col == 0 {
+		return fmt.Sprintf("%s:%d", f, p.Line)
+	}
+	return fmt.Sprintf("%s:%d:%d", f, p.Line, p.Col)
+}
+
+// LineFor returns the source position of the instruction at byte offset pc.
+func (m *Module) LineFor(pc uint32) (Pos, bool) {
+	lo, hi := 0, len(m.Lines)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if m.Lines[mid].PC <= pc {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == 0 {
+		return Pos{}, false
+	}
+	return m.Lines[lo-1].Pos, true
+}

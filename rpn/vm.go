@@ -1,0 +1,629 @@
+package rpn
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+// Env is the machine's only window on the world: the target's registers,
+// memory, system values and IO space at the moment of a hit. The engine
+// implements it for each target; sim implements it over values given on
+// the command line or an ELF core. Methods report false when the thing
+// asked for cannot be had (an unmapped address, a register or value the
+// target does not provide); the machine turns that into an exception.
+//
+// Registers are always canonical (RegRAX ... RegCR4); user selects the
+// user-mode registers of the current task (push u) in a kernel probe.
+type Env interface {
+	Reg(r Reg, user bool) (uint64, bool)
+	SetReg(r Reg, user bool, v uint64) bool
+	ReadMem(addr uint64, p []byte) bool
+	WriteMem(addr uint64, p []byte) bool
+	// Access reports whether one byte at addr can be read (and, with
+	// write, written) without changing it.
+	Access(addr uint64, write bool) bool
+	Sys(v SysValue) (uint64, bool)
+	// IO reads (write false) or writes a port of the given size.
+	IO(port uint64, size uint8, write bool, v uint64) (uint64, bool)
+}
+
+// Outcome is how a hit ended.
+type Outcome uint8
+
+const (
+	OutcomeExit      Outcome = iota // exit N
+	OutcomeAbort                    // abort: log discarded
+	OutcomeRem                      // rem: log committed, probe disabled
+	OutcomeException                // the program faulted: log discarded, exception record instead
+	OutcomeSkipped                  // pass count not reached, or probe disabled: nothing ran
+)
+
+var outcomeNames = [...]string{"exit", "abort", "rem", "exception", "skipped"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "(invalid)"
+}
+
+// Exception is why a program faulted.
+type Exception uint8
+
+const (
+	ExNone Exception = iota
+	ExInvalidAddress
+	ExMaxJumps
+	ExCallDepth
+	ExDivideByZero
+	ExInvalidOperand
+)
+
+var exceptionNames = [...]string{"", "invalid-address", "max-jumps", "call-depth", "divide-by-zero", "invalid-operand"}
+
+func (e Exception) String() string {
+	if int(e) < len(exceptionNames) {
+		return exceptionNames[e]
+	}
+	return "(invalid)"
+}
+
+// ProbeState is the run-time state of one probe: its counters and whether
+// it is disabled. The machine updates it on every hit; the caller guards
+// it (and the variable arrays) against concurrent hits.
+type ProbeState struct {
+	Hits     uint64 // breakpoint hits, including skipped ones
+	Skipped  uint64 // hits that ran nothing: pass count, or probe disabled
+	Runs     uint64 // program executions, counted against max hits
+	Faults   uint64 // executions that ended in an exception
+	Disabled bool   // max hits reached, or rem executed
+}
+
+// Result is what one hit produced.
+type Result struct {
+	Outcome   Outcome
+	Exit      uint8 // exit facility; 1 for rem
+	Exception Exception
+	PC        uint32 // byte offset in Module.Code of the instruction that faulted
+	Addr      uint64 // the address that faulted, for invalid-address
+	Major     uint16
+	Minor     uint16
+	// Log holds the bytes to commit: nil when nothing is committed (exit 0,
+	// abort, exception, skipped). It aliases the machine's buffer and is
+	// valid until the machine runs again.
+	Log       []byte
+	Truncated bool // the program tried to log more than logmax bytes
+}
+
+// Commits reports whether the hit produced a record to commit once the
+// probed instruction has executed.
+func (r *Result) Commits() bool { return r.Log != nil }
+
+// Machine is the per-CPU (per-thread) state of the RPN machine: the stack,
+// the call stack and the temporary log buffer. A Machine runs one hit at a
+// time; use one per thread of execution. Its zero value is ready to use.
+type Machine struct {
+	stack [StackSize]uint64
+	calls [MaxCallDepth]uint32
+	log   []byte
+	chunk [64]byte
+}
+
+// Run executes probe pi of p for one hit: it applies the probe's pass count
+// and max hits from st, runs the program against env with the module's
+// local variables lv (len >= Vars) and the global variables gv
+// (len >= GVars), and returns the outcome. It never panics and never
+// allocates once the log buffer has reached the module's logmax.
+func (m *Machine) Run(p *Program, pi int, st *ProbeState, lv, gv []uint64, env Env) Result {
+	pr := &p.m.Probes[pi]
+	st.Hits++
+	if st.Disabled || st.Hits <= pr.PassCount {
+		st.Skipped++
+		return Result{Outcome: OutcomeSkipped, Major: p.m.Major, Minor: pr.Minor}
+	}
+	st.Runs++
+	if pr.MaxHits > 0 && st.Runs >= pr.MaxHits {
+		st.Disabled = true
+	}
+	r := m.exec(p, pi, lv, gv, env)
+	switch r.Outcome {
+	case OutcomeRem:
+		st.Disabled = true
+	case OutcomeException:
+		st.Faults++
+	}
+	return r
+}
+
+// exec is the interpreter loop. Notes on its shape, measured with
+// BenchmarkVM on the reference machine (2-core VM):
+//   - instructions are pre-decoded 16-byte insns, so the loop indexes an
+//     array instead of decoding operands (about 2x faster than reading
+//     operands from the byte code with encoding/binary on every step);
+//   - the stack is a fixed array indexed with &31, the circular wrap being
+//     the mask: no bounds checks beyond the array's, no branches;
+//   - the dense switch compiles to a jump table.
+func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) Result {
+	mod := p.m
+	pr := &mod.Probes[pi]
+	if len(lv) < int(mod.Vars) || len(gv) < int(mod.GVars) {
+		return Result{Outcome: OutcomeException, Exception: ExInvalidOperand, PC: pr.Entry, Major: mod.Major, Minor: pr.Minor}
+	}
+	logmax := int(mod.LogMax)
+	if cap(m.log) < logmax {
+		m.log = make([]byte, logmax)
+	}
+	buf := m.log[:logmax]
+	m.stack = [StackSize]uint64{}
+	s := &m.stack
+	var (
+		code      = p.code
+		pc        = p.entry[pi]
+		tos       uint32 // index of the TOS; entries are all zero, so where it starts does not matter
+		mask      = p.mask
+		sh        = p.sh
+		w         = mod.Arch.WordSize()
+		jumps     uint32
+		jmpmax    = mod.JmpMax
+		depth     uint32
+		logn      int
+		truncated bool
+		major     = mod.Major
+		minor     = pr.Minor
+		ex        Exception
+		faultAddr uint64
+	)
+	const sm = StackSize - 1
+	// append copies src into the log, truncating at logmax.
+	appendLog := func(src []byte) {
+		n := copy(buf[logn:], src)
+		logn += n
+		if n < len(src) {
+			truncated = true
+		}
+	}
+	for {
+		in := &code[pc]
+		pc++
+		switch in.op {
+		case OpNop:
+
+		case OpJmp:
+			if jumps >= jmpmax {
+				ex = ExMaxJumps
+				goto fault
+			}
+			jumps++
+			pc = in.c
+		case OpJz, OpJnz, OpJlt, OpJle, OpJgt, OpJge:
+			x := int64(s[tos]<<sh) >> sh
+			var taken bool
+			switch in.op {
+			case OpJz:
+				taken = x == 0
+			case OpJnz:
+				taken = x != 0
+			case OpJlt:
+				taken = x < 0
+			case OpJle:
+				taken = x <= 0
+			case OpJgt:
+				taken = x > 0
+			default:
+				taken = x >= 0
+			}
+			if taken {
+				if jumps >= jmpmax {
+					ex = ExMaxJumps
+					goto fault
+				}
+				jumps++
+				pc = in.c
+			}
+		case OpLoop:
+			s[tos] = (s[tos] - 1) & mask
+			if s[tos] != 0 {
+				if jumps >= jmpmax {
+					ex = ExMaxJumps
+					goto fault
+				}
+				jumps++
+				pc = in.c
+			}
+		case OpCall:
+			if depth >= MaxCallDepth {
+				ex = ExCallDepth
+				goto fault
+			}
+			if jumps >= jmpmax {
+				ex = ExMaxJumps
+				goto fault
+			}
+			jumps++
+			m.calls[depth] = pc
+			depth++
+			pc = in.c
+		case OpRet:
+			if depth == 0 {
+				ex = ExCallDepth
+				goto fault
+			}
+			depth--
+			pc = m.calls[depth]
+
+		case OpExit:
+			r := Result{Outcome: OutcomeExit, Exit: in.a, Major: major, Minor: minor, Truncated: truncated}
+			if in.a != ExitNone {
+				r.Log = buf[:logn]
+			}
+			return r
+		case OpAbort:
+			return Result{Outcome: OutcomeAbort, Major: major, Minor: minor}
+		case OpRem:
+			return Result{Outcome: OutcomeRem, Exit: ExitLog, Major: major, Minor: minor, Log: buf[:logn], Truncated: truncated}
+
+		case OpLogN:
+			n := uint32(in.a)
+			var word [8]byte
+			for i := n; i > 0; i-- {
+				binary.LittleEndian.PutUint64(word[:], s[(tos-i+1)&sm])
+				appendLog(word[:w])
+			}
+			tos = (tos - n) & sm
+		case OpLogStr:
+			addr := s[tos]
+			limit := s[(tos-1)&sm]
+			tos = (tos - 2) & sm
+			for limit > 0 && logn < logmax {
+				n := uint64(len(m.chunk))
+				if toPage := 4096 - addr&4095; toPage < n {
+					n = toPage
+				}
+				if limit < n {
+					n = limit
+				}
+				if room := uint64(logmax - logn); room < n {
+					n = room
+				}
+				chunk := m.chunk[:n]
+				if !env.ReadMem(addr, chunk) {
+					ex, faultAddr = ExInvalidAddress, addr
+					goto fault
+				}
+				if i := indexZero(chunk); i >= 0 {
+					appendLog(chunk[:i])
+					limit = 0
+					break
+				}
+				appendLog(chunk)
+				addr += n
+				limit -= n
+			}
+			if limit > 0 {
+				// the log filled up: the string was cut unless its NUL is next
+				var b [1]byte
+				if !env.ReadMem(addr, b[:]) || b[0] != 0 {
+					truncated = true
+				}
+			}
+		case OpLogMrf:
+			addr := s[tos]
+			n := s[(tos-1)&sm]
+			tos = (tos - 2) & sm
+			room := uint64(logmax - logn)
+			if n > room {
+				n = room
+				truncated = true
+			}
+			if n > 0 {
+				if !env.ReadMem(addr, buf[logn:logn+int(n)]) {
+					ex, faultAddr = ExInvalidAddress, addr
+					goto fault
+				}
+				logn += int(n)
+			}
+		case OpLogLV, OpLogGV:
+			vars := lv
+			if in.op == OpLogGV {
+				vars = gv
+			}
+			var word [8]byte
+			for i := uint32(0); i < in.c; i++ {
+				binary.LittleEndian.PutUint64(word[:], vars[uint32(in.b)+i])
+				appendLog(word[:w])
+			}
+		case OpSetMajI:
+			major = in.b
+		case OpSetMinI:
+			minor = in.b
+		case OpSetMaj, OpSetMin:
+			x := s[tos]
+			tos = (tos - 1) & sm
+			if x > 0xffff {
+				ex = ExInvalidOperand
+				goto fault
+			}
+			if in.op == OpSetMaj {
+				major = uint16(x)
+			} else {
+				minor = uint16(x)
+			}
+		case OpPushLP:
+			tos = (tos + 1) & sm
+			s[tos] = uint64(logn)
+		case OpPopLP:
+			x := s[tos]
+			tos = (tos - 1) & sm
+			if x > uint64(logn) {
+				ex = ExInvalidOperand
+				goto fault
+			}
+			logn = int(x)
+
+		case OpPushLVI:
+			tos = (tos + 1) & sm
+			s[tos] = lv[in.b]
+		case OpPopLVI:
+			lv[in.b] = s[tos]
+			tos = (tos - 1) & sm
+		case OpMoveLVI:
+			lv[in.b] = s[tos]
+		case OpIncLVI:
+			lv[in.b] = (lv[in.b] + 1) & mask
+		case OpDecLVI:
+			lv[in.b] = (lv[in.b] - 1) & mask
+		case OpPushGVI:
+			tos = (tos + 1) & sm
+			s[tos] = gv[in.b]
+		case OpPopGVI:
+			gv[in.b] = s[tos]
+			tos = (tos - 1) & sm
+		case OpMoveGVI:
+			gv[in.b] = s[tos]
+		case OpIncGVI:
+			gv[in.b] = (gv[in.b] + 1) & mask
+		case OpDecGVI:
+			gv[in.b] = (gv[in.b] - 1) & mask
+		case OpPushLV, OpPopLV, OpMoveLV, OpIncLV, OpDecLV,
+			OpPushGV, OpPopGV, OpMoveGV, OpIncGV, OpDecGV:
+			vars, op := lv[:mod.Vars], in.op
+			if op >= OpPushGV {
+				vars, op = gv[:mod.GVars], op-(OpPushGV-OpPushLV)
+			}
+			var idx uint64
+			switch op {
+			case OpPopLV: // i x POP LV
+				idx = s[(tos-1)&sm]
+			default:
+				idx = s[tos]
+			}
+			if idx >= uint64(len(vars)) {
+				ex = ExInvalidOperand
+				goto fault
+			}
+			switch op {
+			case OpPushLV:
+				s[tos] = vars[idx]
+			case OpPopLV:
+				vars[idx] = s[tos]
+				tos = (tos - 2) & sm
+			case OpMoveLV:
+				tos = (tos - 1) & sm
+				vars[idx] = s[tos]
+			case OpIncLV:
+				tos = (tos - 1) & sm
+				vars[idx] = (vars[idx] + 1) & mask
+			case OpDecLV:
+				tos = (tos - 1) & sm
+				vars[idx] = (vars[idx] - 1) & mask
+			}
+
+		case OpAdd:
+			x := s[tos]
+			tos = (tos - 1) & sm
+			s[tos] = (s[tos] + x) & mask
+		case OpSub:
+			x := s[tos]
+			tos = (tos - 1) & sm
+			s[tos] = (s[tos] - x) & mask
+		case OpMul:
+			x := s[tos]
+			tos = (tos - 1) & sm
+			s[tos] = (s[tos] * x) & mask
+		case OpDiv:
+			x, y := s[tos], s[(tos-1)&sm]
+			if x == 0 {
+				ex = ExDivideByZero
+				goto fault
+			}
+			s[(tos-1)&sm] = y % x
+			s[tos] = y / x
+		case OpIDiv:
+			x := int64(s[tos]<<sh) >> sh
+			y := int64(s[(tos-1)&sm]<<sh) >> sh
+			if x == 0 {
+				ex = ExDivideByZero
+				goto fault
+			}
+			// Go defines MinInt64 / -1 as MinInt64 (no trap), as we want
+			s[(tos-1)&sm] = uint64(y%x) & mask
+			s[tos] = uint64(y/x) & mask
+		case OpAnd:
+			x := s[tos]
+			tos = (tos - 1) & sm
+			s[tos] &= x
+		case OpOr:
+			x := s[tos]
+			tos = (tos - 1) & sm
+			s[tos] |= x
+		case OpXor:
+			x := s[tos]
+			tos = (tos - 1) & sm
+			s[tos] ^= x
+		case OpNot:
+			s[tos] = ^s[tos] & mask
+		case OpNeg:
+			s[tos] = -s[tos] & mask
+		case OpShlI, OpShrI, OpSarI, OpRolI, OpRorI:
+			s[tos] = shift(in.op-OpShlI, s[tos], uint64(in.a), mask, sh)
+		case OpShl, OpShr, OpSar, OpRol, OpRor:
+			n := s[tos]
+			tos = (tos - 1) & sm
+			s[tos] = shift(in.op-OpShl, s[tos], n, mask, sh)
+
+		case OpVfyR, OpVfyRW:
+			if env.Access(s[tos], in.op == OpVfyRW) {
+				s[tos] = 0
+			} else {
+				s[tos] = 1
+			}
+
+		case OpPop:
+			tos = (tos - 1) & sm
+		case OpDup:
+			x := s[tos]
+			tos = (tos + 1) & sm
+			s[tos] = x
+		case OpXchg:
+			y := (tos - 1) & sm
+			s[tos], s[y] = s[y], s[tos]
+		case OpRos:
+			tos = (tos - uint32(in.a)) & sm
+
+		case OpPushR, OpPushU:
+			r := Reg(in.b)
+			v, ok := env.Reg(r.Canonical(), in.op == OpPushU)
+			if !ok {
+				ex = ExInvalidOperand
+				goto fault
+			}
+			if r.Is32() {
+				v &= 0xffffffff
+			}
+			tos = (tos + 1) & sm
+			s[tos] = v & mask
+		case OpPopR, OpPopU:
+			r := Reg(in.b)
+			v := s[tos]
+			tos = (tos - 1) & sm
+			if r.Is32() {
+				v &= 0xffffffff
+			}
+			if !env.SetReg(r.Canonical(), in.op == OpPopU, v) {
+				ex = ExInvalidOperand
+				goto fault
+			}
+
+		case OpPushD:
+			tos = (tos + 1) & sm
+			s[tos] = in.imm
+		case OpPushMrf:
+			addr := s[tos]
+			chunk := m.chunk[:in.a]
+			if !env.ReadMem(addr, chunk) {
+				ex, faultAddr = ExInvalidAddress, addr
+				goto fault
+			}
+			s[tos] = readLE(chunk)
+		case OpPopMrf:
+			v := s[tos]
+			addr := s[(tos-1)&sm]
+			tos = (tos - 2) & sm
+			chunk := m.chunk[:in.a]
+			binary.LittleEndian.PutUint64(m.chunk[:8], v)
+			if !env.WriteMem(addr, chunk) {
+				ex, faultAddr = ExInvalidAddress, addr
+				goto fault
+			}
+
+		case OpPushPID, OpPushTID, OpPushProcID, OpPushTask, OpPushTS:
+			v, ok := env.Sys(SysValue(in.op - OpPushPID))
+			if !ok {
+				ex = ExInvalidOperand
+				goto fault
+			}
+			tos = (tos + 1) & sm
+			s[tos] = v & mask
+
+		case OpPushIO:
+			v, ok := env.IO(s[tos], in.a, false, 0)
+			if !ok {
+				ex = ExInvalidOperand
+				goto fault
+			}
+			s[tos] = v & mask
+		case OpPopIO:
+			v := s[tos]
+			port := s[(tos-1)&sm]
+			tos = (tos - 2) & sm
+			if _, ok := env.IO(port, in.a, true, v); !ok {
+				ex = ExInvalidOperand
+				goto fault
+			}
+
+		default:
+			// unreachable for verified code; refuse rather than panic
+			ex = ExInvalidOperand
+			goto fault
+		}
+	}
+fault:
+	return Result{Outcome: OutcomeException, Exception: ex, PC: p.pcs[pc-1], Addr: faultAddr, Major: major, Minor: minor}
+}
+
+// shift applies shl, shr, sar, rol or ror (kind 0..4) to x at the word
+// width given by mask and sh. Counts at or beyond the width give 0 for
+// shl and shr and the sign for sar; rotations count modulo the width.
+func shift(kind Opcode, x, n, mask uint64, sh uint) uint64 {
+	width := 64 - uint64(sh)
+	switch kind {
+	case 0: // shl
+		if n >= width {
+			return 0
+		}
+		return (x << n) & mask
+	case 1: // shr
+		if n >= width {
+			return 0
+		}
+		return x >> n
+	case 2: // sar
+		if n >= width {
+			n = width - 1
+		}
+		return uint64((int64(x<<sh)>>sh)>>n) & mask
+	case 3, 4: // rol, ror
+		r := int(n % width)
+		if kind == 4 {
+			r = -r
+		}
+		if width == 32 {
+			return uint64(bits.RotateLeft32(uint32(x), r))
+		}
+		return bits.RotateLeft64(x, r)
+	}
+	return x
+}
+
+func readLE(b []byte) uint64 {
+	switch len(b) {
+	case 1:
+		return uint64(b[0])
+	case 2:
+		return uint64(binary.LittleEndian.Uint16(b))
+	case 4:
+		return uint64(binary.LittleEndian.Uint32(b))
+	case 8:
+		return binary.LittleEndian.Uint64(b)
+	}
+	return 0
+}
+
+func indexZero(b []byte) int {
+	for i, c := range b {
+		if c == 0 {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,379 @@
+// Package sim runs probe programs off-line, against registers, memory and
+// system values given by the user or read from an ELF core file. It is how
+// users test a probe program before they ship it, and how the RPN machine
+// is tested: the machine is the same one the engine runs on every hit.
+//
+// The trap: memory the user did not give faults, as an unmapped address
+// would on a real target, so a program that reads through a pointer needs
+// that memory supplied (--mem or --core).
+package sim
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Env is a simulated target: registers, memory regions, system values and
+// an optional IO space. Memory regions are readable and writable; every
+// other address faults.
+type Env struct {
+	regs    [rpn.NumRegs]uint64
+	haveReg [rpn.NumRegs]bool
+	mem     []region // sorted by address, non-overlapping
+	sys     [5]uint64
+	haveSys [5]bool
+	io      map[uint64]uint64
+}
+
+type region struct {
+	addr uint64
+	data []byte
+}
+
+var _ rpn.Env = (*Env)(nil)
+
+// NewEnv returns an environment where every register reads 0, no memory
+// exists, pid, tid, procid and ts read 0 and the current task is unknown.
+func NewEnv() *Env {
+	e := &Env{}
+	for i := range e.haveReg {
+		e.haveReg[i] = true
+	}
+	for _, v := range []rpn.SysValue{rpn.SysPID, rpn.SysTID, rpn.SysProcID, rpn.SysTS} {
+		e.haveSys[v] = true
+	}
+	return e
+}
+
+// SetRegByName sets a register by name; a 32-bit name sets the low half and
+// clears the high half, as x86_64 does.
+func (e *Env) SetRegByName(arch rpn.Arch, name string, v uint64) error {
+	r, ok := rpn.LookupReg(rpn.ArchX86_64, name)
+	if !ok {
+		r, ok = rpn.LookupReg(arch, name)
+	}
+	if !ok {
+		return fmt.Errorf("unknown register %q", name)
+	}
+	if r.Is32() {
+		v &= 0xffffffff
+	}
+	e.regs[r.Canonical()] = v
+	return nil
+}
+
+// SetSys sets a system value (pid, tid, procid, task, ts).
+func (e *Env) SetSys(s rpn.SysValue, v uint64) {
+	e.sys[s], e.haveSys[s] = v, true
+}
+
+// AddMem makes len(data) bytes at addr exist, readable and writable. A
+// region overlapping an earlier one replaces the overlapped bytes.
+func (e *Env) AddMem(addr uint64, data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("memory at %#x: no bytes", addr)
+	}
+	if addr+uint64(len(data))-1 < addr {
+		return fmt.Errorf("memory at %#x: %d bytes wrap past the end of the address space", addr, len(data))
+	}
+	// split existing regions around the new one
+	var out []region
+	end := addr + uint64(len(data))
+	for _, r := range e.mem {
+		rend := r.addr + uint64(len(r.data))
+		if rend <= addr || r.addr >= end {
+			out = append(out, r)
+			continue
+		}
+		if r.addr < addr {
+			out = append(out, region{r.addr, r.data[:addr-r.addr]})
+		}
+		if rend > end {
+			out = append(out, region{end, r.data[end-r.addr:]})
+		}
+	}
+	out = append(out, region{addr, append([]byte(nil), data...)})
+	sort.Slice(out, func(i, j int) bool { return out[i].addr < out[j].addr })
+	e.mem = out
+	return nil
+}
+
+// AddIO makes a port exist with an initial value.
+func (e *Env) AddIO(port, v uint64) {
+	if e.io == nil {
+		e.io = map[uint64]uint64{}
+	}
+	e.io[port] = v
+}
+
+// HasIO reports whether any IO port was given.
+func (e *Env) HasIO() bool { return e.io != nil }
+
+// find returns the bytes of [addr, addr+n) when one region holds them all
+// or consecutive regions do.
+func (e *Env) span(addr uint64, n int, f func(r []byte, off int)) bool {
+	off := 0
+	for off < n {
+		a := addr + uint64(off)
+		i := sort.Search(len(e.mem), func(i int) bool { return e.mem[i].addr+uint64(len(e.mem[i].data)) > a })
+		if i == len(e.mem) || e.mem[i].addr > a {
+			return false
+		}
+		r := e.mem[i]
+		chunk := r.data[a-r.addr:]
+		if len(chunk) > n-off {
+			chunk = chunk[:n-off]
+		}
+		f(chunk, off)
+		off += len(chunk)
+	}
+	return true
+}
+
+func (e *Env) Reg(r rpn.Reg, user bool) (uint64, bool) {
+	if r >= rpn.NumRegs || !e.haveReg[r] {
+		return 0, false
+	}
+	return e.regs[r], true
+}
+
+func (e *Env) SetReg(r rpn.Reg, user bool, v uint64) bool {
+	if r >= rpn.NumRegs {
+		return false
+	}
+	e.regs[r] = v
+	return true
+}
+
+func (e *Env) ReadMem(addr uint64, p []byte) bool {
+	if !e.span(addr, len(p), func(r []byte, off int) {}) {
+		return false
+	}
+	return e.span(addr, len(p), func(r []byte, off int) { copy(p[off:], r) })
+}
+
+func (e *Env) WriteMem(addr uint64, p []byte) bool {
+	if !e.span(addr, len(p), func(r []byte, off int) {}) {
+		return false
+	}
+	return e.span(addr, len(p), func(r []byte, off int) { copy(r, p[off:]) })
+}
+
+func (e *Env) Access(addr uint64, write bool) bool {
+	return e.span(addr, 1, func([]byte, int) {})
+}
+
+func (e *Env) Sys(v rpn.SysValue) (uint64, bool) {
+	if int(v) >= len(e.sys) || !e.haveSys[v] {
+		return 0, false
+	}
+	return e.sys[v], true
+}
+
+func (e *Env) IO(port uint64, size uint8, write bool, v uint64) (uint64, bool) {
+	if _, ok := e.io[port]; !ok {
+		return 0, false
+	}
+	mask := uint64(1)<<(8*uint(size)) - 1
+	if write {
+		e.io[port] = v & mask
+		return 0, true
+	}
+	return e.io[port] & mask, true
+}
+
+// Hit is the JSON form of one hit's result.
+type Hit struct {
+	Outcome   string `json:"outcome"`
+	Exit      uint8  `json:"exit"`
+	Exception string `json:"exception"`
+	Major     uint16 `json:"major"`
+	Minor     uint16 `json:"minor"`
+	Log       string `json:"log"`
+	Truncated bool   `json:"truncated"`
+
+	result rpn.Result
+	log    []byte
+}
+
+// Report is the outcome of a simulation: the JSON object printed by
+// "gprobes sim --json".
+type Report struct {
+	Hits     []Hit    `json:"hits"`
+	LV       []string `json:"lv"`
+	GV       []string `json:"gv"`
+	Disabled bool     `json:"disabled"`
+
+	prog  *rpn.Program
+	probe int
+	state rpn.ProbeState
+}
+
+// Options are the inputs of a simulation besides the environment.
+type Options struct {
+	Probe int               // 0-based index of the probe in file order
+	Hits  int               // times to run it, against the same state
+	LV    map[uint64]uint64 // initial local variables
+	GV    map[uint64]uint64 // initial global variables
+}
+
+// Run runs one probe of p opts.Hits times against env.
+func Run(p *rpn.Program, env *Env, opts Options) (*Report, error) {
+	m := p.Module()
+	if opts.Probe < 0 || opts.Probe >= p.NumProbes() {
+		return nil, fmt.Errorf("probe %d does not exist: the module has %d probes (0..%d)", opts.Probe, p.NumProbes(), p.NumProbes()-1)
+	}
+	for _, r := range m.Relocs {
+		if !r.Resolved {
+			return nil, fmt.Errorf("push d,%s needs symbols to run: pass --symbols FILE", r.Expr)
+		}
+	}
+	if opts.Hits < 1 {
+		opts.Hits = 1
+	}
+	if !env.HasIO() {
+		if pc, ok := usesIO(m, opts.Probe); ok {
+			where := ""
+			if pos, found := m.LineFor(pc); found {
+				where = " at " + m.PosString(pos)
+			}
+			return nil, fmt.Errorf("the probe uses port IO%s and the simulator has no IO space: give the ports it reads with --io PORT=VALUE", where)
+		}
+	}
+	lv := make([]uint64, m.Vars)
+	gv := make([]uint64, m.GVars)
+	for i, v := range opts.LV {
+		if i >= uint64(len(lv)) {
+			return nil, fmt.Errorf("--lv %d: the module has %d local variables (vars = %d)", i, len(lv), m.Vars)
+		}
+		lv[i] = v
+	}
+	for i, v := range opts.GV {
+		if i >= uint64(len(gv)) {
+			return nil, fmt.Errorf("--gv %d: the module uses %d global variables (gvars = %d)", i, len(gv), m.GVars)
+		}
+		gv[i] = v
+	}
+	rep := &Report{prog: p, probe: opts.Probe, Hits: []Hit{}}
+	var mach rpn.Machine
+	for i := 0; i < opts.Hits; i++ {
+		r := mach.Run(p, opts.Probe, &rep.state, lv, gv, env)
+		h := Hit{Outcome: r.Outcome.String(), Exception: r.Exception.String(), Major: r.Major, Minor: r.Minor,
+			Truncated: r.Truncated, result: r}
+		if r.Outcome == rpn.OutcomeExit || r.Outcome == rpn.OutcomeRem {
+			h.Exit = r.Exit
+		}
+		if r.Commits() {
+			h.log = append([]byte{}, r.Log...)
+			h.Log = hex.EncodeToString(h.log)
+		}
+		rep.Hits = append(rep.Hits, h)
+	}
+	rep.LV = decimal(lv)
+	rep.GV = decimal(gv)
+	rep.Disabled = rep.state.Disabled
+	return rep, nil
+}
+
+// usesIO finds a port IO instruction in a probe's program.
+func usesIO(m *rpn.Module, probe int) (uint32, bool) {
+	p := m.Probes[probe]
+	for pc := p.Entry; pc < p.End; {
+		op := rpn.Opcode(m.Code[pc])
+		if op == rpn.OpPushIO || op == rpn.OpPopIO {
+			return pc, true
+		}
+		n := op.Len()
+		if n == 0 {
+			break
+		}
+		pc += uint32(n)
+	}
+	return 0, false
+}
+
+func decimal(v []uint64) []string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = strconv.FormatUint(x, 10)
+	}
+	return out
+}
+
+// WriteJSON prints the report as exactly one JSON object and a newline.
+func (r *Report) WriteJSON(w io.Writer) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// WriteText prints the report for a person: each hit, its log as a hex
+// dump, the variables and the probe's state.
+func (r *Report) WriteText(w io.Writer) {
+	m := r.prog.Module()
+	pr := m.Probes[r.probe]
+	fmt.Fprintf(w, "probe %d: offset = %s (minor %d)\n", r.probe, pr.Loc.Text, pr.Minor)
+	for i, h := range r.Hits {
+		res := h.result
+		fmt.Fprintf(w, "hit %d: ", i+1)
+		switch res.Outcome {
+		case rpn.OutcomeSkipped:
+			fmt.Fprintf(w, "skipped (pass count or probe disabled)\n")
+			continue
+		case rpn.OutcomeException:
+			fmt.Fprintf(w, "exception %s at pc %#04x", res.Exception, res.PC)
+			if pos, ok := m.LineFor(res.PC); ok {
+				fmt.Fprintf(w, " (%s)", m.PosString(pos))
+			}
+			if res.Exception == rpn.ExInvalidAddress {
+				fmt.Fprintf(w, ", address %#x", res.Addr)
+			}
+			fmt.Fprintf(w, ": nothing committed\n")
+			continue
+		case rpn.OutcomeAbort:
+			fmt.Fprintf(w, "abort: nothing committed\n")
+			continue
+		case rpn.OutcomeRem:
+			fmt.Fprintf(w, "rem: probe disabled")
+		case rpn.OutcomeExit:
+			fmt.Fprintf(w, "exit %d", res.Exit)
+			if res.Exit == rpn.ExitNone {
+				fmt.Fprintf(w, ": nothing committed\n")
+				continue
+			}
+		}
+		fmt.Fprintf(w, ", record major %d minor %d, %d bytes", h.Major, h.Minor, len(h.log))
+		if h.Truncated {
+			fmt.Fprintf(w, " (truncated at logmax %d)", m.LogMax)
+		}
+		fmt.Fprintln(w)
+		if len(h.log) > 0 {
+			d := hex.Dump(h.log)
+			for _, l := range strings.Split(strings.TrimRight(d, "\n"), "\n") {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
+		}
+	}
+	if len(r.LV) > 0 {
+		fmt.Fprintf(w, "lv: %s\n", strings.Join(r.LV, " "))
+	}
+	if len(r.GV) > 0 {
+		fmt.Fprintf(w, "gv: %s\n", strings.Join(r.GV, " "))
+	}
+	st := r.state
+	state := "enabled"
+	if st.Disabled {
+		state = "disabled"
+	}
+	fmt.Fprintf(w, "probe %s: %d hits, %d skipped, %d runs, %d faults\n", state, st.Hits, st.Skipped, st.Runs, st.Faults)
+}

@@ -1,0 +1,220 @@
+package symbols
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Symbol is one named address from a symbol source.
+type Symbol struct {
+	Name string
+	// Addr is the value the file gives: for ET_DYN objects (PIE executables,
+	// shared libraries) the link-time address, without the load bias.
+	Addr   uint64
+	Size   uint64 // 0 when the source does not say (System.map, kallsyms)
+	Kind   byte   // nm-style type letter: 'T' 't' 'D' 'd' 'B' 'b' 'R' 'r' 'W' 'w' 'A' 'i' (IFUNC) ...; uppercase = global
+	Module string // kernel module name from a kallsyms "[mod]" suffix; "" for the main image
+}
+
+// entry is a Symbol with the facts the lookup rules need.
+type entry struct {
+	Symbol
+	global bool  // STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE, or an uppercase map letter
+	fn     bool  // a function: STT_FUNC / STT_GNU_IFUNC, or a text letter in a map
+	dyn    bool  // from .dynsym
+	ver    uint8 // verNone, verDefault ("name@@V"), verHidden ("name@V")
+}
+
+const (
+	verNone = iota
+	verDefault
+	verHidden
+)
+
+// Formats returned by Table.Format.
+const (
+	FormatELF       = "elf"
+	FormatSystemMap = "system.map"
+	FormatKallsyms  = "kallsyms"
+)
+
+// Table holds what one file says: symbols, and for ELF files with DWARF, line
+// tables and types. A Table is safe for concurrent use; the DWARF is read on
+// the first query that needs it, and whatever it parses is kept.
+type Table struct {
+	path    string
+	format  string
+	buildID []byte
+
+	// ELF facts.
+	relocatable bool  // ET_REL: symbol values are section offsets, not addresses
+	ptrSize     int   // 4 or 8; 0 for text formats
+	fileSize    int64 // checked when the file is opened again for DWARF
+	hasDWARF    bool
+
+	syms   []entry
+	byName map[string][]int32 // exact names, and bare names of versioned ones
+
+	mu     sync.Mutex
+	byAddr []int32 // indices of addressable symbols, sorted by address; built lazily
+	fns    []int32 // indices of function symbols, sorted by address; built lazily
+	sorted bool
+	dw     *dwarfInfo // loaded on first DWARF query
+	dwErr  error
+}
+
+// Open reads a symbol source, recognising the format from the content, not
+// the file name: an ELF file (.symtab, .dynsym, .note.gnu.build-id, DWARF if
+// present), a System.map, or a copy of /proc/kallsyms (the same "ADDR TYPE
+// NAME [module]" text; tabs or spaces). Anything else is an error wrapping
+// ErrUnknownFormat.
+//
+// Addresses are the values in the file: for ET_DYN objects (PIE executables
+// and shared libraries) they are link-time addresses, and the caller adds the
+// load bias. Relocatable objects (.o, .ko) contribute types only.
+func Open(path string) (*Table, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open symbols: %w", err)
+	}
+	defer f.Close()
+	var magic [4]byte
+	n, _ := io.ReadFull(f, magic[:])
+	if n == 4 && string(magic[:]) == "\x7fELF" {
+		return openELF(path, f)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return parseMap(path, f)
+}
+
+// Path is the file name the table was opened with.
+func (t *Table) Path() string { return t.path }
+
+// Format is FormatELF, FormatSystemMap or FormatKallsyms. System.map and
+// kallsyms parse the same way; a file is called kallsyms when a line carries
+// a "[module]" suffix or every address is zero.
+func (t *Table) Format() string { return t.format }
+
+// BuildID is the ELF build ID (the NT_GNU_BUILD_ID note), nil if none.
+func (t *Table) BuildID() []byte { return t.buildID }
+
+// HasDWARF reports whether the file has a .debug_info section. The DWARF
+// itself is read on the first query that needs it.
+func (t *Table) HasDWARF() bool { return t.hasDWARF }
+
+// Len is the number of symbol definitions the table holds.
+func (t *Table) Len() int { return len(t.syms) }
+
+// add appends a definition and indexes its name (and, for a versioned name,
+// its bare name).
+func (t *Table) add(e entry) {
+	i := int32(len(t.syms))
+	t.syms = append(t.syms, e)
+	t.byName[e.Name] = append(t.byName[e.Name], i)
+	if e.ver != verNone {
+		bare := e.Name[:strings.IndexByte(e.Name, '@')]
+		t.byName[bare] = append(t.byName[bare], i)
+	}
+}
+
+// candidates returns the definitions name has in this table: exact names
+// first; failing those, the default version of a versioned name; failing
+// that, every hidden version. .symtab definitions hide .dynsym ones.
+func (t *Table) candidates(name string) []entry {
+	idx := t.byName[name]
+	if len(idx) == 0 {
+		return nil
+	}
+	var exact, dflt, hidden []entry
+	for _, i := range idx {
+		e := t.syms[i]
+		switch {
+		case e.Name == name:
+			exact = append(exact, e)
+		case e.ver == verDefault:
+			dflt = append(dflt, e)
+		default:
+			hidden = append(hidden, e)
+		}
+	}
+	pick := exact
+	if len(pick) == 0 {
+		pick = dflt
+	}
+	if len(pick) == 0 {
+		pick = hidden
+	}
+	hasStatic := false
+	for _, e := range pick {
+		if !e.dyn {
+			hasStatic = true
+			break
+		}
+	}
+	if hasStatic {
+		pick = slices.DeleteFunc(pick, func(e entry) bool { return e.dyn })
+	}
+	return pick
+}
+
+// addressable reports whether a symbol names a place in the address space,
+// which Nearest may answer with.
+func addressable(k byte) bool {
+	switch k {
+	case 'a', 'A', 'N', 'n', 'U', '-', '?':
+		return false
+	}
+	return true
+}
+
+// textKind reports whether an nm letter from a map names code.
+func textKind(k byte) bool {
+	switch k {
+	case 't', 'T', 'w', 'W', 'i', 'I':
+		return true
+	}
+	return false
+}
+
+// sortIndex builds the address-sorted views used by Nearest and SymbolAt.
+func (t *Table) sortIndex() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sorted {
+		return
+	}
+	t.sorted = true
+	for i := range t.syms {
+		e := &t.syms[i]
+		if !addressable(e.Kind) {
+			continue
+		}
+		t.byAddr = append(t.byAddr, int32(i))
+		if e.fn {
+			t.fns = append(t.fns, int32(i))
+		}
+	}
+	cmp := func(a, b int32) int {
+		x, y := t.syms[a].Addr, t.syms[b].Addr
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return int(a - b)
+	}
+	if !slices.IsSortedFunc(t.byAddr, cmp) {
+		slices.SortFunc(t.byAddr, cmp)
+	}
+	if !slices.IsSortedFunc(t.fns, cmp) {
+		slices.SortFunc(t.fns, cmp)
+	}
+}
+
