@@ -15,6 +15,9 @@ type Options struct {
 	Defines  []string // -D NAME[=VALUE], for the C preprocessor
 	Includes []string // -I DIR, for the C preprocessor
 	CPP      string   // preprocessor command line; empty chooses $GPROBES_CPP, cpp, gcc -E or cc -E
+	// NoPreprocessor refuses '#' directives instead of running the
+	// preprocessor (for fuzzing and for untrusted input).
+	NoPreprocessor bool
 }
 
 // File is a parsed DPDF: its header keywords and its probes, each with
@@ -25,6 +28,10 @@ type File struct {
 	Probes       []*ProbeDef
 	Deps         []string // files read: the DPDF, then every #include, in order of first use
 	Preprocessed bool
+	// Errors holds the syntax errors found while parsing. A File with
+	// errors is still returned, so a compiler can report its own errors
+	// on the statements that did parse, all in one list.
+	Errors ErrorList
 
 	src *sources
 }
@@ -81,7 +88,7 @@ func parse(path string, data []byte, opts Options, onDisk bool) (*File, error) {
 	var errs ErrorList
 	text := string(data)
 	cpp := false
-	if hasDirectives(text) {
+	if hasDirectives(text) && !opts.NoPreprocessor {
 		out, deps, err := preprocess(path, data, opts, onDisk)
 		if err != nil {
 			var l ErrorList
@@ -105,6 +112,7 @@ func parse(path string, data []byte, opts Options, onDisk bool) (*File, error) {
 	f.structure(stmts, &errs)
 	errs.Sort()
 	f.src.annotate(errs)
+	f.Errors = errs
 	if len(errs) > 0 {
 		return f, errs
 	}
@@ -182,6 +190,15 @@ func parseStatements(toks []lexer.Token, text string, errs *ErrorList) []*Stmt {
 		pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[:len(line):len(line)], eof)})
 		st, err := stmtParser.ParseFromLexer(pl)
 		if err != nil {
+			if line[0].Type == tokLabel && len(line) > 2 {
+				// "label: instr" fails on the instruction; parse it alone
+				// for the error inside it rather than "expected end".
+				pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[1:len(line):len(line)], eof)})
+				if _, ierr := stmtParser.ParseFromLexer(pl); ierr != nil {
+					err = ierr
+					line = line[1:]
+				}
+			}
 			errs.addParse(err, line)
 			continue
 		}
@@ -256,6 +273,9 @@ func (l *ErrorList) addParse(err error, line []lexer.Token) {
 	if pos == first.Pos {
 		switch first.Type {
 		case tokIdent:
+			if contains(mnemonics, strings.ToLower(first.Value)) {
+				break // a known instruction with bad operands
+			}
 			msg := fmt.Sprintf("unknown instruction %q", first.Value)
 			if s := suggest(strings.ToLower(first.Value), mnemonics); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
@@ -431,14 +451,19 @@ func (f *File) structure(stmts []*Stmt, errs *ErrorList) {
 		}
 	}
 	if len(f.Probes) == 0 && len(*errs) == 0 {
-		errs.add(lexer.Position{Filename: f.Path}, "no probes: a probe starts with \"offset = LOCATION\"")
+		errs.add(lexer.Position{Filename: f.Path, Line: 1, Column: 1}, "no probes: a probe starts with \"offset = LOCATION\"")
 	}
 }
 
-// Errorf adds an error at pos to errs; it exists so later stages report
-// errors in the same form.
-func (f *File) Errorf(errs *ErrorList, pos lexer.Position, format string, args ...any) {
-	errs.add(pos, format, args...)
+// HasErrorsIn reports whether a syntax error lies in lines [from, to) of
+// file; to = 0 means to the end of the file.
+func (f *File) HasErrorsIn(file string, from, to int) bool {
+	for _, e := range f.Errors {
+		if e.Pos.Filename == file && e.Pos.Line >= from && (to == 0 || e.Pos.Line < to) {
+			return true
+		}
+	}
+	return false
 }
 
 // Finish sorts errs and attaches source lines for caret displays.
@@ -526,4 +551,3 @@ var exprParser = participle.MustBuild[Expr](
 	participle.CaseInsensitive("Ident"),
 	participle.UseLookahead(2),
 )
-

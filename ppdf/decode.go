@@ -42,11 +42,7 @@ func decode(data []byte) (m *rpn.Module, skipped bool, err error) {
 			return nil, false, wrap("decode", "sections", r.err)
 		}
 		if t != tag {
-			what := "an unknown section"
-			if t < uint8(len(sectionNames)) && sectionNames[t] != "" {
-				what = "section " + sectionNames[t]
-			}
-			return nil, false, wrap("decode", "sections", invalidf("found %s (tag 0x%02x) where section %s (tag 0x%02x) belongs", what, t, sectionNames[tag], tag))
+			return nil, false, wrap("decode", "sections", invalidf("found %s (tag 0x%02x) where section %s (tag 0x%02x) belongs", describe(t), t, sectionNames[tag], tag))
 		}
 		s := reader{b: payload}
 		switch tag {
@@ -292,14 +288,18 @@ func (r *reader) section() (tag uint8, payload []byte) {
 		return 0, nil
 	}
 	if left := uint64(len(r.b) - r.off); uint64(n) > left {
-		what := "an unknown section"
-		if int(tag) < len(sectionNames) && sectionNames[tag] != "" {
-			what = "section " + sectionNames[tag]
-		}
-		r.err = &TruncatedError{What: what, Need: uint64(n), Left: left}
+		r.err = &TruncatedError{What: describe(tag), Need: uint64(n), Left: left}
 		return 0, nil
 	}
 	return tag, r.next(int(n), "")
+}
+
+// describe names a section by its tag for messages.
+func describe(tag uint8) string {
+	if int(tag) < len(sectionNames) && sectionNames[tag] != "" {
+		return "section " + sectionNames[tag]
+	}
+	return "an unknown section"
 }
 
 func (r *reader) header(h *rpn.Header) {

@@ -36,12 +36,11 @@ type CompileOptions struct {
 // reported, as a dpdf.ErrorList positioned in the user's files.
 func Compile(f *dpdf.File, opts CompileOptions) (*Module, error) {
 	c := &compiler{f: f, opts: opts, fileIdx: map[string]uint16{}}
+	c.errs = append(c.errs, f.Errors...)
 	c.fileIndex(f.Path)
 	c.header()
-	if len(c.errs) == 0 {
-		for i, p := range f.Probes {
-			c.probe(i, p)
-		}
+	for i, p := range f.Probes {
+		c.probe(i, p)
 	}
 	if len(c.errs) > 0 {
 		f.Finish(&c.errs)
@@ -51,9 +50,20 @@ func Compile(f *dpdf.File, opts CompileOptions) (*Module, error) {
 		c.m.BuildID = opts.Symbols.BuildID()
 	}
 	if _, err := Load(c.m); err != nil {
-		// The compiler checks everything the verifier does, with positions;
-		// reaching this is a compiler bug, reported as such.
-		return nil, fmt.Errorf("internal error: compiled code fails verification: %w", err)
+		// The compiler checks operands itself, with columns; what only the
+		// verifier can see (a static call chain deeper than 32) is reported
+		// at the line of the instruction it names.
+		var ve *VerifyError
+		if !errors.As(err, &ve) || ve.Probe < 0 {
+			return nil, fmt.Errorf("internal error: compiled code fails verification: %w", err)
+		}
+		pos := f.Probes[ve.Probe].Pos
+		if p, ok := c.m.LineFor(ve.PC); ok {
+			pos = lexer.Position{Filename: c.m.Files[p.File], Line: int(p.Line), Column: int(p.Col)}
+		}
+		c.errorf(pos, "%s", ve.Msg)
+		f.Finish(&c.errs)
+		return nil, c.errs
 	}
 	return c.m, nil
 }
@@ -227,7 +237,10 @@ func (c *compiler) header() {
 			}
 		case "modtype":
 			haveType = true
-			if w, ok := c.word(kv, "user", "kernel"); ok && w == "kernel" {
+			w, ok := c.word(kv, "user", "kernel")
+			if w == "kernel" || !ok {
+				// after a bad modtype, check the probes as kernel ones,
+				// which allow the most, so that one mistake is one error
 				h.ModType = ModKernel
 			}
 		case "major":
@@ -247,13 +260,17 @@ func (c *compiler) header() {
 				h.DfltExit = uint8(v)
 			}
 		case "vars":
-			if v, ok := c.number(kv, 0, MaxVars); ok {
-				h.Vars = uint16(v)
+			v, ok := c.number(kv, 0, MaxVars)
+			if !ok {
+				v = MaxVars // so the probes do not report every lv as out of range
 			}
+			h.Vars = uint16(v)
 		case "gvars":
-			if v, ok := c.number(kv, 0, MaxGVars); ok {
-				h.GVars = uint16(v)
+			v, ok := c.number(kv, 0, MaxGVars)
+			if !ok {
+				v = MaxGVars
 			}
+			h.GVars = uint16(v)
 		}
 	}
 	start := lexer.Position{Filename: c.f.Path, Line: 1, Column: 1}
@@ -321,8 +338,18 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 		c.line(last)
 		c.emit8(OpExit, c.m.DfltExit)
 	}
+	// A label on a line that failed to parse is missing: do not report
+	// every jump to it as well.
+	nextLine := 0
+	if index+1 < len(c.f.Probes) {
+		nextLine = c.f.Probes[index+1].Pos.Line
+	}
+	broken := c.f.HasErrorsIn(pd.Pos.Filename, pd.Pos.Line, nextLine)
 	for _, fx := range c.fixups {
 		target, ok := c.labels[fx.label.Value]
+		if !ok && broken {
+			continue
+		}
 		if !ok {
 			msg := fmt.Sprintf("undefined label %s", fx.label.Value)
 			var names []string
@@ -664,7 +691,8 @@ func (c *compiler) pushConst(e *dpdf.Expr) {
 			return
 		}
 	}
-	if c.m.Arch == ArchI386 && resolved && v > math.MaxUint32 && int64(v) < math.MinInt32 {
+	if c.m.Arch == ArchI386 && resolved && v > math.MaxUint32 && int64(v) < math.MinInt32 ||
+		c.m.Arch == ArchI386 && resolved && v > math.MaxUint32 && int64(v) > math.MaxInt32 {
 		c.errorf(e.Pos, "constant %s does not fit in a 32-bit word", signedText(v, e))
 		return
 	}
@@ -754,8 +782,13 @@ func (c *compiler) log(l *dpdf.LogOperand) {
 		if space == "gv" {
 			total = c.m.GVars
 		}
-		n, ok := c.constant(l.Count, "log "+space+" count", 1, uint64(total-i))
+		n, ok := c.constant(l.Count, "log "+space+" count", 1, StackSize*8)
 		if !ok {
+			return
+		}
+		if uint64(i)+n > uint64(total) {
+			key := map[string]string{"lv": "vars", "gv": "gvars"}[space]
+			c.errorf(l.Count.Pos, "log %s,%d,%d reaches past the last variable (%s = %d)", space, i, n, key, total)
 			return
 		}
 		op := OpLogLV

@@ -82,10 +82,10 @@ func (r Reg) String() string {
 type regClass uint8
 
 const (
-	regGeneral  regClass = iota // general purpose, rip, rflags: read and write
-	regSegment                  // cs ... gs: read only
-	regBase                     // fs_base, gs_base: read and write
-	regControl                  // cr0 ... cr4: kernel probes only, read only
+	regGeneral regClass = iota // general purpose, rip, rflags: read and write
+	regSegment                 // cs ... gs: read only
+	regBase                    // fs_base, gs_base: read and write
+	regControl                 // cr0 ... cr4: kernel probes only, read only
 )
 
 func (r Reg) class() regClass {

@@ -287,8 +287,14 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) Result {
 				}
 				chunk := m.chunk[:n]
 				if !env.ReadMem(addr, chunk) {
-					ex, faultAddr = ExInvalidAddress, addr
-					goto fault
+					// Some of the chunk is unreadable; the string may still
+					// end before that. Read it byte by byte to find out.
+					if i, ok := readUntilFault(env, addr, chunk); !ok {
+						ex, faultAddr = ExInvalidAddress, addr+uint64(i)
+						goto fault
+					} else {
+						chunk = chunk[:i]
+					}
 				}
 				if i := indexZero(chunk); i >= 0 {
 					appendLog(chunk[:i])
@@ -617,6 +623,21 @@ func readLE(b []byte) uint64 {
 		return binary.LittleEndian.Uint64(b)
 	}
 	return 0
+}
+
+// readUntilFault reads p one byte at a time from addr until a NUL or an
+// unreadable byte. It returns how many bytes it read, and false if it
+// stopped at an unreadable byte before finding a NUL.
+func readUntilFault(env Env, addr uint64, p []byte) (int, bool) {
+	for i := range p {
+		if !env.ReadMem(addr+uint64(i), p[i:i+1]) {
+			return i, false
+		}
+		if p[i] == 0 {
+			return i + 1, true
+		}
+	}
+	return len(p), true
 }
 
 func indexZero(b []byte) int {

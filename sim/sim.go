@@ -347,9 +347,18 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "rem: probe disabled")
 		case rpn.OutcomeExit:
 			fmt.Fprintf(w, "exit %d", res.Exit)
-			if res.Exit == rpn.ExitNone {
+			switch res.Exit {
+			case rpn.ExitNone:
 				fmt.Fprintf(w, ": nothing committed\n")
 				continue
+			case rpn.ExitLog:
+				fmt.Fprintf(w, " (log stream)")
+			case rpn.ExitTrace:
+				fmt.Fprintf(w, " (trace event)")
+			case rpn.ExitDump:
+				fmt.Fprintf(w, " (dump: a live target would be dumped here)")
+			case rpn.ExitDebugger:
+				fmt.Fprintf(w, " (debugger: a live target would be left stopped here)")
 			}
 		}
 		fmt.Fprintf(w, ", record major %d minor %d, %d bytes", h.Major, h.Minor, len(h.log))

@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
+	"path"
 
 	"github.com/go-delve/delve/pkg/dwarf/line"
 )
@@ -39,8 +40,24 @@ type unitInfo struct {
 	addrSize int
 
 	lines     *line.DebugLineInfo // parsed by parseLines
-	files     []string            // cleaned paths of the line table's file entries
+	files     []fileName          // the line table's file entries
 	codeLines map[string][]int    // file path -> sorted lines with is_stmt code
+}
+
+// fileName is a line-table file entry: as delve's parser spells it (the key
+// of its lookups), and cleaned and made absolute with the unit's compilation
+// directory (DWARF 5 directory entries may be relative to it).
+type fileName struct {
+	raw  string
+	norm string
+}
+
+// normPath cleans a line-table path and joins a relative one to compDir.
+func normPath(p, compDir string) string {
+	if !path.IsAbs(p) && compDir != "" {
+		return path.Join(compDir, p)
+	}
+	return path.Clean(p)
 }
 
 // loadDWARF reads the DWARF of t, once. The caller holds t.mu. The file is

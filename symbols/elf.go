@@ -24,13 +24,9 @@ func openELF(path string, f *os.File) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: read ELF: %w", path, err)
 	}
-	t := &Table{
-		path:        path,
-		format:      FormatELF,
-		relocatable: ef.Type == elf.ET_REL,
-		ptrSize:     8,
-		byName:      make(map[string][]int32),
-	}
+	t := newTable(path, FormatELF, 0)
+	t.relocatable = ef.Type == elf.ET_REL
+	t.ptrSize = 8
 	if ef.Class == elf.ELFCLASS32 {
 		t.ptrSize = 4
 	}
@@ -55,13 +51,15 @@ func openELF(path string, f *os.File) (*Table, error) {
 	if len(syms) == 0 && len(dsyms) == 0 && !t.hasDWARF {
 		return nil, fmt.Errorf("open %s: %w", path, ErrStripped)
 	}
+	n := len(syms) + len(dsyms)
+	t.syms, t.links, t.byName = make([]entry, 0, n), make([]link, 0, n), make(map[string]int32, n)
 	if t.relocatable {
 		// Symbol values in a .o or .ko are offsets in their sections; the
 		// addresses exist only once the object is loaded. Keep the names so
 		// that a failed lookup can say so.
 		for _, s := range syms {
 			if defined(s) {
-				t.byName[s.Name] = nil
+				t.byName[s.Name] = -1
 			}
 		}
 		return t, nil
@@ -78,6 +76,7 @@ func openELF(path string, f *os.File) (*Table, error) {
 		}
 		e := elfEntry(ef, s, true)
 		if s.Version != "" && !strings.Contains(s.Name, "@") {
+			// nm -D spells it name@@VERSION (default) or name@VERSION.
 			if s.VersionIndex.IsHidden() {
 				e.Name += "@" + s.Version
 				e.ver = verHidden

@@ -46,8 +46,9 @@ func (s *Set) LineAddr(file string, lineNo int) (addr uint64, actualLine int, er
 
 	// Match the file against every line table's file entries.
 	type match struct {
-		t *Table
-		u *unitInfo
+		t   *Table
+		u   *unitInfo
+		raw string // the file as the unit's line table spells it
 	}
 	var (
 		matches  []match
@@ -66,10 +67,10 @@ func (s *Set) LineAddr(file string, lineNo int) (addr uint64, actualLine int, er
 			dw.parseLines()
 			badUnits += dw.badLines
 			for _, u := range dw.units {
-				for _, p := range u.files {
-					if matchPath(p, q) {
-						matches = append(matches, match{t, u})
-						paths[p] = true
+				for _, fn := range u.files {
+					if matchPath(fn.norm, q) {
+						matches = append(matches, match{t, u, fn.raw})
+						paths[fn.norm] = true
 					}
 				}
 			}
@@ -124,7 +125,7 @@ func (s *Set) LineAddr(file string, lineNo int) (addr uint64, actualLine int, er
 		actualLine = code[i]
 		for _, m := range matches {
 			m.t.mu.Lock()
-			stmts, err := lineToPCs(m.u.lines, fpath, actualLine)
+			stmts, err := lineToPCs(m.u.lines, m.raw, actualLine)
 			m.t.mu.Unlock()
 			if err != nil {
 				return 0, 0, fmt.Errorf("find line %s: %w", where, err)
@@ -203,8 +204,8 @@ func (s *Set) fileNotFound(file, q string, tables []*Table, badUnits int, relocs
 		t.mu.Lock()
 		if t.dw != nil {
 			for _, u := range t.dw.units {
-				for _, p := range u.files {
-					sg.add(lastComponents(p, depth))
+				for _, fn := range u.files {
+					sg.add(lastComponents(fn.norm, depth))
 				}
 			}
 		}
@@ -257,10 +258,9 @@ func (dw *dwarfInfo) parseLines() {
 		u.lines = li
 		seen := map[string]bool{}
 		for _, fe := range li.FileNames {
-			p := path.Clean(fe.Path)
-			if !seen[p] {
-				seen[p] = true
-				u.files = append(u.files, p)
+			if !seen[fe.Path] {
+				seen[fe.Path] = true
+				u.files = append(u.files, fileName{raw: fe.Path, norm: normPath(fe.Path, u.compDir)})
 			}
 		}
 	}
@@ -325,7 +325,7 @@ func (dw *dwarfInfo) codeLines(u *unitInfo, file string) ([]int, error) {
 		}
 		is, ok := clean[le.File]
 		if !ok {
-			is = path.Clean(le.File.Name) == file
+			is = normPath(le.File.Name, u.compDir) == file
 			clean[le.File] = is
 		}
 		if is {

@@ -631,7 +631,7 @@ func (dw *dwarfInfo) offsetOf(d die, typeKey string, steps []step) (uint64, erro
 			}
 			continue
 		}
-		if inArray {
+		if inArray || cur.tag == dwarf.TagArrayType {
 			return 0, fmt.Errorf("%s is an array: index it before selecting .%s", here, st.name)
 		}
 		if !isAggregate(cur.tag) {

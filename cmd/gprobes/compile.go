@@ -98,9 +98,10 @@ func load(c *cli.Context, path string) (*loaded, error) {
 	}
 	opts := dpdf.Options{Defines: c.StringSlice("D"), Includes: c.StringSlice("I"), CPP: c.String("cpp")}
 	f, err := dpdf.Parse(path, opts)
-	if err != nil {
+	if f == nil {
 		return nil, reportErrors(c, err)
 	}
+	// a file with syntax errors still compiles, to report every error at once
 	var copts rpn.CompileOptions
 	if set != nil {
 		copts.Symbols = resolver{set}

@@ -120,4 +120,3 @@ func intersperse(app *cli.App, args []string) []string {
 	}
 	return out
 }
-

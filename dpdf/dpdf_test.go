@@ -1,0 +1,316 @@
+package dpdf
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// needCPP fails the test under CI when there is no C preprocessor, and
+// skips it on a developer machine without one.
+func needCPP(t *testing.T) {
+	t.Helper()
+	if _, err := findCPP(Options{}); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and %v", err)
+		}
+		t.Skip(err)
+	}
+}
+
+func parseString(t *testing.T, src string) *File {
+	t.Helper()
+	f, err := ParseSource("t.dpdf", []byte(src), Options{NoPreprocessor: true})
+	if err != nil {
+		var b strings.Builder
+		PrintError(&b, err, true)
+		t.Fatalf("parse: %s", b.String())
+	}
+	return f
+}
+
+func TestHeaderAndProbes(t *testing.T) {
+	f := parseString(t, `name = /lib/x86_64-linux-gnu/libc.so.6   // a path, unquoted
+modtype = user
+offset = malloc+0x1c
+minor = 1
+push r,rdi
+exit
+offset = fs/open.c:1234
+exit
+offset = foo.isra.0
+exit
+`)
+	if len(f.Header) != 2 || len(f.Probes) != 3 {
+		t.Fatalf("header %d probes %d", len(f.Header), len(f.Probes))
+	}
+	if got := *f.Header[0].Value.Str; got != "/lib/x86_64-linux-gnu/libc.so.6" {
+		t.Errorf("name = %q", got)
+	}
+	if got := f.Probes[0].Offset.Value.Text; got != "malloc+0x1c" {
+		t.Errorf("offset text = %q", got)
+	}
+	if f.Probes[1].Offset.Value.Line == nil || *f.Probes[1].Offset.Value.Line != "fs/open.c:1234" {
+		t.Errorf("source line offset not recognised: %+v", f.Probes[1].Offset.Value)
+	}
+	n := f.Probes[2].Offset.Value.Expr.Tree(nil)
+	if s, ok := n.(*Sym); !ok || s.Name != "foo.isra.0" {
+		t.Errorf("dotted symbol = %#v", n)
+	}
+	if len(f.Probes[0].Keys) != 1 || len(f.Probes[0].Body) != 2 {
+		t.Errorf("probe 0: %d keys, %d statements", len(f.Probes[0].Keys), len(f.Probes[0].Body))
+	}
+}
+
+func TestKeywordSpellings(t *testing.T) {
+	for _, k := range []string{"pass count", "passcount", "pass_count", "Pass Count", "PASS_COUNT", "pass  count"} {
+		f := parseString(t, "name = x\nmodtype = user\noffset = 1\n"+k+" = 3\nexit\n")
+		if got := f.Probes[0].Keys[0].Norm(); got != "passcount" {
+			t.Errorf("%q normalises to %q", k, got)
+		}
+	}
+	for _, k := range []string{"max hits", "maxhits", "max_hits", "Max Hits"} {
+		f := parseString(t, "name = x\nmodtype = user\noffset = 1\n"+k+" = 3\nexit\n")
+		if got := f.Probes[0].Keys[0].Norm(); got != "maxhits" {
+			t.Errorf("%q normalises to %q", k, got)
+		}
+	}
+}
+
+func TestPositions(t *testing.T) {
+	f := parseString(t, "name = x\nmodtype = user\noffset = 1\n  lbl:   push   d , 3 ; exit\n")
+	body := f.Probes[0].Body
+	if body[0].Label.Pos.Line != 4 || body[0].Label.Pos.Column != 3 {
+		t.Errorf("label at %v", body[0].Label.Pos)
+	}
+	if p := body[0].Instr.Pos; p.Line != 4 || p.Column != 10 {
+		t.Errorf("push at %v", p)
+	}
+	if p := body[0].Instr.Push.Const.Pos; p.Column != 21 {
+		t.Errorf("constant at %v", p)
+	}
+	if p := body[1].Instr.Pos; p.Line != 4 || p.Column != 25 {
+		t.Errorf("exit at %v", p)
+	}
+}
+
+func TestExpressions(t *testing.T) {
+	for _, c := range []struct {
+		src  string
+		want uint64
+	}{
+		{"1+2*3", 7},
+		{"(1+2)*3", 9},
+		{"1<<4|1", 17},
+		{"1|1<<4", 17},
+		{"10-4-3", 3},
+		{"100/10/5", 2},
+		{"-1", ^uint64(0)},
+		{"~0xff&0xfff", 0xf00},
+		{"7%4", 3},
+		{"1^3&1", 0},
+		{"2*-3", ^uint64(5)},
+		{"'a'", 97},
+		{"0x_ff", 255},
+		{"1 << 64", 0},
+	} {
+		n, err := ParseExpr(c.src)
+		if err != nil {
+			t.Errorf("%s: %v", c.src, err)
+			continue
+		}
+		v, err := Eval(n, nil)
+		if err != nil || v != c.want {
+			t.Errorf("%s = %d, %v; want %d", c.src, v, err, c.want)
+		}
+	}
+	n, err := ParseExpr("sizeof(struct task_struct) + offsetof(struct task_struct, signal.rlim[3].x) + jiffies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !External(n) {
+		t.Error("expression with symbols is not external")
+	}
+	want := "((sizeof(struct task_struct) + offsetof(struct task_struct, signal.rlim[3].x)) + jiffies)"
+	if n.String() != want {
+		t.Errorf("tree %s, want %s", n, want)
+	}
+	// the canonical form parses back to the same tree
+	n2, err := ParseExpr(n.String())
+	if err != nil || n2.String() != n.String() {
+		t.Errorf("round trip: %v %v", n2, err)
+	}
+}
+
+func TestErrorsCarryPositionsAndCarets(t *testing.T) {
+	_, err := ParseSource("bad.dpdf", []byte("name = x\nmodtype = user\noffset = 1\n\tpush q\npop r,\n"), Options{NoPreprocessor: true})
+	l, ok := err.(ErrorList)
+	if !ok || len(l) != 2 {
+		t.Fatalf("want 2 errors, got %v", err)
+	}
+	if l[0].Error() != `bad.dpdf:4:7: unexpected "q": expected push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | pid | tid | procid | task | ts | lp` {
+		t.Errorf("got %q", l[0].Error())
+	}
+	detail := l[0].Detail()
+	if !strings.Contains(detail, "    4 | \tpush q\n      | \t     ^") {
+		t.Errorf("caret display:\n%s", detail)
+	}
+}
+
+func TestDirectivesWithoutPreprocessorAreErrors(t *testing.T) {
+	_, err := ParseSource("t.dpdf", []byte("#define X 1\nname = x\n"), Options{NoPreprocessor: true})
+	if err == nil || !strings.Contains(err.Error(), "t.dpdf:1:1: preprocessor directive") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func writeFiles(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestPreprocessor(t *testing.T) {
+	needCPP(t)
+	dir := writeFiles(t, map[string]string{
+		"inc/defs.h": "#define LOGSTACK push d,16 ; push r,rsp ; log mrf\n#define PROBE(sym, n) offset = sym ; minor = n\n",
+		"p.dpdf": `#include "defs.h"
+name = /lib/libc.so.6
+modtype = user
+#ifdef WANT_MAJOR
+major = WANT_MAJOR
+#endif
+PROBE(malloc, 3)
+	LOGSTACK
+exit
+`,
+	})
+	path := filepath.Join(dir, "p.dpdf")
+	f, err := Parse(path, Options{Includes: []string{filepath.Join(dir, "inc")}, Defines: []string{"WANT_MAJOR=7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Preprocessed {
+		t.Error("not preprocessed")
+	}
+	if len(f.Header) != 3 || f.Header[2].Value.Text != "7" {
+		t.Errorf("header: %d keys", len(f.Header))
+	}
+	if len(f.Probes) != 1 || f.Probes[0].Offset.Value.Text != "malloc" || len(f.Probes[0].Keys) != 1 {
+		t.Fatalf("probes: %+v", f.Probes)
+	}
+	if got := len(f.Probes[0].Body); got != 4 {
+		t.Errorf("%d statements from the macro and exit, want 4", got)
+	}
+	// positions point at the user's file and line
+	if p := f.Probes[0].Body[3].Pos; p.Filename != path || p.Line != 9 {
+		t.Errorf("exit at %v", p)
+	}
+	want := []string{path, filepath.Join(dir, "inc", "defs.h")}
+	if strings.Join(f.Deps, " ") != strings.Join(want, " ") {
+		t.Errorf("deps %v, want %v", f.Deps, want)
+	}
+}
+
+func TestPreprocessorErrorPositions(t *testing.T) {
+	needCPP(t)
+	dir := writeFiles(t, map[string]string{
+		"inc.h":  "// an include with a mistake\n   push   q\n",
+		"p.dpdf": "name = x\nmodtype = user\noffset = 1\n#include \"inc.h\"\n\t  push   d ,  X\nexit\n",
+		"m.dpdf": "#include \"nothere.h\"\nname = x\n",
+	})
+	_, err := Parse(filepath.Join(dir, "p.dpdf"), Options{})
+	l, ok := err.(ErrorList)
+	if !ok || len(l) != 1 {
+		t.Fatalf("got %v", err)
+	}
+	// inside the included file, at the column of the original text
+	if e := l[0]; e.Pos.Filename != filepath.Join(dir, "inc.h") || e.Pos.Line != 2 || e.Pos.Column != 11 {
+		t.Errorf("error at %v: %s", e.Pos, e.Detail())
+	}
+	if !strings.Contains(l[0].Detail(), "    2 |    push   q\n      |           ^") {
+		t.Errorf("caret:\n%s", l[0].Detail())
+	}
+	// the preprocessor's own errors come back positioned too
+	_, err = Parse(filepath.Join(dir, "m.dpdf"), Options{})
+	if err == nil || !strings.Contains(err.Error(), "m.dpdf:1:10: ") || !strings.Contains(err.Error(), "nothere.h") {
+		t.Errorf("missing include: %v", err)
+	}
+}
+
+func TestPreprocessorMissing(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"p.dpdf": "name = x\n  #define A 1\n"})
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("GPROBES_CPP", "")
+	_, err := Parse(filepath.Join(dir, "p.dpdf"), Options{})
+	if err == nil || !strings.Contains(err.Error(), "p.dpdf:2:3: this file uses preprocessor directives: no C preprocessor found") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestPreprocessorCommandFails(t *testing.T) {
+	if _, err := exec.LookPath("false"); err != nil {
+		t.Skip("no false(1)")
+	}
+	dir := writeFiles(t, map[string]string{"p.dpdf": "#define A 1\n"})
+	_, err := Parse(filepath.Join(dir, "p.dpdf"), Options{CPP: "false"})
+	if err == nil || !strings.Contains(err.Error(), "p.dpdf:1:1: the C preprocessor false failed") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestParseNumber(t *testing.T) {
+	for s, want := range map[string]uint64{"0": 0, "10": 10, "0x1F": 31, "0o17": 15, "0b11": 3, "18446744073709551615": 1<<64 - 1} {
+		if v, err := ParseNumber(s); err != nil || v != want {
+			t.Errorf("%s = %d, %v", s, v, err)
+		}
+	}
+	for _, s := range []string{"010", "0x", "12a", "0xfffffffffffffffff", "0b2"} {
+		if _, err := ParseNumber(s); err == nil {
+			t.Errorf("%s: no error", s)
+		}
+	}
+}
+
+// FuzzParse: the parser never panics, and every error it reports is
+// positioned in the input.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"name = x\nmodtype = user\noffset = 1\npush d,1\nexit\n",
+		"name = \"/lib/libc.so.6\"\noffset = fs/open.c:12\nl: jz l\n",
+		"/* x */ push r,rax ; log str // y\n",
+		"offset = a.b+(sizeof(struct x)*offsetof(union y, z[3].w))\n",
+		"x: y: z:\n'\\x41' \"s\" <<>> ~",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := ParseSource("fuzz.dpdf", data, Options{NoPreprocessor: true})
+		if err == nil {
+			return
+		}
+		l, ok := err.(ErrorList)
+		if !ok {
+			t.Fatalf("error of type %T: %v", err, err)
+		}
+		if file == nil {
+			t.Fatal("no File returned with syntax errors")
+		}
+		for _, e := range l {
+			if e.Pos.Filename != "fuzz.dpdf" || e.Pos.Line < 1 || e.Pos.Column < 1 {
+				t.Fatalf("unpositioned error %q at %+v", e.Msg, e.Pos)
+			}
+		}
+	})
+}
