@@ -28,6 +28,7 @@ type Program struct {
 	end   []uint32 // instruction index just past each probe
 	mask  uint64   // word mask: all ones on x86_64, 0xffffffff on i386
 	sh    uint     // 64 - word bits, for sign extension
+	w     int      // word size in bytes
 }
 
 // Module returns the module p was loaded from. The caller must not modify it.
@@ -80,9 +81,9 @@ func Load(m *Module) (*Program, error) {
 	if msg := checkHeader(&m.Header); msg != "" {
 		return nil, &VerifyError{Probe: -1, Msg: msg, m: m}
 	}
-	p := &Program{m: m, mask: ^uint64(0)}
+	p := &Program{m: m, mask: ^uint64(0), w: 8}
 	if m.Arch == ArchI386 {
-		p.mask, p.sh = 0xffffffff, 32
+		p.mask, p.sh, p.w = 0xffffffff, 32, 4
 	}
 	v.p = p
 	for i := range m.Probes {

@@ -107,25 +107,29 @@ type Machine struct {
 	calls [MaxCallDepth]uint32
 	log   []byte
 	chunk [64]byte
+	res   Result
 }
 
 // Run executes probe pi of p for one hit: it applies the probe's pass count
 // and max hits from st, runs the program against env with the module's
 // local variables lv (len >= Vars) and the global variables gv
-// (len >= GVars), and returns the outcome. It never panics and never
+// (len >= GVars), and returns the outcome. The Result belongs to the
+// machine and is valid until it runs again. Run never panics and never
 // allocates once the log buffer has reached the module's logmax.
-func (m *Machine) Run(p *Program, pi int, st *ProbeState, lv, gv []uint64, env Env) Result {
+func (m *Machine) Run(p *Program, pi int, st *ProbeState, lv, gv []uint64, env Env) *Result {
 	pr := &p.m.Probes[pi]
+	r := &m.res
 	st.Hits++
 	if st.Disabled || st.Hits <= pr.PassCount {
 		st.Skipped++
-		return Result{Outcome: OutcomeSkipped, Major: p.m.Major, Minor: pr.Minor}
+		*r = Result{Outcome: OutcomeSkipped, Major: p.m.Major, Minor: pr.Minor}
+		return r
 	}
 	st.Runs++
 	if pr.MaxHits > 0 && st.Runs >= pr.MaxHits {
 		st.Disabled = true
 	}
-	r := m.exec(p, pi, lv, gv, env)
+	m.exec(p, pi, lv, gv, env)
 	switch r.Outcome {
 	case OutcomeRem:
 		st.Disabled = true
@@ -135,19 +139,23 @@ func (m *Machine) Run(p *Program, pi int, st *ProbeState, lv, gv []uint64, env E
 	return r
 }
 
-// exec is the interpreter loop. Notes on its shape, measured with
-// BenchmarkVM on the reference machine (2-core VM):
+// exec is the interpreter loop. Its shape, and what BenchmarkVM measured on
+// the reference machine (2-core AMD EPYC VM, one CPU pinned; BENCHMARKS.md):
 //   - instructions are pre-decoded 16-byte insns, so the loop indexes an
-//     array instead of decoding operands (about 2x faster than reading
-//     operands from the byte code with encoding/binary on every step);
-//   - the stack is a fixed array indexed with &31, the circular wrap being
-//     the mask: no bounds checks beyond the array's, no branches;
-//   - the dense switch compiles to a jump table.
-func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) Result {
+//     array and never decodes operands; the dense switch compiles to a
+//     jump table; dispatch is about 1.8 ns per instruction in a loop;
+//   - the stack is a fixed array indexed with &31: the circular wrap is the
+//     mask, with no branch;
+//   - the result is written in place (m.res): returning the 72-byte Result
+//     by value through Run cost 8 ns of a 32 ns hit;
+//   - clearing the stack at each hit (the specification wants it zeroed)
+//     is about 3 ns of the 24 ns the fork/kill probe costs per hit.
+func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 	mod := p.m
 	pr := &mod.Probes[pi]
 	if len(lv) < int(mod.Vars) || len(gv) < int(mod.GVars) {
-		return Result{Outcome: OutcomeException, Exception: ExInvalidOperand, PC: pr.Entry, Major: mod.Major, Minor: pr.Minor}
+		m.res = Result{Outcome: OutcomeException, Exception: ExInvalidOperand, PC: pr.Entry, Major: mod.Major, Minor: pr.Minor}
+		return
 	}
 	logmax := int(mod.LogMax)
 	if cap(m.log) < logmax {
@@ -162,7 +170,7 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) Result {
 		tos       uint32 // index of the TOS; entries are all zero, so where it starts does not matter
 		mask      = p.mask
 		sh        = p.sh
-		w         = mod.Arch.WordSize()
+		w         = p.w
 		jumps     uint32
 		jmpmax    = mod.JmpMax
 		depth     uint32
@@ -252,15 +260,17 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) Result {
 			pc = m.calls[depth]
 
 		case OpExit:
-			r := Result{Outcome: OutcomeExit, Exit: in.a, Major: major, Minor: minor, Truncated: truncated}
+			m.res = Result{Outcome: OutcomeExit, Exit: in.a, Major: major, Minor: minor, Truncated: truncated}
 			if in.a != ExitNone {
-				r.Log = buf[:logn]
+				m.res.Log = buf[:logn]
 			}
-			return r
+			return
 		case OpAbort:
-			return Result{Outcome: OutcomeAbort, Major: major, Minor: minor}
+			m.res = Result{Outcome: OutcomeAbort, Major: major, Minor: minor}
+			return
 		case OpRem:
-			return Result{Outcome: OutcomeRem, Exit: ExitLog, Major: major, Minor: minor, Log: buf[:logn], Truncated: truncated}
+			m.res = Result{Outcome: OutcomeRem, Exit: ExitLog, Major: major, Minor: minor, Log: buf[:logn], Truncated: truncated}
+			return
 
 		case OpLogN:
 			n := uint32(in.a)
@@ -574,7 +584,7 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) Result {
 		}
 	}
 fault:
-	return Result{Outcome: OutcomeException, Exception: ex, PC: p.pcs[pc-1], Addr: faultAddr, Major: major, Minor: minor}
+	m.res = Result{Outcome: OutcomeException, Exception: ex, PC: p.pcs[pc-1], Addr: faultAddr, Major: major, Minor: minor}
 }
 
 // shift applies shl, shr, sar, rol or ror (kind 0..4) to x at the word

@@ -266,7 +266,7 @@ func Run(p *rpn.Program, env *Env, opts Options) (*Report, error) {
 	for i := 0; i < opts.Hits; i++ {
 		r := mach.Run(p, opts.Probe, &rep.state, lv, gv, env)
 		h := Hit{Outcome: r.Outcome.String(), Exception: r.Exception.String(), Major: r.Major, Minor: r.Minor,
-			Truncated: r.Truncated, result: r}
+			Truncated: r.Truncated, result: *r}
 		if r.Outcome == rpn.OutcomeExit || r.Outcome == rpn.OutcomeRem {
 			h.Exit = r.Exit
 		}

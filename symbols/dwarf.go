@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
+	"strings"
 
 	"github.com/go-delve/delve/pkg/dwarf/line"
 )
@@ -90,13 +92,21 @@ func readDWARF(t *Table) (*dwarfInfo, error) {
 	if id := buildID(ef); !bytes.Equal(id, t.buildID) {
 		return nil, ErrChanged
 	}
-	data, err := ef.DWARF()
-	if err != nil {
+	dw := &dwarfInfo{ptrSize: t.ptrSize}
+	if ef.Type == elf.ET_REL {
+		// debug/elf applies the relocations a .o or .ko needs.
+		if dw.data, err = ef.DWARF(); err != nil {
+			return nil, err
+		}
+	} else if dw.data, err = readSections(ef, f, t.fileSize, dw); err != nil {
 		return nil, err
 	}
-	dw := &dwarfInfo{data: data, reader: data.Reader(), ptrSize: t.ptrSize}
-	dw.debugLine = sectionData(ef, "line")
-	dw.debugLineStr = sectionData(ef, "line_str")
+	data := dw.data
+	dw.reader = data.Reader()
+	if dw.debugLine == nil {
+		dw.debugLine = sectionData(ef, "line")
+		dw.debugLineStr = sectionData(ef, "line_str")
+	}
 
 	r := data.Reader()
 	for {
@@ -117,6 +127,71 @@ func readDWARF(t *Table) (*dwarfInfo, error) {
 		r.SkipChildren()
 	}
 	return dw, nil
+}
+
+// dwarfSections are the sections readSections loads: what type and line
+// lookups use. Location lists, range lists, frames and macros, which can be
+// most of a vmlinux's debug information, are left on disk.
+var dwarfSections = []string{"abbrev", "info", "str", "line", "line_str", "str_offsets", "addr", "types"}
+
+// readSections builds the dwarf.Data of a linked file from the sections
+// lookups need, each read with one ReadAt into a buffer of its size
+// (Section.Data grows its buffer step by step, which doubled the load time
+// of a 100 MB .debug_info), or decompressed by debug/elf when compressed.
+func readSections(ef *elf.File, f *os.File, fileSize int64, dw *dwarfInfo) (*dwarf.Data, error) {
+	dat := map[string][]byte{}
+	var types [][]byte
+	for _, s := range ef.Sections {
+		var name string
+		switch {
+		case strings.HasPrefix(s.Name, ".debug_"):
+			name = s.Name[len(".debug_"):]
+		case strings.HasPrefix(s.Name, ".zdebug_"):
+			name = s.Name[len(".zdebug_"):]
+		default:
+			continue
+		}
+		if !slices.Contains(dwarfSections, name) || s.Type == elf.SHT_NOBITS {
+			continue
+		}
+		var b []byte
+		var err error
+		if s.Flags&elf.SHF_COMPRESSED != 0 || strings.HasPrefix(s.Name, ".zdebug_") {
+			b, err = s.Data()
+		} else {
+			if s.Offset > uint64(fileSize) || s.Size > uint64(fileSize)-s.Offset {
+				return nil, fmt.Errorf("section %s runs past the end of the file", s.Name)
+			}
+			b = make([]byte, s.Size)
+			_, err = f.ReadAt(b, int64(s.Offset))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", s.Name, err)
+		}
+		if name == "types" {
+			types = append(types, b)
+			continue
+		}
+		dat[name] = b
+	}
+	d, err := dwarf.New(dat["abbrev"], nil, nil, dat["info"], dat["line"], nil, nil, dat["str"])
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"line_str", "str_offsets", "addr"} {
+		if b := dat[name]; b != nil {
+			if err := d.AddSection(".debug_"+name, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i, b := range types {
+		if err := d.AddTypes(fmt.Sprintf("types-%d", i), b); err != nil {
+			return nil, err
+		}
+	}
+	dw.debugLine, dw.debugLineStr = dat["line"], dat["line_str"]
+	return d, nil
 }
 
 // sectionData returns the uncompressed .debug_NAME (or .zdebug_NAME)

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"unsafe"
 )
 
 // maxMapLine is the longest line the scanner accepts.
@@ -37,7 +36,6 @@ func parseMap(path string, r io.Reader, size int64) (*Table, error) {
 		sawLine bool // a line parsed: this is a map
 		allZero = true
 		lastMod string
-		names   arena
 	)
 	for sc.Scan() {
 		lineNo++
@@ -71,7 +69,7 @@ func parseMap(path string, r io.Reader, size int64) (*Table, error) {
 		}
 		k := m.kind
 		t.add(entry{
-			Symbol: Symbol{Name: names.string(m.name), Addr: m.addr, Kind: k, Module: mod},
+			Symbol: Symbol{Name: string(m.name), Addr: m.addr, Kind: k, Module: mod},
 			global: ('A' <= k && k <= 'Z') || k == 'u',
 			fn:     textKind(k),
 		})
@@ -208,27 +206,4 @@ func quoteStart(b []byte) string {
 		return strconv.Quote(string(b[:40])) + "..."
 	}
 	return strconv.Quote(string(b))
-}
-
-// arena makes strings out of large shared blocks: one allocation per 64 KiB
-// of names instead of one per name, which takes a third off loading a
-// 200,000-line map, most of it garbage-collector work (see BenchmarkOpenSystemMap).
-// A block is never written again below its length, so the strings stay
-// immutable.
-type arena struct {
-	block []byte
-}
-
-const arenaBlock = 64 << 10
-
-func (a *arena) string(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	if len(b) > cap(a.block)-len(a.block) {
-		a.block = make([]byte, 0, max(arenaBlock, len(b)))
-	}
-	start := len(a.block)
-	a.block = append(a.block, b...)
-	return unsafe.String(&a.block[start], len(b))
 }

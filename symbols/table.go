@@ -250,4 +250,3 @@ func (t *Table) sortIndex() {
 		slices.SortFunc(t.fns, cmp)
 	}
 }
-

@@ -1,0 +1,160 @@
+package rpn
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestEveryOpcodeHasANameAndFormat(t *testing.T) {
+	for op := OpInvalid + 1; op < numOpcodes; op++ {
+		info := opTable[op]
+		if info.name == "" || info.name == "(invalid)" {
+			t.Errorf("opcode %d has no name", op)
+		}
+		if op.Len() < 1 {
+			t.Errorf("%s has no length", op)
+		}
+	}
+	if OpInvalid.Len() != 0 || Opcode(numOpcodes).Len() != 0 || Opcode(255).Len() != 0 {
+		t.Error("invalid opcodes have a length")
+	}
+}
+
+func TestEveryRegisterHasAName(t *testing.T) {
+	for r := Reg(0); r < NumRegs; r++ {
+		name := r.String()
+		got, ok := LookupReg(ArchX86_64, name)
+		if !ok || got != r {
+			t.Errorf("register %d: %q looks up as %v, %v", r, name, got, ok)
+		}
+	}
+	for _, n := range []string{"eax", "esp", "eip", "eflags", "r15d", "EAX", "Rip"} {
+		if _, ok := LookupReg(ArchX86_64, n); !ok {
+			t.Errorf("%s missing on x86_64", n)
+		}
+	}
+	for n, ok := range map[string]bool{"eax": true, "eip": true, "cs": true, "cr3": true, "rax": false, "r8": false, "r8d": false, "fs_base": false} {
+		if _, got := LookupReg(ArchI386, n); got != ok {
+			t.Errorf("i386 %s: %v, want %v", n, got, ok)
+		}
+	}
+}
+
+// asm builds a one-probe module from raw code.
+func asm(code ...byte) *Module {
+	return &Module{
+		Header: Header{Name: "t", JmpMax: 10, LogMax: 64, DfltExit: 1, Vars: 2, GVars: 1},
+		Probes: []Probe{{Loc: Location{Text: "0x1000", Kind: LocAbsolute, Resolved: true, Addr: 0x1000}, Entry: 0, End: uint32(len(code))}},
+		Code:   code,
+		Files:  []string{"t.dpdf"},
+	}
+}
+
+func u32(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+
+func cat(parts ...any) []byte {
+	var b []byte
+	for _, p := range parts {
+		switch p := p.(type) {
+		case Opcode:
+			b = append(b, byte(p))
+		case byte:
+			b = append(b, p)
+		case int:
+			b = append(b, byte(p))
+		case []byte:
+			b = append(b, p...)
+		}
+	}
+	return b
+}
+
+func TestVerifierRefuses(t *testing.T) {
+	exit := cat(OpExit, 1)
+	cases := []struct {
+		name string
+		m    *Module
+		want string
+	}{
+		{"unknown opcode", asm(cat(byte(200), exit)...), "unknown opcode 0xc8"},
+		{"opcode zero", asm(cat(OpInvalid, exit)...), "unknown opcode"},
+		{"truncated operand", asm(byte(OpPushD), 1, 2), "operands run past the end"},
+		{"runs off the end", asm(byte(OpNop)), "run off its end"},
+		{"conditional jump last", asm(cat(OpJz, u32(0))...), "run off its end"},
+		{"jump outside the probe", asm(cat(OpJmp, u32(100))...), "outside this probe's program"},
+		{"jump into an instruction", asm(cat(OpJz, u32(1), exit)...), "middle of an instruction"},
+		{"exit facility", asm(byte(OpExit), 5), "exit facility 5"},
+		{"log count zero", asm(cat(OpLogN, 0, exit)...), "count 0"},
+		{"ros 33", asm(cat(OpRos, 33, exit)...), "count 33"},
+		{"lv index", asm(cat(OpPushLVI, 2, 0, exit)...), "index outside vars = 2"},
+		{"gv index", asm(cat(OpIncGVI, 1, 0, exit)...), "index outside gvars = 1"},
+		{"log lv range", asm(cat(OpLogLV, 1, 0, 2, 0, exit)...), "reaches past the 2 variables"},
+		{"register number", asm(cat(OpPushR, 99, 0, exit)...), "does not exist"},
+		{"32-bit view of a segment", asm(cat(OpPushR, byte(RegCS), 1, exit)...), "invalid"},
+		{"control register in user code", asm(cat(OpPushR, byte(RegCR3), 0, exit)...), "kernel probe"},
+		{"write a segment register", asm(cat(OpPopR, byte(RegSS), 0, exit)...), "read-only"},
+		{"push u in user code", asm(cat(OpPushU, 0, 0, exit)...), "user module"},
+		{"size 3", asm(cat(OpPushMrf, 3, exit)...), "size must be"},
+		{"io size 8", asm(cat(OpPushIO, 8, exit)...), "port IO size"},
+		{"shift 64", asm(cat(OpShlI, 64, exit)...), "below the word width"},
+		{"push task in user code", asm(cat(OpPushTask, exit)...), "user module"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Load(c.m)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want %q", err, c.want)
+			}
+			// %+v adds the listing with the failing instruction marked
+			if full := fmt.Sprintf("%+v", err); !strings.Contains(full, "=>") {
+				t.Errorf("%%+v has no marked listing:\n%s", full)
+			}
+		})
+	}
+
+	header := []struct {
+		name string
+		edit func(*Module)
+		want string
+	}{
+		{"empty name", func(m *Module) { m.Name = "" }, "name is empty"},
+		{"jmpmax 0", func(m *Module) { m.JmpMax = 0 }, "jmpmax"},
+		{"logmax", func(m *Module) { m.LogMax = MaxLogMax + 1 }, "logmax"},
+		{"vars", func(m *Module) { m.Vars = 257 }, "vars"},
+		{"arch", func(m *Module) { m.Arch = 7 }, "arch"},
+		{"probe range", func(m *Module) { m.Probes[0].End = 99 }, "outside the code"},
+		{"empty probe", func(m *Module) { m.Probes[0].End = 0 }, "outside the code"},
+		{"reloc not at push d", func(m *Module) { m.Relocs = []Reloc{{Off: 2, Expr: "x"}} }, "does not point at a push d"},
+		{"lines unsorted", func(m *Module) { m.Lines = []LineEntry{{PC: 1}, {PC: 0}} }, "out of order"},
+		{"line file", func(m *Module) { m.Lines = []LineEntry{{PC: 0, Pos: Pos{File: 4}}} }, "names file 4"},
+		{"i386 immediate", func(m *Module) {
+			m.Arch = ArchI386
+			m.Code = cat(OpPushD, binary.LittleEndian.AppendUint64(nil, 1<<40), OpExit, 1)
+			m.Probes[0].End = uint32(len(m.Code))
+		}, "32-bit word"},
+	}
+	for _, c := range header {
+		t.Run(c.name, func(t *testing.T) {
+			m := asm(cat(OpPushD, make([]byte, 8), OpExit, 1)...)
+			c.edit(m)
+			if _, err := Load(m); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestVerifierAccepts(t *testing.T) {
+	m := asm(cat(OpPushD, make([]byte, 8), OpJz, u32(14), OpNop, OpExit, 1)...)
+	m.Relocs = []Reloc{{Off: 1, Expr: "jiffies"}}
+	m.Lines = []LineEntry{{PC: 0, Pos: Pos{Line: 3}}, {PC: 9, Pos: Pos{Line: 4}}}
+	p, err := Load(m)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	if len(p.code) != 4 || p.code[1].c != 2 {
+		t.Errorf("decoded %+v", p.code)
+	}
+}

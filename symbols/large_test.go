@@ -1,0 +1,96 @@
+package symbols
+
+import (
+	"os"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestLargeDWARFCost measures the first queries on a large ELF file, such as
+// a vmlinux built with debug information. It runs only when
+// SYMBOLS_LARGE_ELF names the file; SYMBOLS_LARGE_TYPE (default "struct
+// task_struct") and SYMBOLS_LARGE_FIELD (default "pid") choose the lookup.
+// The figures in docs/symbols.md come from here.
+//
+//	SYMBOLS_LARGE_ELF=/path/to/vmlinux go test -run LargeDWARF -v ./symbols/
+func TestLargeDWARFCost(t *testing.T) {
+	path := os.Getenv("SYMBOLS_LARGE_ELF")
+	if path == "" {
+		t.Skip("set SYMBOLS_LARGE_ELF to a large ELF file with DWARF")
+	}
+	typ := cmpOr(os.Getenv("SYMBOLS_LARGE_TYPE"), "struct task_struct")
+	field := cmpOr(os.Getenv("SYMBOLS_LARGE_FIELD"), "pid")
+
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc >> 20
+	}
+	step := func(what string, f func() string) {
+		start := time.Now()
+		res := f()
+		t.Logf("%-40s %10v  heap %4d MiB  %s", what, time.Since(start).Round(time.Microsecond), heap(), res)
+	}
+	var tb *Table
+	step("Open", func() string {
+		var err error
+		if tb, err = Open(path); err != nil {
+			t.Fatal(err)
+		}
+		return ""
+	})
+	s := NewSet(tb)
+	result := func(v uint64, err error) string {
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return "= " + itoa(v)
+	}
+	step("read DWARF (debug/elf, unit list)", func() string {
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		if _, err := tb.loadDWARF(); err != nil {
+			t.Fatal(err)
+		}
+		return ""
+	})
+	step("first Sizeof("+typ+")", func() string { return result(s.Sizeof(typ)) })
+	step("Offsetof("+typ+", "+field+")", func() string { return result(s.Offsetof(typ, field)) })
+	step("Sizeof("+typ+") again (cached)", func() string { return result(s.Sizeof(typ)) })
+	step("Sizeof(struct rare_only_here)", func() string { return result(s.Sizeof("struct rare_only_here")) })
+	step("Sizeof(struct no_such_type) (full index)", func() string { return result(s.Sizeof("struct no_such_type")) })
+	step("Sizeof(struct no_such_type2) (indexed)", func() string { return result(s.Sizeof("struct no_such_type2")) })
+	tb.mu.Lock()
+	units, names := len(tb.dw.units), len(tb.dw.types.names)
+	tb.mu.Unlock()
+	t.Logf("%d units, %d type names indexed", units, names)
+	step("LineAddr(main.c:3) (parses line tables)", func() string {
+		a, l, err := s.LineAddr("main.c", 3)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return "= " + itoa(a) + " line " + itoa(uint64(l))
+	})
+	runtime.KeepAlive(s)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func itoa(v uint64) string {
+	const digits = "0123456789"
+	if v == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; v > 0; v /= 10 {
+		b = append([]byte{digits[v%10]}, b...)
+	}
+	return string(b)
+}
