@@ -19,7 +19,9 @@ func (e *fuzzEnv) mix(x uint64) uint64 {
 	x *= 0x9e3779b97f4a7c15
 	return x ^ x>>29
 }
-func (e *fuzzEnv) Reg(r Reg, user bool) (uint64, bool) { return e.mix(uint64(r)), e.mix(uint64(r)+99)&7 != 0 }
+func (e *fuzzEnv) Reg(r Reg, user bool) (uint64, bool) {
+	return e.mix(uint64(r)), e.mix(uint64(r)+99)&7 != 0
+}
 func (e *fuzzEnv) SetReg(r Reg, user bool, v uint64) bool {
 	return e.mix(uint64(r)+7)&3 != 0
 }
@@ -33,8 +35,10 @@ func (e *fuzzEnv) ReadMem(addr uint64, p []byte) bool {
 	return true
 }
 func (e *fuzzEnv) WriteMem(addr uint64, p []byte) bool { return e.mix(addr>>12)&3 != 0 }
-func (e *fuzzEnv) Access(addr uint64, write bool) bool  { return e.mix(addr>>12)&3 != 0 }
-func (e *fuzzEnv) Sys(v SysValue) (uint64, bool)        { return e.mix(uint64(v) + 1000), v != SysTask || e.seed&1 == 0 }
+func (e *fuzzEnv) Access(addr uint64, write bool) bool { return e.mix(addr>>12)&3 != 0 }
+func (e *fuzzEnv) Sys(v SysValue) (uint64, bool) {
+	return e.mix(uint64(v) + 1000), v != SysTask || e.seed&1 == 0
+}
 func (e *fuzzEnv) IO(port uint64, size uint8, write bool, v uint64) (uint64, bool) {
 	return e.mix(port), e.seed&2 == 0
 }
