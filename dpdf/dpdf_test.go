@@ -4,8 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/alecthomas/participle/v2/lexer"
 )
 
 // needCPP fails the test under CI when there is no C preprocessor, and
@@ -313,4 +316,55 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFastPathMatchesGrammar: the dispatching fast path builds exactly the
+// AST the whole Stmt grammar builds, for every statement of the VM
+// semantics table, the examples and the docs.
+func TestFastPathMatchesGrammar(t *testing.T) {
+	var srcs []string
+	for _, glob := range []string{"../rpn/testdata/vm.txt", "../testdata/examples/*.dpdf", "../docs/language.md"} {
+		files, _ := filepath.Glob(glob)
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srcs = append(srcs, string(b))
+		}
+	}
+	if len(srcs) < 3 {
+		t.Fatal("test sources missing")
+	}
+	n := 0
+	for _, src := range srcs {
+		var errs ErrorList
+		toks := newScanner("x", src, false, &errs).scan()
+		start := 0
+		for i, tok := range toks {
+			if tok.Type != tokEOL {
+				continue
+			}
+			line := toks[start : i+1]
+			start = i + 1
+			fast, ok := fastStatement(line)
+			eof := lexer.Token{Type: tokEOF, Pos: tok.Pos}
+			pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[:len(line):len(line)], eof)})
+			full, err := stmtParser.ParseFromLexer(pl)
+			if ok != (err == nil) {
+				t.Errorf("%s: fast path ok=%v, grammar error %v", line[0].Pos, ok, err)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			n++
+			if !reflect.DeepEqual(fast, full) {
+				t.Errorf("%s: fast path AST differs:\n%#v\n%#v", line[0].Pos, fast, full)
+			}
+		}
+	}
+	if n < 200 {
+		t.Errorf("only %d statements compared", n)
+	}
 }

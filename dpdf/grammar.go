@@ -70,13 +70,13 @@ type Instr struct {
 // PushOperand is what follows "push".
 type PushOperand struct {
 	Pos   lexer.Position
-	Reg   *RegRef `parser:"  @@"`
-	Const *Expr   `parser:"| \"d\" \",\" @@"`
+	Const *Expr   `parser:"  \"d\" \",\" @@"`
+	Reg   *RegRef `parser:"| @@"`
 	Var   *VarRef `parser:"| @@"`
+	Sys   string  `parser:"| @( \"pid\" | \"tid\" | \"procid\" | \"task\" | \"ts\" | \"lp\" )"`
 	MrfKw bool    `parser:"| @\"mrf\""`
 	Size  *Expr   `parser:"  ( \",\" @@ )?"`
 	IO    *Expr   `parser:"| \"io\" \",\" @@"`
-	Sys   string  `parser:"| @( \"pid\" | \"tid\" | \"procid\" | \"task\" | \"ts\" | \"lp\" )"`
 }
 
 // PopOperand is what follows "pop"; nil for a bare "pop".
@@ -195,5 +195,5 @@ type FieldPart struct {
 var stmtParser = participle.MustBuild[Stmt](
 	participle.Lexer(lexDef{}),
 	participle.CaseInsensitive("Ident"),
-	participle.UseLookahead(2),
+	participle.UseLookahead(1),
 )

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/alecthomas/participle/v2"
 	"github.com/alecthomas/participle/v2/lexer"
@@ -176,36 +178,73 @@ func fixColumns(toks []lexer.Token, src *sources) {
 }
 
 // parseStatements parses each statement (the tokens up to an EOL) with the
-// participle grammar, collecting the errors of every statement.
+// participle grammar, collecting the errors of every statement. Statements
+// are independent, so large files are parsed on every CPU.
 func parseStatements(toks []lexer.Token, text string, errs *ErrorList) []*Stmt {
-	var stmts []*Stmt
+	var lines [][]lexer.Token
 	start := 0
 	for i, t := range toks {
-		if t.Type != tokEOL {
-			continue
+		if t.Type == tokEOL {
+			lines = append(lines, toks[start:i+1])
+			start = i + 1
 		}
-		line := toks[start : i+1]
-		start = i + 1
-		eof := lexer.Token{Type: tokEOF, Pos: t.Pos}
-		pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[:len(line):len(line)], eof)})
-		st, err := stmtParser.ParseFromLexer(pl)
-		if err != nil {
-			if line[0].Type == tokLabel && len(line) > 2 {
-				// "label: instr" fails on the instruction; parse it alone
-				// for the error inside it rather than "expected end".
-				pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[1:len(line):len(line)], eof)})
-				if _, ierr := stmtParser.ParseFromLexer(pl); ierr != nil {
-					err = ierr
-					line = line[1:]
-				}
-			}
-			errs.addParse(err, line)
-			continue
-		}
-		fillText(st, text)
-		stmts = append(stmts, st)
 	}
-	return stmts
+	stmts := make([]*Stmt, len(lines))
+	lineErrs := make([]ErrorList, len(lines))
+	parse := func(from, to int) {
+		for i := from; i < to; i++ {
+			stmts[i] = parseStatement(lines[i], text, &lineErrs[i])
+		}
+	}
+	workers := runtime.GOMAXPROCS(0)
+	if len(lines) < 512 || workers < 2 {
+		parse(0, len(lines))
+	} else {
+		var wg sync.WaitGroup
+		chunk := (len(lines) + workers - 1) / workers
+		for from := 0; from < len(lines); from += chunk {
+			wg.Add(1)
+			go func(from, to int) {
+				defer wg.Done()
+				parse(from, to)
+			}(from, min(from+chunk, len(lines)))
+		}
+		wg.Wait()
+	}
+	out := stmts[:0]
+	for i, st := range stmts {
+		*errs = append(*errs, lineErrs[i]...)
+		if st != nil {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// parseStatement parses one statement, or reports why it cannot.
+func parseStatement(line []lexer.Token, text string, errs *ErrorList) *Stmt {
+	if st, ok := fastStatement(line); ok {
+		fillText(st, text)
+		return st
+	}
+	eof := lexer.Token{Type: tokEOF, Pos: line[len(line)-1].Pos}
+	pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[:len(line):len(line)], eof)})
+	st, err := stmtParser.ParseFromLexer(pl)
+	if err != nil {
+		if line[0].Type == tokLabel && len(line) > 2 {
+			// "label: instr" fails on the instruction; parse it alone
+			// for the error inside it rather than "expected end".
+			pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[1:len(line):len(line)], eof)})
+			if _, ierr := stmtParser.ParseFromLexer(pl); ierr != nil {
+				err = ierr
+				line = line[1:]
+			}
+		}
+		errs.addParse(err, line)
+		return nil
+	}
+	fillText(st, text)
+	return st
 }
 
 // fillText sets Value.Text to the value as written.

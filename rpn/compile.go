@@ -35,6 +35,16 @@ type CompileOptions struct {
 // Compile turns a parsed DPDF into a verified module. Every error found is
 // reported, as a dpdf.ErrorList positioned in the user's files.
 func Compile(f *dpdf.File, opts CompileOptions) (*Module, error) {
+	p, err := CompileProgram(f, opts)
+	if err != nil {
+		return nil, err
+	}
+	return p.m, nil
+}
+
+// CompileProgram is Compile returning the loaded program, which saves
+// verifying the module a second time when it is run at once.
+func CompileProgram(f *dpdf.File, opts CompileOptions) (*Program, error) {
 	c := &compiler{f: f, opts: opts, fileIdx: map[string]uint16{}}
 	c.errs = append(c.errs, f.Errors...)
 	c.fileIndex(f.Path)
@@ -49,7 +59,8 @@ func Compile(f *dpdf.File, opts CompileOptions) (*Module, error) {
 	if opts.Symbols != nil {
 		c.m.BuildID = opts.Symbols.BuildID()
 	}
-	if _, err := Load(c.m); err != nil {
+	prog, err := Load(c.m)
+	if err != nil {
 		// The compiler checks operands itself, with columns; what only the
 		// verifier can see (a static call chain deeper than 32) is reported
 		// at the line of the instruction it names.
@@ -65,7 +76,7 @@ func Compile(f *dpdf.File, opts CompileOptions) (*Module, error) {
 		f.Finish(&c.errs)
 		return nil, c.errs
 	}
-	return c.m, nil
+	return prog, nil
 }
 
 type compiler struct {

@@ -106,14 +106,11 @@ func load(c *cli.Context, path string) (*loaded, error) {
 	if set != nil {
 		copts.Symbols = resolver{set}
 	}
-	m, err := rpn.Compile(f, copts)
+	prog, err := rpn.CompileProgram(f, copts)
 	if err != nil {
 		return nil, reportErrors(c, err)
 	}
-	prog, err := rpn.Load(m)
-	if err != nil {
-		return nil, cli.Exit(fmt.Sprintf("%+v", err), 1)
-	}
+	m := prog.Module()
 	deps := append([]string{}, f.Deps...)
 	if set != nil {
 		deps = append(deps, set.Files()...)

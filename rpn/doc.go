@@ -1,0 +1,13 @@
+// Package rpn is the probe machine: the opcode set, the compiler from a
+// parsed DPDF to bytecode, the verifier, the disassembler and the virtual
+// machine that runs a probe's program on every hit. The machine reaches the
+// outside world only through the Env interface (registers, memory that can
+// fault, system values, IO), so the same machine serves gprobes sim, the
+// engine and every target.
+//
+// The trap: bytecode from anywhere (a PPDF file above all) is untrusted.
+// Only Load turns a Module into a runnable Program, after verifying it; a
+// Module must not be changed once loaded, and a Machine runs one hit at a
+// time: use one per CPU or thread, and guard a module's variables and probe
+// state when several machines share them.
+package rpn
