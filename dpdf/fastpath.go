@@ -56,6 +56,94 @@ func parseProd[P any](p *participle.Parser[P], toks []lexer.Token) (*P, bool) {
 	return v, true
 }
 
+// trivialExpr builds the Expr of a one-token expression (a number, a
+// character or a symbol) as the grammar would, without running it: most
+// expressions in a DPDF are one token.
+func trivialExpr(toks []lexer.Token) (*Expr, bool) {
+	if len(toks) != 1 {
+		return nil, false
+	}
+	t := toks[0]
+	v := t.Value
+	p := &Primary{Pos: t.Pos}
+	switch t.Type {
+	case tokInt:
+		p.Num = &v
+	case tokChar:
+		p.Char = &v
+	case tokIdent:
+		if strings.EqualFold(v, "sizeof") || strings.EqualFold(v, "offsetof") {
+			return nil, false
+		}
+		p.Sym = &v
+	default:
+		return nil, false
+	}
+	return &Expr{Pos: t.Pos, Tokens: []lexer.Token{t}, Head: &Unary{Pos: t.Pos, Primary: p}}, true
+}
+
+// expr parses an expression, the one-token case without the grammar.
+func expr(toks []lexer.Token) (*Expr, bool) {
+	if e, ok := trivialExpr(toks); ok {
+		return e, true
+	}
+	return parseProd(exprProd, toks)
+}
+
+// isWord reports whether t is the identifier w, in any case.
+func isWord(t lexer.Token, w string) bool { return t.Type == tokIdent && strings.EqualFold(t.Value, w) }
+
+// fastKV parses "key = value" with a one-token value.
+func fastKV(toks []lexer.Token) (*KeyValue, bool) {
+	if len(toks) != 3 || toks[1].Type != tokPunct || toks[1].Value != "=" {
+		return parseProd(kvProd, toks)
+	}
+	t := toks[2]
+	v := &Value{Pos: t.Pos, Tokens: []lexer.Token{t}}
+	val := t.Value
+	switch t.Type {
+	case tokString:
+		v.Str = &val
+	case tokSrcLine:
+		v.Line = &val
+	default:
+		e, ok := trivialExpr(toks[2:])
+		if !ok {
+			return parseProd(kvProd, toks)
+		}
+		v.Expr = e
+	}
+	return &KeyValue{Pos: toks[0].Pos, Key: toks[0].Value, Value: v}, true
+}
+
+// fastPush handles the common operand forms "d,X", "r,REG" and "lv,I"
+// with a one-token X, and hands anything else to the push production.
+func fastPush(toks []lexer.Token) (*PushOperand, bool) {
+	if len(toks) == 3 && toks[1].Value == "," && toks[1].Type == tokPunct {
+		op := &PushOperand{Pos: toks[0].Pos}
+		switch {
+		case isWord(toks[0], "d"):
+			e, ok := trivialExpr(toks[2:])
+			op.Const = e
+			if ok {
+				return op, true
+			}
+		case isWord(toks[0], "r") || isWord(toks[0], "u"):
+			if toks[2].Type == tokIdent {
+				op.Reg = &RegRef{Pos: toks[0].Pos, Set: toks[0].Value, Name: &Name{Pos: toks[2].Pos, Value: toks[2].Value}}
+				return op, true
+			}
+		case isWord(toks[0], "lv") || isWord(toks[0], "gv"):
+			e, ok := trivialExpr(toks[2:])
+			op.Var = &VarRef{Pos: toks[0].Pos, Space: toks[0].Value, Index: e}
+			if ok {
+				return op, true
+			}
+		}
+	}
+	return parseProd(pushProd, toks)
+}
+
 // fastStatement parses one statement (its tokens, ending with EOL) by
 // dispatching on its first token. It reports false when it cannot, and the
 // caller then uses the full grammar.
@@ -67,7 +155,7 @@ func fastStatement(line []lexer.Token) (*Stmt, bool) {
 	st := &Stmt{Pos: toks[0].Pos}
 	switch toks[0].Type {
 	case tokKey:
-		kv, ok := parseProd(kvProd, toks)
+		kv, ok := fastKV(toks)
 		st.KV = kv
 		return st, ok
 	case tokLabel:
@@ -95,13 +183,13 @@ func fastInstr(toks []lexer.Token) (*Instr, bool) {
 		if len(rest) == 0 {
 			return nil
 		}
-		e, good := parseProd(exprProd, rest)
+		e, good := expr(rest)
 		ok = ok && good
 		return e
 	}
 	switch {
 	case mn == "push":
-		in.Push, ok = parseProd(pushProd, rest)
+		in.Push, ok = fastPush(rest)
 	case mn == "pop":
 		in.PopKw = true
 		if len(rest) > 0 {
@@ -126,7 +214,7 @@ func fastInstr(toks []lexer.Token) (*Instr, bool) {
 		in.Shift = word
 		in.Count = optExpr()
 	case mn == "ros":
-		in.Ros, ok = parseProd(exprProd, rest)
+		in.Ros, ok = expr(rest)
 	case simpleOps[mn]:
 		in.Simple = word
 		ok = len(rest) == 0

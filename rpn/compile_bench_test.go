@@ -1,7 +1,9 @@
 package rpn_test
 
 import (
+	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -51,5 +53,18 @@ func BenchmarkCompile1000(b *testing.B) {
 		if _, err := rpn.Compile(f, rpn.CompileOptions{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+var genPath = flag.String("gen", "", "TestWriteGenerated writes the 1,000-probe DPDF of BenchmarkCompile1000 to this file")
+
+// TestWriteGenerated writes the benchmark's generated DPDF for timing the
+// CLI (scripts/bench); without -gen it does nothing.
+func TestWriteGenerated(t *testing.T) {
+	if *genPath == "" {
+		t.Skip("no -gen")
+	}
+	if err := os.WriteFile(*genPath, []byte(generateDPDF(1000)), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -26,6 +26,9 @@ type dwarfInfo struct {
 	debugLineStr []byte
 	ptrSize      int
 
+	typeUnits  bool // types in .debug_types (-fdebug-types-section): not searched
+	splitDWARF bool // skeleton units whose types are in .dwo files: not read
+
 	linesParsed bool
 	badLines    int // units whose line table could not be parsed
 
@@ -45,6 +48,9 @@ type unitInfo struct {
 	files     []fileName          // the line table's file entries
 	codeLines map[string][]int    // file path -> sorted lines with is_stmt code
 }
+
+// attrGNUDwoName is DW_AT_GNU_dwo_name, the pre-DWARF 5 split-DWARF link.
+const attrGNUDwoName = dwarf.Attr(0x2130)
 
 // fileName is a line-table file entry: as delve's parser spells it (the key
 // of its lookups), and cleaned and made absolute with the unit's compilation
@@ -123,6 +129,9 @@ func readDWARF(t *Table) (*dwarfInfo, error) {
 		if v, ok := e.Val(dwarf.AttrStmtList).(int64); ok {
 			u.stmtList = v
 		}
+		if e.Tag == dwarf.TagSkeletonUnit || e.Val(dwarf.AttrDwoName) != nil || e.Val(attrGNUDwoName) != nil {
+			dw.splitDWARF = true
+		}
 		dw.units = append(dw.units, u)
 		r.SkipChildren()
 	}
@@ -185,6 +194,7 @@ func readSections(ef *elf.File, f *os.File, fileSize int64, dw *dwarfInfo) (*dwa
 			}
 		}
 	}
+	dw.typeUnits = len(types) > 0
 	for i, b := range types {
 		if err := d.AddTypes(fmt.Sprintf("types-%d", i), b); err != nil {
 			return nil, err

@@ -52,14 +52,15 @@ func openELF(path string, f *os.File) (*Table, error) {
 		return nil, fmt.Errorf("open %s: %w", path, ErrStripped)
 	}
 	n := len(syms) + len(dsyms)
-	t.syms, t.links, t.byName = make([]entry, 0, n), make([]link, 0, n), make(map[string]int32, n)
+	t.syms = make([]entry, 0, n)
 	if t.relocatable {
 		// Symbol values in a .o or .ko are offsets in their sections; the
 		// addresses exist only once the object is loaded. Keep the names so
 		// that a failed lookup can say so.
+		t.reloc = map[string]bool{}
 		for _, s := range syms {
 			if defined(s) {
-				t.byName[s.Name] = -1
+				t.reloc[s.Name] = true
 			}
 		}
 		return t, nil
@@ -87,6 +88,7 @@ func openELF(path string, f *os.File) (*Table, error) {
 		}
 		t.add(e)
 	}
+	t.names.build(t.syms)
 	return t, nil
 }
 

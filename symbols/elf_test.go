@@ -3,6 +3,8 @@ package symbols
 import (
 	"encoding/hex"
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -239,5 +241,49 @@ func TestStripped(t *testing.T) {
 	}
 	if _, err := s.Sizeof("int"); !errors.Is(err, ErrNoDWARF) || !strings.Contains(err.Error(), "built with -g") {
 		t.Errorf("Sizeof on stripped = %v; want ErrNoDWARF", err)
+	}
+}
+
+func TestCorruptELF(t *testing.T) {
+	f := needFixtures(t)
+	b, err := os.ReadFile(f.prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		data []byte
+		err  string
+	}{
+		{"magic only", []byte("\x7fELF"), "read ELF"},
+		{"truncated header", b[:40], "read ELF"},
+		{"bad class", append([]byte("\x7fELF\x09"), b[5:64]...), "read ELF"},
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_"))
+		if err := os.WriteFile(path, tc.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(path)
+		if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: Open = %v; want an error naming the file and containing %q", tc.name, err, tc.err)
+		}
+	}
+
+	// The file changes between Open and the first DWARF query.
+	path := filepath.Join(dir, "changing")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tb := mustOpen(t, path)
+	other, err := os.ReadFile(f.nopie)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, other, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewSet(tb).Sizeof("int"); !errors.Is(err, ErrChanged) {
+		t.Errorf("Sizeof after the file changed = %v; want ErrChanged", err)
 	}
 }

@@ -18,16 +18,19 @@ import (
 
 type fixtures struct {
 	dir     string
-	prog    string // PIE, -g (DWARF 5), sources compiled by relative path
-	nopie   string // -no-pie, -gdwarf-4, sources compiled by absolute path
-	zlib    string // -gz=zlib: SHF_COMPRESSED debug sections
-	zdebug  string // -gz=zlib-gnu: .zdebug_* sections
-	strip   string // libfix.so stripped: .dynsym only, no DWARF
-	lib     string // shared library with versioned symbols
-	obj     string // other.o: ET_REL
-	sysmap  string // nm -n prog
-	layout  string // output of the layout program: the sizeof/offsetof oracle
-	src     string // copy of testdata/src in dir
+	prog    string   // PIE, -g (DWARF 5), sources compiled by relative path
+	nopie   string   // -no-pie, -gdwarf-4, sources compiled by absolute path
+	zlib    string   // -gz=zlib: SHF_COMPRESSED debug sections
+	zdebug  string   // -gz=zlib-gnu: .zdebug_* sections; "" when the toolchain cannot
+	skipped []string // optional builds the toolchain refused
+	typesec string   // -gdwarf-4 -fdebug-types-section: types in .debug_types
+	split   string   // -gsplit-dwarf: types in .dwo files
+	strip   string   // libfix.so stripped: .dynsym only, no DWARF
+	lib     string   // shared library with versioned symbols
+	obj     string   // other.o: ET_REL
+	sysmap  string   // nm -n prog
+	layout  string   // output of the layout program: the sizeof/offsetof oracle
+	src     string   // copy of testdata/src in dir
 	markers map[string]markerLine
 }
 
@@ -89,6 +92,7 @@ func buildFixtures() (*fixtures, error) {
 	out := func(name string) string { return filepath.Join(dir, name) }
 	f.prog, f.nopie, f.zlib, f.zdebug = out("prog"), out("prog-nopie"), out("prog-zlib"), out("prog-zdebug")
 	f.strip, f.lib, f.obj, f.sysmap = out("libfix-stripped.so"), out("libfix.so"), out("other.o"), out("System.map")
+	f.typesec, f.split = out("prog-types"), out("prog-split")
 	srcs := []string{"main.c", "other.c", "fs/open.c", "xfs/open.c"}
 	abs := make([]string, len(srcs))
 	for i, s := range srcs {
@@ -98,7 +102,8 @@ func buildFixtures() (*fixtures, error) {
 		append([]string{"gcc", "-g", "-O0", "-fPIE", "-pie", "-o", f.prog}, srcs...),
 		append([]string{"gcc", "-gdwarf-4", "-O0", "-fno-pie", "-no-pie", "-o", f.nopie}, abs...),
 		append([]string{"gcc", "-g", "-gz=zlib", "-O0", "-o", f.zlib}, srcs...),
-		append([]string{"gcc", "-g", "-gz=zlib-gnu", "-O0", "-o", f.zdebug}, srcs...),
+		append([]string{"gcc", "-gdwarf-4", "-fdebug-types-section", "-O0", "-o", f.typesec}, srcs...),
+		append([]string{"gcc", "-g", "-gsplit-dwarf", "-O0", "-o", f.split}, srcs...),
 		{"gcc", "-g", "-O0", "-fPIC", "-shared", "-Wl,--version-script=lib.map", "-o", f.lib, "lib.c"},
 		{"gcc", "-g", "-O0", "-c", "-o", f.obj, "other.c"},
 		{"gcc", "-O0", "-o", out("layout"), "layout.c"},
@@ -110,6 +115,13 @@ func buildFixtures() (*fixtures, error) {
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return f, fmt.Errorf("%s: %v\n%s", strings.Join(s, " "), err, b)
 		}
+	}
+	// Newer binutils may have dropped the GNU .zdebug format: optional.
+	cmd := exec.Command("gcc", append([]string{"-g", "-gz=zlib-gnu", "-O0", "-o", f.zdebug}, srcs...)...)
+	cmd.Dir = f.src
+	if b, err := cmd.CombinedOutput(); err != nil {
+		f.skipped = append(f.skipped, fmt.Sprintf("gcc -gz=zlib-gnu: %v: %s", err, b))
+		f.zdebug = ""
 	}
 	b, err := exec.Command("nm", "-n", f.prog).Output()
 	if err != nil {
@@ -146,6 +158,22 @@ func findMarkers(dir string, files []string) (map[string]markerLine, error) {
 		fh.Close()
 	}
 	return m, nil
+}
+
+// builds returns the non-empty paths, logging the optional builds that the
+// toolchain refused.
+func (f *fixtures) builds(t testing.TB, paths ...string) []string {
+	t.Helper()
+	for _, s := range f.skipped {
+		t.Logf("optional fixture not built: %s", s)
+	}
+	var out []string
+	for _, p := range paths {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // marker returns a tagged line, failing the test when it is missing.

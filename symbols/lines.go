@@ -151,7 +151,13 @@ func (s *Set) LineAddr(file string, lineNo int) (addr uint64, actualLine int, er
 	}
 	var groups []group
 	for k, pc := range pcs {
-		fn, ok := s.SymbolAt(pc)
+		// The function comes from the file that has the line, so that files
+		// with overlapping link-time addresses (a PIE and a shared library)
+		// do not mix; failing that, from any file (vmlinux with System.map).
+		fn, ok := NewSet(owners[k]).SymbolAt(pc)
+		if !ok {
+			fn, ok = s.SymbolAt(pc)
+		}
 		found := false
 		for g := range groups {
 			if ok && groups[g].known && groups[g].fn.Addr == fn.Addr && groups[g].fn.Name == fn.Name {

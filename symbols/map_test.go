@@ -217,3 +217,22 @@ func TestSystemMapFromNM(t *testing.T) {
 		t.Errorf("Files = %q", got)
 	}
 }
+
+// TestNameIndexLarge looks up every name of a map large enough for the radix
+// sort, and a few that are missing.
+func TestNameIndexLarge(t *testing.T) {
+	path := writeMap(t, 5000, true)
+	tb := mustOpen(t, path)
+	s := NewSet(tb)
+	for i, e := range tb.syms {
+		got, err := s.Lookup(e.Name)
+		if err != nil || got != e.Symbol {
+			t.Fatalf("Lookup(%s) = %+v, %v; want %+v (line %d)", e.Name, got, err, e.Symbol, i+1)
+		}
+	}
+	for _, name := range []string{"", "do_sys_open", "do_sys_open_5000", "tcp_v4_rcv_4"} {
+		if _, err := s.Lookup(name); err == nil {
+			t.Errorf("Lookup(%q) succeeded", name)
+		}
+	}
+}

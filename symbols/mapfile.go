@@ -98,6 +98,7 @@ func parseMap(path string, r io.Reader, size int64) (*Table, error) {
 	if allZero {
 		return nil, fmt.Errorf("open %s: %w", path, ErrZeroAddresses)
 	}
+	t.names.build(t.syms)
 	return t, nil
 }
 

@@ -172,10 +172,16 @@ func (s *Set) notFound(name, module string, byModule bool) error {
 	sg := newSuggester(name, false)
 	var reloc []string
 	for _, t := range s.tables {
-		for n := range t.byName {
+		for i := range t.syms {
+			sg.add(t.syms[i].Name)
+			if t.syms[i].ver != verNone {
+				sg.add(bareName(t.syms[i].Name))
+			}
+		}
+		for n := range t.reloc {
 			sg.add(n)
 		}
-		if _, ok := t.byName[name]; ok && t.relocatable {
+		if t.reloc[name] {
 			reloc = append(reloc, t.path)
 		}
 	}
@@ -192,7 +198,10 @@ func (s *Set) notFound(name, module string, byModule bool) error {
 // Nearest is the reverse lookup: the symbol at or preceding addr (the last
 // one whose address is not above addr), and addr's offset from it. Absolute
 // ('A'), debugging ('N') and undefined symbols are not considered. Among
-// tables, the closest symbol wins.
+// tables, the closest symbol wins: the reverse lookups take the files of a
+// set to share one address space (vmlinux, its System.map, kallsyms with
+// modules). A program and its shared libraries have overlapping link-time
+// addresses; ask a Set of the one file.
 func (s *Set) Nearest(addr uint64) (sym Symbol, off uint64, ok bool) {
 	var best sourced
 	found := false

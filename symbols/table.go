@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 )
 
@@ -56,9 +55,9 @@ type Table struct {
 	fileSize    int64 // checked when the file is opened again for DWARF
 	hasDWARF    bool
 
-	syms   []entry
-	byName map[string]int32 // exact names, and bare names of versioned ones -> head of a chain in links; -1: no definition
-	links  []link
+	syms  []entry
+	names nameIndex
+	reloc map[string]bool // names defined in a relocatable object, which has no addresses
 
 	mu     sync.Mutex
 	byAddr []int32 // indices of addressable symbols, sorted by address; built lazily
@@ -116,57 +115,24 @@ func (t *Table) HasDWARF() bool { return t.hasDWARF }
 // Len is the number of symbol definitions the table holds.
 func (t *Table) Len() int { return len(t.syms) }
 
-// link is a node of the chains of definitions that share a name. Chains in
-// one slice, rather than a slice per name, keep loading a 200,000-line map to
-// one allocation for all of them.
-type link struct {
-	sym  int32 // index in syms
-	next int32 // next node, -1 at the end
-}
-
 // newTable returns an empty table sized for about n symbols.
 func newTable(path, format string, n int) *Table {
-	return &Table{
-		path:   path,
-		format: format,
-		syms:   make([]entry, 0, n),
-		links:  make([]link, 0, n),
-		byName: make(map[string]int32, n),
-	}
+	return &Table{path: path, format: format, syms: make([]entry, 0, n)}
 }
 
-// add appends a definition and indexes its name (and, for a versioned name,
-// its bare name).
+// add appends a definition; names.build, run once after the last add, makes
+// the definitions visible to lookups.
 func (t *Table) add(e entry) {
-	i := int32(len(t.syms))
 	t.syms = append(t.syms, e)
-	t.link(e.Name, i)
-	if e.ver != verNone {
-		t.link(e.Name[:strings.IndexByte(e.Name, '@')], i)
-	}
-}
-
-// link makes node i the head of name's chain.
-func (t *Table) link(name string, i int32) {
-	next := int32(-1)
-	if h, ok := t.byName[name]; ok {
-		next = h
-	}
-	t.byName[name] = int32(len(t.links))
-	t.links = append(t.links, link{sym: i, next: next})
 }
 
 // candidates returns the definitions name has in this table: exact names
 // first; failing those, the default version of a versioned name; failing
 // that, every hidden version. .symtab definitions hide .dynsym ones.
 func (t *Table) candidates(name string) []entry {
-	h, ok := t.byName[name]
-	if !ok {
-		return nil
-	}
 	var exact, dflt, hidden []entry
-	for ; h >= 0; h = t.links[h].next {
-		e := t.syms[t.links[h].sym]
+	t.names.lookup(t.syms, name, func(i int32) {
+		e := t.syms[i]
 		switch {
 		case e.Name == name:
 			exact = append(exact, e)
@@ -175,7 +141,7 @@ func (t *Table) candidates(name string) []entry {
 		default:
 			hidden = append(hidden, e)
 		}
-	}
+	})
 	pick := exact
 	if len(pick) == 0 {
 		pick = dflt

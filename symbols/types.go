@@ -162,6 +162,18 @@ func (s *Set) eachTable(tables []*Table, tn typeName, f func(*dwarfInfo, die) (u
 		t.mu.Unlock()
 	}
 	e.Suggestions = sg.names()
+	var hints []string
+	for _, t := range tables {
+		t.mu.Lock()
+		if t.dw != nil && t.dw.typeUnits {
+			hints = append(hints, t.path+" keeps types in .debug_types, which gprobes does not search: rebuild it without -fdebug-types-section")
+		}
+		if t.dw != nil && t.dw.splitDWARF {
+			hints = append(hints, t.path+" keeps its types in .dwo files (-gsplit-dwarf), which gprobes does not read: rebuild it without -gsplit-dwarf")
+		}
+		t.mu.Unlock()
+	}
+	e.Hint = strings.Join(hints, "; ")
 	return 0, e
 }
 

@@ -13,7 +13,7 @@ import (
 // object) must give the same numbers.
 func TestLayoutAgainstC(t *testing.T) {
 	f := needFixtures(t)
-	for _, bin := range []string{f.prog, f.nopie, f.zlib, f.zdebug, f.obj} {
+	for _, bin := range f.builds(t, f.prog, f.nopie, f.zlib, f.zdebug, f.obj) {
 		s := NewSet(mustOpen(t, bin))
 		n := 0
 		for _, line := range strings.Split(strings.TrimSpace(f.layout), "\n") {
@@ -172,6 +172,26 @@ func TestParseTypeName(t *testing.T) {
 		got, err := parseTypeName(tt.in)
 		if err != nil || got.key != tt.key || got.ptr != tt.ptr {
 			t.Errorf("parseTypeName(%q) = %+v, %v; want %q with %d pointers", tt.in, got, err, tt.key, tt.ptr)
+		}
+	}
+}
+
+// TestUnsupportedDWARF: type units and split DWARF are not read; the error
+// says so and how to rebuild, and line lookups still work.
+func TestUnsupportedDWARF(t *testing.T) {
+	f := needFixtures(t)
+	after := f.marker(t, "after_nocode")
+	for _, tc := range []struct{ bin, hint string }{
+		{f.typesec, "rebuild it without -fdebug-types-section"},
+		{f.split, "rebuild it without -gsplit-dwarf"},
+	} {
+		s := NewSet(mustOpen(t, tc.bin))
+		var nf *NotFoundError
+		if _, err := s.Sizeof("struct layout"); !errors.As(err, &nf) || !strings.Contains(err.Error(), tc.hint) {
+			t.Errorf("%s: Sizeof = %v; want a NotFoundError saying %q", tc.bin, err, tc.hint)
+		}
+		if _, line, err := s.LineAddr("main.c", after.line-1); err != nil || line != after.line {
+			t.Errorf("%s: LineAddr = %d, %v; want line %d", tc.bin, line, err, after.line)
 		}
 	}
 }
