@@ -403,3 +403,108 @@ func TestCLIReferenceIsCurrent(t *testing.T) {
 		t.Errorf("completion candidates: %q %v", c, err)
 	}
 }
+
+// build --symbols with a real ELF built with -g: a symbol, a source line, a
+// struct layout and a global resolve at build time, to the values nm and
+// the compiler give, and the PPDF records the ELF build ID.
+func TestBuildWithELFSymbols(t *testing.T) {
+	need(t, "gcc", "nm", "readelf")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "prog.c")
+	os.WriteFile(src, []byte(`#include <stddef.h>
+#include <stdio.h>
+struct req { long id; char name[16]; int flags; };
+struct req current = { 7, "x", 1 };
+int handle(struct req *r) {
+	int n = r->flags * 2;   /* line 6 */
+	return n + (int)r->id;
+}
+int main(void) {
+	printf("%zu %zu\n", offsetof(struct req, flags), sizeof(struct req));
+	return handle(&current) == 0;
+}
+`), 0o644)
+	bin := filepath.Join(dir, "prog")
+	if out, err := exec.Command("gcc", "-g", "-O0", "-Wl,--build-id", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	layout, err := exec.Command(bin).Output()
+	if err != nil && len(layout) == 0 {
+		t.Fatal(err)
+	}
+	var offFlags, size uint64
+	fmt.Sscan(string(layout), &offFlags, &size)
+	nm, _ := exec.Command("nm", bin).Output()
+	addr := func(sym string) uint64 {
+		for _, l := range strings.Split(string(nm), "\n") {
+			f := strings.Fields(l)
+			if len(f) == 3 && f[2] == sym {
+				var v uint64
+				fmt.Sscanf(f[0], "%x", &v)
+				return v
+			}
+		}
+		t.Fatalf("nm has no %s", sym)
+		return 0
+	}
+	probe := filepath.Join(dir, "p.dpdf")
+	os.WriteFile(probe, []byte(`name = prog
+modtype = user
+offset = handle
+push d,offsetof(struct req, flags)
+push d,sizeof(struct req)
+push d,current
+log 3
+exit
+offset = prog.c:6
+exit
+`), 0o644)
+	pp := filepath.Join(dir, "p.ppdf")
+	mustRun(t, "build", probe, "--symbols", bin, "-o", pp)
+	out := mustRun(t, "disasm", pp)
+	if want := fmt.Sprintf("offset = handle = %#x", addr("handle")); !strings.Contains(out, want) {
+		t.Errorf("disasm lacks %q:\n%s", want, out)
+	}
+	// the line is inside handle, past its start
+	var lineAddr uint64
+	if i := strings.Index(out, "offset = prog.c:6 = "); i < 0 {
+		t.Errorf("source line not resolved:\n%s", out)
+	} else {
+		fmt.Sscanf(out[i+len("offset = prog.c:6 = "):], "0x%x", &lineAddr)
+		if lineAddr <= addr("handle") || lineAddr >= addr("main") {
+			t.Errorf("prog.c:6 at %#x, outside handle (%#x..%#x)", lineAddr, addr("handle"), addr("main"))
+		}
+	}
+	readelf, _ := exec.Command("readelf", "-n", bin).Output()
+	if i := strings.Index(string(readelf), "Build ID: "); i < 0 || !strings.Contains(out, "build-id "+strings.Fields(string(readelf)[i+10:])[0]) {
+		t.Errorf("build id missing from the PPDF:\n%s", out)
+	}
+	// sim runs the resolved constants
+	h := hits(t, simJSON(t, pp))
+	want := fmt.Sprintf("%016x%016x%016x", le(offFlags), le(size), le(addr("current")))
+	if h[0]["log"] != want {
+		t.Errorf("log %v, want %s", h[0]["log"], want)
+	}
+	// without the symbols, the same DPDF keeps its symbolic values and sim refuses them
+	pp2 := filepath.Join(dir, "p2.ppdf")
+	mustRun(t, "build", probe, "-o", pp2)
+	if _, errs, code := gprobes(t, "sim", pp2); code == 0 || !strings.Contains(errs, "needs symbols") {
+		t.Errorf("sim without symbols: %d %s", code, errs)
+	}
+	// a misspelt symbol is an error at its position, with a suggestion
+	os.WriteFile(probe, []byte("name = prog\nmodtype = user\noffset = handel\nexit\n"), 0o644)
+	_, errs, code := gprobes(t, "check", probe, "--symbols", bin)
+	if code != 1 || !strings.Contains(errs, probe+":3:10: ") || !strings.Contains(errs, `"handle"`) {
+		t.Errorf("misspelt symbol: %d %s", code, errs)
+	}
+}
+
+// le returns v with its bytes reversed, so %016x prints it little-endian.
+func le(v uint64) uint64 {
+	var r uint64
+	for i := 0; i < 8; i++ {
+		r = r<<8 | v&0xff
+		v >>= 8
+	}
+	return r
+}
