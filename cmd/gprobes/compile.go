@@ -161,9 +161,9 @@ func checkCommand() *cli.Command {
 						unresolved++
 					}
 				}
-				fmt.Fprintf(c.App.Writer, "%s: ok: module %q, %d probes, %d bytes of bytecode", path, l.mod.Name, len(l.mod.Probes), len(l.mod.Code))
+				fmt.Fprintf(c.App.Writer, "%s: ok: module %q, %s, %d bytes of bytecode", path, l.mod.Name, plural(len(l.mod.Probes), "probe"), len(l.mod.Code))
 				if unresolved > 0 {
-					fmt.Fprintf(c.App.Writer, ", %d symbolic values resolved at insert", unresolved)
+					fmt.Fprintf(c.App.Writer, ", %s left for insert-time resolution", plural(unresolved, "symbolic value"))
 				}
 				fmt.Fprintln(c.App.Writer)
 			}
@@ -213,10 +213,18 @@ func buildCommand() *cli.Command {
 					return cli.Exit(err.Error(), 1)
 				}
 			}
-			fmt.Fprintf(c.App.Writer, "%s: module %q, %d probes, %d bytes of bytecode\n", out, l.mod.Name, len(l.mod.Probes), len(l.mod.Code))
+			fmt.Fprintf(c.App.Writer, "%s: module %q, %s, %d bytes of bytecode\n", out, l.mod.Name, plural(len(l.mod.Probes), "probe"), len(l.mod.Code))
 			return nil
 		},
 	}
+}
+
+// plural spells "1 probe", "2 probes".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // writeDepfile writes a make rule "target: deps..." plus an empty rule for
