@@ -1,0 +1,427 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gprobes/gprobes/daemon"
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/ppdf"
+	"github.com/gprobes/gprobes/ptrace"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+func socketFlag() cli.Flag {
+	return &cli.StringFlag{Name: "socket", EnvVars: []string{"GPROBES_SOCKET"},
+		Usage: "the daemon's Unix `SOCKET` (default: /run/gprobes/gprobes.sock as root, $XDG_RUNTIME_DIR/gprobes.sock otherwise)"}
+}
+
+func socketOf(c *cli.Context) string {
+	if s := c.String("socket"); s != "" {
+		return s
+	}
+	return daemon.DefaultSocket()
+}
+
+func client(c *cli.Context) *daemon.Client { return daemon.NewClient(socketOf(c)) }
+
+func daemonCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "daemon",
+		Usage: "run the probe manager: it holds inserted probes, variables and the log, and serves the other commands on a Unix socket",
+		Description: `The daemon serves the API of docs/api.md (HTTP with JSON) on its socket, mode 0600. Committed
+records go to log.jsonl in the state folder and to syslog. On SIGTERM or SIGINT it takes every
+probe out, lets every target go on with its original code, and exits.`,
+		Flags: []cli.Flag{
+			socketFlag(),
+			&cli.StringFlag{Name: "state", EnvVars: []string{"GPROBES_STATE"}, Usage: "state `DIR` for the log and dumps (default: /var/lib/gprobes as root, $XDG_STATE_HOME/gprobes otherwise)"},
+		},
+		Action: func(c *cli.Context) error {
+			state := c.String("state")
+			if state == "" {
+				state = daemon.DefaultState()
+			}
+			srv, err := daemon.New(socketOf(c), state)
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			if err := srv.Listen(); err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			served := make(chan error, 1)
+			go func() { served <- srv.Serve() }()
+			fmt.Fprintf(c.App.Writer, "gprobes daemon %d serving %s, state %s\n", os.Getpid(), socketOf(c), state)
+			select {
+			case sig := <-sigs:
+				fmt.Fprintf(c.App.Writer, "%v: removing every probe\n", sig)
+			case err := <-served:
+				if err != nil {
+					srv.Shutdown()
+					return cli.Exit(err.Error(), 1)
+				}
+			}
+			if err := srv.Shutdown(); err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			return nil
+		},
+	}
+}
+
+func insertCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "insert",
+		Usage:     "insert a module's probes into a target (pid:N, exec:PATH ARGS)",
+		ArgsUsage: "FILE.dpdf|FILE.ppdf",
+		Flags: append(sourceFlags(), socketFlag(),
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach) or exec:PATH ARGS (start it)", Required: true},
+			&cli.BoolFlag{Name: "merge", Usage: "add the probes to the module of that name already in"},
+			&cli.BoolFlag{Name: "replace", Usage: "replace the module of that name already in"},
+			&cli.BoolFlag{Name: "json", Usage: "print the probes as JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("insert: name one DPDF or PPDF file", 2)
+			}
+			if c.Bool("merge") && c.Bool("replace") {
+				return cli.Exit("insert: --merge or --replace, not both", 2)
+			}
+			l, err := load(c, c.Args().First())
+			if err != nil {
+				return err
+			}
+			pack, err := ppdf.Encode(l.mod)
+			if err != nil {
+				return cli.Exit(err.Error(), 1)
+			}
+			mode := ""
+			if c.Bool("merge") {
+				mode = "merge"
+			} else if c.Bool("replace") {
+				mode = "replace"
+			}
+			resp, err := client(c).Insert(c.String("target"), mode, pack)
+			if err != nil {
+				return cli.Exit("insert: "+err.Error(), 1)
+			}
+			if c.Bool("json") {
+				return json.NewEncoder(c.App.Writer).Encode(resp)
+			}
+			printProbes(c.App.Writer, resp.Probes)
+			bad := 0
+			for _, p := range resp.Probes {
+				if p.State == engine.StateRefused || p.State == engine.StateMismatch {
+					bad++
+				}
+			}
+			if bad > 0 {
+				return cli.Exit(fmt.Sprintf("insert: %s of %d refused (the others are in)", plural(bad, "probe"), len(resp.Probes)), 1)
+			}
+			return nil
+		},
+	}
+}
+
+func printProbes(w io.Writer, probes []daemon.TargetProbe) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tMODULE\tMINOR\tLOCATION\tADDRESS\tSTATE\tHOW\tHITS\tSKIPPED\tFAULTS\tREASON")
+	for _, p := range probes {
+		addr := "-"
+		if p.Address != 0 {
+			addr = fmt.Sprintf("%#x", p.Address)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", p.Target, p.Module, p.Minor, p.Location, addr,
+			p.State, dash(p.How), p.Hits, p.Skipped, p.Faults, p.Reason)
+	}
+	tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func removeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "remove",
+		Usage:     "remove a module's probes (or some, by minor), or every probe with --all; the original code is restored",
+		ArgsUsage: "NAME",
+		Flags: []cli.Flag{socketFlag(),
+			&cli.IntSliceFlag{Name: "minor", Usage: "remove only the probes with minor code `N` (repeatable)"},
+			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "remove every module"},
+		},
+		Action: func(c *cli.Context) error {
+			req := daemon.RemoveRequest{All: c.Bool("all"), Module: c.Args().First()}
+			if !req.All && c.NArg() != 1 {
+				return cli.Exit("remove: name a module, or --all", 2)
+			}
+			for _, m := range c.IntSlice("minor") {
+				req.Minors = append(req.Minors, uint16(m))
+			}
+			n, err := client(c).Remove(req)
+			if err != nil {
+				return cli.Exit("remove: "+err.Error(), 1)
+			}
+			fmt.Fprintf(c.App.Writer, "removed %s\n", plural(n, "probe"))
+			return nil
+		},
+	}
+}
+
+func getvarsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "getvars",
+		Usage:     "print the local variables of a module (or of all with --all) and the global variables",
+		ArgsUsage: "[NAME]",
+		Flags: []cli.Flag{socketFlag(),
+			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "every module"},
+			&cli.BoolFlag{Name: "reset", Usage: "reset them to zero after reading"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			module := c.Args().First()
+			if module == "" && !c.Bool("all") {
+				return cli.Exit("getvars: name a module, or --all", 2)
+			}
+			resp, err := client(c).Vars(module, c.Bool("reset"))
+			if err != nil {
+				return cli.Exit("getvars: "+err.Error(), 1)
+			}
+			if c.Bool("json") {
+				return json.NewEncoder(c.App.Writer).Encode(resp)
+			}
+			printVars(c.App.Writer, resp)
+			return nil
+		},
+	}
+}
+
+func printVars(w io.Writer, resp *daemon.VarsResponse) {
+	for _, m := range resp.Modules {
+		fmt.Fprintf(w, "%s %s: lv", m.Target, m.Module)
+		if len(m.LV) == 0 {
+			fmt.Fprint(w, " (none)")
+		}
+		for i, v := range m.LV {
+			fmt.Fprintf(w, " %d=%s", i, v)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(resp.GV) > 0 {
+		fmt.Fprint(w, "gv:")
+		for i, v := range resp.GV {
+			fmt.Fprintf(w, " %d=%s", i, v)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func queryCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "query",
+		Usage:     "list probes: location, address, state (active, pending, disabled, mismatch, refused, gone), hits, skipped, faults",
+		ArgsUsage: "[NAME]",
+		Flags: []cli.Flag{socketFlag(),
+			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "every module"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			module := c.Args().First()
+			if module == "" && !c.Bool("all") {
+				return cli.Exit("query: name a module, or --all", 2)
+			}
+			probes, err := client(c).Probes(module)
+			if err != nil {
+				return cli.Exit("query: "+err.Error(), 1)
+			}
+			if c.Bool("json") {
+				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"probes": probes})
+			}
+			printProbes(c.App.Writer, probes)
+			return nil
+		},
+	}
+}
+
+func logCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "log",
+		Usage: "print the committed log stream, and with --follow the records committed from now on",
+		Flags: []cli.Flag{socketFlag(),
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new records"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON lines as stored"},
+		},
+		Action: func(c *cli.Context) error {
+			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer cancel()
+			enc := json.NewEncoder(c.App.Writer)
+			err := client(c).Log(ctx, c.Bool("follow"), func(l *daemon.LogLine) error {
+				if c.Bool("json") {
+					return enc.Encode(l)
+				}
+				_, err := fmt.Fprintln(c.App.Writer, l.Text())
+				return err
+			})
+			if err != nil {
+				return cli.Exit("log: "+err.Error(), 1)
+			}
+			return nil
+		},
+	}
+}
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "one shot, no daemon: start COMMAND (or attach to --target), insert FILE, print records as they commit, then the variables and probes",
+		ArgsUsage: "FILE -- COMMAND [ARGS...]",
+		Flags: append(sourceFlags(),
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `pid:N` instead of starting a command"},
+			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary"},
+			&cli.StringFlag{Name: "dumps", Value: ".", Usage: "`DIR` for the core dumps of exit 3"},
+		),
+		Action: func(c *cli.Context) error {
+			args := c.Args().Slice()
+			if len(args) == 0 {
+				return cli.Exit("run: name a DPDF or PPDF file, then -- COMMAND, or --target pid:N", 2)
+			}
+			file, command := args[0], args[1:]
+			if len(command) == 0 && c.String("target") == "" {
+				return cli.Exit("run: give a command after --, or --target pid:N", 2)
+			}
+			l, err := load(c, file)
+			if err != nil {
+				return err
+			}
+			return runOnce(c, l.mod, command)
+		},
+	}
+}
+
+func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
+	var open func() (engine.Target, error)
+	target := c.String("target")
+	if target != "" {
+		var pid int
+		if _, err := fmt.Sscanf(target, "pid:%d", &pid); err != nil || pid <= 0 {
+			return cli.Exit(fmt.Sprintf("run: --target %q: want pid:N", target), 2)
+		}
+		open = ptrace.Attach(pid)
+	} else {
+		path, err := exec.LookPath(command[0])
+		if err != nil {
+			return cli.Exit("run: "+err.Error(), 1)
+		}
+		open = ptrace.Exec(path, command, os.Environ(), "")
+	}
+	out := c.App.Writer
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	exitCode := -1
+	var mainPid int
+	eng, err := engine.Start(open, engine.Options{
+		Sink: engine.SinkFunc(func(r *engine.Record) {
+			if c.Bool("quiet") {
+				return
+			}
+			l := daemon.FromRecord(target, r)
+			mu.Lock()
+			defer mu.Unlock()
+			if c.Bool("json") {
+				enc.Encode(&l)
+			} else {
+				fmt.Fprintln(out, l.Text())
+			}
+		}),
+		DumpDir: c.String("dumps"),
+		OnExit: func(space int, how string, code int) {
+			if space == mainPid {
+				exitCode = code
+			}
+		},
+		Warn: func(msg string) { fmt.Fprintln(c.App.ErrWriter, "gprobes:", msg) },
+	})
+	if err != nil {
+		return cli.Exit("run: "+err.Error(), 1)
+	}
+	mainPid = eng.Pid()
+	probes, err := eng.Insert(mod, engine.InsertNew)
+	if err != nil {
+		eng.Close()
+		return cli.Exit("run: "+err.Error(), 1)
+	}
+	for _, p := range probes {
+		if p.State == engine.StateRefused || p.State == engine.StateMismatch {
+			fmt.Fprintf(c.App.ErrWriter, "gprobes: probe %s (minor %d) %s: %s\n", p.Location, p.Minor, p.State, p.Reason)
+		}
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if err := eng.Go(); err != nil {
+		return cli.Exit("run: "+err.Error(), 1)
+	}
+	interrupted := false
+	select {
+	case <-eng.Done():
+	case <-waitGone(eng):
+	case <-sigs:
+		interrupted = true
+	}
+	// the summary: variables and probes
+	for _, name := range eng.Modules() {
+		lv, gv, err := eng.Vars(name, false)
+		if err == nil {
+			printVars(out, &daemon.VarsResponse{Modules: []daemon.VarsModule{{Target: fmt.Sprintf("pid:%d", mainPid), Module: name, LV: decimalStrings(lv)}}, GV: decimalStrings(gv)})
+		}
+	}
+	var tps []daemon.TargetProbe
+	for _, p := range eng.Query() {
+		tps = append(tps, daemon.TargetProbe{Target: fmt.Sprintf("pid:%d", mainPid), ProbeInfo: p})
+	}
+	printProbes(out, tps)
+	if err := eng.Close(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		fmt.Fprintln(c.App.ErrWriter, "gprobes:", err)
+	}
+	if interrupted || exitCode < 0 {
+		return nil
+	}
+	if exitCode != 0 {
+		return cli.Exit("", exitCode)
+	}
+	return nil
+}
+
+// waitGone is closed when the engine's target has ended.
+func waitGone(e *engine.Engine) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		e.WaitGone()
+		close(ch)
+	}()
+	return ch
+}
+
+func decimalStrings(v []uint64) []string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = fmt.Sprint(x)
+	}
+	return out
+}

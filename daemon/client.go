@@ -1,0 +1,141 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"syscall"
+)
+
+// Client talks to a daemon over its socket.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client of the daemon at socket.
+func NewClient(socket string) *Client {
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+}
+
+// ErrNoDaemon means nothing listens on the socket.
+var ErrNoDaemon = errors.New("no gprobes daemon")
+
+func (c *Client) do(method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://gprobes"+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("%w on %s: start one with \"gprobes daemon\" (or set --socket / GPROBES_SOCKET)", ErrNoDaemon, c.socket)
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		if e.Error == "" {
+			e.Error = resp.Status
+		}
+		return errors.New(e.Error)
+	}
+	if out != nil {
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
+}
+
+// Insert sends a PPDF-encoded module to insert into target.
+func (c *Client) Insert(target, mode string, pack []byte) (*InsertResponse, error) {
+	var resp InsertResponse
+	err := c.do("POST", "/v1/insert", InsertRequest{Target: target, Mode: mode, PPDF: pack}, &resp)
+	return &resp, err
+}
+
+// Remove takes probes out.
+func (c *Client) Remove(req RemoveRequest) (int, error) {
+	var resp struct{ Removed int }
+	err := c.do("POST", "/v1/remove", req, &resp)
+	return resp.Removed, err
+}
+
+// Vars reads (and resets) variables.
+func (c *Client) Vars(module string, reset bool) (*VarsResponse, error) {
+	path := "/v1/vars"
+	method := "GET"
+	if reset {
+		path, method = "/v1/vars/reset", "POST"
+	}
+	var resp VarsResponse
+	err := c.do(method, path+"?module="+url.QueryEscape(module), nil, &resp)
+	return &resp, err
+}
+
+// Probes lists probes.
+func (c *Client) Probes(module string) ([]TargetProbe, error) {
+	var resp struct{ Probes []TargetProbe }
+	err := c.do("GET", "/v1/probes?module="+url.QueryEscape(module), nil, &resp)
+	return resp.Probes, err
+}
+
+// Status asks the daemon about itself.
+func (c *Client) Status() (*StatusResponse, error) {
+	var resp StatusResponse
+	err := c.do("GET", "/v1/status", nil, &resp)
+	return &resp, err
+}
+
+// Log streams the log: each record to f, following it when asked, until
+// ctx ends.
+func (c *Client) Log(ctx context.Context, follow bool, f func(*LogLine) error) error {
+	path := "/v1/log"
+	if follow {
+		path += "?follow=1"
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://gprobes"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("%w on %s: %v", ErrNoDaemon, c.socket, err)
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var l LogLine
+		if err := dec.Decode(&l); err != nil {
+			if err == io.EOF || ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := f(&l); err != nil {
+			return err
+		}
+	}
+}

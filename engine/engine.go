@@ -1,0 +1,615 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Regs is a thread's register file, indexed by rpn.Reg.
+type Regs = [rpn.NumRegs]uint64
+
+// EventKind says what a Target reported.
+type EventKind uint8
+
+const (
+	EvTrap         EventKind = iota // a breakpoint was hit or a single-step completed
+	EvSignal                        // a signal is about to be delivered (Sig)
+	EvKick                          // the stop requested by Kick
+	EvNewThread                     // a new thread of a known address space, stopped
+	EvNewSpace                      // a new address space (fork), stopped, a copy of Parent's
+	EvExec                          // the address space was replaced (exec)
+	EvThreadExit                    // a thread is gone
+	EvSpaceExit                     // an address space is gone
+)
+
+// Event is what a Target reports from Wait.
+type Event struct {
+	Kind   EventKind
+	Tid    int
+	Space  int // address space: a pid, or 0 for a guest
+	Parent int // EvNewSpace
+	Sig    int
+	Exit   string // EvSpaceExit: "exited 0", "killed by SIGKILL"
+	Code   int    // EvSpaceExit: the exit status, or 128+signal, as a shell reports it
+}
+
+// Mapping is a range of an address space backed by a file (or not).
+type Mapping struct {
+	Start, End uint64
+	Offset     uint64
+	Exec       bool
+	Writable   bool
+	Path       string
+}
+
+// Target is what a backend provides. Every method is called from the
+// engine's loop goroutine only, except Kick.
+type Target interface {
+	// Wait blocks for the next event. ErrNoTracees when nothing is left.
+	Wait() (Event, error)
+	// Kick makes Wait return an EvKick soon; any goroutine may call it.
+	Kick() bool
+	ReadMem(space int, addr uint64, p []byte) error
+	WriteMem(space int, addr uint64, p []byte) error
+	GetRegs(tid int, r *Regs) error
+	SetRegs(tid int, r *Regs) error
+	Step(tid int) error
+	Resume(tid int, sig int) error
+	// StopThread brings a running thread to a stop; events it reported
+	// first are returned for the engine to handle.
+	StopThread(tid int) ([]Event, error)
+	// Detach lets a stopped thread go, delivering sig.
+	Detach(tid int, sig int) error
+	Threads(space int) []int
+	Spaces() []int
+	Mappings(space int) ([]Mapping, error)
+	// AllocXOL maps size bytes of executable memory in the space, near
+	// addr if it can, using stopped thread tid; 0 when it cannot.
+	AllocXOL(space, tid int, near, size uint64) (uint64, error)
+	// ThreadIndex is the "procid" of a thread: its CPU or index.
+	ThreadIndex(tid int) int
+	// IsStopped reports whether a thread is stopped by the target.
+	IsStopped(tid int) bool
+	// Dump writes a core dump of the space; the thread that hit first.
+	Dump(space, tid int, dir string) (string, error)
+}
+
+// ErrNoTracees is what Wait returns when no thread is left to wait for.
+var ErrNoTracees = errors.New("engine: nothing left to trace")
+
+// Record is one committed record: a probe's log after its instruction
+// executed, a trace event, or an exception record.
+type Record struct {
+	Time      time.Time `json:"time"`
+	Kind      string    `json:"kind"` // "log", "trace", "exception"
+	Module    string    `json:"module"`
+	Major     uint16    `json:"major"`
+	Minor     uint16    `json:"minor"`
+	Location  string    `json:"location"`
+	Address   uint64    `json:"address"`
+	Pid       int       `json:"pid"`
+	Tid       int       `json:"tid"`
+	CPU       int       `json:"cpu"`
+	Exit      uint8     `json:"exit"`
+	Data      []byte    `json:"data"`
+	Truncated bool      `json:"truncated"`
+	Exception string    `json:"exception,omitempty"`
+	PC        uint32    `json:"pc,omitempty"`
+	Line      string    `json:"line,omitempty"`
+	Dump      string    `json:"dump,omitempty"`
+	Debugger  string    `json:"debugger,omitempty"`
+}
+
+// Sink receives committed records, in order, from the loop goroutine. It
+// must not block for long: the traced thread waits for it.
+type Sink interface{ Commit(*Record) }
+
+// SinkFunc adapts a function to a Sink.
+type SinkFunc func(*Record)
+
+func (f SinkFunc) Commit(r *Record) { f(r) }
+
+// Options configure an engine.
+type Options struct {
+	Sink    Sink
+	DumpDir string     // where exit 3 writes core dumps
+	GV      []uint64   // the global variables, shared by every engine of a daemon
+	GVLock  sync.Locker // guards GV across engines (nil: none needed)
+	// OnGone is called (on the loop goroutine) when the target has no
+	// thread left.
+	OnGone func(reason string)
+	// OnExit is called (on the loop goroutine) when an address space
+	// ends, with how and its shell-style status.
+	OnExit func(space int, how string, code int)
+	// Warn receives problems that concern no single command (a step the
+	// engine could not fix up); nil drops them.
+	Warn func(msg string)
+}
+
+// Engine drives one Target.
+type Engine struct {
+	opts    Options
+	tgt     Target
+	cmds    chan func()
+	done    chan struct{}
+	err     error
+	gone    string
+	spaces  map[int]*space
+	threads map[int]*thread
+	modules []*Module // insertion order
+	gv      []uint64
+	gvLock  sync.Locker
+	closing bool
+	// events a target reported while the engine stopped a thread for its
+	// own purposes: handled before waiting for new ones
+	pendingEvents []Event
+	held          atomic.Bool // the target is held stopped until Go
+	pid           int         // the first address space: the process started or attached
+	goneCh        chan struct{}
+}
+
+// WaitGone blocks until the target has ended (its last thread is gone).
+// The engine still answers Query and Vars afterwards, until Close.
+func (e *Engine) WaitGone() {
+	select {
+	case <-e.goneCh:
+	case <-e.done:
+	}
+}
+
+// Pid is the process the engine started or attached to.
+func (e *Engine) Pid() int { return e.pid }
+
+type nopLock struct{}
+
+func (nopLock) Lock()   {}
+func (nopLock) Unlock() {}
+
+// Start runs a new engine. open runs on the engine's locked OS thread and
+// returns the target (it starts or attaches to the process there, as
+// ptrace requires).
+func Start(open func() (Target, error), opts Options) (*Engine, error) {
+	e := &Engine{opts: opts, cmds: make(chan func(), 16), done: make(chan struct{}), goneCh: make(chan struct{}),
+		spaces: map[int]*space{}, threads: map[int]*thread{}, gv: opts.GV, gvLock: opts.GVLock}
+	if e.gv == nil {
+		e.gv = make([]uint64, rpn.MaxGVars)
+	}
+	if e.gvLock == nil {
+		e.gvLock = nopLock{}
+	}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // the target's thread, for good: never unlocked
+		tgt, err := open()
+		if err != nil {
+			started <- err
+			close(e.done)
+			return
+		}
+		e.tgt = tgt
+		if sps := tgt.Spaces(); len(sps) > 0 {
+			e.pid = sps[0]
+		}
+		for _, sp := range tgt.Spaces() {
+			e.newSpace(sp)
+			for _, tid := range tgt.Threads(sp) {
+				if tgt.IsStopped(tid) {
+					e.thread(tid, sp).held = true
+				}
+			}
+		}
+		e.held.Store(true)
+		started <- nil
+		e.loop()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Go lets the target run: until then it is held stopped where Start left
+// it (after exec, or where it was attached), so probes can go in first.
+func (e *Engine) Go() error {
+	return e.do(func() {
+		for _, th := range e.threads {
+			if th.held {
+				th.held = false
+				e.tgt.Resume(th.tid, 0)
+			}
+		}
+		e.held.Store(false)
+	})
+}
+
+// do runs f on the loop goroutine and waits for it.
+func (e *Engine) do(f func()) error {
+	ran := make(chan struct{})
+	select {
+	case e.cmds <- func() { f(); close(ran) }:
+	case <-e.done:
+		return errors.New("engine: stopped")
+	}
+	if !e.held.Load() {
+		e.tgt.Kick()
+	}
+	select {
+	case <-ran:
+		return nil
+	case <-e.done:
+		select {
+		case <-ran:
+			return nil
+		default:
+		}
+		return errors.New("engine: stopped")
+	}
+}
+
+// Done is closed when the engine's loop has ended.
+func (e *Engine) Done() <-chan struct{} { return e.done }
+
+// Gone says why the target ended ("" while it runs).
+func (e *Engine) Gone() string {
+	select {
+	case <-e.goneCh:
+		var g string
+		if e.do(func() { g = e.gone }) != nil {
+			return "engine stopped"
+		}
+		return g
+	case <-e.done:
+		return "engine stopped"
+	default:
+		return ""
+	}
+}
+
+func (e *Engine) loop() {
+	defer close(e.done)
+	for {
+		// commands first: they may change breakpoints before the next hit
+		for {
+			select {
+			case f := <-e.cmds:
+				f()
+				continue
+			default:
+			}
+			break
+		}
+		if e.closing {
+			return
+		}
+		if len(e.pendingEvents) > 0 {
+			ev := e.pendingEvents[0]
+			e.pendingEvents = e.pendingEvents[1:]
+			e.handle(ev)
+			continue
+		}
+		if e.held.Load() {
+			// nothing runs until Go: serve commands only
+			f := <-e.cmds
+			f()
+			continue
+		}
+		ev, err := e.tgt.Wait()
+		if errors.Is(err, ErrNoTracees) {
+			e.targetGone("no thread left")
+			// serve commands (queries) until closed
+			for !e.closing {
+				f, ok := <-e.cmds
+				if !ok {
+					return
+				}
+				f()
+			}
+			return
+		}
+		if err != nil {
+			e.err = err
+			e.targetGone(err.Error())
+			return
+		}
+		e.handle(ev)
+	}
+}
+
+func (e *Engine) targetGone(reason string) {
+	if e.gone != "" {
+		return
+	}
+	e.gone = reason
+	close(e.goneCh)
+	for _, m := range e.modules {
+		for _, p := range m.probes {
+			if p.state == StateActive || p.state == StatePending {
+				p.state, p.reason = StateGone, reason
+			}
+		}
+	}
+	if e.opts.OnGone != nil {
+		e.opts.OnGone(reason)
+	}
+}
+
+// handle dispatches one event.
+func (e *Engine) handle(ev Event) {
+	switch ev.Kind {
+	case EvTrap:
+		th := e.thread(ev.Tid, ev.Space)
+		if th.step != nil {
+			e.stepDone(th)
+			return
+		}
+		e.trap(th)
+	case EvSignal:
+		th := e.thread(ev.Tid, ev.Space)
+		if th.step != nil {
+			e.stepFault(th, ev.Sig)
+			return
+		}
+		e.tgt.Resume(ev.Tid, ev.Sig)
+	case EvKick:
+		e.tgt.Resume(ev.Tid, 0)
+	case EvNewThread:
+		e.thread(ev.Tid, ev.Space)
+		e.tgt.Resume(ev.Tid, 0)
+	case EvNewSpace:
+		e.forked(ev.Space, ev.Parent)
+		e.thread(ev.Tid, ev.Space)
+		e.tgt.Resume(ev.Tid, 0)
+	case EvExec:
+		e.execed(ev.Space)
+		e.thread(ev.Tid, ev.Space)
+		e.tgt.Resume(ev.Tid, 0)
+	case EvThreadExit:
+		delete(e.threads, ev.Tid)
+	case EvSpaceExit:
+		delete(e.threads, ev.Tid)
+		if e.opts.OnExit != nil {
+			e.opts.OnExit(ev.Space, ev.Exit, ev.Code)
+		}
+		e.spaceExit(ev.Space, ev.Exit)
+	}
+}
+
+// thread returns the engine's state of a thread, creating it.
+func (e *Engine) thread(tid, sp int) *thread {
+	th := e.threads[tid]
+	if th == nil {
+		th = &thread{tid: tid, space: sp}
+		th.env.e = e
+		th.env.th = th
+		e.threads[tid] = th
+	} else {
+		th.space = sp
+	}
+	return th
+}
+
+// ProbeState is the state of a probe as query shows it.
+type ProbeState string
+
+const (
+	StateActive   ProbeState = "active"   // inserted; hits run its program
+	StatePending  ProbeState = "pending"  // its module is not mapped yet
+	StateDisabled ProbeState = "disabled" // max hits reached, or rem
+	StateMismatch ProbeState = "mismatch" // the byte at the location is not its opcode
+	StateRefused  ProbeState = "refused"  // cannot go there (Reason says why)
+	StateGone     ProbeState = "gone"     // the target ended
+	StateRemoved  ProbeState = "removed"
+)
+
+// ProbeInfo is one probe as query reports it.
+type ProbeInfo struct {
+	Module   string     `json:"module"`
+	Minor    uint16     `json:"minor"`
+	Location string     `json:"location"`
+	Address  uint64     `json:"address"`
+	State    ProbeState `json:"state"`
+	Reason   string     `json:"reason,omitempty"`
+	How      string     `json:"how,omitempty"` // how the displaced instruction runs: emulate, boost, step, branch
+	Hits     uint64     `json:"hits"`
+	Skipped  uint64     `json:"skipped"`
+	Faults   uint64     `json:"faults"`
+	Spaces   int        `json:"spaces"` // address spaces it is inserted in
+}
+
+// Query lists every probe of every module, in insertion order.
+func (e *Engine) Query() []ProbeInfo {
+	var out []ProbeInfo
+	e.do(func() {
+		for _, m := range e.modules {
+			for _, p := range m.probes {
+				out = append(out, p.info())
+			}
+		}
+	})
+	return out
+}
+
+// Vars returns a copy of a module's local variables and of the global ones
+// it uses, resetting them to zero when reset is set.
+func (e *Engine) Vars(name string, reset bool) (lv, gv []uint64, err error) {
+	err = errors.New("no module " + name)
+	e.do(func() {
+		m := e.module(name)
+		if m == nil {
+			return
+		}
+		err = nil
+		e.gvLock.Lock()
+		defer e.gvLock.Unlock()
+		lv = append([]uint64{}, m.lv...)
+		gv = append([]uint64{}, e.gv[:m.gvars]...)
+		if reset {
+			clear(m.lv)
+			clear(e.gv[:m.gvars])
+		}
+	})
+	return lv, gv, err
+}
+
+// Modules lists the names of the inserted modules.
+func (e *Engine) Modules() []string {
+	var out []string
+	e.do(func() {
+		for _, m := range e.modules {
+			out = append(out, m.name)
+		}
+	})
+	return out
+}
+
+func (e *Engine) module(name string) *Module {
+	for _, m := range e.modules {
+		if m.name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// Close removes every probe, restores the original code, lets every thread
+// go and ends the loop. The target keeps running.
+func (e *Engine) Close() error {
+	var err error
+	if e.do(func() {
+		err = e.detachAll()
+		e.closing = true
+	}) != nil {
+		return nil // already stopped
+	}
+	<-e.done
+	return err
+}
+
+// detachAll brings every thread to a stop, restores the code, finishes or
+// rewinds what was in flight, and detaches.
+func (e *Engine) detachAll() error {
+	var errs []error
+	for _, sp := range e.tgt.Spaces() {
+		if err := e.detachSpace(sp, 0); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, m := range e.modules {
+		for _, p := range m.probes {
+			if p.state == StateActive || p.state == StatePending {
+				p.state = StateRemoved
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// detachSpace stops every thread of a space, takes the breakpoints out,
+// puts threads that are at a breakpoint or in a slot back on the original
+// code, and detaches them, delivering sig to the space (SIGSTOP leaves it
+// stopped for a debugger).
+func (e *Engine) detachSpace(spID int, sig int) error {
+	tids := e.tgt.Threads(spID)
+	var pending []Event
+	for _, tid := range tids {
+		evs, err := e.tgt.StopThread(tid)
+		if err != nil {
+			continue // it exited
+		}
+		pending = append(pending, evs...)
+	}
+	sp := e.spaces[spID]
+	// restore the code first, so nothing hits an int3 from now on
+	if sp != nil {
+		for addr, bp := range sp.bps {
+			e.tgt.WriteMem(spID, addr, bp.insn.Bytes[:1])
+			delete(sp.bps, addr)
+		}
+	}
+	// signals that stopped threads first are delivered on detach
+	sigOf := map[int]int{}
+	for _, ev := range pending {
+		if ev.Kind == EvSignal {
+			sigOf[ev.Tid] = ev.Sig
+		}
+	}
+	var errs []error
+	for _, tid := range e.tgt.Threads(spID) {
+		th := e.threads[tid]
+		var r Regs
+		if e.tgt.GetRegs(tid, &r) == nil && sp != nil {
+			changed := false
+			if th != nil && th.step != nil {
+				// in the middle of an out-of-line step: back to the
+				// original instruction, which now runs in place
+				r[rpn.RegRIP] = th.step.bp.addr
+				th.step = nil
+				changed = true
+			} else if sp.wasBreakpoint(r[rpn.RegRIP] - 1) {
+				// stopped right after an int3 that is gone now
+				r[rpn.RegRIP]--
+				changed = true
+			}
+			if changed {
+				e.tgt.SetRegs(tid, &r)
+			}
+		}
+		s := sigOf[tid]
+		if sig != 0 && tid == spID {
+			s = sig
+		}
+		if err := e.tgt.Detach(tid, s); err != nil {
+			errs = append(errs, err)
+		}
+		delete(e.threads, tid)
+	}
+	if sp != nil {
+		sp.detached = true
+	}
+	return errors.Join(errs...)
+}
+
+// Remove takes probes out: all of a module's, or those with the given
+// minor codes. The original bytes are restored where no probe is left.
+func (e *Engine) Remove(name string, minors []uint16) (int, error) {
+	n := 0
+	err := fmt.Errorf("no module %q", name)
+	e.do(func() {
+		m := e.module(name)
+		if m == nil {
+			return
+		}
+		err = nil
+		n = e.removeProbes(m, minors)
+		if len(minors) == 0 {
+			e.dropModule(m)
+		}
+	})
+	return n, err
+}
+
+func (e *Engine) dropModule(m *Module) {
+	for i, x := range e.modules {
+		if x == m {
+			e.modules = append(e.modules[:i], e.modules[i+1:]...)
+			return
+		}
+	}
+}
+
+// sortedSpaces returns the ids of the address spaces in order.
+func (e *Engine) sortedSpaces() []int {
+	var ids []int
+	for id := range e.spaces {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return ids
+}

@@ -1,0 +1,352 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gprobes/gprobes/engine/x86"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// thread is the engine's state of one thread: its machine (the temporary
+// log buffer of SPEC §3 is per thread) and an out-of-line step in flight.
+type thread struct {
+	tid, space int
+	held       bool // stopped by the target at start, until Go
+	mach       rpn.Machine
+	env        hitEnv
+	regs       Regs
+	step       *pendingStep
+	recs       []Record
+}
+
+// pendingStep is a displaced instruction running out of line under
+// single-step, with the records to commit once it has executed.
+type pendingStep struct {
+	bp   *breakpoint
+	recs []Record
+	// records of probes with logonfault = yes: kept if the step faults
+	keepOnFault []bool
+}
+
+// hitEnv is the rpn.Env of one thread's hit.
+type hitEnv struct {
+	e   *Engine
+	th  *thread
+	now time.Time
+}
+
+func (h *hitEnv) Reg(r rpn.Reg, user bool) (uint64, bool) {
+	if r >= rpn.RegCR0 {
+		return 0, false // no control registers in a process
+	}
+	return h.th.regs[r], true
+}
+
+func (h *hitEnv) SetReg(r rpn.Reg, user bool, v uint64) bool {
+	switch {
+	case r <= rpn.RegRFLAGS, r == rpn.RegFSBase, r == rpn.RegGSBase:
+		h.th.regs[r] = v
+		return true
+	}
+	return false
+}
+
+func (h *hitEnv) ReadMem(addr uint64, p []byte) bool {
+	return h.e.tgt.ReadMem(h.th.space, addr, p) == nil
+}
+
+func (h *hitEnv) WriteMem(addr uint64, p []byte) bool {
+	return h.e.tgt.WriteMem(h.th.space, addr, p) == nil
+}
+
+func (h *hitEnv) Access(addr uint64, write bool) bool {
+	var b [1]byte
+	if h.e.tgt.ReadMem(h.th.space, addr, b[:]) != nil {
+		return false
+	}
+	if !write {
+		return true
+	}
+	// writable: the mapping says so (a write through /proc/PID/mem would
+	// succeed even on read-only text)
+	sp := h.e.spaces[h.th.space]
+	for pass := 0; pass < 2; pass++ {
+		for _, m := range sp.maps {
+			if addr >= m.Start && addr < m.End {
+				return m.Writable
+			}
+		}
+		maps, err := h.e.tgt.Mappings(sp.id)
+		if err != nil {
+			return false
+		}
+		sp.maps = maps
+	}
+	return false
+}
+
+func (h *hitEnv) Sys(v rpn.SysValue) (uint64, bool) {
+	switch v {
+	case rpn.SysPID:
+		return uint64(h.th.space), true
+	case rpn.SysTID:
+		return uint64(h.th.tid), true
+	case rpn.SysProcID:
+		return uint64(h.e.tgt.ThreadIndex(h.th.tid)), true
+	case rpn.SysTS:
+		return uint64(h.now.UnixNano()), true
+	}
+	return 0, false
+}
+
+func (h *hitEnv) IO(uint64, uint8, bool, uint64) (uint64, bool) { return 0, false }
+
+// mem lets the x86 emulator reach the thread's memory.
+type mem struct {
+	e  *Engine
+	sp int
+}
+
+func (m mem) Read(addr uint64, p []byte) bool  { return m.e.tgt.ReadMem(m.sp, addr, p) == nil }
+func (m mem) Write(addr uint64, p []byte) bool { return m.e.tgt.WriteMem(m.sp, addr, p) == nil }
+
+// trap handles a SIGTRAP that is not the end of a step: a probe hit, an
+// int3 that was taken out meanwhile, or a trap of the program's own.
+func (e *Engine) trap(th *thread) {
+	if err := e.tgt.GetRegs(th.tid, &th.regs); err != nil {
+		return // gone
+	}
+	sp := e.spaces[th.space]
+	addr := th.regs[rpn.RegRIP] - 1
+	var bp *breakpoint
+	if sp != nil {
+		bp = sp.bps[addr]
+	}
+	if bp == nil {
+		if sp != nil && sp.removed[addr] {
+			// hit just before its probe was removed: run the original
+			th.regs[rpn.RegRIP] = addr
+			e.tgt.SetRegs(th.tid, &th.regs)
+			e.tgt.Resume(th.tid, 0)
+			return
+		}
+		e.tgt.Resume(th.tid, 5) // SIGTRAP of the program's own: deliver it
+		return
+	}
+	th.regs[rpn.RegRIP] = addr
+	if bp.internal != nil {
+		bp.internal(th)
+	}
+	th.env.now = time.Now()
+	recs := th.recs[:0]
+	var keep []bool
+	e.gvLock.Lock()
+	for _, p := range bp.probes {
+		if p.state != StateActive {
+			continue
+		}
+		inst := sp.inst[p.src]
+		if inst == nil {
+			continue
+		}
+		r := th.mach.Run(inst.prog, p.idx, &p.st, p.mod.lv, e.gv, &th.env)
+		rec := e.record(th, p, addr, r)
+		switch {
+		case r.Outcome == rpn.OutcomeException:
+			// not tied to the instruction: committed at once
+			e.commit(&rec)
+		case r.Commits():
+			recs = append(recs, rec)
+			keep = append(keep, p.def().LogOnFault)
+		}
+	}
+	e.gvLock.Unlock()
+	th.recs = recs
+	if th.regs[rpn.RegRIP] != addr {
+		// a program moved rip (pop r,rip): the displaced instruction is
+		// skipped, as a kprobe pre-handler returning 1 does
+		e.tgt.SetRegs(th.tid, &th.regs)
+		e.commitAll(th, recs)
+		e.tgt.Resume(th.tid, 0)
+		return
+	}
+	e.runDisplaced(th, bp, recs, keep)
+}
+
+// runDisplaced executes the instruction the int3 replaced, then commits.
+func (e *Engine) runDisplaced(th *thread, bp *breakpoint, recs []Record, keep []bool) {
+	m := mem{e, th.space}
+	switch bp.insn.Class {
+	case x86.Emulate:
+		if x86.EmulateInsn(&bp.insn, &th.regs, m) {
+			e.finish(th, recs)
+			return
+		}
+	case x86.Branch:
+		if x86.EmulateBranch(&bp.insn, &th.regs, m) {
+			e.finish(th, recs)
+			return
+		}
+	case x86.Boost:
+		if bp.slot != 0 {
+			// it cannot fault: commit, and let the thread run through the
+			// slot and its jump back
+			th.regs[rpn.RegRIP] = bp.slot
+			e.finish(th, recs)
+			return
+		}
+	}
+	if bp.slot == 0 {
+		// no slot (none could be mapped) and emulation failed: nothing
+		// safe to do but step in place with the int3 out, briefly
+		e.stepInPlace(th, bp, recs)
+		return
+	}
+	th.regs[rpn.RegRIP] = bp.slot
+	if err := e.tgt.SetRegs(th.tid, &th.regs); err != nil {
+		return
+	}
+	th.step = &pendingStep{bp: bp, recs: append([]Record{}, recs...), keepOnFault: append([]bool{}, keep...)}
+	e.tgt.Step(th.tid)
+}
+
+// finish writes the registers, commits and resumes.
+func (e *Engine) finish(th *thread, recs []Record) {
+	if err := e.tgt.SetRegs(th.tid, &th.regs); err != nil {
+		return
+	}
+	e.commitAll(th, recs)
+	if e.spaces[th.space] != nil && e.spaces[th.space].detached {
+		return
+	}
+	e.tgt.Resume(th.tid, 0)
+}
+
+// stepDone finishes an out-of-line step.
+func (e *Engine) stepDone(th *thread) {
+	st := th.step
+	th.step = nil
+	if err := e.tgt.GetRegs(th.tid, &th.regs); err != nil {
+		return
+	}
+	if err := x86.FixupAfterStep(&st.bp.insn, st.bp.slot, &th.regs, mem{e, th.space}); err != nil {
+		// it went somewhere we do not know how to fix: leave it there
+		e.warn(fmt.Sprintf("after the out-of-line step of %#x: %v", st.bp.addr, err))
+	}
+	e.finish(th, st.recs)
+}
+
+// stepFault handles a signal during an out-of-line step: the displaced
+// instruction faulted (or a signal came first). The thread goes back to
+// the original address, as if it had faulted there, and the log is
+// discarded unless its probe says logonfault = yes.
+func (e *Engine) stepFault(th *thread, sig int) {
+	st := th.step
+	th.step = nil
+	if err := e.tgt.GetRegs(th.tid, &th.regs); err != nil {
+		return
+	}
+	if th.regs[rpn.RegRIP] == st.bp.slot {
+		th.regs[rpn.RegRIP] = st.bp.addr
+		e.tgt.SetRegs(th.tid, &th.regs)
+	}
+	var kept []Record
+	for i, r := range st.recs {
+		if st.keepOnFault[i] {
+			kept = append(kept, r)
+		}
+	}
+	e.commitAll(th, kept)
+	e.tgt.Resume(th.tid, sig)
+}
+
+// stepInPlace runs the original instruction where it is: int3 out, one
+// step, int3 back. Other threads may miss the probe meanwhile; used only
+// when no out-of-line slot exists.
+func (e *Engine) stepInPlace(th *thread, bp *breakpoint, recs []Record) {
+	e.tgt.WriteMem(th.space, bp.addr, bp.insn.Bytes[:1])
+	e.tgt.SetRegs(th.tid, &th.regs)
+	e.tgt.Step(th.tid)
+	for {
+		ev, err := e.tgt.Wait()
+		if err != nil {
+			return
+		}
+		if ev.Tid == th.tid && (ev.Kind == EvTrap || ev.Kind == EvSignal) {
+			e.tgt.WriteMem(th.space, bp.addr, []byte{0xcc})
+			e.commitAll(th, recs)
+			sig := 0
+			if ev.Kind == EvSignal {
+				sig = ev.Sig
+			}
+			e.tgt.Resume(th.tid, sig)
+			return
+		}
+		e.pendingEvents = append(e.pendingEvents, ev)
+		if ev.Tid == th.tid {
+			return // it exited
+		}
+	}
+}
+
+// record builds the record of a probe's result.
+func (e *Engine) record(th *thread, p *probe, addr uint64, r *rpn.Result) Record {
+	d := p.def()
+	rec := Record{
+		Time: th.env.now, Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,
+		Location: d.Loc.Text, Address: addr, Pid: th.space, Tid: th.tid, CPU: e.tgt.ThreadIndex(th.tid),
+		Exit: r.Exit, Truncated: r.Truncated,
+	}
+	switch r.Outcome {
+	case rpn.OutcomeException:
+		rec.Kind = "exception"
+		rec.Exception = r.Exception.String()
+		rec.PC = r.PC
+		if pos, ok := p.src.LineFor(r.PC); ok {
+			rec.Line = p.src.PosString(pos)
+		}
+	default:
+		if r.Exit == rpn.ExitTrace {
+			rec.Kind = "trace"
+		}
+		rec.Data = append([]byte(nil), r.Log...)
+	}
+	return rec
+}
+
+// commitAll commits the records of a hit, running exit facilities 3 and 4.
+func (e *Engine) commitAll(th *thread, recs []Record) {
+	detach := false
+	for i := range recs {
+		r := &recs[i]
+		switch r.Exit {
+		case rpn.ExitDump:
+			path, err := e.tgt.Dump(th.space, th.tid, e.opts.DumpDir)
+			if err != nil {
+				r.Dump = "failed: " + err.Error()
+			} else {
+				r.Dump = path
+			}
+		case rpn.ExitDebugger:
+			r.Debugger = fmt.Sprintf("gdb -p %d", th.space)
+			detach = true
+		}
+		e.commit(r)
+	}
+	if detach {
+		e.detachSpace(th.space, 19) // SIGSTOP: left stopped for the debugger
+	}
+}
+
+func (e *Engine) commit(r *Record) {
+	if e.opts.Sink != nil {
+		e.opts.Sink.Commit(r)
+	}
+}
+
+func (e *Engine) warn(msg string) {
+	if e.opts.Warn != nil {
+		e.opts.Warn(msg)
+	}
+}

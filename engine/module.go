@@ -1,0 +1,838 @@
+package engine
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/engine/x86"
+	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/symbols"
+)
+
+// Module is one inserted DPDF module: its probes and its local variables.
+// Merging adds the probes of another build of the same module.
+type Module struct {
+	name   string
+	header rpn.Header
+	lv     []uint64
+	gvars  int
+	probes []*probe
+	srcs   []*rpn.Module
+}
+
+// probe is a logical probe: one DPDF probe of an inserted module.
+type probe struct {
+	mod    *Module
+	src    *rpn.Module
+	idx    int
+	st     rpn.ProbeState
+	state  ProbeState
+	reason string
+	how    string
+	addr   uint64
+	in     map[int]uint64 // space -> address where it is inserted
+}
+
+func (p *probe) def() *rpn.Probe { return &p.src.Probes[p.idx] }
+
+func (p *probe) info() ProbeInfo {
+	d := p.def()
+	st := p.state
+	if st == StateActive && p.st.Disabled {
+		st = StateDisabled
+	}
+	return ProbeInfo{Module: p.mod.name, Minor: d.Minor, Location: d.Loc.Text, Address: p.addr, State: st,
+		Reason: p.reason, How: p.how, Hits: p.st.Hits, Skipped: p.st.Skipped, Faults: p.st.Faults, Spaces: len(p.in)}
+}
+
+// space is one address space (a process) and what the engine put there.
+type space struct {
+	id         int
+	bps        map[uint64]*breakpoint
+	removed    map[uint64]bool // int3s taken out while a thread may still report one
+	inst       map[*rpn.Module]*instance
+	xol        []*xolArea
+	rendezvous uint64
+	detached   bool
+	maps       []Mapping
+}
+
+func (sp *space) wasBreakpoint(addr uint64) bool { return sp.bps[addr] != nil || sp.removed[addr] }
+
+// instance is a compiled module placed in one space: its relocated program
+// and where its file is loaded.
+type instance struct {
+	prog *rpn.Program
+	path string
+	bias uint64
+}
+
+// breakpoint is a physical breakpoint: one address, its original
+// instruction, its out-of-line slot and the probes there.
+type breakpoint struct {
+	addr     uint64
+	insn     x86.Insn // Bytes holds the original bytes
+	slot     uint64
+	probes   []*probe
+	internal func(th *thread)
+}
+
+type xolArea struct {
+	base, size, used uint64
+}
+
+func (e *Engine) newSpace(id int) *space {
+	sp := &space{id: id, bps: map[uint64]*breakpoint{}, removed: map[uint64]bool{}, inst: map[*rpn.Module]*instance{}}
+	e.spaces[id] = sp
+	return sp
+}
+
+// InsertMode says what to do when a module of the same name is in.
+type InsertMode uint8
+
+const (
+	InsertNew     InsertMode = iota // refuse if the module is in
+	InsertMerge                     // add the probes to the module in, keeping its variables
+	InsertReplace                   // take the module in out first
+)
+
+// ErrModuleIn is returned when a module of that name is already inserted
+// and neither merge nor replace was asked for.
+var ErrModuleIn = errors.New("module already inserted")
+
+// Insert puts a compiled module's probes into the target. Probes that
+// cannot go in are refused with a reason; the others work. Probes whose
+// file is not mapped yet stay pending until it is.
+func (e *Engine) Insert(m *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
+	if _, err := rpn.Load(m); err != nil {
+		return nil, fmt.Errorf("insert %s: %v", m.Name, err)
+	}
+	var out []ProbeInfo
+	var err error
+	e.do(func() {
+		out, err = e.insert(m, mode)
+	})
+	return out, err
+}
+
+func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
+	if e.gone != "" {
+		return nil, fmt.Errorf("insert %s: the target is gone (%s)", src.Name, e.gone)
+	}
+	mod := e.module(src.Name)
+	switch {
+	case mod != nil && mode == InsertNew:
+		return nil, fmt.Errorf("insert %s: %w: use --merge to add these probes to it, or --replace to replace it", src.Name, ErrModuleIn)
+	case mod != nil && mode == InsertReplace:
+		e.removeProbes(mod, nil)
+		e.dropModule(mod)
+		mod = nil
+	case mod != nil && mode == InsertMerge:
+		if mod.header.ModType != src.ModType || mod.header.Arch != src.Arch {
+			return nil, fmt.Errorf("insert %s --merge: modtype or arch differ from the module in", src.Name)
+		}
+	}
+	if mod == nil {
+		mod = &Module{name: src.Name, header: src.Header}
+		e.modules = append(e.modules, mod)
+	}
+	if int(src.Vars) > len(mod.lv) {
+		mod.lv = append(mod.lv, make([]uint64, int(src.Vars)-len(mod.lv))...)
+	}
+	mod.gvars = max(mod.gvars, int(src.GVars))
+	mod.srcs = append(mod.srcs, src)
+	var added []*probe
+	for i := range src.Probes {
+		if mode == InsertMerge {
+			// a probe of the new build replaces the one with its minor
+			e.removeProbes(mod, []uint16{src.Probes[i].Minor})
+		}
+		p := &probe{mod: mod, src: src, idx: i, state: StatePending, in: map[int]uint64{}}
+		mod.probes = append(mod.probes, p)
+		added = append(added, p)
+	}
+	if reason := unsupported(src); reason != "" {
+		for _, p := range added {
+			p.state, p.reason = StateRefused, reason
+		}
+	} else {
+		for _, id := range e.sortedSpaces() {
+			sp := e.spaces[id]
+			if !sp.detached {
+				e.placeModule(sp, src, added)
+			}
+		}
+	}
+	var out []ProbeInfo
+	for _, p := range added {
+		out = append(out, p.info())
+	}
+	return out, nil
+}
+
+// unsupported says why a module cannot be probed in a process at all.
+func unsupported(m *rpn.Module) string {
+	if m.ModType == rpn.ModKernel {
+		return "modtype = kernel: this target is a process; probe a kernel through a gdb: or xen: target"
+	}
+	if m.Arch != rpn.ArchX86_64 {
+		return "arch = i386: gprobes traces x86_64 processes"
+	}
+	for _, p := range m.Probes {
+		for pc := p.Entry; pc < p.End; {
+			op := rpn.Opcode(m.Code[pc])
+			if op == rpn.OpPushIO || op == rpn.OpPopIO {
+				pos, _ := m.LineFor(pc)
+				return fmt.Sprintf("port IO (%s): a process has no IO space", m.PosString(pos))
+			}
+			pc += uint32(max(op.Len(), 1))
+		}
+	}
+	return ""
+}
+
+// placeModule inserts the given probes of src into one space, where its
+// file is mapped; they stay pending where it is not.
+func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
+	maps, err := e.tgt.Mappings(sp.id)
+	if err != nil {
+		return
+	}
+	sp.maps = maps
+	e.ensureRendezvous(sp)
+	path, ok := findModule(src.Name, maps)
+	if !ok {
+		return // pending
+	}
+	inst, err := e.instance(sp, src, path)
+	if err != nil {
+		for _, p := range probes {
+			if len(p.in) == 0 {
+				p.state, p.reason = StateRefused, err.Error()
+			}
+		}
+		return
+	}
+	for _, p := range probes {
+		if p.state != StateRemoved {
+			e.placeProbe(sp, inst, p)
+		}
+	}
+}
+
+// findModule finds the file of a module among the mappings: the same file
+// after resolving symlinks, or the same base name when the DPDF gives no
+// directory.
+func findModule(name string, maps []Mapping) (string, bool) {
+	want := name
+	if strings.Contains(name, "/") {
+		if abs, err := filepath.Abs(name); err == nil {
+			want = abs
+		}
+		if real, err := filepath.EvalSymlinks(want); err == nil {
+			want = real
+		}
+	}
+	seen := map[string]bool{}
+	for _, m := range maps {
+		if m.Path == "" || m.Path[0] != '/' || seen[m.Path] {
+			continue
+		}
+		seen[m.Path] = true
+		if !strings.Contains(name, "/") {
+			if filepath.Base(m.Path) == name {
+				return m.Path, true
+			}
+			continue
+		}
+		if m.Path == want {
+			return m.Path, true
+		}
+		if real, err := filepath.EvalSymlinks(m.Path); err == nil && real == want {
+			return m.Path, true
+		}
+	}
+	return "", false
+}
+
+// loadBias is where a file is loaded minus where it was linked: the
+// mapping that holds a PT_LOAD segment's file offset starts at that
+// segment's address plus the bias.
+func loadBias(path string, maps []Mapping) (uint64, *elf.File, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return 0, nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	for _, m := range maps {
+		if m.Path != path {
+			continue
+		}
+		for _, prog := range f.Progs {
+			if prog.Type != elf.PT_LOAD {
+				continue
+			}
+			pageOff := prog.Off &^ 0xfff
+			if m.Offset == pageOff {
+				return m.Start - (prog.Vaddr &^ 0xfff), f, nil
+			}
+		}
+	}
+	f.Close()
+	return 0, nil, fmt.Errorf("%s: no mapping matches its segments", path)
+}
+
+// symbolsFor opens the symbol table of a mapped file; tables are cached by
+// path for the engine's life.
+var symCache = struct {
+	m map[string]*symbols.Set
+}{m: map[string]*symbols.Set{}}
+
+func openSymbols(path string) (*symbols.Set, error) {
+	if s, ok := symCache.m[path]; ok {
+		return s, nil
+	}
+	t, err := symbols.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	s := symbols.NewSet(t)
+	symCache.m[path] = s
+	return s, nil
+}
+
+// resolver evaluates expressions against a loaded file: symbols at their
+// link-time addresses plus bias.
+type resolver struct {
+	set  *symbols.Set
+	bias uint64
+}
+
+func (r resolver) Symbol(name string) (uint64, error) {
+	s, err := r.set.Lookup(name)
+	if err != nil {
+		return 0, err
+	}
+	return s.Addr + r.bias, nil
+}
+func (r resolver) Sizeof(t string) (uint64, error)      { return r.set.Sizeof(t) }
+func (r resolver) Offsetof(t, f string) (uint64, error) { return r.set.Offsetof(t, f) }
+
+// instance loads src for one space: it finds the bias, checks the build
+// ID, and relocates the program.
+func (e *Engine) instance(sp *space, src *rpn.Module, path string) (*instance, error) {
+	if inst, ok := sp.inst[src]; ok {
+		return inst, nil
+	}
+	bias, f, err := loadBias(path, sp.maps)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	set, _ := openSymbols(path)
+	if len(src.BuildID) > 0 && set != nil {
+		if id := set.BuildID(); len(id) > 0 && !bytes.Equal(id, src.BuildID) {
+			return nil, fmt.Errorf("%s has build ID %x, the PPDF was built for %x: rebuild it against this file", path, id, src.BuildID)
+		}
+	}
+	m := src
+	if len(src.Relocs) > 0 {
+		cp := *src
+		cp.Code = append([]byte{}, src.Code...)
+		for _, r := range src.Relocs {
+			v, err := evalText(r.Expr, set, bias)
+			if err != nil {
+				if !r.Resolved {
+					return nil, fmt.Errorf("push d,%s: %v", r.Expr, err)
+				}
+				v = r.Value + bias // resolved at build time against the same file
+			}
+			putU64(cp.Code[r.Off:], v)
+		}
+		m = &cp
+	}
+	prog, err := rpn.Load(m)
+	if err != nil {
+		return nil, err
+	}
+	inst := &instance{prog: prog, path: path, bias: bias}
+	sp.inst[src] = inst
+	return inst, nil
+}
+
+func putU64(b []byte, v uint64) {
+	for i := 0; i < 8; i++ {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+func evalText(expr string, set *symbols.Set, bias uint64) (uint64, error) {
+	n, err := dpdf.ParseExpr(expr)
+	if err != nil {
+		return 0, err
+	}
+	if set == nil {
+		return 0, fmt.Errorf("no symbols")
+	}
+	return dpdf.Eval(n, resolver{set, bias})
+}
+
+// placeProbe resolves, checks and inserts one probe in one space.
+func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
+	if _, ok := p.in[sp.id]; ok {
+		return
+	}
+	d := p.def()
+	refuse := func(state ProbeState, format string, args ...any) {
+		if len(p.in) == 0 {
+			p.state, p.reason = state, fmt.Sprintf(format, args...)
+		}
+	}
+	set, _ := openSymbols(inst.path)
+	link, err := e.linkAddr(d, set)
+	if err != nil {
+		refuse(StateRefused, "%v", err)
+		return
+	}
+	addr := link + inst.bias
+	p.addr = addr
+	// in an executable mapping of the module
+	inExec := false
+	for _, m := range sp.maps {
+		if m.Path == inst.path && addr >= m.Start && addr < m.End && m.Exec {
+			inExec = true
+		}
+	}
+	if !inExec {
+		refuse(StateRefused, "%#x (%s) is not in an executable mapping of %s", addr, d.Loc.Text, inst.path)
+		return
+	}
+	bp := sp.bps[addr]
+	if bp == nil {
+		code := make([]byte, 16)
+		if err := e.readOriginal(sp, addr, code); err != nil {
+			refuse(StateRefused, "read the code at %#x: %v", addr, err)
+			return
+		}
+		if d.HasOpcode && code[0] != d.Opcode {
+			refuse(StateMismatch, "the byte at %#x is %#02x, the probe expects opcode %#02x", addr, code[0], d.Opcode)
+			return
+		}
+		if err := e.checkBoundary(sp, set, inst.bias, link, addr); err != nil {
+			refuse(StateRefused, "%v", err)
+			return
+		}
+		insn, err := x86.Decode(code, addr, 64)
+		if err != nil {
+			refuse(StateRefused, "decode the instruction at %#x: %v", addr, err)
+			return
+		}
+		x86.Classify(&insn)
+		if insn.Class == x86.Refuse {
+			refuse(StateRefused, "cannot probe `%s` at %#x: %s", insn.Inst, addr, insn.Why)
+			return
+		}
+		bp = &breakpoint{addr: addr, insn: insn}
+		if err := e.prepareSlot(sp, bp); err != nil && insn.Class != x86.Emulate && insn.Class != x86.Branch {
+			refuse(StateRefused, "%v", err)
+			return
+		}
+		if err := e.tgt.WriteMem(sp.id, addr, []byte{0xcc}); err != nil {
+			refuse(StateRefused, "insert the breakpoint at %#x: %v", addr, err)
+			return
+		}
+		sp.bps[addr] = bp
+		delete(sp.removed, addr)
+	} else if d.HasOpcode && bp.insn.Bytes[0] != d.Opcode {
+		refuse(StateMismatch, "the byte at %#x is %#02x, the probe expects opcode %#02x", addr, bp.insn.Bytes[0], d.Opcode)
+		return
+	}
+	bp.probes = append(bp.probes, p)
+	p.in[sp.id] = addr
+	p.state, p.reason = StateActive, ""
+	p.how = howName(bp.insn.Class)
+}
+
+func howName(c x86.Class) string {
+	switch c {
+	case x86.Emulate:
+		return "emulate"
+	case x86.Boost:
+		return "boost"
+	case x86.Step:
+		return "step"
+	case x86.Branch:
+		return "branch"
+	}
+	return ""
+}
+
+// linkAddr computes a probe's link-time address.
+func (e *Engine) linkAddr(d *rpn.Probe, set *symbols.Set) (uint64, error) {
+	switch d.Loc.Kind {
+	case rpn.LocAbsolute:
+		return d.Loc.Addr, nil
+	case rpn.LocLine:
+		if set != nil {
+			file, line, _ := strings.Cut(d.Loc.Text, ":")
+			var n int
+			fmt.Sscan(line, &n)
+			if a, _, err := set.LineAddr(file, n); err == nil {
+				return a, nil
+			} else if !d.Loc.Resolved {
+				return 0, fmt.Errorf("%s: %v", d.Loc.Text, err)
+			}
+		}
+	default:
+		if set != nil {
+			if a, err := evalText(d.Loc.Text, set, 0); err == nil {
+				return a, nil
+			} else if !d.Loc.Resolved {
+				return 0, fmt.Errorf("offset = %s: %v", d.Loc.Text, err)
+			}
+		}
+	}
+	if d.Loc.Resolved {
+		return d.Loc.Addr, nil
+	}
+	return 0, fmt.Errorf("offset = %s: no symbols for the module", d.Loc.Text)
+}
+
+// readOriginal reads code with the original bytes in place of the
+// engine's int3s.
+func (e *Engine) readOriginal(sp *space, addr uint64, p []byte) error {
+	if err := e.tgt.ReadMem(sp.id, addr, p); err != nil {
+		// near the end of a mapping: read less
+		for n := len(p) - 1; n > 0; n-- {
+			if e.tgt.ReadMem(sp.id, addr, p[:n]) == nil {
+				clear(p[n:])
+				goto patch
+			}
+		}
+		return err
+	}
+patch:
+	for a, bp := range sp.bps {
+		if a >= addr && a < addr+uint64(len(p)) {
+			p[a-addr] = bp.insn.Bytes[0]
+		}
+	}
+	return nil
+}
+
+// checkBoundary decodes the enclosing function up to addr.
+func (e *Engine) checkBoundary(sp *space, set *symbols.Set, bias, link, addr uint64) error {
+	if set == nil {
+		return fmt.Errorf("cannot check that %#x is on an instruction boundary: no symbols", addr)
+	}
+	fn, ok := set.SymbolAt(link)
+	if !ok || fn.Size == 0 {
+		if s, off, ok := set.Nearest(link); ok && off == 0 {
+			_ = s
+			return nil // a symbol's first byte starts an instruction
+		}
+		return fmt.Errorf("cannot check that %#x is on an instruction boundary: no function symbol covers it; probe a symbol or an address inside a function", addr)
+	}
+	start := fn.Addr + bias
+	size := fn.Size
+	if size > 1<<20 {
+		size = 1 << 20
+	}
+	code := make([]byte, size)
+	if err := e.readOriginal(sp, start, code); err != nil {
+		return fmt.Errorf("read %s: %v", fn.Name, err)
+	}
+	if err := x86.CheckBoundary(code, start, addr, 64); err != nil {
+		return fmt.Errorf("%s+%#x is not on an instruction boundary: %v", fn.Name, addr-start, err)
+	}
+	return nil
+}
+
+// prepareSlot gives a breakpoint its out-of-line slot and writes the
+// displaced instruction there.
+func (e *Engine) prepareSlot(sp *space, bp *breakpoint) error {
+	slot, err := e.allocSlot(sp, bp.addr)
+	if err != nil {
+		return err
+	}
+	code, err := x86.PrepareXOL(&bp.insn, slot, true)
+	if err != nil {
+		return fmt.Errorf("prepare the out-of-line copy of `%s`: %v", bp.insn.Inst, err)
+	}
+	if err := e.tgt.WriteMem(sp.id, slot, code); err != nil {
+		return fmt.Errorf("write the out-of-line slot: %v", err)
+	}
+	bp.slot = slot
+	return nil
+}
+
+const xolAreaSize = 64 << 10
+
+// allocSlot finds a free slot within 2 GiB of addr, mapping a new area
+// if needed.
+func (e *Engine) allocSlot(sp *space, addr uint64) (uint64, error) {
+	for _, a := range sp.xol {
+		if a.used+x86.SlotSize <= a.size && near(a.base, addr) {
+			s := a.base + a.used
+			a.used += x86.SlotSize
+			return s, nil
+		}
+	}
+	var base uint64
+	err := e.withStoppedThread(sp.id, func(tid int) error {
+		var err error
+		base, err = e.tgt.AllocXOL(sp.id, tid, addr, xolAreaSize)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("map the out-of-line area: %v", err)
+	}
+	a := &xolArea{base: base, size: xolAreaSize, used: x86.SlotSize}
+	sp.xol = append(sp.xol, a)
+	return base, nil
+}
+
+func near(a, b uint64) bool {
+	d := int64(a - b)
+	return d > -(1<<31)+xolAreaSize && d < (1<<31)-xolAreaSize
+}
+
+// withStoppedThread runs f with one stopped thread of a space: one that is
+// stopped already, or one the engine stops for it and resumes after.
+func (e *Engine) withStoppedThread(spID int, f func(tid int) error) error {
+	tids := e.tgt.Threads(spID)
+	if len(tids) == 0 {
+		return fmt.Errorf("no thread in %d", spID)
+	}
+	for _, tid := range tids {
+		if th := e.threads[tid]; th != nil && th.held {
+			return f(tid)
+		}
+	}
+	tid := tids[0]
+	evs, err := e.tgt.StopThread(tid)
+	if err != nil {
+		return err
+	}
+	err = f(tid)
+	if len(evs) == 0 {
+		e.tgt.Resume(tid, 0)
+	} else {
+		// it stopped for something else first: handle that as usual
+		e.pendingEvents = append(e.pendingEvents, evs...)
+	}
+	return err
+}
+
+// removeProbes takes out a module's probes with the given minors (all
+// when minors is empty).
+func (e *Engine) removeProbes(m *Module, minors []uint16) int {
+	n := 0
+	keep := m.probes[:0]
+	for _, p := range m.probes {
+		match := len(minors) == 0
+		for _, mi := range minors {
+			if p.def().Minor == mi {
+				match = true
+			}
+		}
+		if !match {
+			keep = append(keep, p)
+			continue
+		}
+		n++
+		for spID, addr := range p.in {
+			e.unplace(e.spaces[spID], addr, p)
+		}
+		p.in = map[int]uint64{}
+		p.state = StateRemoved
+	}
+	m.probes = keep
+	return n
+}
+
+// unplace takes a probe off a breakpoint, and the breakpoint out when it
+// was the last probe there.
+func (e *Engine) unplace(sp *space, addr uint64, p *probe) {
+	if sp == nil {
+		return
+	}
+	bp := sp.bps[addr]
+	if bp == nil {
+		return
+	}
+	for i, q := range bp.probes {
+		if q == p {
+			bp.probes = append(bp.probes[:i], bp.probes[i+1:]...)
+			break
+		}
+	}
+	if len(bp.probes) == 0 && bp.internal == nil {
+		if !sp.detached {
+			e.tgt.WriteMem(sp.id, addr, bp.insn.Bytes[:1])
+		}
+		delete(sp.bps, addr)
+		sp.removed[addr] = true
+	}
+}
+
+// forked gives a new address space, a copy of its parent's, the parent's
+// breakpoints: its memory holds the same int3s and slots.
+func (e *Engine) forked(child, parent int) {
+	sp := e.newSpace(child)
+	ps := e.spaces[parent]
+	if ps == nil {
+		return
+	}
+	for addr, bp := range ps.bps {
+		cp := *bp
+		cp.probes = append([]*probe{}, bp.probes...)
+		if bp.internal != nil {
+			cp.internal = e.rendezvousHandler(sp)
+		}
+		sp.bps[addr] = &cp
+		for _, p := range bp.probes {
+			p.in[child] = addr
+		}
+	}
+	for k, v := range ps.inst {
+		sp.inst[k] = v
+	}
+	for _, a := range ps.xol {
+		c := *a
+		sp.xol = append(sp.xol, &c)
+	}
+	sp.rendezvous = ps.rendezvous
+	sp.maps = ps.maps
+}
+
+// execed starts a space afresh after exec: the old code and its
+// breakpoints are gone; the probes go in again where their files appear.
+func (e *Engine) execed(id int) {
+	old := e.spaces[id]
+	if old != nil {
+		for _, bp := range old.bps {
+			for _, p := range bp.probes {
+				delete(p.in, id)
+				if len(p.in) == 0 && p.state == StateActive {
+					p.state = StatePending
+				}
+			}
+		}
+	}
+	sp := e.newSpace(id)
+	e.placeAll(sp)
+}
+
+// placeAll tries every pending or active probe in a space (after exec,
+// or when the dynamic linker mapped something).
+func (e *Engine) placeAll(sp *space) {
+	for _, m := range e.modules {
+		bySrc := map[*rpn.Module][]*probe{}
+		var order []*rpn.Module
+		for _, p := range m.probes {
+			if p.state == StateRemoved {
+				continue
+			}
+			if _, in := p.in[sp.id]; in {
+				continue
+			}
+			if _, ok := bySrc[p.src]; !ok {
+				order = append(order, p.src)
+			}
+			bySrc[p.src] = append(bySrc[p.src], p)
+		}
+		for _, src := range order {
+			if unsupported(src) == "" {
+				e.placeModule(sp, src, bySrc[src])
+			}
+		}
+	}
+}
+
+// spaceExit forgets a space that is gone.
+func (e *Engine) spaceExit(id int, how string) {
+	sp := e.spaces[id]
+	if sp == nil {
+		return
+	}
+	for _, bp := range sp.bps {
+		for _, p := range bp.probes {
+			delete(p.in, id)
+		}
+	}
+	delete(e.spaces, id)
+	if len(e.spaces) == 0 {
+		e.targetGone("process " + how)
+	}
+}
+
+// ensureRendezvous puts the engine's own breakpoint on the dynamic
+// linker's _dl_debug_state, which it calls after every change to the list
+// of loaded objects (dlopen, dlclose, start-up), so probes in a library
+// mapped later go in when it appears.
+func (e *Engine) ensureRendezvous(sp *space) {
+	if sp.rendezvous != 0 {
+		return
+	}
+	sp.rendezvous = 1 // tried
+	for _, m := range sp.maps {
+		base := filepath.Base(m.Path)
+		if !strings.HasPrefix(base, "ld-linux") && !strings.HasPrefix(base, "ld64") && !strings.HasPrefix(base, "ld-") {
+			continue
+		}
+		set, err := openSymbols(m.Path)
+		if err != nil {
+			return
+		}
+		sym, err := set.Lookup("_dl_debug_state")
+		if err != nil {
+			return
+		}
+		bias, f, err := loadBias(m.Path, sp.maps)
+		if err != nil {
+			return
+		}
+		f.Close()
+		addr := sym.Addr + bias
+		code := make([]byte, 16)
+		if e.readOriginal(sp, addr, code) != nil {
+			return
+		}
+		insn, err := x86.Decode(code, addr, 64)
+		if err != nil {
+			return
+		}
+		x86.Classify(&insn)
+		if insn.Class == x86.Refuse {
+			return
+		}
+		bp := &breakpoint{addr: addr, insn: insn, internal: e.rendezvousHandler(sp)}
+		if err := e.prepareSlot(sp, bp); err != nil && insn.Class != x86.Emulate && insn.Class != x86.Branch {
+			return
+		}
+		if existing := sp.bps[addr]; existing != nil {
+			existing.internal = bp.internal
+		} else {
+			if e.tgt.WriteMem(sp.id, addr, []byte{0xcc}) != nil {
+				return
+			}
+			sp.bps[addr] = bp
+		}
+		sp.rendezvous = addr
+		return
+	}
+}
+
+func (e *Engine) rendezvousHandler(sp *space) func(*thread) {
+	id := sp.id
+	return func(th *thread) {
+		if s := e.spaces[id]; s != nil {
+			e.placeAll(s)
+		}
+	}
+}

@@ -1,0 +1,315 @@
+package ptrace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gprobes/gprobes/coredump"
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Target is the engine's view of a traced process tree.
+type Target struct {
+	t   *Tracer
+	raw map[int]*unix.PtraceRegs // the last registers read of each thread, for the fields the engine does not keep
+}
+
+var _ engine.Target = (*Target)(nil)
+
+// Exec returns an opener for engine.Start that runs a program under the
+// tracer, held at its first instruction. files are its stdin, stdout and
+// stderr; none given means the tracer's.
+func Exec(path string, argv, env []string, dir string, files ...*os.File) func() (engine.Target, error) {
+	return func() (engine.Target, error) {
+		t := NewTracer()
+		if len(files) == 0 {
+			files = nil
+		}
+		if _, err := t.Start(path, argv, env, dir, files); err != nil {
+			return nil, err
+		}
+		return &Target{t: t, raw: map[int]*unix.PtraceRegs{}}, nil
+	}
+}
+
+// Attach returns an opener for engine.Start that attaches to a running
+// process, held stopped in its main thread (the others run).
+func Attach(pid int) func() (engine.Target, error) {
+	return func() (engine.Target, error) {
+		t := NewTracer()
+		if _, err := t.Attach(pid); err != nil {
+			return nil, err
+		}
+		return &Target{t: t, raw: map[int]*unix.PtraceRegs{}}, nil
+	}
+}
+
+func (tg *Target) Wait() (engine.Event, error) {
+	ev, err := tg.t.Wait()
+	if errors.Is(err, ErrNoTracees) {
+		return engine.Event{}, engine.ErrNoTracees
+	}
+	if err != nil {
+		return engine.Event{}, err
+	}
+	return tg.convert(ev), nil
+}
+
+func (tg *Target) convert(ev Event) engine.Event {
+	out := engine.Event{Tid: ev.Tid, Space: ev.Pid, Sig: ev.Sig, Parent: ev.Parent}
+	switch ev.Kind {
+	case EventTrap:
+		out.Kind = engine.EvTrap
+	case EventSignal:
+		out.Kind = engine.EvSignal
+	case EventKick:
+		out.Kind = engine.EvKick
+	case EventNewThread:
+		out.Kind = engine.EvNewThread
+	case EventNewProcess:
+		out.Kind = engine.EvNewSpace
+	case EventExec:
+		out.Kind = engine.EvExec
+		delete(tg.raw, ev.Tid)
+	case EventThreadExit:
+		out.Kind = engine.EvThreadExit
+		delete(tg.raw, ev.Tid)
+	case EventProcessExit:
+		out.Kind = engine.EvSpaceExit
+		delete(tg.raw, ev.Tid)
+		switch {
+		case ev.Status.Exited():
+			out.Exit = fmt.Sprintf("exited %d", ev.Status.ExitStatus())
+			out.Code = ev.Status.ExitStatus()
+		case ev.Status.Signaled():
+			out.Exit = fmt.Sprintf("killed by %v", ev.Status.Signal())
+			out.Code = 128 + int(ev.Status.Signal())
+		}
+	}
+	return out
+}
+
+func (tg *Target) Kick() bool { return tg.t.Kick() }
+
+func (tg *Target) proc(space int) (*Process, error) {
+	p := tg.t.Process(space)
+	if p == nil {
+		return nil, fmt.Errorf("process %d is not traced", space)
+	}
+	return p, nil
+}
+
+func (tg *Target) ReadMem(space int, addr uint64, b []byte) error {
+	p, err := tg.proc(space)
+	if err != nil {
+		return err
+	}
+	return p.ReadMem(addr, b)
+}
+
+func (tg *Target) WriteMem(space int, addr uint64, b []byte) error {
+	p, err := tg.proc(space)
+	if err != nil {
+		return err
+	}
+	return p.WriteMem(addr, b)
+}
+
+func (tg *Target) GetRegs(tid int, r *engine.Regs) error {
+	raw := tg.raw[tid]
+	if raw == nil {
+		raw = new(unix.PtraceRegs)
+		tg.raw[tid] = raw
+	}
+	if err := tg.t.GetRegs(tid, raw); err != nil {
+		return err
+	}
+	fromRaw(raw, r)
+	return nil
+}
+
+func (tg *Target) SetRegs(tid int, r *engine.Regs) error {
+	raw := tg.raw[tid]
+	if raw == nil {
+		raw = new(unix.PtraceRegs)
+		if err := tg.t.GetRegs(tid, raw); err != nil {
+			return err
+		}
+		tg.raw[tid] = raw
+	}
+	toRaw(r, raw)
+	return tg.t.SetRegs(tid, raw)
+}
+
+func fromRaw(raw *unix.PtraceRegs, r *engine.Regs) {
+	r[rpn.RegRAX], r[rpn.RegRBX], r[rpn.RegRCX], r[rpn.RegRDX] = raw.Rax, raw.Rbx, raw.Rcx, raw.Rdx
+	r[rpn.RegRSI], r[rpn.RegRDI], r[rpn.RegRBP], r[rpn.RegRSP] = raw.Rsi, raw.Rdi, raw.Rbp, raw.Rsp
+	r[rpn.RegR8], r[rpn.RegR9], r[rpn.RegR10], r[rpn.RegR11] = raw.R8, raw.R9, raw.R10, raw.R11
+	r[rpn.RegR12], r[rpn.RegR13], r[rpn.RegR14], r[rpn.RegR15] = raw.R12, raw.R13, raw.R14, raw.R15
+	r[rpn.RegRIP], r[rpn.RegRFLAGS] = raw.Rip, raw.Eflags
+	r[rpn.RegCS], r[rpn.RegSS], r[rpn.RegDS], r[rpn.RegES], r[rpn.RegFS], r[rpn.RegGS] = raw.Cs, raw.Ss, raw.Ds, raw.Es, raw.Fs, raw.Gs
+	r[rpn.RegFSBase], r[rpn.RegGSBase] = raw.Fs_base, raw.Gs_base
+}
+
+func toRaw(r *engine.Regs, raw *unix.PtraceRegs) {
+	raw.Rax, raw.Rbx, raw.Rcx, raw.Rdx = r[rpn.RegRAX], r[rpn.RegRBX], r[rpn.RegRCX], r[rpn.RegRDX]
+	raw.Rsi, raw.Rdi, raw.Rbp, raw.Rsp = r[rpn.RegRSI], r[rpn.RegRDI], r[rpn.RegRBP], r[rpn.RegRSP]
+	raw.R8, raw.R9, raw.R10, raw.R11 = r[rpn.RegR8], r[rpn.RegR9], r[rpn.RegR10], r[rpn.RegR11]
+	raw.R12, raw.R13, raw.R14, raw.R15 = r[rpn.RegR12], r[rpn.RegR13], r[rpn.RegR14], r[rpn.RegR15]
+	raw.Rip, raw.Eflags = r[rpn.RegRIP], r[rpn.RegRFLAGS]
+	raw.Fs_base, raw.Gs_base = r[rpn.RegFSBase], r[rpn.RegGSBase]
+	// segment selectors are read-only to probe programs
+}
+
+func (tg *Target) Step(tid int) error { return tg.t.Step(tid) }
+
+func (tg *Target) Resume(tid, sig int) error { return tg.t.Resume(tid, sig) }
+
+func (tg *Target) StopThread(tid int) ([]engine.Event, error) {
+	evs, err := tg.t.StopThread(tid)
+	var out []engine.Event
+	for _, ev := range evs {
+		out = append(out, tg.convert(ev))
+	}
+	return out, err
+}
+
+func (tg *Target) Detach(tid, sig int) error {
+	delete(tg.raw, tid)
+	return tg.t.Detach(tid, sig)
+}
+
+func (tg *Target) Threads(space int) []int {
+	p := tg.t.Process(space)
+	if p == nil {
+		return nil
+	}
+	out := make([]int, 0, len(p.Threads))
+	for tid := range p.Threads {
+		out = append(out, tid)
+	}
+	return out
+}
+
+func (tg *Target) Spaces() []int {
+	var out []int
+	for _, p := range tg.t.Processes() {
+		out = append(out, p.Pid)
+	}
+	return out
+}
+
+func (tg *Target) Mappings(space int) ([]engine.Mapping, error) {
+	maps, err := Maps(space)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]engine.Mapping, len(maps))
+	for i, m := range maps {
+		out[i] = engine.Mapping{Start: m.Start, End: m.End, Offset: m.Offset, Exec: m.Exec(),
+			Writable: len(m.Perm) > 1 && m.Perm[1] == 'w', Path: m.Path}
+	}
+	return out, nil
+}
+
+func (tg *Target) ThreadIndex(tid int) int {
+	if th := tg.t.Thread(tid); th != nil {
+		return th.Index
+	}
+	return -1
+}
+
+func (tg *Target) IsStopped(tid int) bool {
+	th := tg.t.Thread(tid)
+	return th != nil && th.Stopped
+}
+
+// AllocXOL maps an executable area near addr by making thread tid call
+// mmap from the program's entry point (code no thread runs again).
+func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
+	aux, err := Auxv(space)
+	if err != nil {
+		return 0, fmt.Errorf("read auxv: %w", err)
+	}
+	entry := aux[AtEntry]
+	if entry == 0 {
+		return 0, errors.New("no entry point in auxv")
+	}
+	const (
+		sysMmap   = 9
+		sysMunmap = 11
+	)
+	prot := uint64(unix.PROT_READ | unix.PROT_EXEC)
+	flags := uint64(unix.MAP_PRIVATE | unix.MAP_ANONYMOUS)
+	var first uint64
+	// a hint below the code, then one above, then anywhere
+	for _, hint := range []uint64{(near &^ 0xfffff) - 0x1000000, (near &^ 0xfffff) + 0x1000000, 0} {
+		addr, err := tg.t.InjectSyscall(tid, entry, sysMmap, hint, size, prot, flags, ^uint64(0), 0)
+		if err != nil {
+			return 0, err
+		}
+		d := int64(addr - near)
+		if hint == 0 || d > -(1<<31)+int64(size) && d < (1<<31)-int64(size) {
+			return addr, nil
+		}
+		if first == 0 {
+			first = addr
+		}
+		tg.t.InjectSyscall(tid, entry, sysMunmap, addr, size)
+	}
+	return first, nil
+}
+
+// Dump writes an ELF core of the process: every thread is stopped for the
+// time of the dump, then goes on.
+func (tg *Target) Dump(space, tid int, dir string) (string, error) {
+	p := tg.t.Process(space)
+	if p == nil {
+		return "", fmt.Errorf("process %d is not traced", space)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	var stopped []int
+	var pending []Event
+	for t := range p.Threads {
+		th := tg.t.Thread(t)
+		if th == nil || th.Stopped {
+			continue
+		}
+		evs, err := tg.t.StopThread(t)
+		pending = append(pending, evs...)
+		if err == nil && len(evs) == 0 {
+			stopped = append(stopped, t)
+		}
+	}
+	defer func() {
+		for _, t := range stopped {
+			tg.t.Resume(t, 0)
+		}
+		tg.t.Queue(pending...)
+	}()
+	cp := &coredump.Process{PID: space, Mem: p.mem}
+	order := []int{tid}
+	for t := range p.Threads {
+		if t != tid {
+			order = append(order, t)
+		}
+	}
+	for _, t := range order {
+		var regs unix.PtraceRegs
+		if tg.t.GetRegs(t, &regs) != nil {
+			continue
+		}
+		cp.Threads = append(cp.Threads, coredump.Thread{TID: t, Regs: syscall.PtraceRegs(regs)})
+	}
+	name := fmt.Sprintf("core.%d.%s", space, time.Now().UTC().Format("20060102T150405.000000000"))
+	path, _, err := coredump.WriteFile(dir, name, cp, coredump.Options{})
+	return path, err
+}

@@ -1,0 +1,763 @@
+package ptrace
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// EventKind says what stopped a tracee.
+type EventKind uint8
+
+const (
+	// EventTrap: a SIGTRAP stop that is no ptrace event: an int3 was hit,
+	// or a single-step completed. The engine knows which.
+	EventTrap EventKind = iota
+	// EventSignal: the tracee is about to receive Sig; resume with Sig to
+	// deliver it, 0 to suppress it.
+	EventSignal
+	// EventKick: the SIGSTOP of Kick; resume without a signal.
+	EventKick
+	// EventNewThread: the first stop of a new thread of a known process.
+	EventNewThread
+	// EventNewProcess: the first stop of a process forked or vforked from
+	// Parent; its memory is a copy of the parent's (shared for vfork).
+	EventNewProcess
+	// EventExec: the process called exec; its address space is new.
+	EventExec
+	// EventThreadExit: a thread other than the last one is gone.
+	EventThreadExit
+	// EventProcessExit: the process is gone; Status says how.
+	EventProcessExit
+)
+
+var eventNames = [...]string{"trap", "signal", "kick", "new-thread", "new-process", "exec", "thread-exit", "process-exit"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return "event(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event is one stop (or end) of a tracee. A stopped tracee stays stopped
+// until the engine resumes it.
+type Event struct {
+	Kind   EventKind
+	Tid    int
+	Pid    int // thread group: the process
+	Sig    int
+	Parent int // EventNewProcess: the process it was forked from
+	Status unix.WaitStatus
+}
+
+// ErrNotSupported is returned on systems without the ptrace backend.
+var ErrNotSupported = errors.New("ptrace: not supported on this system")
+
+// ErrNoTracees is returned by Wait when no tracee is left.
+var ErrNoTracees = errors.New("ptrace: no tracee left")
+
+// Process is one traced address space.
+type Process struct {
+	Pid     int
+	Threads map[int]*Thread
+	mem     *os.File
+	Exec    bool // started by the tracer (killed if the tracer dies)
+}
+
+// Thread is one traced thread.
+type Thread struct {
+	Tid     int
+	Pid     int
+	Index   int  // order in which the tracer met it, per tracer: the "procid" of processes
+	Stopped bool // in a ptrace stop
+	kicks   atomic.Int32
+}
+
+// Tracer follows one process tree. Create it, and call every method, from
+// one goroutine: NewTracer locks it to its OS thread.
+type Tracer struct {
+	procs   map[int]*Process
+	threads map[int]*Thread
+	nextIdx int
+	mu      sync.Mutex // guards kickTarget for Kick, the only method other goroutines call
+	kickTo  *Thread
+	// stops seen while the tracer waited for a specific thread (StopAll,
+	// InjectSyscall), handed out by Wait before it blocks again
+	queued []Event
+}
+
+const options = unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK | unix.PTRACE_O_TRACEEXEC
+
+// NewTracer locks the calling goroutine to its OS thread for good: every
+// later ptrace call must come from it.
+func NewTracer() *Tracer {
+	runtime.LockOSThread()
+	return &Tracer{procs: map[int]*Process{}, threads: map[int]*Thread{}}
+}
+
+// Start runs path with argv under the tracer, stopped at its first
+// instruction after exec. files are its stdin, stdout, stderr (nil: the
+// tracer's).
+func (t *Tracer) Start(path string, argv []string, env []string, dir string, files []*os.File) (*Process, error) {
+	if files == nil {
+		files = []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	}
+	attr := &os.ProcAttr{
+		Dir:   dir,
+		Env:   env,
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Ptrace: true, Pdeathsig: syscall.SIGKILL},
+	}
+	p, err := os.StartProcess(path, argv, attr)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", path, err)
+	}
+	pid := p.Pid
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, unix.WALL|unix.WNOTHREAD, nil); err != nil {
+		return nil, fmt.Errorf("start %s: wait for exec: %w", path, err)
+	}
+	if !ws.Stopped() {
+		return nil, fmt.Errorf("start %s: the process did not stop after exec (%v)", path, ws)
+	}
+	if err := unix.PtraceSetOptions(pid, options|unix.PTRACE_O_EXITKILL); err != nil {
+		return nil, fmt.Errorf("start %s: set ptrace options: %w", path, err)
+	}
+	proc, err := t.addProcess(pid)
+	if err != nil {
+		return nil, err
+	}
+	proc.Exec = true
+	proc.Threads[pid].Stopped = true
+	return proc, nil
+}
+
+// Attach follows every thread of a running process and leaves it stopped
+// in the thread that Attach returns ready for the engine's setup; the other
+// threads keep running.
+func (t *Tracer) Attach(pid int) (*Process, error) {
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+		return nil, fmt.Errorf("attach %d: no such process", pid)
+	}
+	if is32, err := is32Bit(pid); err == nil && is32 {
+		return nil, fmt.Errorf("attach %d: a 32-bit process: gprobes traces x86_64 processes", pid)
+	}
+	proc, err := t.addProcess(pid)
+	if err != nil {
+		return nil, err
+	}
+	// seize every thread, again until no new one appeared meanwhile
+	for {
+		tids, err := taskIDs(pid)
+		if err != nil {
+			return nil, fmt.Errorf("attach %d: %w", pid, err)
+		}
+		added := false
+		for _, tid := range tids {
+			if _, ok := t.threads[tid]; ok {
+				continue
+			}
+			if err := unix.PtraceSeize(tid); err != nil {
+				if err == unix.ESRCH {
+					continue // exited meanwhile
+				}
+				if err == unix.EPERM {
+					return nil, fmt.Errorf("attach %d: not permitted: run as root, or set kernel.yama.ptrace_scope to 0", pid)
+				}
+				return nil, fmt.Errorf("attach %d: seize thread %d: %w", pid, tid, err)
+			}
+			if err := unix.PtraceSetOptions(tid, options); err != nil {
+				return nil, fmt.Errorf("attach %d: set options: %w", pid, err)
+			}
+			t.addThread(proc, tid)
+			added = true
+		}
+		if !added {
+			break
+		}
+	}
+	// stop the leader for setup
+	if err := t.stopThread(proc.Threads[pid]); err != nil {
+		return nil, fmt.Errorf("attach %d: %w", pid, err)
+	}
+	return proc, nil
+}
+
+func is32Bit(pid int) (bool, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var hdr [5]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return false, err
+	}
+	return hdr[4] == 1, nil // EI_CLASS ELFCLASS32
+}
+
+func taskIDs(pid int) ([]int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func (t *Tracer) addProcess(pid int) (*Process, error) {
+	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open memory of %d: %w", pid, err)
+	}
+	p := &Process{Pid: pid, Threads: map[int]*Thread{}, mem: mem}
+	t.procs[pid] = p
+	t.addThread(p, pid)
+	return p, nil
+}
+
+func (t *Tracer) addThread(p *Process, tid int) *Thread {
+	if th, ok := t.threads[tid]; ok {
+		return th
+	}
+	th := &Thread{Tid: tid, Pid: p.Pid, Index: t.nextIdx}
+	t.nextIdx++
+	p.Threads[tid] = th
+	t.threads[tid] = th
+	t.mu.Lock()
+	if t.kickTo == nil || t.kickTo.Pid != p.Pid && t.procs[t.kickTo.Pid] == nil {
+		t.kickTo = th
+	}
+	t.mu.Unlock()
+	return th
+}
+
+func (t *Tracer) removeThread(tid int) {
+	th, ok := t.threads[tid]
+	if !ok {
+		return
+	}
+	delete(t.threads, tid)
+	if p := t.procs[th.Pid]; p != nil {
+		delete(p.Threads, tid)
+	}
+	t.mu.Lock()
+	if t.kickTo == th {
+		t.kickTo = nil
+		for _, other := range t.threads {
+			t.kickTo = other
+			break
+		}
+	}
+	t.mu.Unlock()
+}
+
+func (t *Tracer) removeProcess(pid int) {
+	p := t.procs[pid]
+	if p == nil {
+		return
+	}
+	for tid := range p.Threads {
+		t.removeThread(tid)
+	}
+	p.mem.Close()
+	delete(t.procs, pid)
+}
+
+// Process returns a traced process, or nil.
+func (t *Tracer) Process(pid int) *Process { return t.procs[pid] }
+
+// Thread returns a traced thread, or nil.
+func (t *Tracer) Thread(tid int) *Thread { return t.threads[tid] }
+
+// Processes lists the traced processes.
+func (t *Tracer) Processes() []*Process {
+	out := make([]*Process, 0, len(t.procs))
+	for _, p := range t.procs {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Kick makes Wait return an EventKick soon, from any goroutine: it sends
+// SIGSTOP to one running tracee. It reports false when there is no tracee.
+func (t *Tracer) Kick() bool {
+	t.mu.Lock()
+	th := t.kickTo
+	t.mu.Unlock()
+	if th == nil {
+		return false
+	}
+	th.kicks.Add(1)
+	if err := unix.Tgkill(th.Pid, th.Tid, unix.SIGSTOP); err != nil {
+		th.kicks.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Wait blocks until a tracee stops or ends and describes it. It waits
+// with __WNOTHREAD, for this thread's tracees only: the other threads of
+// the program have children of their own (os/exec, other tracers) whose
+// statuses must not be taken. Thread and
+// process bookkeeping (new threads, forks, exits, exec) is done before the
+// event is returned.
+func (t *Tracer) Wait() (Event, error) {
+	if len(t.queued) > 0 {
+		ev := t.queued[0]
+		t.queued = t.queued[1:]
+		return ev, nil
+	}
+	for {
+		var ws unix.WaitStatus
+		tid, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.ECHILD {
+			return Event{}, ErrNoTracees
+		}
+		if err != nil {
+			return Event{}, fmt.Errorf("wait4: %w", err)
+		}
+		if ev, ok := t.decode(tid, ws); ok {
+			return ev, nil
+		}
+	}
+}
+
+// WaitThread waits for the next stop of one thread, queueing the events
+// of other tracees that arrive meanwhile for Wait.
+func (t *Tracer) WaitThread(tid int) (Event, error) {
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOTHREAD, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return Event{}, fmt.Errorf("wait4 %d: %w", tid, err)
+		}
+		ev, ok := t.decode(got, ws)
+		if !ok {
+			continue
+		}
+		return ev, nil
+	}
+}
+
+// decode turns a wait status into an event; ok is false for stops the
+// tracer handled itself.
+func (t *Tracer) decode(tid int, ws unix.WaitStatus) (Event, bool) {
+	th := t.threads[tid]
+	switch {
+	case ws.Exited() || ws.Signaled():
+		if th == nil {
+			return Event{}, false
+		}
+		pid := th.Pid
+		p := t.procs[pid]
+		if tid == pid || p == nil || len(p.Threads) <= 1 {
+			t.removeProcess(pid)
+			return Event{Kind: EventProcessExit, Tid: tid, Pid: pid, Status: ws}, true
+		}
+		t.removeThread(tid)
+		return Event{Kind: EventThreadExit, Tid: tid, Pid: pid, Status: ws}, true
+	case !ws.Stopped():
+		return Event{}, false
+	}
+	if th == nil {
+		// the first stop of a thread or process we follow through
+		// TRACECLONE or TRACEFORK: find out which
+		return t.newTracee(tid, ws)
+	}
+	th.Stopped = true
+	sig := ws.StopSignal()
+	ev := Event{Tid: tid, Pid: th.Pid, Sig: int(sig), Status: ws}
+	if sig == unix.SIGTRAP {
+		switch ws.TrapCause() {
+		case 0, -1:
+			ev.Kind = EventTrap
+			return ev, true
+		case unix.PTRACE_EVENT_EXEC:
+			t.execed(th)
+			ev.Kind = EventExec
+			ev.Pid = th.Pid
+			ev.Tid = th.Tid
+			return ev, true
+		default:
+			// fork, vfork, clone: the new tracee reports its own stop;
+			// the parent just goes on
+			t.resume(th, 0)
+			return Event{}, false
+		}
+	}
+	if ws.TrapCause() == unix.PTRACE_EVENT_STOP {
+		// group-stop or PTRACE_INTERRUPT of a seized tracee
+		if th.kicks.Load() > 0 && (sig == unix.SIGSTOP || sig == unix.SIGTRAP) {
+			th.kicks.Add(-1)
+			ev.Kind = EventKick
+			return ev, true
+		}
+		t.resume(th, 0)
+		return Event{}, false
+	}
+	if sig == unix.SIGSTOP && th.kicks.Load() > 0 {
+		th.kicks.Add(-1)
+		ev.Kind = EventKick
+		return ev, true
+	}
+	ev.Kind = EventSignal
+	return ev, true
+}
+
+func (t *Tracer) newTracee(tid int, ws unix.WaitStatus) (Event, bool) {
+	tgid, ppid, err := procStatusIDs(tid)
+	if err != nil {
+		// gone already
+		return Event{}, false
+	}
+	if p := t.procs[tgid]; p != nil {
+		th := t.addThread(p, tid)
+		th.Stopped = true
+		return Event{Kind: EventNewThread, Tid: tid, Pid: tgid, Status: ws}, true
+	}
+	if tgid != tid {
+		// a thread of a process we have not met yet: the process's own
+		// stop comes first in practice; follow it as part of it
+		p, err := t.addProcess(tgid)
+		if err != nil {
+			return Event{}, false
+		}
+		th := t.addThread(p, tid)
+		th.Stopped = true
+		return Event{Kind: EventNewThread, Tid: tid, Pid: tgid, Status: ws}, true
+	}
+	p, err := t.addProcess(tid)
+	if err != nil {
+		unix.PtraceDetach(tid)
+		return Event{}, false
+	}
+	p.Threads[tid].Stopped = true
+	return Event{Kind: EventNewProcess, Tid: tid, Pid: tid, Parent: ppid, Status: ws}, true
+}
+
+// procStatusIDs reads Tgid and PPid of a task.
+func procStatusIDs(tid int) (tgid, ppid int, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", tid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "Tgid":
+			tgid, _ = strconv.Atoi(strings.TrimSpace(v))
+		case "PPid":
+			ppid, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if tgid == 0 {
+		return 0, 0, fmt.Errorf("no Tgid for %d", tid)
+	}
+	return tgid, ppid, nil
+}
+
+// execed handles exec: the other threads are gone, the thread now has the
+// process's id, the memory is new.
+func (t *Tracer) execed(th *Thread) {
+	p := t.procs[th.Pid]
+	if p == nil {
+		return
+	}
+	for tid := range p.Threads {
+		if tid != th.Tid {
+			delete(t.threads, tid)
+			delete(p.Threads, tid)
+		}
+	}
+	if th.Tid != p.Pid {
+		// a non-leader thread exec'd: it takes over the leader's id
+		delete(t.threads, th.Tid)
+		delete(p.Threads, th.Tid)
+		th.Tid = p.Pid
+		t.threads[th.Tid] = th
+		p.Threads[th.Tid] = th
+	}
+	p.mem.Close()
+	if mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", p.Pid), os.O_RDWR, 0); err == nil {
+		p.mem = mem
+	}
+}
+
+func (t *Tracer) resume(th *Thread, sig int) error {
+	th.Stopped = false
+	return unix.PtraceCont(th.Tid, sig)
+}
+
+// Resume lets a stopped thread run, delivering sig (0 for none).
+func (t *Tracer) Resume(tid, sig int) error {
+	th := t.threads[tid]
+	if th == nil {
+		return fmt.Errorf("resume %d: not traced", tid)
+	}
+	if err := t.resume(th, sig); err != nil {
+		return fmt.Errorf("resume %d: %w", tid, err)
+	}
+	return nil
+}
+
+// Step single-steps a stopped thread; its next stop is an EventTrap (or a
+// signal if the instruction faults).
+func (t *Tracer) Step(tid int) error {
+	th := t.threads[tid]
+	if th == nil {
+		return fmt.Errorf("step %d: not traced", tid)
+	}
+	th.Stopped = false
+	if err := unix.PtraceSingleStep(tid); err != nil {
+		return fmt.Errorf("step %d: %w", tid, err)
+	}
+	return nil
+}
+
+// GetRegs reads the registers of a stopped thread.
+func (t *Tracer) GetRegs(tid int, r *unix.PtraceRegs) error {
+	if err := unix.PtraceGetRegs(tid, r); err != nil {
+		return fmt.Errorf("get registers of %d: %w", tid, err)
+	}
+	return nil
+}
+
+// SetRegs writes the registers of a stopped thread.
+func (t *Tracer) SetRegs(tid int, r *unix.PtraceRegs) error {
+	if err := unix.PtraceSetRegs(tid, r); err != nil {
+		return fmt.Errorf("set registers of %d: %w", tid, err)
+	}
+	return nil
+}
+
+// ReadMem reads process memory; a short read is an error.
+func (p *Process) ReadMem(addr uint64, b []byte) error {
+	if addr > 1<<63-1 {
+		return fmt.Errorf("read %#x: address out of range", addr)
+	}
+	n, err := p.mem.ReadAt(b, int64(addr))
+	if n == len(b) {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("short read")
+	}
+	return fmt.Errorf("read %d bytes at %#x of process %d: %w", len(b), addr, p.Pid, err)
+}
+
+// WriteMem writes process memory, read-only text included.
+func (p *Process) WriteMem(addr uint64, b []byte) error {
+	if addr > 1<<63-1 {
+		return fmt.Errorf("write %#x: address out of range", addr)
+	}
+	n, err := p.mem.WriteAt(b, int64(addr))
+	if n == len(b) {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("short write")
+	}
+	return fmt.Errorf("write %d bytes at %#x of process %d: %w", len(b), addr, p.Pid, err)
+}
+
+// StopThread brings a running thread to a ptrace stop (with a SIGSTOP) and
+// returns the events of other kinds it reported before that stop: they
+// must still be handled. A thread already stopped is left alone.
+func (t *Tracer) StopThread(tid int) ([]Event, error) {
+	th := t.threads[tid]
+	if th == nil {
+		return nil, fmt.Errorf("stop %d: not traced", tid)
+	}
+	if th.Stopped {
+		return nil, nil
+	}
+	th.kicks.Add(1)
+	if err := unix.Tgkill(th.Pid, tid, unix.SIGSTOP); err != nil {
+		th.kicks.Add(-1)
+		return nil, fmt.Errorf("stop %d: %w", tid, err)
+	}
+	var other []Event
+	for {
+		ev, err := t.WaitThread(tid)
+		if err != nil {
+			return other, err
+		}
+		switch ev.Kind {
+		case EventKick:
+			return other, nil
+		case EventProcessExit, EventThreadExit:
+			return append(other, ev), fmt.Errorf("stop %d: it exited", tid)
+		}
+		other = append(other, ev)
+		if t.threads[tid] == nil {
+			return other, fmt.Errorf("stop %d: gone", tid)
+		}
+		// it stopped for something else first (a breakpoint, a signal):
+		// it is stopped now, which is what we wanted; the SIGSTOP is still
+		// pending and will come as a kick later
+		if th.Stopped {
+			return other, nil
+		}
+	}
+}
+
+func (t *Tracer) stopThread(th *Thread) error {
+	evs, err := t.StopThread(th.Tid)
+	t.queued = append(t.queued, evs...)
+	return err
+}
+
+// Queue hands events back to Wait, to be returned before new ones.
+func (t *Tracer) Queue(evs ...Event) { t.queued = append(t.queued, evs...) }
+
+// Detach lets a stopped thread go, delivering sig.
+func (t *Tracer) Detach(tid, sig int) error {
+	th := t.threads[tid]
+	if th == nil {
+		return nil
+	}
+	err := unix.PtraceDetach(tid)
+	if sig != 0 {
+		unix.Tgkill(th.Pid, tid, unix.Signal(sig))
+	}
+	t.removeThread(tid)
+	if p := t.procs[th.Pid]; p != nil && len(p.Threads) == 0 {
+		p.mem.Close()
+		delete(t.procs, th.Pid)
+	}
+	return err
+}
+
+// Auxv reads the process's auxiliary vector.
+func Auxv(pid int) (map[uint64]uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/auxv", pid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint64]uint64{}
+	for len(b) >= 16 {
+		k, v := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+		b = b[16:]
+		if k == 0 {
+			break
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// Auxiliary vector keys.
+const (
+	AtEntry = 9 // AT_ENTRY: the program's entry point
+	AtBase  = 7 // AT_BASE: where the dynamic linker is loaded
+)
+
+// InjectSyscall runs one system call in a stopped thread of p, at addr
+// (which must be executable code no other thread runs: the program's entry
+// point), and returns its result. The thread's registers and the two bytes
+// at addr are restored.
+func (t *Tracer) InjectSyscall(tid int, addr uint64, nr uint64, args ...uint64) (uint64, error) {
+	th := t.threads[tid]
+	if th == nil || !th.Stopped {
+		return 0, fmt.Errorf("inject syscall: thread %d is not stopped", tid)
+	}
+	p := t.procs[th.Pid]
+	var saved unix.PtraceRegs
+	if err := t.GetRegs(tid, &saved); err != nil {
+		return 0, err
+	}
+	var code [2]byte
+	if err := p.ReadMem(addr, code[:]); err != nil {
+		return 0, err
+	}
+	if err := p.WriteMem(addr, []byte{0x0f, 0x05}); err != nil { // syscall
+		return 0, err
+	}
+	restore := func() {
+		p.WriteMem(addr, code[:])
+		t.SetRegs(tid, &saved)
+	}
+	r := saved
+	r.Rip = addr
+	r.Rax = nr
+	r.Orig_rax = ^uint64(0) // no syscall restart on these registers
+	regs := []*uint64{&r.Rdi, &r.Rsi, &r.Rdx, &r.R10, &r.R8, &r.R9}
+	for i, a := range args {
+		*regs[i] = a
+	}
+	if err := t.SetRegs(tid, &r); err != nil {
+		restore()
+		return 0, err
+	}
+	if err := t.Step(tid); err != nil {
+		restore()
+		return 0, err
+	}
+	for {
+		ev, err := t.WaitThread(tid)
+		if err != nil {
+			return 0, err
+		}
+		if ev.Kind == EventTrap {
+			break
+		}
+		if ev.Kind == EventProcessExit || ev.Kind == EventThreadExit {
+			return 0, fmt.Errorf("inject syscall: thread %d exited", tid)
+		}
+		if ev.Kind == EventKick {
+			// our own SIGSTOP from earlier: keep stepping
+			if err := t.Step(tid); err != nil {
+				restore()
+				return 0, err
+			}
+			continue
+		}
+		// a signal arrived before the syscall ran: send it again once we
+		// are done, and try again
+		if ev.Sig != 0 {
+			defer unix.Tgkill(th.Pid, tid, unix.Signal(ev.Sig))
+		}
+		if err := t.Step(tid); err != nil {
+			restore()
+			return 0, err
+		}
+	}
+	var after unix.PtraceRegs
+	err := t.GetRegs(tid, &after)
+	restore()
+	if err != nil {
+		return 0, err
+	}
+	if int64(after.Rax) < 0 && int64(after.Rax) > -4096 {
+		return 0, fmt.Errorf("injected syscall %d failed: %w", nr, unix.Errno(-int64(after.Rax)))
+	}
+	return after.Rax, nil
+}
