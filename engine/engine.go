@@ -19,14 +19,14 @@ type Regs = [rpn.NumRegs]uint64
 type EventKind uint8
 
 const (
-	EvTrap         EventKind = iota // a breakpoint was hit or a single-step completed
-	EvSignal                        // a signal is about to be delivered (Sig)
-	EvKick                          // the stop requested by Kick
-	EvNewThread                     // a new thread of a known address space, stopped
-	EvNewSpace                      // a new address space (fork), stopped, a copy of Parent's
-	EvExec                          // the address space was replaced (exec)
-	EvThreadExit                    // a thread is gone
-	EvSpaceExit                     // an address space is gone
+	EvTrap       EventKind = iota // a breakpoint was hit or a single-step completed
+	EvSignal                      // a signal is about to be delivered (Sig)
+	EvKick                        // the stop requested by Kick
+	EvNewThread                   // a new thread of a known address space, stopped
+	EvNewSpace                    // a new address space (fork), stopped, a copy of Parent's
+	EvExec                        // the address space was replaced (exec)
+	EvThreadExit                  // a thread is gone
+	EvSpaceExit                   // an address space is gone
 )
 
 // Event is what a Target reports from Wait.
@@ -119,8 +119,8 @@ func (f SinkFunc) Commit(r *Record) { f(r) }
 // Options configure an engine.
 type Options struct {
 	Sink    Sink
-	DumpDir string     // where exit 3 writes core dumps
-	GV      []uint64   // the global variables, shared by every engine of a daemon
+	DumpDir string      // where exit 3 writes core dumps
+	GV      []uint64    // the global variables, shared by every engine of a daemon
 	GVLock  sync.Locker // guards GV across engines (nil: none needed)
 	// OnGone is called (on the loop goroutine) when the target has no
 	// thread left.
