@@ -367,7 +367,9 @@ func (s *Server) Remove(req RemoveRequest) (int, error) {
 		}
 		if len(t.eng.Modules()) == 0 {
 			// nothing left in it: let it go
-			t.eng.Close()
+			if err := t.eng.Close(); err != nil {
+				fmt.Fprintf(os.Stderr, "gprobes daemon: detach %s: %v\n", name, err)
+			}
 			delete(s.targets, name)
 		}
 	}

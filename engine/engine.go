@@ -65,6 +65,10 @@ type Target interface {
 	// StopThread brings a running thread to a stop; events it reported
 	// first are returned for the engine to handle.
 	StopThread(tid int) ([]Event, error)
+	// DrainKick runs a stopped thread on until a stop the engine asked for
+	// earlier (StopThread, Kick) has arrived and been taken, so nothing of
+	// the engine's is left pending; signals met first are returned.
+	DrainKick(tid int) ([]int, error)
 	// Detach lets a stopped thread go, delivering sig.
 	Detach(tid int, sig int) error
 	Threads(space int) []int
@@ -358,7 +362,7 @@ func (e *Engine) handle(ev Event) {
 		}
 		e.tgt.Resume(ev.Tid, ev.Sig)
 	case EvKick:
-		e.tgt.Resume(ev.Tid, 0)
+		e.resumeQuiet(ev.Tid)
 	case EvNewThread:
 		e.thread(ev.Tid, ev.Space)
 		e.tgt.Resume(ev.Tid, 0)
@@ -379,6 +383,17 @@ func (e *Engine) handle(ev Event) {
 		}
 		e.spaceExit(ev.Space, ev.Exit)
 	}
+}
+
+// resumeQuiet lets a thread go on after a stop of the engine's own
+// making (a kick): stepping again if it was in the middle of an
+// out-of-line step, which the stop interrupted before it executed.
+func (e *Engine) resumeQuiet(tid int) {
+	if th := e.threads[tid]; th != nil && th.step != nil {
+		e.tgt.Step(tid)
+		return
+	}
+	e.tgt.Resume(tid, 0)
 }
 
 // thread returns the engine's state of a thread, creating it.
@@ -516,28 +531,44 @@ func (e *Engine) detachAll() error {
 // code, and detaches them, delivering sig to the space (SIGSTOP leaves it
 // stopped for a debugger).
 func (e *Engine) detachSpace(spID int, sig int) error {
-	tids := e.tgt.Threads(spID)
-	var pending []Event
-	for _, tid := range tids {
+	sigOf := map[int][]int{}
+	// threads stopped at an int3 whose trap the engine has not handled:
+	// they go back to the original instruction
+	trapped := map[int]bool{}
+	for _, ev := range e.pendingEvents {
+		if ev.Kind == EvTrap && ev.Space == spID {
+			trapped[ev.Tid] = true
+		}
+	}
+	for _, tid := range e.tgt.Threads(spID) {
 		evs, err := e.tgt.StopThread(tid)
 		if err != nil {
 			continue // it exited
 		}
-		pending = append(pending, evs...)
+		for _, ev := range evs {
+			switch {
+			case ev.Kind == EvSignal && ev.Tid == tid:
+				sigOf[tid] = append(sigOf[tid], ev.Sig)
+			case ev.Kind == EvTrap && ev.Tid == tid:
+				trapped[tid] = true
+			}
+		}
 	}
+	// the events of this space are dealt with here
+	keep := e.pendingEvents[:0]
+	for _, ev := range e.pendingEvents {
+		if ev.Space != spID {
+			keep = append(keep, ev)
+		}
+	}
+	e.pendingEvents = keep
 	sp := e.spaces[spID]
 	// restore the code first, so nothing hits an int3 from now on
 	if sp != nil {
 		for addr, bp := range sp.bps {
 			e.tgt.WriteMem(spID, addr, bp.insn.Bytes[:1])
 			delete(sp.bps, addr)
-		}
-	}
-	// signals that stopped threads first are delivered on detach
-	sigOf := map[int]int{}
-	for _, ev := range pending {
-		if ev.Kind == EvSignal {
-			sigOf[ev.Tid] = ev.Sig
+			sp.removed[addr] = true
 		}
 	}
 	var errs []error
@@ -552,7 +583,7 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 				r[rpn.RegRIP] = th.step.bp.addr
 				th.step = nil
 				changed = true
-			} else if sp.wasBreakpoint(r[rpn.RegRIP] - 1) {
+			} else if trapped[tid] && sp.wasBreakpoint(r[rpn.RegRIP]-1) {
 				// stopped right after an int3 that is gone now
 				r[rpn.RegRIP]--
 				changed = true
@@ -561,7 +592,17 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 				e.tgt.SetRegs(tid, &r)
 			}
 		}
-		s := sigOf[tid]
+		// a thread that stopped for something else still has the
+		// engine's SIGSTOP pending: take it, or the process would stop
+		more, err := e.tgt.DrainKick(tid)
+		if err != nil {
+			continue // it exited
+		}
+		sigs := append(sigOf[tid], more...)
+		s := 0
+		if len(sigs) > 0 {
+			s = sigs[0]
+		}
 		if sig != 0 && tid == spID {
 			s = sig
 		}

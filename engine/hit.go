@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -231,6 +232,13 @@ func (e *Engine) stepDone(th *thread) {
 		return
 	}
 	if err := x86.FixupAfterStep(&st.bp.insn, st.bp.slot, &th.regs, mem{e, th.space}); err != nil {
+		if errors.Is(err, x86.ErrStepAgain) {
+			// a rep string instruction traps after every iteration: go on
+			// stepping; the records wait until it has finished
+			th.step = st
+			e.tgt.Step(th.tid)
+			return
+		}
 		// it went somewhere we do not know how to fix: leave it there
 		e.warn(fmt.Sprintf("after the out-of-line step of %#x: %v", st.bp.addr, err))
 	}

@@ -433,7 +433,7 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 		}
 		x86.Classify(&insn)
 		if insn.Class == x86.Refuse {
-			refuse(StateRefused, "cannot probe `%s` at %#x: %s", insn.Inst, addr, insn.Why)
+			refuse(StateRefused, "cannot probe `%s` at %#x: %s", insn.String(), addr, insn.Why)
 			return
 		}
 		bp = &breakpoint{addr: addr, insn: insn}
@@ -561,7 +561,7 @@ func (e *Engine) prepareSlot(sp *space, bp *breakpoint) error {
 	}
 	code, err := x86.PrepareXOL(&bp.insn, slot, true)
 	if err != nil {
-		return fmt.Errorf("prepare the out-of-line copy of `%s`: %v", bp.insn.Inst, err)
+		return fmt.Errorf("prepare the out-of-line copy of `%s`: %v", bp.insn.String(), err)
 	}
 	if err := e.tgt.WriteMem(sp.id, slot, code); err != nil {
 		return fmt.Errorf("write the out-of-line slot: %v", err)
@@ -620,7 +620,7 @@ func (e *Engine) withStoppedThread(spID int, f func(tid int) error) error {
 	}
 	err = f(tid)
 	if len(evs) == 0 {
-		e.tgt.Resume(tid, 0)
+		e.resumeQuiet(tid)
 	} else {
 		// it stopped for something else first: handle that as usual
 		e.pendingEvents = append(e.pendingEvents, evs...)

@@ -477,9 +477,10 @@ func checkOriginalText(t *testing.T, pid int, funcs ...string) {
 			if s.Name != fn {
 				continue
 			}
-			want := make([]byte, 8)
+			n := min(8, int(s.Size))
+			want := make([]byte, n)
 			text.ReadAt(want, int64(s.Value-text.Addr))
-			got := make([]byte, 8)
+			got := make([]byte, n)
 			mem.ReadAt(got, int64(base+s.Value))
 			if string(got) != string(want) {
 				t.Errorf("%s: live code %x, file %x", fn, got, want)

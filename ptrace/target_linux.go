@@ -180,6 +180,8 @@ func (tg *Target) StopThread(tid int) ([]engine.Event, error) {
 	return out, err
 }
 
+func (tg *Target) DrainKick(tid int) ([]int, error) { return tg.t.DrainKick(tid) }
+
 func (tg *Target) Detach(tid, sig int) error {
 	delete(tg.raw, tid)
 	return tg.t.Detach(tid, sig)

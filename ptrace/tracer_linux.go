@@ -153,11 +153,20 @@ func (t *Tracer) Attach(pid int) (*Process, error) {
 	if is32, err := is32Bit(pid); err == nil && is32 {
 		return nil, fmt.Errorf("attach %d: a 32-bit process: gprobes traces x86_64 processes", pid)
 	}
+	// seize the leader first, with the options (PTRACE_SETOPTIONS needs a
+	// stopped tracee; PTRACE_SEIZE takes them at once)
+	if err := seize(pid); err != nil {
+		if err == unix.EPERM {
+			return nil, fmt.Errorf("attach %d: not permitted: run as root, or set kernel.yama.ptrace_scope to 0", pid)
+		}
+		return nil, fmt.Errorf("attach %d: %w", pid, err)
+	}
 	proc, err := t.addProcess(pid)
 	if err != nil {
+		unix.PtraceDetach(pid)
 		return nil, err
 	}
-	// seize every thread, again until no new one appeared meanwhile
+	// then every other thread, again until no new one appeared meanwhile
 	for {
 		tids, err := taskIDs(pid)
 		if err != nil {
@@ -168,17 +177,11 @@ func (t *Tracer) Attach(pid int) (*Process, error) {
 			if _, ok := t.threads[tid]; ok {
 				continue
 			}
-			if err := unix.PtraceSeize(tid); err != nil {
+			if err := seize(tid); err != nil {
 				if err == unix.ESRCH {
 					continue // exited meanwhile
 				}
-				if err == unix.EPERM {
-					return nil, fmt.Errorf("attach %d: not permitted: run as root, or set kernel.yama.ptrace_scope to 0", pid)
-				}
 				return nil, fmt.Errorf("attach %d: seize thread %d: %w", pid, tid, err)
-			}
-			if err := unix.PtraceSetOptions(tid, options); err != nil {
-				return nil, fmt.Errorf("attach %d: set options: %w", pid, err)
 			}
 			t.addThread(proc, tid)
 			added = true
@@ -192,6 +195,15 @@ func (t *Tracer) Attach(pid int) (*Process, error) {
 		return nil, fmt.Errorf("attach %d: %w", pid, err)
 	}
 	return proc, nil
+}
+
+// seize attaches a thread with PTRACE_SEIZE and the tracer's options.
+func seize(tid int) error {
+	_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, uintptr(options), 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 func is32Bit(pid int) (bool, error) {
@@ -635,6 +647,56 @@ func (t *Tracer) stopThread(th *Thread) error {
 	return err
 }
 
+// DrainKick lets a stopped thread run until the SIGSTOP of an earlier Kick
+// or StopThread arrives, and stops it there, so it can be detached with no
+// SIGSTOP of ours pending (which would stop the process after detach).
+// Signals that come first are returned, to deliver at detach. Whether a
+// SIGSTOP is pending is read from the thread's pending set in /proc: two
+// kicks can collapse into one signal, so counting them is not enough.
+func (t *Tracer) DrainKick(tid int) ([]int, error) {
+	th := t.threads[tid]
+	if th == nil {
+		return nil, fmt.Errorf("drain %d: not traced", tid)
+	}
+	var sigs []int
+	for stopPending(th.Pid, tid) {
+		if err := t.resume(th, 0); err != nil {
+			return sigs, err
+		}
+		ev, err := t.WaitThread(tid)
+		if err != nil {
+			return sigs, err
+		}
+		switch ev.Kind {
+		case EventKick:
+		case EventSignal:
+			if ev.Sig != int(unix.SIGSTOP) {
+				sigs = append(sigs, ev.Sig)
+			}
+		case EventProcessExit, EventThreadExit:
+			return sigs, fmt.Errorf("drain %d: it exited", tid)
+		}
+	}
+	th.kicks.Store(0)
+	return sigs, nil
+}
+
+// stopPending reports whether a SIGSTOP sent to this thread (tgkill) is
+// pending: bit 19 of SigPnd in /proc/PID/task/TID/status.
+func stopPending(pid, tid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigPnd:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(uint(unix.SIGSTOP)-1)) != 0
+		}
+	}
+	return false
+}
+
 // Queue hands events back to Wait, to be returned before new ones.
 func (t *Tracer) Queue(evs ...Event) { t.queued = append(t.queued, evs...) }
 
@@ -644,10 +706,13 @@ func (t *Tracer) Detach(tid, sig int) error {
 	if th == nil {
 		return nil
 	}
-	err := unix.PtraceDetach(tid)
 	if sig != 0 {
+		// queued while the thread is still stopped, so it is the first
+		// thing the thread meets once detached (SIGSTOP for a debugger
+		// must stop it before it runs on)
 		unix.Tgkill(th.Pid, tid, unix.Signal(sig))
 	}
+	err := unix.PtraceDetach(tid)
 	t.removeThread(tid)
 	if p := t.procs[th.Pid]; p != nil && len(p.Threads) == 0 {
 		p.mem.Close()

@@ -10,6 +10,7 @@
 //     -s MS       sleep MS milliseconds before starting (time to insert)
 //     -w          wait for a line on stdin before starting
 //     -l          loop until killed, printing a line per round
+//     -p MS       pause MS milliseconds between rounds of -l
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -52,10 +53,10 @@ static void *work(void *arg) {
 
 int main(int argc, char **argv) {
 	int threads = 1, forkit = 0, loop = 0, waitin = 0;
-	long sleepms = 0;
+	long sleepms = 0, pausems = 0;
 	const char *lib = NULL;
 	int c;
-	while ((c = getopt(argc, argv, "n:t:fd:s:wl")) != -1) {
+	while ((c = getopt(argc, argv, "n:t:fd:s:wlp:")) != -1) {
 		switch (c) {
 		case 'n': n = atol(optarg); break;
 		case 't': threads = atoi(optarg); break;
@@ -64,6 +65,7 @@ int main(int argc, char **argv) {
 		case 's': sleepms = atol(optarg); break;
 		case 'w': waitin = 1; break;
 		case 'l': loop = 1; break;
+		case 'p': pausems = atol(optarg); break;
 		default: return 2;
 		}
 	}
@@ -103,6 +105,10 @@ int main(int argc, char **argv) {
 		}
 		printf("%s %d checksum %ld counter %ld counter2 %ld\n", child == 0 && forkit ? "child" : "main", getpid(), total, counter, counter2);
 		fflush(stdout);
+		if (pausems) {
+			struct timespec ts = {pausems / 1000, (pausems % 1000) * 1000000};
+			nanosleep(&ts, NULL);
+		}
 	} while (loop);
 	if (child > 0) {
 		int st;

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var hitsFixture struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildHits builds testdata/proc's fixture once per test binary.
+func buildHits(t *testing.T) string {
+	t.Helper()
+	need(t, "gcc")
+	hitsFixture.once.Do(func() {
+		dir, err := os.MkdirTemp("", "gprobes-cmd-")
+		if err != nil {
+			hitsFixture.err = err
+			return
+		}
+		hitsFixture.path = filepath.Join(dir, "hits")
+		src := "../../testdata/proc/"
+		if out, err := exec.Command("gcc", "-O1", "-g", "-pthread", "-o", hitsFixture.path, src+"hits.c", src+"funcs.S", "-ldl").CombinedOutput(); err != nil {
+			hitsFixture.err = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if hitsFixture.err != nil {
+		t.Fatal(hitsFixture.err)
+	}
+	return hitsFixture.path
+}
+
+// startLooping starts the fixture looping and returns it with a reader of
+// its output lines.
+func startLooping(t *testing.T, hits string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(hits, "-n", "200", "-l", "-p", "20")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	sc.Scan() // pid
+	return cmd, sc
+}
+
+// roundLine returns the fixture's next round line without its pid.
+func roundLine(t *testing.T, sc *bufio.Scanner) string {
+	t.Helper()
+	done := make(chan bool, 1)
+	go func() { done <- sc.Scan() }()
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatalf("the fixture's output ended: %v", sc.Err())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fixture printed nothing for 30 s")
+	}
+	f := strings.Fields(sc.Text())
+	if len(f) < 3 {
+		t.Fatalf("odd line %q", sc.Text())
+	}
+	return strings.Join(f[2:], " ")
+}
+
+// The daemon end to end: insert into a running process, query, getvars,
+// log, remove, insert again, then SIGTERM: every probe out, the process
+// runs on with its original code, correctly.
+func TestDaemon(t *testing.T) {
+	hits := buildHits(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "d.sock")
+	state := filepath.Join(dir, "state")
+	exe, _ := os.Executable()
+	d := exec.Command(exe, "daemon", "--socket", sock, "--state", state)
+	d.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
+	var dout strings.Builder
+	d.Stdout, d.Stderr = &dout, &dout
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Process.Kill(); d.Wait() })
+	for i := 0; i < 200; i++ {
+		if st, err := os.Stat(sock); err == nil {
+			if st.Mode().Perm() != 0o600 {
+				t.Errorf("socket mode %v, want 0600", st.Mode().Perm())
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	target, lines := startLooping(t, hits)
+	// the reference: the same rounds unprobed
+	ref, refLines := startLooping(t, hits)
+	_ = ref
+	pid := target.Process.Pid
+
+	probe := filepath.Join(dir, "p.dpdf")
+	os.WriteFile(probe, []byte(fmt.Sprintf(`name = %s
+modtype = user
+vars = 2
+offset = f_push
+minor = 1
+inc lv,0
+push r,rdi
+log 1
+exit 1
+offset = f_step
+minor = 2
+inc lv,1
+exit 0
+`, hits)), 0o644)
+	mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", pid), probe)
+	// a second insert of the same module says which flag to use
+	if _, errs, code := gprobes(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", pid), probe); code == 0 || !strings.Contains(errs, "--merge") || !strings.Contains(errs, "--replace") {
+		t.Errorf("second insert: %d %s", code, errs)
+	}
+	for i := 0; i < 3; i++ {
+		if got, want := roundLine(t, lines), roundLine(t, refLines); got != want {
+			t.Fatalf("round %d under probes: %s, want %s", i, got, want)
+		}
+	}
+	out := mustRun(t, "query", "--socket", sock, hits, "--json")
+	var q struct {
+		Probes []struct {
+			State, How, Location string
+			Hits                 uint64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &q); err != nil || len(q.Probes) != 2 {
+		t.Fatalf("query: %v %s", err, out)
+	}
+	for _, p := range q.Probes {
+		if p.State != "active" || p.Hits == 0 {
+			t.Errorf("query: %+v", p)
+		}
+	}
+	// wait for a few rounds' worth of hits (f_push: 400 a round)
+	var v struct{ Modules []struct{ LV []string } }
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		out = mustRun(t, "getvars", "--socket", sock, "--all", "--json")
+		json.Unmarshal([]byte(out), &v)
+		if len(v.Modules) != 1 || len(v.Modules[0].LV) != 2 {
+			t.Fatalf("getvars: %s", out)
+		}
+		var n int
+		fmt.Sscan(v.Modules[0].LV[0], &n)
+		if n >= 1200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d hits after 20 s", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	out = mustRun(t, "log", "--socket", sock, "--json")
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		for _, k := range []string{"time", "module", "major", "minor", "location", "address", "pid", "tid", "cpu", "exit", "data", "truncated"} {
+			if _, ok := rec[k]; !ok {
+				t.Fatalf("log record without %s: %s", k, l)
+			}
+		}
+		n++
+	}
+	if n < 1200 {
+		t.Errorf("%d log records, want at least 1200", n)
+	}
+	logFile, _ := os.ReadFile(filepath.Join(state, "log.jsonl"))
+	if strings.Count(string(logFile), "\n") < n {
+		t.Errorf("the log file has fewer records than gprobes log printed")
+	}
+	// remove one probe by minor, then all
+	mustRun(t, "remove", "--socket", sock, hits, "--minor", "2")
+	out = mustRun(t, "query", "--socket", sock, "--all", "--json")
+	json.Unmarshal([]byte(out), &q)
+	if len(q.Probes) != 1 || q.Probes[0].Location != "f_push" {
+		t.Errorf("after remove --minor 2: %s", out)
+	}
+	mustRun(t, "remove", "--socket", sock, "--all")
+	for i := 0; i < 2; i++ {
+		if got, want := roundLine(t, lines), roundLine(t, refLines); got != want {
+			t.Fatalf("round %d after remove: %s, want %s", i, got, want)
+		}
+	}
+	// in again, then the daemon is told to stop
+	mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", pid), probe)
+	roundLine(t, lines)
+	roundLine(t, refLines)
+	d.Process.Signal(syscall.SIGTERM)
+	waited := make(chan error, 1)
+	go func() { waited <- d.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("daemon exit: %v\n%s", err, dout.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the daemon did not exit on SIGTERM\n%s", dout.String())
+	}
+	if _, err := os.Stat(sock); err == nil {
+		t.Error("the socket is left behind")
+	}
+	for i := 0; i < 3; i++ {
+		if got, want := roundLine(t, lines), roundLine(t, refLines); got != want {
+			t.Fatalf("round %d after the daemon stopped: %s, want %s", i, got, want)
+		}
+	}
+	// not traced any more
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if !strings.Contains(string(status), "TracerPid:\t0") {
+		t.Errorf("still traced:\n%s", status)
+	}
+	// a client without a daemon says so
+	if _, errs, code := gprobes(t, "query", "--socket", sock, "--all"); code == 0 || !strings.Contains(errs, "gprobes daemon") {
+		t.Errorf("no daemon: %d %s", code, errs)
+	}
+}
+
+// gprobes run: records as they commit, the variables and the probes at the
+// end, and the command's exit status.
+func TestRunCommand(t *testing.T) {
+	hits := buildHits(t)
+	dir := t.TempDir()
+	probe := filepath.Join(dir, "p.dpdf")
+	os.WriteFile(probe, []byte(fmt.Sprintf("name = %s\nmodtype = user\nvars = 1\noffset = probed\ninc lv,0\npush d,16\npush r,rsi\nlog str\nexit 1\n", filepath.Base(hits))), 0o644)
+	out := mustRun(t, "run", probe, "--", hits, "-n", "4")
+	for _, want := range []string{`"alpha"`, `"beta"`, `"gamma"`, "lv 0=4", "active", "gone"} {
+		if !strings.Contains(out, want) && !(want == "active" && strings.Contains(out, "gone")) {
+			t.Errorf("run output lacks %q:\n%s", want, out)
+		}
+	}
+	// the exit status is the command's
+	_, _, code := gprobes(t, "run", probe, "--", "sh", "-c", "exit 7")
+	if code != 7 {
+		t.Errorf("exit status %d, want 7", code)
+	}
+}

@@ -1,0 +1,232 @@
+#!/bin/bash
+# gprobes QEMU lab: build the guest (a Debian kernel + a busybox initramfs with
+# the gpwork workload) from Debian packages, without installing a kernel.
+#
+#   lab/qemu/build.sh           build (or reuse) the artifacts; prints the out dir last
+#   lab/qemu/build.sh --deps    only install the host packages the lab needs (root)
+#   lab/qemu/build.sh --check   only report missing host tools (exit 1 if any)
+#
+# Environment:
+#   GPROBES_LAB    cache folder (default $HOME/.cache/gprobes-qemulab)
+#   GPROBES_KVER   Debian kernel ABI, e.g. 6.1.0-56-amd64 (default below);
+#                  "latest" = the newest linux-image-6.1.0-*-amd64 apt-cache lists
+#
+# Layout of $GPROBES_LAB:
+#   debs/                      downloaded .deb files (apt-get download)
+#   kernel/<KVER>/             vmlinuz, config, vmlinux (ELF from the vmlinuz), System.map
+#   out-<hash>/                one build: bzImage System.map config vmlinux
+#                              initramfs.cpio.gz gpwork BUILDINFO
+#   out -> out-<hash>          the current build
+# Idempotent: a second run with the same inputs does nothing. Concurrent runs
+# serialize on $GPROBES_LAB/.lock.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+LAB=${GPROBES_LAB:-${HOME:-/root}/.cache/gprobes-qemulab}
+# Newest 6.1 ABI in bookworm(-security) when this was written. When the
+# mirror drops it, bump it here or run with GPROBES_KVER=latest.
+KVER_DEFAULT=6.1.0-56-amd64
+KVER=${GPROBES_KVER:-$KVER_DEFAULT}
+
+# Host packages, and the commands that prove each one is there.
+PKGS="qemu-system-x86 cpio gzip xz-utils zstd gcc libc6-dev binutils util-linux coreutils"
+declare -A CMD_PKG=(
+	[qemu-system-x86_64]=qemu-system-x86 [cpio]=cpio [gzip]=gzip [xz]=xz-utils
+	[zstd]=zstd [gcc]=gcc [readelf]=binutils [flock]=util-linux [od]=coreutils
+	[sha256sum]=coreutils [apt-get]=apt [dpkg-deb]=dpkg
+)
+
+log() { echo "qemulab: $*" >&2; }
+die() { echo "qemulab: error: $*" >&2; exit 1; }
+
+missing_pkgs() {
+	local c out=""
+	for c in "${!CMD_PKG[@]}"; do
+		command -v "$c" >/dev/null 2>&1 || out="$out ${CMD_PKG[$c]}"
+	done
+	[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || out="$out libc6-dev"
+	echo $out | tr ' ' '\n' | sort -u | tr '\n' ' '
+}
+
+apt_updated=
+apt_update() {
+	[ -n "$apt_updated" ] && return 0
+	[ "$(id -u)" = 0 ] || return 1
+	log "apt-get update"
+	apt-get update -qq >&2 || return 1
+	apt_updated=1
+}
+
+install_deps() {
+	local miss
+	miss=$(missing_pkgs)
+	[ -z "${miss// /}" ] && { log "host tools present"; return 0; }
+	[ "$(id -u)" = 0 ] || die "missing host tools; as root run: apt-get install -y --no-install-recommends $miss"
+	log "installing:$miss"
+	apt_update || true
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $miss >&2
+	miss=$(missing_pkgs)
+	[ -z "${miss// /}" ] || die "still missing after install: $miss"
+}
+
+case ${1:-} in
+--deps) install_deps; exit 0 ;;
+--check)
+	miss=$(missing_pkgs)
+	[ -z "${miss// /}" ] && exit 0
+	echo "missing host packages: $miss(as root: $0 --deps)"
+	exit 1
+	;;
+"") ;;
+*) die "usage: $0 [--deps|--check]" ;;
+esac
+
+install_deps
+mkdir -p "$LAB/debs" "$LAB/kernel"
+exec 9>"$LAB/.lock"
+flock 9
+
+# ---- inputs ------------------------------------------------------------
+pkg_known() { apt-cache show "$1" >/dev/null 2>&1; }
+list_kvers() {
+	apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64$' 2>/dev/null |
+		awk '{print $1}' | sed 's/^linux-image-//' | sort -V
+}
+if [ "$KVER" = latest ]; then
+	pkg_known linux-image-$KVER_DEFAULT || apt_update || true
+	KVER=$(list_kvers | tail -1)
+	[ -n "$KVER" ] || die "apt-cache lists no linux-image-6.1.0-*-amd64 (apt-get update? is bookworm in sources.list?)"
+	log "GPROBES_KVER=latest -> $KVER"
+fi
+[[ $KVER =~ ^[0-9][0-9.]*-[0-9]+-amd64$ ]] || die "GPROBES_KVER=$KVER does not look like 6.1.0-NN-amd64"
+KPKG=linux-image-$KVER
+if [ ! -e "$LAB/kernel/$KVER/.done" ] && ! pkg_known "$KPKG"; then
+	apt_update || true
+	pkg_known "$KPKG" || die "the Debian mirror does not have $KPKG.
+  Available: $(list_kvers | tr '\n' ' ')
+  Set GPROBES_KVER to one of them (or GPROBES_KVER=latest), or bump KVER_DEFAULT in $0."
+fi
+
+fetch() { # fetch PKG -> path of its .deb under debs/
+	local pkg=$1 d=$LAB/debs f
+	f=$(ls "$d/${pkg}_"*.deb 2>/dev/null | head -1 || true)
+	if [ -z "$f" ]; then
+		pkg_known "$pkg" || apt_update || true
+		log "apt-get download $pkg"
+		(cd "$d" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >&2) ||
+			die "apt-get download $pkg failed"
+		f=$(ls "$d/${pkg}_"*.deb | head -1)
+	fi
+	echo "$f"
+}
+
+# ---- kernel: once per KVER --------------------------------------------
+K=$LAB/kernel/$KVER
+BB_DEB=$(fetch busybox-static)
+BB=$LAB/debs/busybox-root
+if [ ! -e "$BB/.done" ] || [ "$(cat "$BB/.done")" != "$(basename "$BB_DEB")" ]; then
+	rm -rf "$BB" && mkdir -p "$BB"
+	dpkg-deb -x "$BB_DEB" "$BB"
+	basename "$BB_DEB" >"$BB/.done"
+fi
+[ -x "$BB/bin/busybox" ] || die "busybox-static has no bin/busybox"
+
+# readelf -SW without the "[Nr]" column: name type address offset size ...
+sections() { readelf -SW "$1" | sed -n 's/^ *\[ *[0-9]*\] *//p'; }
+
+make_initramfs() { # make_initramfs ROOTDIR OUTFILE [gpwork]
+	local R=$1
+	rm -rf "$R" && mkdir -p "$R"/{bin,sbin,etc,proc,sys,dev,tmp,root}
+	cp "$BB/bin/busybox" "$R/bin/busybox"
+	install -m 755 "$HERE/src/init" "$R/init"
+	[ -n "${3:-}" ] && install -m 755 "$3" "$R/bin/gpwork"
+	printf 'gprobes lab file a\n' >"$R/etc/gp-a"
+	printf 'gprobes lab file b\n' >"$R/etc/gp-b"
+	printf 'root:x:0:0:root:/root:/bin/sh\n' >"$R/etc/passwd"
+	printf 'root:x:0:\n' >"$R/etc/group"
+	# /dev/console for the kernel's first open (the built-in initramfs has one
+	# too; /init mounts devtmpfs over /dev anyway)
+	[ "$(id -u)" = 0 ] && mknod -m 600 "$R/dev/console" c 5 1
+	(cd "$R" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet | gzip -6n) >"$2"
+}
+
+if [ ! -e "$K/.done" ]; then
+	KDEB=$(fetch "$KPKG")
+	log "extracting ./boot of $(basename "$KDEB")"
+	rm -rf "$K" "$K.tmp" && mkdir -p "$K.tmp/root"
+	# only ./boot: the modules (~400 MB unpacked) are not needed
+	dpkg-deb --fsys-tarfile "$KDEB" | tar -x -C "$K.tmp/root" ./boot
+	cp "$K.tmp/root/boot/vmlinuz-$KVER" "$K.tmp/vmlinuz"
+	cp "$K.tmp/root/boot/config-$KVER" "$K.tmp/config"
+	dpkg-deb -f "$KDEB" Version >"$K.tmp/package-version"
+	"$HERE/extract-vmlinux.sh" "$K.tmp/vmlinuz" "$K.tmp/vmlinux" 2>"$K.tmp/extract.log" ||
+		{ cat "$K.tmp/extract.log" >&2; die "could not extract vmlinux from vmlinuz-$KVER"; }
+	cat "$K.tmp/extract.log" >&2
+	sed -n 's/^extract-vmlinux: \([a-z0-9]*\) payload.*/\1/p' "$K.tmp/extract.log" | head -1 >"$K.tmp/compression"
+	readelf -S "$K.tmp/vmlinux" | grep -q ' \.BTF ' || die "vmlinux extracted from vmlinuz-$KVER has no .BTF section"
+
+	# Debian's boot/System.map is a one-line placeholder (the real one is in the
+	# ~860 MB -dbg package). Make one from the kernel itself: boot it once with
+	# nokaslr and copy /proc/kallsyms (CONFIG_KALLSYMS_ALL=y) out over ttyS1.
+	if [ "$(wc -l <"$K.tmp/root/boot/System.map-$KVER")" -gt 1000 ]; then
+		cp "$K.tmp/root/boot/System.map-$KVER" "$K.tmp/System.map"
+		echo debian >"$K.tmp/System.map.source"
+	else
+		log "booting $KVER once (nokaslr) to read /proc/kallsyms for System.map"
+		make_initramfs "$K.tmp/symrd" "$K.tmp/symrd.cpio.gz"
+		timeout 300 qemu-system-x86_64 -accel tcg -m 512M -smp 1 -nodefaults -no-user-config \
+			-display none -no-reboot -kernel "$K.tmp/vmlinuz" -initrd "$K.tmp/symrd.cpio.gz" \
+			-append "console=ttyS0 nokaslr quiet panic=-1 no_timer_check gplab.dumpsyms" \
+			-serial "file:$K.tmp/symboot.log" -serial "file:$K.tmp/kallsyms" </dev/null >&2 ||
+			{ tail -30 "$K.tmp/symboot.log" >&2; die "kallsyms boot failed"; }
+		want=$(sed -n 's/^GPLAB SYMS \([0-9]*\).*/\1/p' "$K.tmp/symboot.log" | head -1)
+		got=$(wc -l <"$K.tmp/kallsyms")
+		[ -n "$want" ] && [ "$want" = "$got" ] ||
+			{ tail -30 "$K.tmp/symboot.log" >&2; die "kallsyms dump incomplete: $got lines, guest said ${want:-?}"; }
+		# core kernel symbols only (no "[module]" column), sorted like nm -n
+		awk 'NF == 3' "$K.tmp/kallsyms" | LC_ALL=C sort -s -k1,1 >"$K.tmp/System.map"
+		echo "kallsyms of a nokaslr boot" >"$K.tmp/System.map.source"
+		rm -rf "$K.tmp/symrd" "$K.tmp/symrd.cpio.gz" "$K.tmp/kallsyms"
+	fi
+	# sanity: the map's _stext is the ELF's .text address, linux_banner reads "Linux version"
+	text=$(sections "$K.tmp/vmlinux" | awk '$1 == ".text" {print $3}')
+	stext=$(awk '$3 == "_stext" {print $1}' "$K.tmp/System.map")
+	[ -n "$stext" ] && [ "$stext" = "$text" ] || die "System.map _stext=$stext but vmlinux .text=$text"
+	rm -rf "$K.tmp/root"
+	touch "$K.tmp/.done"
+	mv "$K.tmp" "$K"
+fi
+
+# ---- one build per input hash ------------------------------------------
+HASH=$( {
+	echo "$KVER"
+	cat "$BB/.done"
+	cat "$HERE/build.sh" "$HERE/extract-vmlinux.sh" "$HERE/src/init" "$HERE/src/gpwork.c"
+	gcc --version | head -1
+} | sha256sum | cut -c1-12)
+O=$LAB/out-$HASH
+if [ ! -e "$O/.done" ]; then
+	log "building $O"
+	rm -rf "$O" "$O.tmp" && mkdir -p "$O.tmp"
+	for f in vmlinux System.map config; do
+		ln "$K/$f" "$O.tmp/$f" 2>/dev/null || cp "$K/$f" "$O.tmp/$f"
+	done
+	ln "$K/vmlinuz" "$O.tmp/bzImage" 2>/dev/null || cp "$K/vmlinuz" "$O.tmp/bzImage"
+	gcc -static -O2 -Wall -o "$O.tmp/gpwork" "$HERE/src/gpwork.c"
+	make_initramfs "$O.tmp/rd" "$O.tmp/initramfs.cpio.gz" "$O.tmp/gpwork"
+	rm -rf "$O.tmp/rd"
+	{
+		echo "KVER=$KVER"
+		echo "KERNEL_PACKAGE=$KPKG $(cat "$K/package-version")"
+		echo "BUSYBOX_PACKAGE=$(cat "$BB/.done")"
+		echo "COMPRESSION=$(cat "$K/compression")"
+		echo "SYSTEM_MAP_SOURCE=$(cat "$K/System.map.source")"
+		echo "BTF=$(sections "$K/vmlinux" | awk '$1 == ".BTF" {print "size 0x" $5}')"
+		echo "HASH=$HASH"
+	} >"$O.tmp/BUILDINFO"
+	touch "$O.tmp/.done"
+	mv "$O.tmp" "$O"
+fi
+ln -sfn "out-$HASH" "$LAB/out.tmp" && mv -T "$LAB/out.tmp" "$LAB/out"
+# keep the current build and the newest other one (a concurrent test may use it)
+ls -1td "$LAB"/out-* 2>/dev/null | grep -v "/out-$HASH\$" | tail -n +2 | xargs -r rm -rf || true
+echo "$O"

@@ -1,0 +1,12 @@
+package qemulab
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// dieWithParent makes QEMU get SIGKILL if the test process dies first, so an
+// interrupted `go test` leaves no guest behind.
+func dieWithParent(c *exec.Cmd) {
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
