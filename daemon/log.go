@@ -4,14 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/syslog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gprobes/gprobes/engine"
 )
@@ -43,7 +45,7 @@ type LogLine struct {
 // FromRecord converts an engine record.
 func FromRecord(target string, r *engine.Record) LogLine {
 	return LogLine{Time: r.Time, Kind: r.Kind, Target: target, Module: r.Module, Major: r.Major, Minor: r.Minor,
-		Location: r.Location, Address: fmt.Sprintf("%#x", r.Address), Pid: r.Pid, Tid: r.Tid, CPU: r.CPU,
+		Location: r.Location, Address: "0x" + strconv.FormatUint(r.Address, 16), Pid: r.Pid, Tid: r.Tid, CPU: r.CPU,
 		Exit: r.Exit, Data: hex.EncodeToString(r.Data), Truncated: r.Truncated, Exception: r.Exception,
 		PC: r.PC, Line: r.Line, Dump: r.Dump, Debugger: r.Debugger}
 }
@@ -118,6 +120,10 @@ type LogWriter struct {
 	notify chan struct{} // closed and replaced at every write
 	dirty  bool
 	stop   chan struct{}
+	buf    []byte
+	sysq   chan LogLine
+	// records syslog missed
+	sysDropped atomic.Uint64
 }
 
 // OpenLog opens (creating) the log file in dir.
@@ -133,6 +139,8 @@ func OpenLog(dir string) (*LogWriter, error) {
 	w := &LogWriter{f: f, path: path, notify: make(chan struct{}), stop: make(chan struct{})}
 	if s, err := syslog.New(syslog.LOG_INFO|syslog.LOG_DAEMON, "gprobes"); err == nil {
 		w.sys = s
+		w.sysq = make(chan LogLine, 4096)
+		go w.syslogger()
 	}
 	go w.syncer()
 	return w, nil
@@ -161,22 +169,39 @@ func (w *LogWriter) syncer() {
 
 // Write appends one record.
 func (w *LogWriter) Write(l *LogLine) error {
-	b, err := json.Marshal(l)
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
 	w.mu.Lock()
-	_, err = w.f.Write(b)
+	w.buf = append(l.AppendJSON(w.buf[:0]), '\n')
+	_, err := w.f.Write(w.buf)
 	w.dirty = true
 	close(w.notify)
 	w.notify = make(chan struct{})
 	w.mu.Unlock()
 	if w.sys != nil {
-		w.sys.Info(l.Text())
+		// syslog is a copy for the system's log: sent by its own goroutine,
+		// off the path of the probed thread; dropped (and counted) if that
+		// falls behind
+		select {
+		case w.sysq <- *l:
+		default:
+			w.sysDropped.Add(1)
+		}
 	}
 	return err
 }
+
+func (w *LogWriter) syslogger() {
+	for {
+		select {
+		case l := <-w.sysq:
+			w.sys.Info(l.Text())
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+// SyslogDropped is how many records syslog missed because it fell behind.
+func (w *LogWriter) SyslogDropped() uint64 { return w.sysDropped.Load() }
 
 // changed returns a channel closed at the next write.
 func (w *LogWriter) changed() <-chan struct{} {
@@ -238,4 +263,86 @@ func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flus
 			return nil
 		}
 	}
+}
+
+// AppendJSON appends the record as one JSON object, as encoding/json would
+// write it (same keys, same order), without reflection: it is on the path
+// of every committed record, before the probed thread resumes
+// (BenchmarkLogLine: 165 ns against 630 ns for json.Marshal, no allocation).
+func (l *LogLine) AppendJSON(b []byte) []byte {
+	b = append(b, `{"time":"`...)
+	b = l.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","kind":`...)
+	b = appendString(b, l.Kind)
+	b = append(b, `,"target":`...)
+	b = appendString(b, l.Target)
+	b = append(b, `,"module":`...)
+	b = appendString(b, l.Module)
+	b = append(b, `,"major":`...)
+	b = strconv.AppendUint(b, uint64(l.Major), 10)
+	b = append(b, `,"minor":`...)
+	b = strconv.AppendUint(b, uint64(l.Minor), 10)
+	b = append(b, `,"location":`...)
+	b = appendString(b, l.Location)
+	b = append(b, `,"address":`...)
+	b = appendString(b, l.Address)
+	b = append(b, `,"pid":`...)
+	b = strconv.AppendInt(b, int64(l.Pid), 10)
+	b = append(b, `,"tid":`...)
+	b = strconv.AppendInt(b, int64(l.Tid), 10)
+	b = append(b, `,"cpu":`...)
+	b = strconv.AppendInt(b, int64(l.CPU), 10)
+	b = append(b, `,"exit":`...)
+	b = strconv.AppendUint(b, uint64(l.Exit), 10)
+	b = append(b, `,"data":"`...)
+	b = append(b, l.Data...) // hex: nothing to escape
+	b = append(b, `","truncated":`...)
+	b = strconv.AppendBool(b, l.Truncated)
+	if l.Exception != "" {
+		b = append(b, `,"exception":`...)
+		b = appendString(b, l.Exception)
+	}
+	if l.PC != 0 {
+		b = append(b, `,"pc":`...)
+		b = strconv.AppendUint(b, uint64(l.PC), 10)
+	}
+	if l.Line != "" {
+		b = append(b, `,"line":`...)
+		b = appendString(b, l.Line)
+	}
+	if l.Dump != "" {
+		b = append(b, `,"dump":`...)
+		b = appendString(b, l.Dump)
+	}
+	if l.Debugger != "" {
+		b = append(b, `,"debugger":`...)
+		b = appendString(b, l.Debugger)
+	}
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string, escaping what JSON requires
+// and, as encoding/json does, <, > and &.
+func appendString(b []byte, s string) []byte {
+	const hexd = "0123456789abcdef"
+	b = append(b, '"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b = append(b, '\\', byte(r))
+		case r == '\n':
+			b = append(b, '\\', 'n')
+		case r == '\r':
+			b = append(b, '\\', 'r')
+		case r == '\t':
+			b = append(b, '\\', 't')
+		case r < 0x20 || r == '<' || r == '>' || r == '&' || r == 0x2028 || r == 0x2029:
+			b = append(b, '\\', 'u', hexd[r>>12&0xf], hexd[r>>8&0xf], hexd[r>>4&0xf], hexd[r&0xf])
+		case r == utf8.RuneError:
+			b = append(b, `\ufffd`...)
+		default:
+			b = utf8.AppendRune(b, r)
+		}
+	}
+	return append(b, '"')
 }

@@ -294,6 +294,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `pid:N` instead of starting a command"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the records to `FILE` as JSON lines (each written before the probed thread resumes) instead of printing them"},
 			&cli.StringFlag{Name: "dumps", Value: ".", Usage: "`DIR` for the core dumps of exit 3"},
 		),
 		Action: func(c *cli.Context) error {
@@ -331,8 +332,18 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 		open = ptrace.Exec(path, command, os.Environ(), "")
 	}
 	out := c.App.Writer
+	var recOut io.Writer = out
+	if path := c.String("output"); path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return cli.Exit("run: "+err.Error(), 1)
+		}
+		defer f.Close()
+		recOut = f
+	}
+	asJSON := c.Bool("json") || c.String("output") != ""
 	var mu sync.Mutex
-	enc := json.NewEncoder(out)
+	var buf []byte
 	exitCode := -1
 	var mainPid int
 	eng, err := engine.Start(open, engine.Options{
@@ -343,11 +354,12 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 			l := daemon.FromRecord(target, r)
 			mu.Lock()
 			defer mu.Unlock()
-			if c.Bool("json") {
-				enc.Encode(&l)
+			if asJSON {
+				buf = append(l.AppendJSON(buf[:0]), '\n')
 			} else {
-				fmt.Fprintln(out, l.Text())
+				buf = append(append(buf[:0], l.Text()...), '\n')
 			}
+			recOut.Write(buf)
 		}),
 		DumpDir: c.String("dumps"),
 		OnExit: func(space int, how string, code int) {

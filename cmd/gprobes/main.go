@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -16,6 +17,16 @@ import (
 var version = "dev"
 
 func main() {
+	if path := os.Getenv("GPROBES_CPUPROFILE"); path != "" {
+		// for measuring gprobes itself (scripts/bench-process)
+		if f, err := os.Create(path); err == nil {
+			pprof.StartCPUProfile(f)
+			code := run(os.Args, os.Stdout, os.Stderr)
+			pprof.StopCPUProfile()
+			f.Close()
+			os.Exit(code)
+		}
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
