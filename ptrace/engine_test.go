@@ -664,3 +664,82 @@ exit 4
 }
 
 var _ = io.EOF
+
+// Several probes at one address, from two modules: all run, in insertion
+// order; taking one module out leaves the other's probe working.
+func TestProbesShareAnAddress(t *testing.T) {
+	r := start(t, "-n", "30", "-w")
+	first := compile(t, "name = FIXTURE\nmodtype = user\nmajor = 1\noffset = probed\nminor = 1\npush d,1\nlog 1\nexit 1\noffset = probed\nminor = 2\npush d,2\nlog 1\nexit 2\n")
+	r.insert(first)
+	// the same file under another name: a second module
+	other := compile(t, "name = hits\nmodtype = user\nmajor = 2\noffset = probed\nminor = 3\npush d,3\nlog 1\nexit 1\n")
+	if infos := r.insert(other); infos[0].State != engine.StateActive {
+		t.Fatalf("second module: %+v", infos[0])
+	}
+	r.eng.Go()
+	r.line()
+	r.stdin.Write([]byte("go\n"))
+	r.finish()
+	r.mu.Lock()
+	recs := append([]engine.Record{}, r.recs...)
+	r.mu.Unlock()
+	if len(recs) != 90 {
+		t.Fatalf("%d records, want 90", len(recs))
+	}
+	for i := 0; i < 90; i += 3 {
+		for j, want := range []uint16{1, 2, 3} {
+			if recs[i+j].Minor != want || recs[i+j].Data[0] != byte(want) {
+				t.Fatalf("hit %d: record %d is minor %d, want %d (insertion order)", i/3, j, recs[i+j].Minor, want)
+			}
+		}
+		if recs[i+1].Kind != "trace" || recs[i].Kind != "log" || recs[i+2].Major != 2 {
+			t.Fatalf("hit %d: kinds %s %s, major %d", i/3, recs[i].Kind, recs[i+1].Kind, recs[i+2].Major)
+		}
+	}
+}
+
+// A displaced instruction that faults drops the log, unless logonfault =
+// yes; the program's own SIGSEGV handler gets the fault at the original
+// address and recovers.
+func TestLogOnFault(t *testing.T) {
+	r := start(t, "-n", "0", "-x", "4")
+	r.insert(compile(t, `name = FIXTURE
+modtype = user
+offset = f_load
+minor = 1
+push r,rdi
+log 1
+exit 1
+offset = f_load
+minor = 2
+logonfault = yes
+push r,rdi
+log 1
+exit 1
+`))
+	r.eng.Go()
+	lines := r.finish()
+	if !strings.Contains(strings.Join(lines, "\n"), "faults 4 recovered 4") {
+		t.Fatalf("the program did not recover from its faults: %v", lines)
+	}
+	if n := len(r.records(1)); n != 0 {
+		t.Errorf("%d records of the probe without logonfault, want 0", n)
+	}
+	if n := len(r.records(2)); n != 4 {
+		t.Errorf("%d records of the probe with logonfault = yes, want 4", n)
+	}
+}
+
+// An address outside the module's executable mappings is refused.
+func TestDataAddressRefused(t *testing.T) {
+	r := start(t, "-n", "1")
+	infos := r.insert(compile(t, "name = FIXTURE\nmodtype = user\noffset = counter\nexit 0\noffset = probed\nexit 0\n"))
+	if infos[0].State != engine.StateRefused || !strings.Contains(infos[0].Reason, "not in an executable mapping") {
+		t.Errorf("data address: %+v", infos[0])
+	}
+	if infos[1].State != engine.StateActive {
+		t.Errorf("good probe: %+v", infos[1])
+	}
+	r.eng.Go()
+	r.finish()
+}

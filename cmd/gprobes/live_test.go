@@ -257,3 +257,116 @@ func TestRunCommand(t *testing.T) {
 		t.Errorf("exit status %d, want 7", code)
 	}
 }
+
+// startDaemon runs "gprobes daemon" on a socket of its own.
+func startDaemon(t *testing.T) (sock, state string) {
+	t.Helper()
+	dir := t.TempDir()
+	sock = filepath.Join(dir, "d.sock")
+	state = filepath.Join(dir, "state")
+	exe, _ := os.Executable()
+	d := exec.Command(exe, "daemon", "--socket", sock, "--state", state)
+	d.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Process.Signal(syscall.SIGTERM); d.Wait() })
+	for i := 0; i < 200; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			return sock, state
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the daemon did not create its socket")
+	return
+}
+
+// Two targets in one daemon, gprobes log --follow, getvars --reset.
+func TestDaemonTwoTargets(t *testing.T) {
+	hits := buildHits(t)
+	sock, _ := startDaemon(t)
+	// a second copy of the program, so the two modules have their own names
+	hits2 := filepath.Join(t.TempDir(), "hits2")
+	b, _ := os.ReadFile(hits)
+	os.WriteFile(hits2, b, 0o755)
+	a, linesA := startLooping(t, hits)
+	bproc, linesB := startLooping(t, hits2)
+	dir := t.TempDir()
+	for i, name := range []string{"hits", "hits2"} {
+		os.WriteFile(filepath.Join(dir, name+".dpdf"), []byte(fmt.Sprintf("name = %s\nmodtype = user\nvars = 1\noffset = probed\nminor = %d\ninc lv,0\npush r,rdi\nlog 1\nexit 1\n", name, i+1)), 0o644)
+	}
+	// follow the log from now on
+	exe, _ := os.Executable()
+	follow := exec.Command(exe, "log", "--follow", "--json", "--socket", sock)
+	follow.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
+	fout, _ := follow.StdoutPipe()
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { follow.Process.Kill(); follow.Wait() }()
+	mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", a.Process.Pid), filepath.Join(dir, "hits.dpdf"))
+	mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", bproc.Process.Pid), filepath.Join(dir, "hits2.dpdf"))
+	roundLine(t, linesA)
+	roundLine(t, linesB)
+	seen := map[int]int{}
+	sc := bufio.NewScanner(fout)
+	deadline := time.Now().Add(30 * time.Second)
+	for (seen[a.Process.Pid] < 100 || seen[bproc.Process.Pid] < 100) && time.Now().Before(deadline) && sc.Scan() {
+		var rec struct {
+			Pid    int
+			Module string
+			Target string
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("%v: %s", err, sc.Text())
+		}
+		if rec.Target != fmt.Sprintf("pid:%d", rec.Pid) {
+			t.Fatalf("record of pid %d says target %s", rec.Pid, rec.Target)
+		}
+		seen[rec.Pid]++
+	}
+	if seen[a.Process.Pid] < 100 || seen[bproc.Process.Pid] < 100 {
+		t.Fatalf("followed records per pid: %v", seen)
+	}
+	// reset: once the second program is gone its count stands still; read
+	// it with --reset, then it is zero
+	bproc.Process.Kill()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(mustRun(t, "query", "--socket", sock, "hits2"), "gone") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the killed target is not gone")
+		}
+	}
+	var v struct {
+		Modules []struct {
+			Module string
+			LV     []string
+		}
+	}
+	json.Unmarshal([]byte(mustRun(t, "getvars", "--socket", sock, "hits2", "--json")), &v)
+	count := v.Modules[0].LV[0]
+	out := mustRun(t, "getvars", "--socket", sock, "hits2", "--reset", "--json")
+	json.Unmarshal([]byte(out), &v)
+	if len(v.Modules) != 1 || v.Modules[0].Module != "hits2" || v.Modules[0].LV[0] != count || count == "0" {
+		t.Fatalf("getvars --reset returned %s, the count was %s", out, count)
+	}
+	json.Unmarshal([]byte(mustRun(t, "getvars", "--socket", sock, "hits2", "--json")), &v)
+	if v.Modules[0].LV[0] != "0" {
+		t.Errorf("after --reset: %v", v.Modules[0].LV)
+	}
+	// the killed target's probes are gone; the other one still works
+	out = mustRun(t, "query", "--socket", sock, "--all", "--json")
+	var q struct {
+		Probes []struct{ Module, State string }
+	}
+	json.Unmarshal([]byte(out), &q)
+	states := map[string]string{}
+	for _, p := range q.Probes {
+		states[p.Module] = p.State
+	}
+	if states["hits2"] != "gone" || states["hits"] != "active" {
+		t.Errorf("states after one target was killed: %v", states)
+	}
+}

@@ -11,8 +11,12 @@
 //     -w          wait for a line on stdin before starting
 //     -l          loop until killed, printing a line per round
 //     -p MS       pause MS milliseconds between rounds of -l
+//     -x N        make N calls of f_load whose first instruction faults
+//                 (a NULL string), recovered by a SIGSEGV handler
 #include <dlfcn.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +42,8 @@ __attribute__((noinline)) long probed(long i, const char *s) {
 }
 
 static long n = 1000;
+static sigjmp_buf recover;
+static void onsegv(int sig) { siglongjmp(recover, 1); }
 static const char *words[] = {"alpha", "beta", "gamma", ""};
 
 static void *work(void *arg) {
@@ -53,10 +59,10 @@ static void *work(void *arg) {
 
 int main(int argc, char **argv) {
 	int threads = 1, forkit = 0, loop = 0, waitin = 0;
-	long sleepms = 0, pausems = 0;
+	long sleepms = 0, pausems = 0, faults = 0;
 	const char *lib = NULL;
 	int c;
-	while ((c = getopt(argc, argv, "n:t:fd:s:wlp:")) != -1) {
+	while ((c = getopt(argc, argv, "n:t:fd:s:wlp:x:")) != -1) {
 		switch (c) {
 		case 'n': n = atol(optarg); break;
 		case 't': threads = atoi(optarg); break;
@@ -66,6 +72,7 @@ int main(int argc, char **argv) {
 		case 'w': waitin = 1; break;
 		case 'l': loop = 1; break;
 		case 'p': pausems = atol(optarg); break;
+		case 'x': faults = atol(optarg); break;
 		default: return 2;
 		}
 	}
@@ -78,6 +85,18 @@ int main(int argc, char **argv) {
 	if (sleepms) {
 		struct timespec ts = {sleepms / 1000, (sleepms % 1000) * 1000000};
 		nanosleep(&ts, NULL);
+	}
+	if (faults) {
+		long recovered = 0;
+		signal(SIGSEGV, onsegv);
+		for (long i = 0; i < faults; i++) {
+			if (sigsetjmp(recover, 1) == 0)
+				f_load(i, NULL);
+			else
+				recovered++;
+		}
+		printf("faults %ld recovered %ld\n", faults, recovered);
+		fflush(stdout);
 	}
 	pid_t child = 0;
 	if (forkit) {
