@@ -40,15 +40,6 @@ type Event struct {
 	Code   int    // EvSpaceExit: the exit status, or 128+signal, as a shell reports it
 }
 
-// Mapping is a range of an address space backed by a file (or not).
-type Mapping struct {
-	Start, End uint64
-	Offset     uint64
-	Exec       bool
-	Writable   bool
-	Path       string
-}
-
 // Target is what a backend provides. Every method is called from the
 // engine's loop goroutine only, except Kick.
 type Target interface {
@@ -73,9 +64,9 @@ type Target interface {
 	Detach(tid int, sig int) error
 	Threads(space int) []int
 	Spaces() []int
-	Mappings(space int) ([]Mapping, error)
 	// AllocXOL maps size bytes of executable memory in the space, near
-	// addr if it can, using stopped thread tid; 0 when it cannot.
+	// addr if it can, using stopped thread tid; ErrNoXOL when the target
+	// cannot (a guest kernel seen from outside).
 	AllocXOL(space, tid int, near, size uint64) (uint64, error)
 	// ThreadIndex is the "procid" of a thread: its CPU or index.
 	ThreadIndex(tid int) int
@@ -83,7 +74,44 @@ type Target interface {
 	IsStopped(tid int) bool
 	// Dump writes a core dump of the space; the thread that hit first.
 	Dump(space, tid int, dir string) (string, error)
+
+	// InsertBreakpoint plants a breakpoint at addr; orig holds the
+	// original bytes there (at least the first instruction's).
+	InsertBreakpoint(space int, addr uint64, orig []byte) error
+	// RemoveBreakpoint takes it out, restoring orig.
+	RemoveBreakpoint(space int, addr uint64, orig []byte) error
+	// TrapPC is the address of the breakpoint a thread stopped on, from
+	// its rip: rip-1 after an int3, rip for a stub that stops before the
+	// instruction.
+	TrapPC(rip uint64) uint64
+	// Kernel reports whether the target runs kernel code (modtype =
+	// kernel modules, privileged instructions, control registers).
+	Kernel() bool
+	// Check says why a module cannot be probed on this target at all, or
+	// "": the wrong modtype, port IO without an IO space, push task
+	// without type information.
+	Check(m *rpn.Module) string
+	// Resolve finds a module in an address space; ok is false when it is
+	// not loaded there (yet).
+	Resolve(space int, name string, modtype rpn.ModType) (ld *Loaded, ok bool, err error)
+	// Rendezvous is where the list of loaded modules changes, if the
+	// target has such a place: the engine puts a breakpoint there and
+	// tries pending probes again on every hit.
+	Rendezvous(space int) (uint64, bool)
+	// Writable reports whether memory at addr may be written by the
+	// probed code (for vfy_rw).
+	Writable(space int, addr uint64) bool
+	// Sys answers push pid, tid, procid and task for a thread at a hit.
+	Sys(tid int, regs *Regs, v rpn.SysValue) (uint64, bool)
+	// UserReg reads a user-mode register of the current task (push u):
+	// the same as the thread's register in a process.
+	UserReg(tid int, regs *Regs, r rpn.Reg) (uint64, bool)
 }
+
+// ErrNoXOL is returned by AllocXOL by a target that cannot map
+// out-of-line slots; displaced instructions are then emulated, or stepped
+// in place with every other thread stopped.
+var ErrNoXOL = errors.New("engine: the target has no out-of-line area")
 
 // ErrNoTracees is what Wait returns when no thread is left to wait for.
 var ErrNoTracees = errors.New("engine: nothing left to trace")
@@ -109,6 +137,8 @@ type Record struct {
 	Line      string    `json:"line,omitempty"`
 	Dump      string    `json:"dump,omitempty"`
 	Debugger  string    `json:"debugger,omitempty"`
+
+	keepOnFault bool // logonfault = yes
 }
 
 // Sink receives committed records, in order, from the loop goroutine. It
@@ -573,7 +603,7 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 	// restore the code first, so nothing hits an int3 from now on
 	if sp != nil {
 		for addr, bp := range sp.bps {
-			e.tgt.WriteMem(spID, addr, bp.insn.Bytes[:1])
+			e.tgt.RemoveBreakpoint(spID, addr, bp.insn.Bytes)
 			delete(sp.bps, addr)
 			sp.removed[addr] = true
 		}
@@ -590,9 +620,9 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 				r[rpn.RegRIP] = th.step.bp.addr
 				th.step = nil
 				changed = true
-			} else if trapped[tid] && sp.wasBreakpoint(r[rpn.RegRIP]-1) {
+			} else if pc := e.tgt.TrapPC(r[rpn.RegRIP]); trapped[tid] && sp.wasBreakpoint(pc) && pc != r[rpn.RegRIP] {
 				// stopped right after an int3 that is gone now
-				r[rpn.RegRIP]--
+				r[rpn.RegRIP] = pc
 				changed = true
 			}
 			if changed {

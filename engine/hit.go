@@ -38,13 +38,19 @@ type hitEnv struct {
 }
 
 func (h *hitEnv) Reg(r rpn.Reg, user bool) (uint64, bool) {
-	if r >= rpn.RegCR0 {
+	if user {
+		return h.e.tgt.UserReg(h.th.tid, &h.th.regs, r)
+	}
+	if r >= rpn.RegCR0 && !h.e.tgt.Kernel() {
 		return 0, false // no control registers in a process
 	}
 	return h.th.regs[r], true
 }
 
 func (h *hitEnv) SetReg(r rpn.Reg, user bool, v uint64) bool {
+	if user {
+		return false // the user-mode registers of a task are read-only to probes
+	}
 	switch {
 	case r <= rpn.RegRFLAGS, r == rpn.RegFSBase, r == rpn.RegGSBase:
 		h.th.regs[r] = v
@@ -66,39 +72,16 @@ func (h *hitEnv) Access(addr uint64, write bool) bool {
 	if h.e.tgt.ReadMem(h.th.space, addr, b[:]) != nil {
 		return false
 	}
-	if !write {
-		return true
-	}
-	// writable: the mapping says so (a write through /proc/PID/mem would
-	// succeed even on read-only text)
-	sp := h.e.spaces[h.th.space]
-	for pass := 0; pass < 2; pass++ {
-		for _, m := range sp.maps {
-			if addr >= m.Start && addr < m.End {
-				return m.Writable
-			}
-		}
-		maps, err := h.e.tgt.Mappings(sp.id)
-		if err != nil {
-			return false
-		}
-		sp.maps = maps
-	}
-	return false
+	// writable: the target says so (a write through /proc/PID/mem or a
+	// stub would succeed even on read-only text)
+	return !write || h.e.tgt.Writable(h.th.space, addr)
 }
 
 func (h *hitEnv) Sys(v rpn.SysValue) (uint64, bool) {
-	switch v {
-	case rpn.SysPID:
-		return uint64(h.th.space), true
-	case rpn.SysTID:
-		return uint64(h.th.tid), true
-	case rpn.SysProcID:
-		return uint64(h.e.tgt.ThreadIndex(h.th.tid)), true
-	case rpn.SysTS:
+	if v == rpn.SysTS {
 		return uint64(h.now.UnixNano()), true
 	}
-	return 0, false
+	return h.e.tgt.Sys(h.th.tid, &h.th.regs, v)
 }
 
 func (h *hitEnv) IO(uint64, uint8, bool, uint64) (uint64, bool) { return 0, false }
@@ -119,7 +102,7 @@ func (e *Engine) trap(th *thread) {
 		return // gone
 	}
 	sp := e.spaces[th.space]
-	addr := th.regs[rpn.RegRIP] - 1
+	addr := e.tgt.TrapPC(th.regs[rpn.RegRIP])
 	var bp *breakpoint
 	if sp != nil {
 		bp = sp.bps[addr]
@@ -158,6 +141,7 @@ func (e *Engine) trap(th *thread) {
 			// not tied to the instruction: committed at once
 			e.commit(&rec)
 		case r.Commits():
+			rec.keepOnFault = p.def().LogOnFault
 			recs = append(recs, rec)
 			keep = append(keep, p.def().LogOnFault)
 		}
@@ -269,31 +253,47 @@ func (e *Engine) stepFault(th *thread, sig int) {
 	e.tgt.Resume(th.tid, sig)
 }
 
-// stepInPlace runs the original instruction where it is: int3 out, one
-// step, int3 back. Other threads may miss the probe meanwhile; used only
-// when no out-of-line slot exists.
+// stepInPlace runs the original instruction where it is: breakpoint out,
+// one step, breakpoint back. On a target that stops every thread at each
+// stop (a GDB stub in all-stop mode) no other thread runs meanwhile; on a
+// process, other threads may miss the probe: used there only when no
+// out-of-line slot could be mapped.
 func (e *Engine) stepInPlace(th *thread, bp *breakpoint, recs []Record) {
-	e.tgt.WriteMem(th.space, bp.addr, bp.insn.Bytes[:1])
-	e.tgt.SetRegs(th.tid, &th.regs)
+	e.tgt.RemoveBreakpoint(th.space, bp.addr, bp.insn.Bytes)
+	if err := e.tgt.SetRegs(th.tid, &th.regs); err != nil {
+		return
+	}
 	e.tgt.Step(th.tid)
 	for {
 		ev, err := e.tgt.Wait()
 		if err != nil {
+			e.pendingEvents = append(e.pendingEvents, Event{Kind: EvSpaceExit, Space: th.space, Tid: th.tid, Exit: err.Error()})
 			return
 		}
-		if ev.Tid == th.tid && (ev.Kind == EvTrap || ev.Kind == EvSignal) {
-			e.tgt.WriteMem(th.space, bp.addr, []byte{0xcc})
-			e.commitAll(th, recs)
+		if ev.Tid == th.tid && (ev.Kind == EvTrap || ev.Kind == EvSignal || ev.Kind == EvKick) {
+			if sp := e.spaces[th.space]; sp != nil && sp.bps[bp.addr] == bp {
+				e.tgt.InsertBreakpoint(th.space, bp.addr, bp.insn.Bytes)
+			}
 			sig := 0
 			if ev.Kind == EvSignal {
 				sig = ev.Sig
+				kept := recs[:0]
+				for _, r := range recs {
+					if r.keepOnFault {
+						kept = append(kept, r)
+					}
+				}
+				recs = kept
 			}
-			e.tgt.Resume(th.tid, sig)
+			e.commitAll(th, recs)
+			if sp := e.spaces[th.space]; sp == nil || !sp.detached {
+				e.tgt.Resume(th.tid, sig)
+			}
 			return
 		}
 		e.pendingEvents = append(e.pendingEvents, ev)
-		if ev.Tid == th.tid {
-			return // it exited
+		if ev.Kind == EvSpaceExit || ev.Tid == th.tid {
+			return // gone
 		}
 	}
 }

@@ -2,10 +2,8 @@ package engine
 
 import (
 	"bytes"
-	"debug/elf"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	"github.com/gprobes/gprobes/dpdf"
@@ -59,7 +57,7 @@ type space struct {
 	xol        []*xolArea
 	rendezvous uint64
 	detached   bool
-	maps       []Mapping
+	noXOL      bool // the target cannot map out-of-line slots
 }
 
 func (sp *space) wasBreakpoint(addr uint64) bool { return sp.bps[addr] != nil || sp.removed[addr] }
@@ -68,8 +66,9 @@ func (sp *space) wasBreakpoint(addr uint64) bool { return sp.bps[addr] != nil ||
 // and where its file is loaded.
 type instance struct {
 	prog *rpn.Program
-	path string
+	key  string
 	bias uint64
+	ld   *Loaded
 }
 
 // breakpoint is a physical breakpoint: one address, its original
@@ -156,7 +155,7 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 		mod.probes = append(mod.probes, p)
 		added = append(added, p)
 	}
-	if reason := unsupported(src); reason != "" {
+	if reason := e.unsupported(src); reason != "" {
 		for _, p := range added {
 			p.state, p.reason = StateRefused, reason
 		}
@@ -175,41 +174,56 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 	return out, nil
 }
 
-// unsupported says why a module cannot be probed in a process at all.
-func unsupported(m *rpn.Module) string {
-	if m.ModType == rpn.ModKernel {
-		return "modtype = kernel: this target is a process; probe a kernel through a gdb: or xen: target"
-	}
-	if m.Arch != rpn.ArchX86_64 {
-		return "arch = i386: gprobes traces x86_64 processes"
-	}
+// unsupported says why a module cannot be probed on this target at all.
+func (e *Engine) unsupported(m *rpn.Module) string {
+	return e.tgt.Check(m)
+}
+
+// UsesIO reports where a module uses port IO, for targets without an IO
+// space.
+func UsesIO(m *rpn.Module) (string, bool) {
 	for _, p := range m.Probes {
 		for pc := p.Entry; pc < p.End; {
 			op := rpn.Opcode(m.Code[pc])
 			if op == rpn.OpPushIO || op == rpn.OpPopIO {
 				pos, _ := m.LineFor(pc)
-				return fmt.Sprintf("port IO (%s): a process has no IO space", m.PosString(pos))
+				return m.PosString(pos), true
 			}
 			pc += uint32(max(op.Len(), 1))
 		}
 	}
-	return ""
+	return "", false
+}
+
+// Uses reports whether a module uses one of the opcodes, and where.
+func Uses(m *rpn.Module, ops ...rpn.Opcode) (string, bool) {
+	for _, p := range m.Probes {
+		for pc := p.Entry; pc < p.End; {
+			op := rpn.Opcode(m.Code[pc])
+			for _, want := range ops {
+				if op == want {
+					pos, _ := m.LineFor(pc)
+					return m.PosString(pos), true
+				}
+			}
+			pc += uint32(max(op.Len(), 1))
+		}
+	}
+	return "", false
 }
 
 // placeModule inserts the given probes of src into one space, where its
-// file is mapped; they stay pending where it is not.
+// file is loaded; they stay pending where it is not.
 func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
-	maps, err := e.tgt.Mappings(sp.id)
-	if err != nil {
-		return
-	}
-	sp.maps = maps
 	e.ensureRendezvous(sp)
-	path, ok := findModule(src.Name, maps)
-	if !ok {
+	ld, ok, err := e.tgt.Resolve(sp.id, src.Name, src.ModType)
+	if err == nil && !ok {
 		return // pending
 	}
-	inst, err := e.instance(sp, src, path)
+	var inst *instance
+	if err == nil {
+		inst, err = e.instance(sp, src, ld)
+	}
 	if err != nil {
 		for _, p := range probes {
 			if len(p.in) == 0 {
@@ -225,85 +239,18 @@ func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
 	}
 }
 
-// findModule finds the file of a module among the mappings: the same file
-// after resolving symlinks, or the same base name when the DPDF gives no
-// directory.
-func findModule(name string, maps []Mapping) (string, bool) {
-	want := name
-	if strings.Contains(name, "/") {
-		if abs, err := filepath.Abs(name); err == nil {
-			want = abs
-		}
-		if real, err := filepath.EvalSymlinks(want); err == nil {
-			want = real
-		}
-	}
-	seen := map[string]bool{}
-	for _, m := range maps {
-		if m.Path == "" || m.Path[0] != '/' || seen[m.Path] {
-			continue
-		}
-		seen[m.Path] = true
-		if !strings.Contains(name, "/") {
-			if filepath.Base(m.Path) == name {
-				return m.Path, true
-			}
-			continue
-		}
-		if m.Path == want {
-			return m.Path, true
-		}
-		if real, err := filepath.EvalSymlinks(m.Path); err == nil && real == want {
-			return m.Path, true
-		}
-	}
-	return "", false
+// Loaded is a module as a target found it in an address space: which
+// file, where (the bias from its link-time addresses), its symbols and
+// which addresses are its code.
+type Loaded struct {
+	Key     string // identifies what is loaded (a file's path), to share relocated programs
+	Bias    uint64
+	Symbols *symbols.Set // nil when there are none
+	BuildID []byte
+	// Exec reports whether addr is in the module's executable code.
+	Exec func(addr uint64) bool
 }
 
-// loadBias is where a file is loaded minus where it was linked: the
-// mapping that holds a PT_LOAD segment's file offset starts at that
-// segment's address plus the bias.
-func loadBias(path string, maps []Mapping) (uint64, *elf.File, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return 0, nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	for _, m := range maps {
-		if m.Path != path {
-			continue
-		}
-		for _, prog := range f.Progs {
-			if prog.Type != elf.PT_LOAD {
-				continue
-			}
-			pageOff := prog.Off &^ 0xfff
-			if m.Offset == pageOff {
-				return m.Start - (prog.Vaddr &^ 0xfff), f, nil
-			}
-		}
-	}
-	f.Close()
-	return 0, nil, fmt.Errorf("%s: no mapping matches its segments", path)
-}
-
-// symbolsFor opens the symbol table of a mapped file; tables are cached by
-// path for the engine's life.
-var symCache = struct {
-	m map[string]*symbols.Set
-}{m: map[string]*symbols.Set{}}
-
-func openSymbols(path string) (*symbols.Set, error) {
-	if s, ok := symCache.m[path]; ok {
-		return s, nil
-	}
-	t, err := symbols.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	s := symbols.NewSet(t)
-	symCache.m[path] = s
-	return s, nil
-}
 
 // resolver evaluates expressions against a loaded file: symbols at their
 // link-time addresses plus bias.
@@ -322,34 +269,26 @@ func (r resolver) Symbol(name string) (uint64, error) {
 func (r resolver) Sizeof(t string) (uint64, error)      { return r.set.Sizeof(t) }
 func (r resolver) Offsetof(t, f string) (uint64, error) { return r.set.Offsetof(t, f) }
 
-// instance loads src for one space: it finds the bias, checks the build
-// ID, and relocates the program.
-func (e *Engine) instance(sp *space, src *rpn.Module, path string) (*instance, error) {
-	if inst, ok := sp.inst[src]; ok {
+// instance loads src for one space: it checks the build ID and relocates
+// the program for where the module is.
+func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, error) {
+	if inst, ok := sp.inst[src]; ok && inst.key == ld.Key && inst.bias == ld.Bias {
 		return inst, nil
 	}
-	bias, f, err := loadBias(path, sp.maps)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	set, _ := openSymbols(path)
-	if len(src.BuildID) > 0 && set != nil {
-		if id := set.BuildID(); len(id) > 0 && !bytes.Equal(id, src.BuildID) {
-			return nil, fmt.Errorf("%s has build ID %x, the PPDF was built for %x: rebuild it against this file", path, id, src.BuildID)
-		}
+	if len(src.BuildID) > 0 && len(ld.BuildID) > 0 && !bytes.Equal(ld.BuildID, src.BuildID) {
+		return nil, fmt.Errorf("%s has build ID %x, the PPDF was built for %x: rebuild it against this file", ld.Key, ld.BuildID, src.BuildID)
 	}
 	m := src
 	if len(src.Relocs) > 0 {
 		cp := *src
 		cp.Code = append([]byte{}, src.Code...)
 		for _, r := range src.Relocs {
-			v, err := evalText(r.Expr, set, bias)
+			v, err := evalText(r.Expr, ld.Symbols, ld.Bias)
 			if err != nil {
 				if !r.Resolved {
 					return nil, fmt.Errorf("push d,%s: %v", r.Expr, err)
 				}
-				v = r.Value + bias // resolved at build time against the same file
+				v = r.Value + ld.Bias // resolved at build time against the same file
 			}
 			putU64(cp.Code[r.Off:], v)
 		}
@@ -359,7 +298,7 @@ func (e *Engine) instance(sp *space, src *rpn.Module, path string) (*instance, e
 	if err != nil {
 		return nil, err
 	}
-	inst := &instance{prog: prog, path: path, bias: bias}
+	inst := &instance{prog: prog, key: ld.Key, bias: ld.Bias, ld: ld}
 	sp.inst[src] = inst
 	return inst, nil
 }
@@ -392,7 +331,7 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 			p.state, p.reason = state, fmt.Sprintf(format, args...)
 		}
 	}
-	set, _ := openSymbols(inst.path)
+	set := inst.ld.Symbols
 	link, err := e.linkAddr(d, set)
 	if err != nil {
 		refuse(StateRefused, "%v", err)
@@ -400,15 +339,9 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 	}
 	addr := link + inst.bias
 	p.addr = addr
-	// in an executable mapping of the module
-	inExec := false
-	for _, m := range sp.maps {
-		if m.Path == inst.path && addr >= m.Start && addr < m.End && m.Exec {
-			inExec = true
-		}
-	}
-	if !inExec {
-		refuse(StateRefused, "%#x (%s) is not in an executable mapping of %s", addr, d.Loc.Text, inst.path)
+	// in the module's code
+	if inst.ld.Exec != nil && !inst.ld.Exec(addr) {
+		refuse(StateRefused, "%#x (%s) is not in an executable mapping of %s", addr, d.Loc.Text, inst.key)
 		return
 	}
 	bp := sp.bps[addr]
@@ -426,22 +359,21 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 			refuse(StateRefused, "%v", err)
 			return
 		}
-		insn, err := x86.Decode(code, addr, 64)
+		insn, err := e.decode(code, addr)
 		if err != nil {
 			refuse(StateRefused, "decode the instruction at %#x: %v", addr, err)
 			return
 		}
-		x86.Classify(&insn)
 		if insn.Class == x86.Refuse {
 			refuse(StateRefused, "cannot probe `%s` at %#x: %s", insn.String(), addr, insn.Why)
 			return
 		}
 		bp = &breakpoint{addr: addr, insn: insn}
-		if err := e.prepareSlot(sp, bp); err != nil && insn.Class != x86.Emulate && insn.Class != x86.Branch {
+		if err := e.prepareSlot(sp, bp); err != nil && insn.Class != x86.Emulate && insn.Class != x86.Branch && !errors.Is(err, ErrNoXOL) {
 			refuse(StateRefused, "%v", err)
 			return
 		}
-		if err := e.tgt.WriteMem(sp.id, addr, []byte{0xcc}); err != nil {
+		if err := e.tgt.InsertBreakpoint(sp.id, addr, insn.Bytes); err != nil {
 			refuse(StateRefused, "insert the breakpoint at %#x: %v", addr, err)
 			return
 		}
@@ -559,6 +491,9 @@ func (e *Engine) prepareSlot(sp *space, bp *breakpoint) error {
 	if err != nil {
 		return err
 	}
+	if slot == 0 {
+		return ErrNoXOL
+	}
 	code, err := x86.PrepareXOL(&bp.insn, slot, true)
 	if err != nil {
 		return fmt.Errorf("prepare the out-of-line copy of `%s`: %v", bp.insn.String(), err)
@@ -582,12 +517,19 @@ func (e *Engine) allocSlot(sp *space, addr uint64) (uint64, error) {
 			return s, nil
 		}
 	}
+	if sp.noXOL {
+		return 0, nil
+	}
 	var base uint64
 	err := e.withStoppedThread(sp.id, func(tid int) error {
 		var err error
 		base, err = e.tgt.AllocXOL(sp.id, tid, addr, xolAreaSize)
 		return err
 	})
+	if errors.Is(err, ErrNoXOL) {
+		sp.noXOL = true
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("map the out-of-line area: %v", err)
 	}
@@ -673,7 +615,7 @@ func (e *Engine) unplace(sp *space, addr uint64, p *probe) {
 	}
 	if len(bp.probes) == 0 && bp.internal == nil {
 		if !sp.detached {
-			e.tgt.WriteMem(sp.id, addr, bp.insn.Bytes[:1])
+			e.tgt.RemoveBreakpoint(sp.id, addr, bp.insn.Bytes)
 		}
 		delete(sp.bps, addr)
 		sp.removed[addr] = true
@@ -707,7 +649,6 @@ func (e *Engine) forked(child, parent int) {
 		sp.xol = append(sp.xol, &c)
 	}
 	sp.rendezvous = ps.rendezvous
-	sp.maps = ps.maps
 }
 
 // execed starts a space afresh after exec: the old code and its
@@ -747,7 +688,7 @@ func (e *Engine) placeAll(sp *space) {
 			bySrc[p.src] = append(bySrc[p.src], p)
 		}
 		for _, src := range order {
-			if unsupported(src) == "" {
+			if e.unsupported(src) == "" {
 				e.placeModule(sp, src, bySrc[src])
 			}
 		}
@@ -771,61 +712,49 @@ func (e *Engine) spaceExit(id int, how string) {
 	}
 }
 
-// ensureRendezvous puts the engine's own breakpoint on the dynamic
-// linker's _dl_debug_state, which it calls after every change to the list
-// of loaded objects (dlopen, dlclose, start-up), so probes in a library
-// mapped later go in when it appears.
+// ensureRendezvous puts the engine's own breakpoint where the target says
+// loaded modules change (for a process: the dynamic linker's
+// _dl_debug_state, called after every dlopen and dlclose), so probes in a
+// module that appears later go in when it does.
 func (e *Engine) ensureRendezvous(sp *space) {
 	if sp.rendezvous != 0 {
 		return
 	}
 	sp.rendezvous = 1 // tried
-	for _, m := range sp.maps {
-		base := filepath.Base(m.Path)
-		if !strings.HasPrefix(base, "ld-linux") && !strings.HasPrefix(base, "ld64") && !strings.HasPrefix(base, "ld-") {
-			continue
-		}
-		set, err := openSymbols(m.Path)
-		if err != nil {
-			return
-		}
-		sym, err := set.Lookup("_dl_debug_state")
-		if err != nil {
-			return
-		}
-		bias, f, err := loadBias(m.Path, sp.maps)
-		if err != nil {
-			return
-		}
-		f.Close()
-		addr := sym.Addr + bias
-		code := make([]byte, 16)
-		if e.readOriginal(sp, addr, code) != nil {
-			return
-		}
-		insn, err := x86.Decode(code, addr, 64)
-		if err != nil {
-			return
-		}
-		x86.Classify(&insn)
-		if insn.Class == x86.Refuse {
-			return
-		}
-		bp := &breakpoint{addr: addr, insn: insn, internal: e.rendezvousHandler(sp)}
-		if err := e.prepareSlot(sp, bp); err != nil && insn.Class != x86.Emulate && insn.Class != x86.Branch {
-			return
-		}
-		if existing := sp.bps[addr]; existing != nil {
-			existing.internal = bp.internal
-		} else {
-			if e.tgt.WriteMem(sp.id, addr, []byte{0xcc}) != nil {
-				return
-			}
-			sp.bps[addr] = bp
-		}
-		sp.rendezvous = addr
+	addr, ok := e.tgt.Rendezvous(sp.id)
+	if !ok {
 		return
 	}
+	code := make([]byte, 16)
+	if e.readOriginal(sp, addr, code) != nil {
+		return
+	}
+	insn, err := e.decode(code, addr)
+	if err != nil || insn.Class == x86.Refuse {
+		return
+	}
+	bp := &breakpoint{addr: addr, insn: insn, internal: e.rendezvousHandler(sp)}
+	if err := e.prepareSlot(sp, bp); err != nil && insn.Class != x86.Emulate && insn.Class != x86.Branch && !errors.Is(err, ErrNoXOL) {
+		return
+	}
+	if existing := sp.bps[addr]; existing != nil {
+		existing.internal = bp.internal
+	} else {
+		if e.tgt.InsertBreakpoint(sp.id, addr, insn.Bytes) != nil {
+			return
+		}
+		sp.bps[addr] = bp
+	}
+	sp.rendezvous = addr
+}
+
+// decode decodes and classifies the instruction a probe displaces, as
+// kernel code for kernel targets.
+func (e *Engine) decode(code []byte, addr uint64) (x86.Insn, error) {
+	if e.tgt.Kernel() {
+		return x86.DecodeKernel(code, addr, 64)
+	}
+	return x86.Decode(code, addr, 64)
 }
 
 func (e *Engine) rendezvousHandler(sp *space) func(*thread) {

@@ -207,19 +207,6 @@ func (tg *Target) Spaces() []int {
 	return out
 }
 
-func (tg *Target) Mappings(space int) ([]engine.Mapping, error) {
-	maps, err := Maps(space)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]engine.Mapping, len(maps))
-	for i, m := range maps {
-		out[i] = engine.Mapping{Start: m.Start, End: m.End, Offset: m.Offset, Exec: m.Exec(),
-			Writable: len(m.Perm) > 1 && m.Perm[1] == 'w', Path: m.Path}
-	}
-	return out, nil
-}
-
 func (tg *Target) ThreadIndex(tid int) int {
 	if th := tg.t.Thread(tid); th != nil {
 		return th.Index
