@@ -251,7 +251,6 @@ type Loaded struct {
 	Exec func(addr uint64) bool
 }
 
-
 // resolver evaluates expressions against a loaded file: symbols at their
 // link-time addresses plus bias.
 type resolver struct {
