@@ -67,9 +67,9 @@ func (c *Client) do(method, path string, in, out any) error {
 }
 
 // Insert sends a PPDF-encoded module to insert into target.
-func (c *Client) Insert(target, mode string, pack []byte) (*InsertResponse, error) {
+func (c *Client) Insert(req InsertRequest) (*InsertResponse, error) {
 	var resp InsertResponse
-	err := c.do("POST", "/v1/insert", InsertRequest{Target: target, Mode: mode, PPDF: pack}, &resp)
+	err := c.do("POST", "/v1/insert", req, &resp)
 	return &resp, err
 }
 

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/gdbtarget"
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
@@ -157,9 +158,14 @@ func (s *Server) Shutdown() error {
 
 // InsertRequest is the body of POST /v1/insert.
 type InsertRequest struct {
-	Target string `json:"target"` // pid:N or exec:PATH ARGS...
+	Target string `json:"target"` // pid:N, exec:PATH ARGS..., gdb:HOST:PORT
 	Mode   string `json:"mode"`   // "", "merge" or "replace"
 	PPDF   []byte `json:"ppdf"`   // the module, PPDF-encoded (base64 in JSON)
+	// Symbols are files on the daemon's machine for a guest kernel
+	// (System.map, kallsyms copy, vmlinux with BTF or DWARF).
+	Symbols []string `json:"symbols,omitempty"`
+	// KASLROffset is the guest kernel's KASLR slide, when known.
+	KASLROffset *int64 `json:"kaslr_offset,omitempty"`
 }
 
 // TargetProbe is a probe with its target, as the API reports it.
@@ -206,7 +212,7 @@ func (s *Server) handleInsert(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("insert: mode %q: merge or replace", req.Mode))
 		return
 	}
-	resp, code, err := s.Insert(req.Target, m, mode)
+	resp, code, err := s.Insert(req.Target, m, mode, TargetOptions{Symbols: req.Symbols, KASLROffset: req.KASLROffset})
 	if err != nil {
 		writeErr(w, code, err)
 		return
@@ -217,7 +223,13 @@ func (s *Server) handleInsert(w http.ResponseWriter, r *http.Request) {
 // Insert inserts a module into a target, attaching to or starting it if
 // needed. A module name inserted into another target is refused: names are
 // how the other commands find modules.
-func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode) (*InsertResponse, int, error) {
+// TargetOptions are what a target may need beyond its name.
+type TargetOptions struct {
+	Symbols     []string
+	KASLROffset *int64
+}
+
+func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.targets {
@@ -231,7 +243,7 @@ func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode) (*In
 			return nil, http.StatusConflict, fmt.Errorf("insert %s: the module is in %s, not %s: --merge and --replace work within one target; remove it first", m.Name, t.name, spec)
 		}
 	}
-	t, err := s.target(spec)
+	t, err := s.target(spec, topts)
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
@@ -258,8 +270,19 @@ func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode) (*In
 }
 
 // target finds or opens the engine of a target spec.
-func (s *Server) target(spec string) (*target, error) {
+func (s *Server) target(spec string, topts TargetOptions) (*target, error) {
 	if t, ok := s.targets[spec]; ok && t.eng.Gone() == "" {
+		if len(topts.Symbols) > 0 {
+			err := t.eng.WithTarget(func(tg engine.Target) error {
+				if g, ok := tg.(*gdbtarget.Target); ok {
+					return g.AddSymbols(topts.Symbols)
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, err
+			}
+		}
 		return t, nil
 	}
 	var open func() (engine.Target, error)
@@ -282,10 +305,16 @@ func (s *Server) target(spec string) (*target, error) {
 		}
 		open = ptrace.Exec(path, argv, os.Environ(), "")
 		exec = true
-	case strings.HasPrefix(spec, "gdb:"), strings.HasPrefix(spec, "xen:"):
-		return nil, fmt.Errorf("target %q: guest kernels are not supported yet by this gprobes (only pid:N and exec:PATH)", spec)
+	case strings.HasPrefix(spec, "gdb:"):
+		addr := strings.TrimPrefix(spec, "gdb:")
+		if addr == "" {
+			return nil, fmt.Errorf("target %q: gdb:HOST:PORT", spec)
+		}
+		open = gdbtarget.Open(addr, gdbtarget.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset})
+	case strings.HasPrefix(spec, "xen:"):
+		return nil, fmt.Errorf("target %q: the native Xen backend is not in this gprobes yet; reach the domain through gdbsx with gdb:HOST:PORT", spec)
 	default:
-		return nil, fmt.Errorf("target %q: want pid:N or exec:PATH [ARGS...]", spec)
+		return nil, fmt.Errorf("target %q: want pid:N, exec:PATH [ARGS...] or gdb:HOST:PORT", spec)
 	}
 	t := &target{exec: exec}
 	eng, err := engine.Start(open, engine.Options{
@@ -300,6 +329,9 @@ func (s *Server) target(spec string) (*target, error) {
 	t.eng = eng
 	t.pid = eng.Pid()
 	t.name = fmt.Sprintf("pid:%d", t.pid)
+	if strings.HasPrefix(spec, "gdb:") {
+		t.name = spec
+	}
 	s.targets[t.name] = t
 	return t, nil
 }

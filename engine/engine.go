@@ -186,6 +186,7 @@ type Engine struct {
 	pendingEvents []Event
 	held          atomic.Bool // the target is held stopped until Go
 	pid           int         // the first address space: the process started or attached
+	detachedTid   map[int]bool
 	goneCh        chan struct{}
 }
 
@@ -210,7 +211,7 @@ func (nopLock) Unlock() {}
 // returns the target (it starts or attaches to the process there, as
 // ptrace requires).
 func Start(open func() (Target, error), opts Options) (*Engine, error) {
-	e := &Engine{opts: opts, cmds: make(chan func(), 16), done: make(chan struct{}), goneCh: make(chan struct{}),
+	e := &Engine{opts: opts, cmds: make(chan func(), 16), done: make(chan struct{}), goneCh: make(chan struct{}), detachedTid: map[int]bool{},
 		spaces: map[int]*space{}, threads: map[int]*thread{}, gv: opts.GV, gvLock: opts.GVLock}
 	if e.gv == nil {
 		e.gv = make([]uint64, rpn.MaxGVars)
@@ -254,6 +255,16 @@ func Start(open func() (Target, error), opts Options) (*Engine, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// WithTarget runs f with the target on the engine's loop, where every
+// Target method must run (to give a guest target more symbols, say).
+func (e *Engine) WithTarget(f func(Target) error) error {
+	var err error
+	if derr := e.do(func() { err = f(e.tgt) }); derr != nil {
+		return derr
+	}
+	return err
 }
 
 // Go lets the target run: until then it is held stopped where Start left
@@ -317,15 +328,6 @@ func (e *Engine) loop() {
 	defer close(e.done)
 	for {
 		// commands first: they may change breakpoints before the next hit
-		for {
-			select {
-			case f := <-e.cmds:
-				f()
-				continue
-			default:
-			}
-			break
-		}
 		if e.closing {
 			return
 		}
@@ -397,20 +399,20 @@ func (e *Engine) handle(ev Event) {
 			e.stepFault(th, ev.Sig)
 			return
 		}
-		e.tgt.Resume(ev.Tid, ev.Sig)
+		e.resume(ev.Tid, ev.Sig)
 	case EvKick:
 		e.resumeQuiet(ev.Tid)
 	case EvNewThread:
 		e.thread(ev.Tid, ev.Space)
-		e.tgt.Resume(ev.Tid, 0)
+		e.resume(ev.Tid, 0)
 	case EvNewSpace:
 		e.forked(ev.Space, ev.Parent)
 		e.thread(ev.Tid, ev.Space)
-		e.tgt.Resume(ev.Tid, 0)
+		e.resume(ev.Tid, 0)
 	case EvExec:
 		e.execed(ev.Space)
 		e.thread(ev.Tid, ev.Space)
-		e.tgt.Resume(ev.Tid, 0)
+		e.resume(ev.Tid, 0)
 	case EvThreadExit:
 		delete(e.threads, ev.Tid)
 	case EvSpaceExit:
@@ -422,21 +424,46 @@ func (e *Engine) handle(ev Event) {
 	}
 }
 
-// resumeQuiet lets a thread go on after a stop of the engine's own
-// making (a kick): stepping again if it was in the middle of an
-// out-of-line step, which the stop interrupted before it executed.
-func (e *Engine) resumeQuiet(tid int) {
-	if th := e.threads[tid]; th != nil && th.step != nil {
+// runCommands runs the commands handed to the loop. It is called while a
+// thread is stopped, right before it is resumed: a GDB stub takes requests
+// only while the guest is stopped, and on a process a stopped thread is
+// what the engine needs for its own work (mapping slots).
+func (e *Engine) runCommands() {
+	for {
+		select {
+		case f := <-e.cmds:
+			f()
+		default:
+			return
+		}
+	}
+}
+
+// resume lets a thread go on after the engine handled its stop, first
+// running the commands waiting for a stopped target. A command may have
+// detached the thread (closed the engine, exit 4): then it stays put.
+func (e *Engine) resume(tid, sig int) {
+	e.runCommands()
+	if e.closing || e.detachedTid[tid] {
+		return
+	}
+	if th := e.threads[tid]; th != nil && th.step != nil && sig == 0 {
 		e.tgt.Step(tid)
 		return
 	}
-	e.tgt.Resume(tid, 0)
+	e.tgt.Resume(tid, sig)
 }
+
+// resumeQuiet lets a thread go on after a stop of the engine's own
+// making (a kick): stepping again if it was in the middle of an
+// out-of-line step, which the stop interrupted before it executed.
+func (e *Engine) resumeQuiet(tid int) { e.resume(tid, 0) }
 
 // thread returns the engine's state of a thread, creating it.
 func (e *Engine) thread(tid, sp int) *thread {
 	th := e.threads[tid]
 	if th == nil {
+		delete(e.detachedTid, tid) // the id is in use again
 		th = &thread{tid: tid, space: sp}
 		th.env.e = e
 		th.env.th = th
@@ -647,6 +674,7 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 			errs = append(errs, err)
 		}
 		delete(e.threads, tid)
+		e.detachedTid[tid] = true
 	}
 	if sp != nil {
 		sp.detached = true

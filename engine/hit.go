@@ -112,10 +112,10 @@ func (e *Engine) trap(th *thread) {
 			// hit just before its probe was removed: run the original
 			th.regs[rpn.RegRIP] = addr
 			e.tgt.SetRegs(th.tid, &th.regs)
-			e.tgt.Resume(th.tid, 0)
+			e.resume(th.tid, 0)
 			return
 		}
-		e.tgt.Resume(th.tid, 5) // SIGTRAP of the program's own: deliver it
+		e.resume(th.tid, 5) // SIGTRAP of the program's own: deliver it
 		return
 	}
 	th.regs[rpn.RegRIP] = addr
@@ -153,7 +153,7 @@ func (e *Engine) trap(th *thread) {
 		// skipped, as a kprobe pre-handler returning 1 does
 		e.tgt.SetRegs(th.tid, &th.regs)
 		e.commitAll(th, recs)
-		e.tgt.Resume(th.tid, 0)
+		e.resume(th.tid, 0)
 		return
 	}
 	e.runDisplaced(th, bp, recs, keep)
@@ -205,7 +205,7 @@ func (e *Engine) finish(th *thread, recs []Record) {
 	if e.spaces[th.space] != nil && e.spaces[th.space].detached {
 		return
 	}
-	e.tgt.Resume(th.tid, 0)
+	e.resume(th.tid, 0)
 }
 
 // stepDone finishes an out-of-line step.
@@ -250,7 +250,7 @@ func (e *Engine) stepFault(th *thread, sig int) {
 		}
 	}
 	e.commitAll(th, kept)
-	e.tgt.Resume(th.tid, sig)
+	e.resume(th.tid, sig)
 }
 
 // stepInPlace runs the original instruction where it is: breakpoint out,
@@ -287,7 +287,7 @@ func (e *Engine) stepInPlace(th *thread, bp *breakpoint, recs []Record) {
 			}
 			e.commitAll(th, recs)
 			if sp := e.spaces[th.space]; sp == nil || !sp.detached {
-				e.tgt.Resume(th.tid, sig)
+				e.resume(th.tid, sig)
 			}
 			return
 		}

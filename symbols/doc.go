@@ -3,7 +3,9 @@
 // DWARF; System.map; copies of /proc/kallsyms), recognised by content, and
 // resolves symbol names to addresses and back, source lines ("fs/open.c:1234")
 // to addresses through the DWARF line tables, and sizeof/offsetof of C types
-// through the DWARF type information. Several files combine into a Set that
+// through the DWARF type information or, for a kernel without its debug
+// package, its BTF (/sys/kernel/btf/vmlinux, or the .BTF section of vmlinux,
+// parsed with github.com/cilium/ebpf/btf). Several files combine into a Set that
 // every lookup searches, with fixed rules for names defined more than once
 // (see Set.Lookup) and errors that carry the candidates and close names.
 //

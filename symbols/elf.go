@@ -48,7 +48,10 @@ func openELF(path string, f *os.File) (*Table, error) {
 	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
 		return nil, fmt.Errorf("open %s: read .dynsym: %w", path, err)
 	}
-	if len(syms) == 0 && len(dsyms) == 0 && !t.hasDWARF {
+	if err := elfBTF(t, ef); err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if len(syms) == 0 && len(dsyms) == 0 && !t.hasDWARF && !t.hasBTF {
 		return nil, fmt.Errorf("open %s: %w", path, ErrStripped)
 	}
 	n := len(syms) + len(dsyms)

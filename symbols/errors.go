@@ -23,12 +23,17 @@ var (
 	// symbol.
 	ErrNoSymbols = errors.New("no symbol definitions: the file lists only undefined symbols; pass a System.map, a copy of /proc/kallsyms or the binary itself")
 
-	// ErrStripped: an ELF file with no .symtab, no .dynsym and no DWARF.
-	ErrStripped = errors.New("no .symtab, .dynsym or DWARF: the file is stripped; pass the unstripped binary or its separate debug file (/usr/lib/debug/.build-id/...)")
+	// ErrStripped: an ELF file with no .symtab, no .dynsym, no DWARF and no
+	// .BTF.
+	ErrStripped = errors.New("no .symtab, .dynsym, DWARF or .BTF: the file is stripped; pass the unstripped binary or its separate debug file (/usr/lib/debug/.build-id/...)")
 
 	// ErrNoDWARF: a source line, sizeof or offsetof was asked of a set in
 	// which no file carries DWARF.
 	ErrNoDWARF = errors.New("no DWARF debug information: pass a binary or vmlinux built with -g via --symbols")
+
+	// ErrNoTypes: sizeof, offsetof or a field was asked of a set in which no
+	// file carries DWARF or BTF. errors.Is(ErrNoTypes, ErrNoDWARF) holds.
+	ErrNoTypes error = noTypesError{}
 
 	// ErrNoCode: a source line at or after which the file has no code.
 	ErrNoCode = errors.New("no code at or after this line")
@@ -44,6 +49,16 @@ var (
 	// DWARF query (its build ID or size differs).
 	ErrChanged = errors.New("file changed on disk since it was opened: open it again")
 )
+
+// noTypesError is ErrNoTypes: it also matches ErrNoDWARF, which type
+// queries returned before BTF was read.
+type noTypesError struct{}
+
+func (noTypesError) Error() string {
+	return "no type information: pass a binary or vmlinux built with -g, or the kernel's BTF (/sys/kernel/btf/vmlinux, or a vmlinux with a .BTF section), via --symbols"
+}
+
+func (noTypesError) Is(target error) bool { return target == ErrNoDWARF }
 
 // NotFoundError reports a name that no table defines, with close names that
 // do exist.

@@ -186,7 +186,17 @@ func (s *Set) notFound(name, module string, byModule bool) error {
 		}
 	}
 	e.Suggestions = sg.names()
+	var typeOnly []string // files with types and no symbols: raw BTF, a vmlinux with only .BTF
+	nsyms := 0
+	for _, t := range s.tables {
+		nsyms += len(t.syms)
+		if len(t.syms) == 0 && t.hasBTF && !t.relocatable {
+			typeOnly = append(typeOnly, t.path)
+		}
+	}
 	switch {
+	case nsyms == 0 && len(typeOnly) > 0:
+		e.Hint = strings.Join(typeOnly, ", ") + " carries types (BTF) but no symbols: add a System.map, a copy of /proc/kallsyms or a vmlinux with a symbol table"
 	case len(reloc) > 0:
 		e.Hint = strings.Join(reloc, ", ") + " defines it, but a relocatable object (.o, .ko) has no addresses until it is loaded: pass a copy of /proc/kallsyms taken while it is loaded, or the linked binary"
 	case byModule && module != "":

@@ -39,11 +39,14 @@ const (
 	FormatELF       = "elf"
 	FormatSystemMap = "system.map"
 	FormatKallsyms  = "kallsyms"
+	FormatBTF       = "btf" // raw BTF, as in /sys/kernel/btf/vmlinux: types, no symbols
 )
 
 // Table holds what one file says: symbols, and for ELF files with DWARF, line
-// tables and types. A Table is safe for concurrent use; the DWARF is read on
-// the first query that needs it, and whatever it parses is kept.
+// tables and types; types from BTF (a raw BTF file, or the .BTF section of an
+// ELF file without DWARF). A Table is safe for concurrent use; the DWARF and
+// the BTF are read on the first query that needs them, and whatever is
+// parsed is kept.
 type Table struct {
 	path    string
 	format  string
@@ -54,6 +57,9 @@ type Table struct {
 	ptrSize     int   // 4 or 8; 0 for text formats
 	fileSize    int64 // checked when the file is opened again for DWARF
 	hasDWARF    bool
+	hasBTF      bool  // a raw BTF file, or an ELF file with a .BTF section
+	btfOff      int64 // where the BTF is in the file
+	btfLen      int64
 
 	syms  []entry
 	names nameIndex
@@ -65,13 +71,16 @@ type Table struct {
 	sorted bool
 	dw     *dwarfInfo // loaded on first DWARF query
 	dwErr  error
+	bt     *btfInfo // loaded on first BTF query
+	btErr  error
 }
 
 // Open reads a symbol source, recognising the format from the content, not
-// the file name: an ELF file (.symtab, .dynsym, .note.gnu.build-id, DWARF if
-// present), a System.map, or a copy of /proc/kallsyms (the same "ADDR TYPE
-// NAME [module]" text; tabs or spaces). Anything else is an error wrapping
-// ErrUnknownFormat.
+// the file name: an ELF file (.symtab, .dynsym, .note.gnu.build-id, DWARF and
+// .BTF if present), a System.map, a copy of /proc/kallsyms (the same "ADDR
+// TYPE NAME [module]" text; tabs or spaces), or raw BTF (magic 0xEB9F, what
+// /sys/kernel/btf/vmlinux holds: types, no symbols). Anything else is an
+// error wrapping ErrUnknownFormat.
 //
 // Addresses are the values in the file: for ET_DYN objects (PIE executables
 // and shared libraries) they are link-time addresses, and the caller adds the
@@ -87,6 +96,11 @@ func Open(path string) (*Table, error) {
 	if n == 4 && string(magic[:]) == "\x7fELF" {
 		return openELF(path, f)
 	}
+	if n == 4 && isBTF(magic[:]) && magic[2] == 1 {
+		head := make([]byte, btfHeaderLen)
+		m, _ := f.ReadAt(head, 0)
+		return openBTF(path, f, head[:m])
+	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -100,7 +114,7 @@ func Open(path string) (*Table, error) {
 // Path is the file name the table was opened with.
 func (t *Table) Path() string { return t.path }
 
-// Format is FormatELF, FormatSystemMap or FormatKallsyms. System.map and
+// Format is FormatELF, FormatSystemMap, FormatKallsyms or FormatBTF. System.map and
 // kallsyms parse the same way; a file is called kallsyms when a line carries
 // a "[module]" suffix or every address is zero.
 func (t *Table) Format() string { return t.format }
@@ -111,6 +125,11 @@ func (t *Table) BuildID() []byte { return t.buildID }
 // HasDWARF reports whether the file has a .debug_info section. The DWARF
 // itself is read on the first query that needs it.
 func (t *Table) HasDWARF() bool { return t.hasDWARF }
+
+// HasBTF reports whether the file carries BTF: a raw BTF file, or an ELF
+// file with a .BTF section. Type queries use it when the file has no DWARF
+// (HasDWARF). It is parsed on the first query that needs it.
+func (t *Table) HasBTF() bool { return t.hasBTF }
 
 // Len is the number of symbol definitions the table holds.
 func (t *Table) Len() int { return len(t.syms) }

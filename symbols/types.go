@@ -23,7 +23,7 @@ type typeIndex struct {
 	names   map[string][]typeRef // "struct foo", "unsigned long", "pid_t" -> entries
 	scanned int                  // units indexed so far
 	sizes   map[string]uint64
-	offsets map[string]uint64
+	offsets map[string]layout // by type key and field path
 	members map[dwarf.Offset][]member
 }
 
@@ -55,18 +55,33 @@ type die struct {
 	addrSize int
 }
 
-// Sizeof returns the size in bytes of a type read from DWARF. typeName is
+// layout is the answer to a type query: the offset of a field path (0 for
+// the type itself) and the size of the type there. sizeErr says why a type
+// has no size (a flexible array member, a function type); Offsetof ignores
+// it.
+type layout struct {
+	off     uint64
+	size    uint64
+	sizeErr error
+}
+
+// Sizeof returns the size in bytes of a type, from DWARF or BTF. typeName is
 // normalized C: "struct task_struct", "union foo", "enum bar", "int",
 // "unsigned long", "pid_t" (a typedef), optionally followed by " *" (a
 // pointer: the address size). Typedefs and const/volatile are followed. The
 // first complete definition found wins: C lets two files define different
 // types of one name, and this is not checked.
+//
+// Each file answers from its DWARF when it has a .debug_info section, and
+// from its BTF otherwise (a raw BTF file such as /sys/kernel/btf/vmlinux, or
+// an ELF file's .BTF section). The files are searched in the order they were
+// added.
 func (s *Set) Sizeof(typeName string) (uint64, error) {
-	v, err := s.sizeof(typeName)
+	l, err := s.layoutOf(typeName, "", false)
 	if err != nil {
 		return 0, fmt.Errorf("sizeof(%s): %w", typeName, err)
 	}
-	return v, nil
+	return l.size, nil
 }
 
 // Offsetof returns the byte offset of fieldPath in typeName: "pid", "a.b",
@@ -74,85 +89,86 @@ func (s *Set) Sizeof(typeName string) (uint64, error) {
 // structs and unions are found as if they were members of the enclosing
 // type. A bit-field is an error wrapping ErrBitField.
 func (s *Set) Offsetof(typeName, fieldPath string) (uint64, error) {
-	v, err := s.offsetof(typeName, fieldPath)
+	l, err := s.layoutOf(typeName, fieldPath, true)
 	if err != nil {
 		return 0, fmt.Errorf("offsetof(%s, %s): %w", typeName, fieldPath, err)
 	}
-	return v, nil
+	return l.off, nil
 }
 
-func (s *Set) sizeof(typeName string) (uint64, error) {
-	tn, err := parseTypeName(typeName)
+// Field returns the byte offset of fieldPath in typeName, as Offsetof, and
+// the size of the field's type, as Sizeof would give it: the width a probe
+// reads. A field whose type has no size (a flexible array member such as
+// char tail[] in DWARF, a function type) is an error; Offsetof still
+// answers for it. In BTF, which cannot tell char tail[] from char tail[0],
+// such a member has size 0.
+func (s *Set) Field(typeName, fieldPath string) (offset, size uint64, err error) {
+	l, err := s.layoutOf(typeName, fieldPath, true)
+	if err == nil && l.sizeErr != nil {
+		err = fmt.Errorf("size of field %s: %w", strings.TrimSpace(fieldPath), l.sizeErr)
+	}
 	if err != nil {
-		return 0, err
+		return 0, 0, fmt.Errorf("field(%s, %s): %w", typeName, fieldPath, err)
 	}
-	tables := s.dwarfTables()
-	if len(tables) == 0 {
-		return 0, ErrNoDWARF
-	}
-	if tn.ptr > 0 {
-		return uint64(tables[0].ptrSize), nil
-	}
-	return s.eachTable(tables, tn, func(dw *dwarfInfo, def die) (uint64, error) {
-		if v, ok := dw.types.sizes[tn.key]; ok {
-			return v, nil
-		}
-		v, err := dw.sizeOf(def)
-		if err == nil {
-			dw.types.sizes[tn.key] = v
-		}
-		return v, err
-	})
+	return l.off, l.size, nil
 }
 
-func (s *Set) offsetof(typeName, fieldPath string) (uint64, error) {
+// layoutOf answers Sizeof (field false) and Offsetof and Field.
+func (s *Set) layoutOf(typeName, fieldPath string, field bool) (layout, error) {
 	tn, err := parseTypeName(typeName)
 	if err != nil {
-		return 0, err
+		return layout{}, err
 	}
-	steps, err := parseFieldPath(fieldPath)
-	if err != nil {
-		return 0, err
+	var steps []step
+	if field {
+		if steps, err = parseFieldPath(fieldPath); err != nil {
+			return layout{}, err
+		}
 	}
-	tables := s.dwarfTables()
+	tables := s.typeTables()
 	if len(tables) == 0 {
-		return 0, ErrNoDWARF
+		return layout{}, ErrNoTypes
 	}
 	if tn.ptr > 0 {
-		return 0, fmt.Errorf("%s is a pointer: offsetof needs a struct or union", strings.TrimSpace(typeName))
+		if field {
+			return layout{}, fmt.Errorf("%s is a pointer: offsetof needs a struct or union", strings.TrimSpace(typeName))
+		}
+		return layout{size: uint64(tables[0].ptrSize)}, nil
 	}
 	cacheKey := tn.key + "\x00" + pathString(steps)
-	return s.eachTable(tables, tn, func(dw *dwarfInfo, def die) (uint64, error) {
-		if v, ok := dw.types.offsets[cacheKey]; ok {
-			return v, nil
-		}
-		v, err := dw.offsetOf(def, tn.key, steps)
-		if err == nil {
-			dw.types.offsets[cacheKey] = v
-		}
-		return v, err
-	})
-}
-
-// eachTable finds the first complete definition of tn in the tables, in
-// order, and runs f on it with the table locked.
-func (s *Set) eachTable(tables []*Table, tn typeName, f func(*dwarfInfo, die) (uint64, error)) (uint64, error) {
 	var declared []string
 	for _, t := range tables {
-		v, found, decl, err := t.withType(tn.key, f)
+		var (
+			l           layout
+			found, decl bool
+		)
+		if t.hasDWARF {
+			l, found, decl, err = t.dwarfLayout(tn, steps, cacheKey)
+		} else {
+			l, found, decl, err = t.btfLayout(tn, steps, cacheKey)
+		}
 		if err != nil || found {
-			return v, err
+			return l, err
 		}
 		if decl {
 			declared = append(declared, t.path)
 		}
 	}
 	if len(declared) > 0 {
-		return 0, fmt.Errorf("%s is declared in %s but defined nowhere: %w", tn.key, strings.Join(declared, ", "), ErrIncompleteType)
+		return layout{}, fmt.Errorf("%s is declared in %s but defined nowhere: %w", tn.key, strings.Join(declared, ", "), ErrIncompleteType)
 	}
+	return layout{}, s.typeNotFound(tables, tn)
+}
+
+// typeNotFound is the error for a type no table defines, with close names.
+func (s *Set) typeNotFound(tables []*Table, tn typeName) error {
 	e := &NotFoundError{What: "type", Name: tn.key, Sources: dwarfSources(tables)}
 	sg := newSuggester(tn.key, false)
 	for _, t := range tables {
+		if !t.hasDWARF {
+			t.btfNames(sg)
+			continue
+		}
 		t.mu.Lock()
 		if t.dw != nil {
 			for k := range t.dw.types.names {
@@ -174,28 +190,57 @@ func (s *Set) eachTable(tables []*Table, tn typeName, f func(*dwarfInfo, die) (u
 		t.mu.Unlock()
 	}
 	e.Hint = strings.Join(hints, "; ")
-	return 0, e
+	return e
 }
 
-// withType looks key up in t's DWARF and runs f on its definition.
-func (t *Table) withType(key string, f func(*dwarfInfo, die) (uint64, error)) (v uint64, found, declared bool, err error) {
+// typeTables returns the tables of s that can answer type queries: those
+// with DWARF or BTF.
+func (s *Set) typeTables() []*Table {
+	var ts []*Table
+	for _, t := range s.tables {
+		if t.hasDWARF || t.hasBTF {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+// dwarfLayout answers a type query from t's DWARF.
+func (t *Table) dwarfLayout(tn typeName, steps []step, cacheKey string) (l layout, found, declared bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	dw, err := t.loadDWARF()
 	if err != nil {
-		return 0, false, false, err
+		return l, false, false, err
 	}
 	dw.initTypes()
-	off, found, declared, err := dw.findType(key)
+	if len(steps) == 0 {
+		if v, ok := dw.types.sizes[tn.key]; ok {
+			return layout{size: v}, true, true, nil
+		}
+	} else if l, ok := dw.types.offsets[cacheKey]; ok {
+		return l, true, true, nil
+	}
+	off, found, declared, err := dw.findType(tn.key)
 	if err != nil || !found {
-		return 0, false, declared, err
+		return l, false, declared, err
 	}
 	def, err := dw.resolve(off)
 	if err != nil {
-		return 0, true, true, err
+		return l, true, true, err
 	}
-	v, err = f(dw, def)
-	return v, true, true, err
+	if len(steps) == 0 {
+		v, err := dw.sizeOf(def)
+		if err == nil {
+			dw.types.sizes[tn.key] = v
+		}
+		return layout{size: v}, true, true, err
+	}
+	l, err = dw.offsetOf(def, tn.key, steps)
+	if err == nil {
+		dw.types.offsets[cacheKey] = l
+	}
+	return l, true, true, err
 }
 
 func (dw *dwarfInfo) initTypes() {
@@ -205,7 +250,7 @@ func (dw *dwarfInfo) initTypes() {
 	dw.types = typeIndex{
 		names:   map[string][]typeRef{},
 		sizes:   map[string]uint64{},
-		offsets: map[string]uint64{},
+		offsets: map[string]layout{},
 		members: map[dwarf.Offset][]member{},
 	}
 }
@@ -541,11 +586,17 @@ func memberLocExpr(b []byte) (uint64, bool) {
 }
 
 // findMember looks name up among the members of d, then inside its
-// anonymous struct and union members; loc is the offset from d.
-func (dw *dwarfInfo) findMember(d die, name string, depth int) (m member, loc uint64, ok bool, err error) {
+// anonymous struct and union members; loc is the offset from d. visited
+// holds the types searched already in vain: a hostile file whose anonymous
+// members repeat types costs one visit each.
+func (dw *dwarfInfo) findMember(d die, name string, depth int, visited map[dwarf.Offset]bool) (m member, loc uint64, ok bool, err error) {
 	if depth > maxChain {
 		return m, 0, false, fmt.Errorf("anonymous members of %s nest deeper than %d", describe(d), maxChain)
 	}
+	if visited[d.off] {
+		return m, 0, false, nil
+	}
+	visited[d.off] = true
 	ms, err := dw.members(d)
 	if err != nil {
 		return m, 0, false, err
@@ -566,7 +617,7 @@ func (dw *dwarfInfo) findMember(d die, name string, depth int) (m member, loc ui
 		if !isAggregate(sub.tag) {
 			continue
 		}
-		if m, loc, ok, err := dw.findMember(sub, name, depth+1); ok || err != nil {
+		if m, loc, ok, err := dw.findMember(sub, name, depth+1, visited); ok || err != nil {
 			return m, am.loc + loc, ok, err
 		}
 	}
@@ -574,11 +625,12 @@ func (dw *dwarfInfo) findMember(d die, name string, depth int) (m member, loc ui
 }
 
 // fieldNames lists the member names visible in d, through anonymous members.
-func (dw *dwarfInfo) fieldNames(d die, depth int, out []string) []string {
+func (dw *dwarfInfo) fieldNames(d die, visited map[dwarf.Offset]bool, out []string) []string {
 	ms, err := dw.members(d)
-	if err != nil || depth > maxChain {
+	if err != nil || visited[d.off] {
 		return out
 	}
+	visited[d.off] = true
 	for _, m := range ms {
 		if m.name != "" {
 			out = append(out, m.name)
@@ -586,7 +638,7 @@ func (dw *dwarfInfo) fieldNames(d die, depth int, out []string) []string {
 		}
 		if m.hasType {
 			if sub, err := dw.resolve(m.typ); err == nil && isAggregate(sub.tag) {
-				out = dw.fieldNames(sub, depth+1, out)
+				out = dw.fieldNames(sub, visited, out)
 			}
 		}
 	}
@@ -598,12 +650,13 @@ func isAggregate(tag dwarf.Tag) bool {
 }
 
 // offsetOf walks steps from the resolved type d.
-func (dw *dwarfInfo) offsetOf(d die, typeKey string, steps []step) (uint64, error) {
+func (dw *dwarfInfo) offsetOf(d die, typeKey string, steps []step) (layout, error) {
 	var (
 		off     uint64
 		dims    []int64 // remaining dimensions while inside an array
 		elem    dwarf.Offset
 		inArray bool
+		rowSize uint64 // size of the element the last index selected
 		cur     = d
 	)
 	for k, st := range steps {
@@ -611,32 +664,33 @@ func (dw *dwarfInfo) offsetOf(d die, typeKey string, steps []step) (uint64, erro
 		if st.isIdx {
 			if !inArray {
 				if cur.tag != dwarf.TagArrayType {
-					return 0, fmt.Errorf("%s is %s, not an array: it cannot be indexed", here, describe(cur))
+					return layout{}, fmt.Errorf("%s is %s, not an array: it cannot be indexed", here, describe(cur))
 				}
 				var err error
 				if dims, elem, err = dw.arrayDims(cur); err != nil {
-					return 0, err
+					return layout{}, err
 				}
 				inArray = true
 			}
 			if n := dims[0]; n > 0 && st.index >= uint64(n) {
-				return 0, fmt.Errorf("index %d out of range: %s has %d elements", st.index, here, n)
+				return layout{}, fmt.Errorf("index %d out of range: %s has %d elements", st.index, here, n)
 			}
 			ed, err := dw.resolve(elem)
 			if err != nil {
-				return 0, err
+				return layout{}, err
 			}
 			stride, err := dw.sizeOf(ed)
 			if err != nil {
-				return 0, fmt.Errorf("element of %s: %w", here, err)
+				return layout{}, fmt.Errorf("element of %s: %w", here, err)
 			}
 			for _, c := range dims[1:] {
 				if c < 0 {
-					return 0, fmt.Errorf("%s: an inner dimension of unknown length", here)
+					return layout{}, fmt.Errorf("%s: an inner dimension of unknown length", here)
 				}
 				stride *= uint64(c)
 			}
 			off += st.index * stride
+			rowSize = stride
 			dims = dims[1:]
 			if len(dims) == 0 {
 				cur, inArray = ed, false
@@ -644,18 +698,18 @@ func (dw *dwarfInfo) offsetOf(d die, typeKey string, steps []step) (uint64, erro
 			continue
 		}
 		if inArray || cur.tag == dwarf.TagArrayType {
-			return 0, fmt.Errorf("%s is an array: index it before selecting .%s", here, st.name)
+			return layout{}, fmt.Errorf("%s is an array: index it before selecting .%s", here, st.name)
 		}
 		if !isAggregate(cur.tag) {
 			what := here
 			if k == 0 {
 				what = typeKey
 			}
-			return 0, fmt.Errorf("%s is %s, not a struct or union: it has no member %q", what, describe(cur), st.name)
+			return layout{}, fmt.Errorf("%s is %s, not a struct or union: it has no member %q", what, describe(cur), st.name)
 		}
-		m, loc, ok, err := dw.findMember(cur, st.name, 0)
+		m, loc, ok, err := dw.findMember(cur, st.name, 0, map[dwarf.Offset]bool{})
 		if err != nil {
-			return 0, err
+			return layout{}, err
 		}
 		if !ok {
 			in := describe(cur)
@@ -665,21 +719,28 @@ func (dw *dwarfInfo) offsetOf(d die, typeKey string, steps []step) (uint64, erro
 				in = typeKey
 			}
 			sg := newSuggester(st.name, true)
-			for _, n := range dw.fieldNames(cur, 0, nil) {
+			for _, n := range dw.fieldNames(cur, map[dwarf.Offset]bool{}, nil) {
 				sg.add(n)
 			}
-			return 0, &NotFoundError{What: "field", Name: st.name, In: in, Suggestions: sg.names()}
+			return layout{}, &NotFoundError{What: "field", Name: st.name, In: in, Suggestions: sg.names()}
 		}
 		if m.bitSize > 0 {
-			return 0, fmt.Errorf("field %s is %d bits wide: %w", pathString(steps[:k+1]), m.bitSize, ErrBitField)
+			return layout{}, fmt.Errorf("field %s is %d bits wide: %w", pathString(steps[:k+1]), m.bitSize, ErrBitField)
 		}
 		off += loc
 		if !m.hasType {
-			return 0, fmt.Errorf("member %s has no type", pathString(steps[:k+1]))
+			return layout{}, fmt.Errorf("member %s has no type", pathString(steps[:k+1]))
 		}
 		if cur, err = dw.resolve(m.typ); err != nil {
-			return 0, err
+			return layout{}, err
 		}
 	}
-	return off, nil
+	l := layout{off: off}
+	if inArray {
+		// grid[1] of an int grid[2][3]: a row, the last stride.
+		l.size = rowSize
+		return l, nil
+	}
+	l.size, l.sizeErr = dw.sizeOf(cur)
+	return l, nil
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/gdbtarget"
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
@@ -87,7 +90,8 @@ func insertCommand() *cli.Command {
 		Usage:     "insert a module's probes into a target (pid:N, exec:PATH ARGS)",
 		ArgsUsage: "FILE.dpdf|FILE.ppdf",
 		Flags: append(sourceFlags(), socketFlag(),
-			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach) or exec:PATH ARGS (start it)", Required: true},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach), exec:PATH ARGS (start it) or gdb:HOST:PORT (a guest kernel through its GDB stub)", Required: true},
+			&cli.StringFlag{Name: "kaslr-offset", Usage: "the guest kernel's KASLR slide, `OFFSET` (default: found from linux_banner)"},
 			&cli.BoolFlag{Name: "merge", Usage: "add the probes to the module of that name already in"},
 			&cli.BoolFlag{Name: "replace", Usage: "replace the module of that name already in"},
 			&cli.BoolFlag{Name: "json", Usage: "print the probes as JSON"},
@@ -113,7 +117,23 @@ func insertCommand() *cli.Command {
 			} else if c.Bool("replace") {
 				mode = "replace"
 			}
-			resp, err := client(c).Insert(c.String("target"), mode, pack)
+			req := daemon.InsertRequest{Target: c.String("target"), Mode: mode, PPDF: pack}
+			for _, p := range c.StringSlice("symbols") {
+				abs, err := filepath.Abs(p)
+				if err != nil {
+					return cli.Exit(err.Error(), 1)
+				}
+				req.Symbols = append(req.Symbols, abs)
+			}
+			if s := c.String("kaslr-offset"); s != "" {
+				v, err := parseValue(s)
+				if err != nil {
+					return cli.Exit("insert: --kaslr-offset: "+err.Error(), 2)
+				}
+				off := int64(v)
+				req.KASLROffset = &off
+			}
+			resp, err := client(c).Insert(req)
 			if err != nil {
 				return cli.Exit("insert: "+err.Error(), 1)
 			}
@@ -291,7 +311,8 @@ func runCommand() *cli.Command {
 		Usage:     "one shot, no daemon: start COMMAND (or attach to --target), insert FILE, print records as they commit, then the variables and probes",
 		ArgsUsage: "FILE -- COMMAND [ARGS...]",
 		Flags: append(sourceFlags(),
-			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `pid:N` instead of starting a command"},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, or gdb:HOST:PORT for a guest kernel) instead of starting a command"},
+			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the records to `FILE` as JSON lines (each written before the probed thread resumes) instead of printing them"},
@@ -318,10 +339,21 @@ func runCommand() *cli.Command {
 func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	var open func() (engine.Target, error)
 	target := c.String("target")
-	if target != "" {
+	if strings.HasPrefix(target, "gdb:") {
+		opts := gdbtarget.Options{Symbols: c.StringSlice("symbols")}
+		if s := c.String("kaslr-offset"); s != "" {
+			v, err := parseValue(s)
+			if err != nil {
+				return cli.Exit("run: --kaslr-offset: "+err.Error(), 2)
+			}
+			off := int64(v)
+			opts.KASLROffset = &off
+		}
+		open = gdbtarget.Open(strings.TrimPrefix(target, "gdb:"), opts)
+	} else if target != "" {
 		var pid int
 		if _, err := fmt.Sscanf(target, "pid:%d", &pid); err != nil || pid <= 0 {
-			return cli.Exit(fmt.Sprintf("run: --target %q: want pid:N", target), 2)
+			return cli.Exit(fmt.Sprintf("run: --target %q: want pid:N or gdb:HOST:PORT", target), 2)
 		}
 		open = ptrace.Attach(pid)
 	} else {

@@ -6,6 +6,8 @@
 
 #define S(T) printf("sizeof|%s|%zu\n", #T, sizeof(T));
 #define O(T, F) printf("offsetof|%s|%s|%zu\n", #T, #F, offsetof(T, F));
+/* field: the offset and the size of the member's type (Set.Field). */
+#define F(T, F) printf("field|%s|%s|%zu|%zu\n", #T, #F, offsetof(T, F), sizeof(((T *)0)->F));
 
 int main(void)
 {
@@ -23,5 +25,14 @@ int main(void)
 	O(struct layout, cv) O(struct layout, tail) O(struct layout, tail[4])
 	O(layout_t, pid) O(clayout_t, in[1].tag) O(union number, bytes[3])
 	O(struct hdr, name) O(struct inner, value)
+
+	F(struct layout, c) F(struct layout, hdr) F(struct layout, hdr.id)
+	F(struct layout, hdr.name) F(struct layout, hdr.name[5]) F(struct layout, in)
+	F(struct layout, in[2]) F(struct layout, in[2].value) F(struct layout, as_int)
+	F(struct layout, lo) F(struct layout, hi) F(struct layout, pid)
+	F(struct layout, next) F(struct layout, grid) F(struct layout, grid[1])
+	F(struct layout, grid[1][2]) F(struct layout, cv) F(struct layout, tail[4])
+	F(layout_t, pid) F(clayout_t, in[1].tag) F(union number, d)
+	F(union number, bytes) F(union number, bytes[3]) F(struct inner, value)
 	return 0;
 }

@@ -1,0 +1,515 @@
+// Package gdbtarget is the engine's target for a guest kernel seen through
+// a GDB remote stub: QEMU/KVM's -gdb, Xen's gdbsx, or anything else that
+// speaks the protocol. The whole guest is one address space; each vCPU is a
+// thread.
+//
+// Design note. Stubs run all-stop: a stop of one vCPU stops them all, and
+// resuming resumes them all. Breakpoints are the stub's (Z0, Z1 when Z0 is
+// refused): under TCG they live in the translator, not in guest memory, and
+// a vCPU stops before the instruction (TrapPC is rip). There is no room in
+// a guest kernel for out-of-line slots, so a displaced instruction is
+// emulated when the engine can, and otherwise stepped in place with the
+// breakpoint out, which no other vCPU can race because all are stopped.
+// Linux awareness (the KASLR slide, the current task, the user-mode
+// registers) comes from the symbols and types given with --symbols:
+// System.map or a kallsyms copy for addresses, a vmlinux's BTF (or DWARF)
+// for struct layouts.
+//
+// The trap: the engine must be the only user of the connection, and the
+// guest stays stopped from Open until the engine's Go.
+package gdbtarget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/gdbremote"
+	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/symbols"
+)
+
+// Options configure a guest target.
+type Options struct {
+	// Symbols for the guest kernel: System.map, a kallsyms copy, a
+	// vmlinux (ELF with DWARF or only .BTF), a raw BTF file.
+	Symbols []string
+	// KASLROffset, when set, is the slide of the kernel text; otherwise it
+	// is found by looking for linux_banner ("Linux version ") in the
+	// running guest.
+	KASLROffset *int64
+	// Timeout for one request to the stub.
+	Timeout time.Duration
+}
+
+// Target is a guest kernel behind a GDB stub.
+type Target struct {
+	addr    string
+	conn    *gdbremote.Conn
+	opts    Options
+	syms    *symbols.Set
+	slide   uint64
+	slideOK bool
+	kinfo   *kernelInfo
+	threads []gdbremote.Thread
+	byNum   map[int]gdbremote.Thread
+	running bool
+	gone    bool
+	regs    map[int][]byte // last g block read per vCPU
+	mu      sync.Mutex     // guards running for Kick
+	kicked  bool
+	detach  bool
+}
+
+var _ engine.Target = (*Target)(nil)
+
+// Open returns an opener for engine.Start that connects to a stub at
+// host:port; the guest is stopped (held) when it returns.
+func Open(addr string, opts Options) func() (engine.Target, error) {
+	return func() (engine.Target, error) {
+		if opts.Timeout == 0 {
+			opts.Timeout = 30 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
+		defer cancel()
+		conn, err := gdbremote.Dial(ctx, addr, gdbremote.Options{Timeout: opts.Timeout})
+		if err != nil {
+			return nil, fmt.Errorf("gdb:%s: %w", addr, err)
+		}
+		t := &Target{addr: addr, conn: conn, opts: opts, byNum: map[int]gdbremote.Thread{}, regs: map[int][]byte{}}
+		if err := t.setup(); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("gdb:%s: %w", addr, err)
+		}
+		return t, nil
+	}
+}
+
+// setup stops the guest, learns its vCPUs, loads the symbols and finds the
+// KASLR slide.
+func (t *Target) setup() error {
+	if err := t.stopGuest(); err != nil {
+		return err
+	}
+	ths, err := t.conn.Threads()
+	if err != nil {
+		return err
+	}
+	t.threads = ths
+	for _, th := range ths {
+		t.byNum[th.Num] = th
+	}
+	if len(t.opts.Symbols) > 0 {
+		if err := t.AddSymbols(t.opts.Symbols); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopGuest makes sure the guest is stopped: a stub stops it on connect
+// (QEMU) or not (gdbsx on a running domain).
+func (t *Target) stopGuest() error {
+	if !t.conn.Running() {
+		return nil // stopped by the connection (QEMU) already
+	}
+	if err := t.conn.Interrupt(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.opts.Timeout)
+	defer cancel()
+	_, err := t.conn.Wait(ctx)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// AddSymbols loads more symbol files for the kernel (repeated inserts may
+// bring their own) and finds the slide if it is not known yet.
+func (t *Target) AddSymbols(paths []string) error {
+	if t.syms == nil {
+		t.syms = symbols.NewSet()
+	}
+	for _, p := range paths {
+		tab, err := symbols.Open(p)
+		if err != nil {
+			return err
+		}
+		t.syms.Add(tab)
+	}
+	if !t.slideOK {
+		if err := t.findSlide(); err != nil {
+			return err
+		}
+	}
+	t.kinfo = newKernelInfo(t)
+	return nil
+}
+
+// findSlide finds the KASLR slide of the kernel text: --kaslr-offset, or
+// the candidate (a multiple of 2 MiB below 1 GiB) at which linux_banner
+// reads "Linux version ".
+func (t *Target) findSlide() error {
+	if t.opts.KASLROffset != nil {
+		t.slide, t.slideOK = uint64(*t.opts.KASLROffset), true
+		return nil
+	}
+	sym, err := t.syms.Lookup("linux_banner")
+	if err != nil {
+		return nil // no symbols with addresses yet: a later insert may bring them
+	}
+	want := []byte("Linux version ")
+	got := make([]byte, len(want))
+	for slide := uint64(0); slide < 1<<30; slide += 2 << 20 {
+		if t.conn.ReadMem(sym.Addr+slide, got) == nil && string(got) == string(want) {
+			t.slide, t.slideOK = slide, true
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot find the kernel's KASLR slide: no \"Linux version\" at linux_banner (%#x) plus any multiple of 2 MiB below 1 GiB: are the symbols of this kernel? Give the slide with --kaslr-offset", sym.Addr)
+}
+
+// Slide is the KASLR slide found (0 without KASLR).
+func (t *Target) Slide() (uint64, bool) { return t.slide, t.slideOK }
+
+func (t *Target) thread(tid int) (gdbremote.Thread, error) {
+	th, ok := t.byNum[tid]
+	if !ok {
+		return gdbremote.Thread{}, fmt.Errorf("vCPU %d: no such thread", tid)
+	}
+	return th, nil
+}
+
+func (t *Target) Wait() (engine.Event, error) {
+	if t.gone {
+		return engine.Event{}, engine.ErrNoTracees
+	}
+	st, err := t.conn.Wait(context.Background())
+	t.mu.Lock()
+	t.running = false
+	kicked := t.kicked
+	t.kicked = false
+	t.mu.Unlock()
+	if err != nil || st.Exited {
+		t.gone = true
+		how := "the guest powered off"
+		if err != nil && !st.Exited {
+			how = "the stub closed the connection: " + err.Error()
+		}
+		return engine.Event{Kind: engine.EvSpaceExit, Space: 0, Tid: t.firstTid(), Exit: how, Code: st.ExitCode}, nil
+	}
+	tid := st.Thread.Num
+	if _, ok := t.byNum[tid]; !ok {
+		// a vCPU we have not listed (hotplug): learn it
+		t.byNum[tid] = st.Thread
+		t.threads = append(t.threads, st.Thread)
+	}
+	switch {
+	case st.Signal == 5 && !kicked:
+		return engine.Event{Kind: engine.EvTrap, Tid: tid}, nil
+	case st.Signal == 5 || st.Signal == 2 || kicked:
+		return engine.Event{Kind: engine.EvKick, Tid: tid}, nil
+	}
+	return engine.Event{Kind: engine.EvKick, Tid: tid}, nil
+}
+
+func (t *Target) firstTid() int {
+	if len(t.threads) > 0 {
+		return t.threads[0].Num
+	}
+	return 1
+}
+
+// Kick interrupts the running guest (from any goroutine).
+func (t *Target) Kick() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.running || t.gone {
+		return false
+	}
+	t.kicked = true
+	return t.conn.Interrupt() == nil
+}
+
+func (t *Target) ReadMem(space int, addr uint64, p []byte) error  { return t.conn.ReadMem(addr, p) }
+func (t *Target) WriteMem(space int, addr uint64, p []byte) error { return t.conn.WriteMem(addr, p) }
+
+// GetRegs reads a vCPU's registers with one g packet.
+func (t *Target) GetRegs(tid int, r *engine.Regs) error {
+	th, err := t.thread(tid)
+	if err != nil {
+		return err
+	}
+	block, err := t.conn.ReadRegs(th)
+	if err != nil {
+		return err
+	}
+	t.regs[tid] = block
+	*r = engine.Regs{}
+	for i := rpn.Reg(0); i < rpn.NumRegs; i++ {
+		if v, err := t.conn.RegValue(block, stubName(i)); err == nil {
+			r[i] = v
+		}
+	}
+	return nil
+}
+
+// stubName is the name a stub's target description gives a register.
+func stubName(r rpn.Reg) string {
+	switch r {
+	case rpn.RegRFLAGS:
+		return "eflags"
+	}
+	return r.String()
+}
+
+// SetRegs writes the registers that changed since GetRegs: one P packet
+// each (rip alone, after most emulated instructions), or the whole block
+// with G when several changed.
+func (t *Target) SetRegs(tid int, r *engine.Regs) error {
+	th, err := t.thread(tid)
+	if err != nil {
+		return err
+	}
+	block := t.regs[tid]
+	if block == nil {
+		var cur engine.Regs
+		if err := t.GetRegs(tid, &cur); err != nil {
+			return err
+		}
+		block = t.regs[tid]
+	}
+	var changed []rpn.Reg
+	for i := rpn.Reg(0); i <= rpn.RegRFLAGS; i++ {
+		old, err := t.conn.RegValue(block, stubName(i))
+		if err == nil && old != r[i] {
+			changed = append(changed, i)
+		}
+	}
+	for _, i := range []rpn.Reg{rpn.RegFSBase, rpn.RegGSBase} {
+		if old, err := t.conn.RegValue(block, stubName(i)); err == nil && old != r[i] {
+			changed = append(changed, i)
+		}
+	}
+	switch {
+	case len(changed) == 0:
+		return nil
+	case len(changed) <= 2:
+		for _, i := range changed {
+			if err := t.conn.WriteReg(th, stubName(i), r[i]); err != nil {
+				return err
+			}
+			t.conn.SetRegValue(block, stubName(i), r[i])
+		}
+		return nil
+	}
+	for _, i := range changed {
+		if err := t.conn.SetRegValue(block, stubName(i), r[i]); err != nil {
+			return err
+		}
+	}
+	return t.conn.WriteRegs(th, block)
+}
+
+func (t *Target) Step(tid int) error {
+	th, err := t.thread(tid)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.running = true
+	t.mu.Unlock()
+	return t.conn.Step(th)
+}
+
+// Resume lets the whole guest run: all-stop stubs resume every vCPU.
+func (t *Target) Resume(tid, sig int) error {
+	t.mu.Lock()
+	t.running = true
+	t.mu.Unlock()
+	return t.conn.Continue(nil, 0)
+}
+
+// StopThread stops the guest if it runs; the stop is returned as an event
+// to handle when it is not the engine's own interrupt.
+func (t *Target) StopThread(tid int) ([]engine.Event, error) {
+	t.mu.Lock()
+	running := t.running
+	t.mu.Unlock()
+	if !running {
+		return nil, nil
+	}
+	t.mu.Lock()
+	t.kicked = true
+	t.mu.Unlock()
+	if err := t.conn.Interrupt(); err != nil {
+		return nil, err
+	}
+	ev, err := t.Wait()
+	if err != nil {
+		return nil, err
+	}
+	if ev.Kind == engine.EvKick {
+		return nil, nil
+	}
+	return []engine.Event{ev}, nil
+}
+
+func (t *Target) DrainKick(tid int) ([]int, error) { return nil, nil }
+
+// Detach lets the guest go (once, for the first vCPU the engine detaches):
+// D resumes it; sig SIGSTOP (exit 4) instead leaves it stopped for a
+// debugger by closing the connection without D.
+func (t *Target) Detach(tid, sig int) error {
+	if t.detach || t.gone {
+		return nil
+	}
+	t.detach = true
+	if sig == 19 {
+		return t.conn.Close()
+	}
+	err := t.conn.Detach()
+	t.conn.Close()
+	return err
+}
+
+func (t *Target) Threads(space int) []int {
+	if t.detach || t.gone {
+		return nil
+	}
+	out := make([]int, len(t.threads))
+	for i, th := range t.threads {
+		out[i] = th.Num
+	}
+	return out
+}
+
+func (t *Target) Spaces() []int {
+	if t.gone {
+		return nil
+	}
+	return []int{0}
+}
+
+func (t *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
+	return 0, engine.ErrNoXOL
+}
+
+func (t *Target) ThreadIndex(tid int) int {
+	for i, th := range t.threads {
+		if th.Num == tid {
+			return i
+		}
+	}
+	return -1
+}
+
+func (t *Target) IsStopped(tid int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.running
+}
+
+// Dump asks QEMU, through its monitor (qRcmd), for a core of the guest's
+// memory.
+func (t *Target) Dump(space, tid int, dir string) (string, error) {
+	path := fmt.Sprintf("%s/guest-%s.core", strings.TrimRight(dir, "/"), time.Now().UTC().Format("20060102T150405.000000000"))
+	out, err := t.monitor("dump-guest-memory " + path)
+	if err != nil {
+		return "", fmt.Errorf("the stub cannot dump the guest (qRcmd dump-guest-memory): %v", err)
+	}
+	if strings.TrimSpace(out) != "" {
+		return "", fmt.Errorf("dump-guest-memory: %s", strings.TrimSpace(out))
+	}
+	return path, nil
+}
+
+func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
+	return t.conn.SetBreakpoint(gdbremote.Software, addr, 1)
+}
+
+func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
+	return t.conn.ClearBreakpoint(gdbremote.Software, addr, 1)
+}
+
+// TrapPC: a stub stops a vCPU before the instruction.
+func (t *Target) TrapPC(rip uint64) uint64 { return rip }
+
+func (t *Target) Kernel() bool { return true }
+
+func (t *Target) Check(m *rpn.Module) string {
+	if m.ModType != rpn.ModKernel {
+		return "modtype = user: a gdb: target is a guest kernel; probe processes with pid: or exec:"
+	}
+	if m.Arch != rpn.ArchX86_64 {
+		return "arch = i386: gprobes probes x86_64 guest kernels"
+	}
+	if where, ok := engine.UsesIO(m); ok {
+		return fmt.Sprintf("port IO (%s): a GDB stub gives no access to the guest's IO space", where)
+	}
+	if where, ok := engine.Uses(m, rpn.OpPushTask, rpn.OpPushPID, rpn.OpPushTID, rpn.OpPushU); ok {
+		if msg := t.kinfo.missing(); msg != "" {
+			return fmt.Sprintf("%s needs the current task: %s", where, msg)
+		}
+	}
+	return ""
+}
+
+// Resolve: the kernel image ("vmlinux", "kernel") is always loaded; its
+// addresses are the symbols' plus the KASLR slide.
+func (t *Target) Resolve(space int, name string, modtype rpn.ModType) (*engine.Loaded, bool, error) {
+	switch name {
+	case "vmlinux", "kernel", "bzImage", "vmlinuz":
+	default:
+		return nil, false, fmt.Errorf("module %q: gprobes probes the kernel image (name = vmlinux) on guests; kernel modules are not supported yet", name)
+	}
+	ld := &engine.Loaded{Key: "vmlinux", Bias: t.slide, Symbols: t.syms}
+	if t.syms != nil {
+		ld.BuildID = t.syms.BuildID()
+		if lo, err := t.syms.Lookup("_stext"); err == nil {
+			if hi, err := t.syms.Lookup("_etext"); err == nil {
+				start, end := lo.Addr+t.slide, hi.Addr+t.slide
+				ld.Exec = func(a uint64) bool { return a >= start && a < end }
+			}
+		}
+	}
+	if len(t.opts.Symbols) > 0 && !t.slideOK {
+		return nil, false, errors.New("the kernel's KASLR slide is unknown: give System.map or a kallsyms copy with --symbols, or --kaslr-offset")
+	}
+	return ld, true, nil
+}
+
+func (t *Target) Rendezvous(space int) (uint64, bool) { return 0, false }
+
+// Writable: the stub writes anywhere; the guest's page tables say more,
+// but reading them is beyond a probe's vfy_rw: readable kernel memory is
+// taken as writable.
+func (t *Target) Writable(space int, addr uint64) bool { return true }
+
+func (t *Target) Sys(tid int, regs *engine.Regs, v rpn.SysValue) (uint64, bool) {
+	switch v {
+	case rpn.SysProcID:
+		return uint64(t.ThreadIndex(tid)), true
+	case rpn.SysTask:
+		return t.kinfo.current(regs)
+	case rpn.SysPID:
+		return t.kinfo.taskField(regs, "tgid")
+	case rpn.SysTID:
+		return t.kinfo.taskField(regs, "pid")
+	}
+	return 0, false
+}
+
+func (t *Target) UserReg(tid int, regs *engine.Regs, r rpn.Reg) (uint64, bool) {
+	return t.kinfo.userReg(regs, r)
+}
+
+// monitor runs a command of the stub's monitor (qRcmd: QEMU's HMP).
+func (t *Target) monitor(cmd string) (string, error) {
+	return t.conn.Monitor(cmd)
+}
