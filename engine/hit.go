@@ -115,6 +115,18 @@ func (e *Engine) trap(th *thread) {
 			e.resume(th.tid, 0)
 			return
 		}
+		if e.tgt.Kernel() && sp != nil {
+			// A stub reports only its own breakpoints: this one belongs
+			// to a client that went away without taking it out (QEMU
+			// keeps them until a new client asks "?"). Left in, the
+			// vCPU would stop on it forever: take it out and go on.
+			err := e.tgt.RemoveBreakpoint(sp.id, addr, nil)
+			e.warn(fmt.Sprintf("stop at %#x where no probe is, a breakpoint of an earlier client of the stub: removed (%v)", addr, err))
+			th.regs[rpn.RegRIP] = addr
+			e.tgt.SetRegs(th.tid, &th.regs)
+			e.resume(th.tid, 0)
+			return
+		}
 		e.resume(th.tid, 5) // SIGTRAP of the program's own: deliver it
 		return
 	}

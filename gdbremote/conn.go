@@ -92,21 +92,42 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	case strings.Contains(addr, "/") && !strings.Contains(addr, ":"):
 		network = "unix"
 	}
+	// A stub that closes the connection during the handshake is asked
+	// again for a while: QEMU accepts and drops a client while it has not
+	// yet seen the previous one go (a detach followed at once by a new
+	// connection).
+	start := time.Now()
+	for {
+		c, err := dialOnce(ctx, network, address, opts)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, ErrClosed) || time.Since(start) > redialFor || ctx.Err() != nil {
+			return nil, fmt.Errorf("gdbremote: %s: %w", addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("gdbremote: %s: %w", addr, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// redialFor is how long Dial retries a stub that drops the handshake.
+const redialFor = 3 * time.Second
+
+func dialOnce(ctx context.Context, network, address string, opts Options) (*Conn, error) {
 	d := net.Dialer{Timeout: opts.Timeout}
 	nc, err := d.DialContext(ctx, network, address)
 	if err != nil {
-		return nil, fmt.Errorf("gdbremote: connect to %s: %w", addr, err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		// Every request is a small write waiting for a small reply: Nagle's
 		// algorithm against delayed ACKs costs 40-200 ms per packet.
 		tc.SetNoDelay(true)
 	}
-	c, err := NewConn(ctx, nc, opts)
-	if err != nil {
-		return nil, fmt.Errorf("gdbremote: %s: %w", addr, err)
-	}
-	return c, nil
+	return NewConn(ctx, nc, opts)
 }
 
 // NewConn speaks the protocol over an established connection (a socket, a

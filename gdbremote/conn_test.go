@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -593,5 +595,66 @@ func TestInterruptDuringResume(t *testing.T) {
 	defer s.mu.Unlock()
 	if s.intr != 1 {
 		t.Errorf("stub got %d interrupts", s.intr)
+	}
+}
+
+// A stub that drops the first connection during the handshake (QEMU does
+// while it has not yet seen the previous client go) is dialled again.
+func TestDialRetriesDroppedHandshake(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s := newFakeStub(t)
+	var accepted atomic.Int32
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if accepted.Add(1) == 1 {
+				nc.Close() // busy: dropped unanswered
+				continue
+			}
+			s.conn = nc
+			go s.serve()
+			t.Cleanup(func() { nc.Close(); <-s.done })
+			return
+		}
+	}()
+	c, err := Dial(t.Context(), ln.Addr().String(), Options{Timeout: 5 * time.Second, Log: traceTo(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if n := accepted.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+	if _, err := c.Threads(); err != nil {
+		t.Error(err)
+	}
+}
+
+// A stub that keeps dropping the handshake gives a clear error in the end.
+func TestDialGivesUpOnDroppedHandshakes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			nc.Close()
+		}
+	}()
+	_, err = Dial(t.Context(), ln.Addr().String(), Options{Timeout: 5 * time.Second})
+	if !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/gdbremote"
 	"github.com/gprobes/gprobes/gdbtarget"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	"github.com/gprobes/gprobes/rpn"
@@ -102,6 +103,7 @@ type guest struct {
 	eng  *engine.Engine
 	mu   sync.Mutex
 	recs []engine.Record
+	warn []string
 	art  string
 }
 
@@ -135,7 +137,12 @@ func (g *guest) attach(opts gdbtarget.Options) {
 			g.mu.Unlock()
 		}),
 		DumpDir: g.t.TempDir(),
-		Warn:    func(msg string) { g.t.Log("engine:", msg) },
+		Warn: func(msg string) {
+			g.t.Log("engine:", msg)
+			g.mu.Lock()
+			g.warn = append(g.warn, msg)
+			g.mu.Unlock()
+		},
 	})
 	if err != nil {
 		g.t.Fatal(err)
@@ -304,6 +311,79 @@ func TestGuestRemoveMidRun(t *testing.T) {
 	}
 	if _, rc, err := g.vm.Run("true", time.Minute); err != nil || rc != 0 {
 		t.Errorf("the guest after remove: %v", err)
+	}
+}
+
+// Breakpoints the engine did not put in the stub. One left by a client
+// that went away without detaching (a killed gdb or daemon) is dropped by
+// QEMU when the engine connects and asks "?". One the engine meets while
+// attached (made here behind its back) is taken out at its first stop,
+// with a warning, instead of stopping the vCPU forever. Either way the
+// probed workload runs through with the right hits.
+func TestGuestForeignBreakpoint(t *testing.T) {
+	g := boot(t, false)
+	getppid, err := qemulab.Symbol("__x64_sys_getppid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	raw, err := gdbremote.Dial(ctx, g.vm.GDBAddr(), gdbremote.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.SetBreakpoint(gdbremote.Software, getppid, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Continue(nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close() // no detach: QEMU keeps the breakpoint
+	g.attach(gdbtarget.Options{})
+	g.insert(compile(t, `name = vmlinux
+modtype = kernel
+offset = ksys_read
+push pid
+push r,rdi
+log 2
+exit 1
+`))
+	reads := func(pid int) int {
+		n := 0
+		for _, r := range g.of(pid, 0) {
+			if word(r, 1) == 3 {
+				n++
+			}
+		}
+		return n
+	}
+	warned := func() []string {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		var out []string
+		for _, w := range g.warn {
+			if strings.Contains(w, "no probe") {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	pid, _ := g.run("gpwork counts 2")
+	if n := reads(pid); n != 2 {
+		t.Errorf("read hits on fd 3: %d, want 2", n)
+	}
+	if w := warned(); len(w) != 0 {
+		t.Errorf("the dead client's breakpoint was still in: %q", w)
+	}
+	g.eng.WithTarget(func(tg engine.Target) error {
+		return tg.InsertBreakpoint(0, getppid, nil)
+	})
+	pid, _ = g.run("gpwork counts 3")
+	if n := reads(pid); n != 3 {
+		t.Errorf("read hits on fd 3: %d, want 3", n)
+	}
+	if w := warned(); len(w) != 1 || !strings.Contains(w[0], fmt.Sprintf("%#x", getppid)) {
+		t.Errorf("warnings about the foreign breakpoint: %q, want one", w)
 	}
 }
 

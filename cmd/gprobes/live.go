@@ -87,7 +87,7 @@ probe out, lets every target go on with its original code, and exits.`,
 func insertCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "insert",
-		Usage:     "insert a module's probes into a target (pid:N, exec:PATH ARGS)",
+		Usage:     "insert a module's probes into a target (pid:N, exec:PATH ARGS, gdb:HOST:PORT)",
 		ArgsUsage: "FILE.dpdf|FILE.ppdf",
 		Flags: append(sourceFlags(), socketFlag(),
 			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach), exec:PATH ARGS (start it) or gdb:HOST:PORT (a guest kernel through its GDB stub)", Required: true},
@@ -405,6 +405,10 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 		return cli.Exit("run: "+err.Error(), 1)
 	}
 	mainPid = eng.Pid()
+	label := target // what the summary names the target by
+	if !strings.HasPrefix(target, "gdb:") {
+		label = fmt.Sprintf("pid:%d", mainPid)
+	}
 	probes, err := eng.Insert(mod, engine.InsertNew)
 	if err != nil {
 		eng.Close()
@@ -432,12 +436,12 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	for _, name := range eng.Modules() {
 		lv, gv, err := eng.Vars(name, false)
 		if err == nil {
-			printVars(out, &daemon.VarsResponse{Modules: []daemon.VarsModule{{Target: fmt.Sprintf("pid:%d", mainPid), Module: name, LV: decimalStrings(lv)}}, GV: decimalStrings(gv)})
+			printVars(out, &daemon.VarsResponse{Modules: []daemon.VarsModule{{Target: label, Module: name, LV: decimalStrings(lv)}}, GV: decimalStrings(gv)})
 		}
 	}
 	var tps []daemon.TargetProbe
 	for _, p := range eng.Query() {
-		tps = append(tps, daemon.TargetProbe{Target: fmt.Sprintf("pid:%d", mainPid), ProbeInfo: p})
+		tps = append(tps, daemon.TargetProbe{Target: label, ProbeInfo: p})
 	}
 	printProbes(out, tps)
 	if err := eng.Close(); err != nil && !errors.Is(err, os.ErrProcessDone) {

@@ -1,0 +1,260 @@
+// Command guestbench measures probes in a guest kernel through QEMU's GDB
+// stub, in the shape of Table 1 of the Xenprobes paper: the latency of the
+// null (getppid), read, write and open system calls in the guest, native,
+// probed with an empty program and probed with a logging program; next to
+// the raw stub round trip (a hand-written loop that only steps over the
+// breakpoint) and gdb on the same stub (break + commands silent; continue).
+// scripts/bench-guest runs it; BENCHMARKS.md reports it.
+//
+//	guestbench [-n CALLS] [-out FILE]
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/engine/x86"
+	"github.com/gprobes/gprobes/gdbremote"
+	"github.com/gprobes/gprobes/gdbtarget"
+	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// the probed function of each system call: the entry of its handler
+var calls = []struct{ kind, fn string }{
+	{"null", "__x64_sys_getppid"},
+	{"read", "ksys_read"},
+	{"write", "ksys_write"},
+	{"open", "do_sys_openat2"},
+}
+
+var latRe = regexp.MustCompile(`GPWORK lat \w+ ([0-9.]+)`)
+
+func main() {
+	n := flag.Int("n", 2000, "system calls per measurement (probed ones cost milliseconds each)")
+	nativeN := flag.Int("native", 200000, "system calls per native measurement")
+	flag.Parse()
+	if err := run(*n, *nativeN); err != nil {
+		fmt.Fprintln(os.Stderr, "guestbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n, nativeN int) (err error) {
+	art, err := qemulab.Artifacts()
+	if err != nil {
+		return err
+	}
+	syms := []string{filepath.Join(art, "System.map"), filepath.Join(art, "vmlinux")}
+	ctx := context.Background()
+	vm, err := qemulab.Boot(ctx, qemulab.Options{})
+	if err != nil {
+		return err
+	}
+	defer vm.Kill()
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w\n--- the guest's console ends:\n%s", err, tail(vm.Log(), 40))
+		}
+	}()
+	lat := func(kind string, count int) (float64, error) {
+		out, rc, err := vm.Run(fmt.Sprintf("gpwork lat %s %d /etc/gp-a", kind, count), 20*time.Minute)
+		if err != nil || rc != 0 {
+			return 0, fmt.Errorf("gpwork lat %s: rc %d %v\n%s", kind, rc, err, out)
+		}
+		m := latRe.FindStringSubmatch(out)
+		if m == nil {
+			return 0, fmt.Errorf("no latency in %q", out)
+		}
+		return strconv.ParseFloat(m[1], 64)
+	}
+	fmt.Printf("guest: Linux %s under QEMU TCG, 1 vCPU; %d probed calls, %d native\n", vm.KernelRelease(), n, nativeN)
+	fmt.Printf("%-6s %12s %14s %14s %14s %14s\n", "call", "native us", "raw stub us", "empty us", "logging us", "gdb us")
+	for _, c := range calls {
+		native, err := lat(c.kind, nativeN)
+		if err != nil {
+			return err
+		}
+		addr, err := qemulab.Symbol(c.fn)
+		if err != nil {
+			return err
+		}
+		raw, err := rawLoop(vm, addr, func() (float64, error) { return lat(c.kind, n) })
+		if err != nil {
+			return fmt.Errorf("raw %s: %w", c.kind, err)
+		}
+		empty, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\noffset = %s\nexit 0\n", c.fn), func() (float64, error) { return lat(c.kind, n) })
+		if err != nil {
+			return fmt.Errorf("empty %s: %w", c.kind, err)
+		}
+		logging, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = %s\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n", c.fn), func() (float64, error) { return lat(c.kind, n) })
+		if err != nil {
+			return fmt.Errorf("logging %s: %w", c.kind, err)
+		}
+		gdbv, err := gdbLoop(vm, addr, func() (float64, error) { return lat(c.kind, n/4) })
+		if err != nil {
+			return fmt.Errorf("gdb %s: %w", c.kind, err)
+		}
+		us := func(ns float64) string { return fmt.Sprintf("%.2f", ns/1000) }
+		ratio := func(ns float64) string { return fmt.Sprintf("%s (%.0fx)", us(ns), ns/native) }
+		fmt.Printf("%-6s %12s %14s %14s %14s %14s\n", c.kind, fmt.Sprintf("%.3f", native/1000), ratio(raw), ratio(empty), ratio(logging), ratio(gdbv))
+	}
+	return nil
+}
+
+// rawLoop is the floor: a loop on the stub that, at each stop on the
+// breakpoint, moves rip past the probed instruction (the 5-byte ftrace nop
+// that starts these functions: no step needed) and continues. Two packets
+// a hit (P, vCont;c) and the stop: what any handler on this stub pays.
+func rawLoop(vm *qemulab.VM, addr uint64, work func() (float64, error)) (float64, error) {
+	ctx := context.Background()
+	conn, err := gdbremote.Dial(ctx, vm.GDBAddr(), gdbremote.Options{})
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	code := make([]byte, 16)
+	if err := conn.ReadMem(addr, code); err != nil {
+		return 0, err
+	}
+	in, err := x86.DecodeKernel(code, addr, 64)
+	if err != nil {
+		return 0, err
+	}
+	if in.Class != x86.Emulate || !strings.Contains(in.String(), "nop") {
+		return 0, fmt.Errorf("the first instruction at %#x is `%s`, not a nop: the raw loop assumes one", addr, in.String())
+	}
+	if err := conn.SetBreakpoint(gdbremote.Software, addr, 1); err != nil {
+		return 0, err
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		defer func() { done <- err }()
+		for {
+			if err = conn.Continue(nil, 0); err != nil {
+				return
+			}
+			var st gdbremote.Stop
+			st, err = conn.Wait(ctx)
+			if err != nil {
+				return
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if st.Signal != 5 {
+				continue
+			}
+			if err = conn.WriteReg(gdbremote.Thread{}, "rip", addr+uint64(in.Len)); err != nil {
+				return
+			}
+		}
+	}()
+	v, werr := work()
+	close(stop)
+	conn.Interrupt()
+	if err := <-done; err != nil && werr == nil {
+		werr = err
+	}
+	conn.ClearBreakpoint(gdbremote.Software, addr, 1)
+	conn.Detach()
+	return v, werr
+}
+
+// probed measures work with a gprobes engine on the stub running the DPDF.
+func probed(vm *qemulab.VM, syms []string, src string, work func() (float64, error)) (float64, error) {
+	f, err := dpdf.ParseSource("bench.dpdf", []byte(src), dpdf.Options{NoPreprocessor: true})
+	if err != nil {
+		return 0, err
+	}
+	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	if err != nil {
+		return 0, err
+	}
+	recs := 0
+	var sink uint64
+	eng, err := engine.Start(gdbtarget.Open(vm.GDBAddr(), gdbtarget.Options{Symbols: syms}), engine.Options{
+		Sink: engine.SinkFunc(func(r *engine.Record) {
+			recs++
+			if len(r.Data) >= 8 {
+				sink += binary.LittleEndian.Uint64(r.Data)
+			}
+		}),
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer eng.Close()
+	if _, err := eng.Insert(m, engine.InsertNew); err != nil {
+		return 0, err
+	}
+	if err := eng.Go(); err != nil {
+		return 0, err
+	}
+	return work()
+}
+
+// gdbLoop measures work under gdb on the same stub: break + commands
+// silent; continue.
+func gdbLoop(vm *qemulab.VM, addr uint64, work func() (float64, error)) (float64, error) {
+	script := fmt.Sprintf("set pagination off\nset confirm off\ntarget remote %s\nbreak *%#x\ncommands 1\nsilent\ncontinue\nend\ncontinue\n", vm.GDBAddr(), addr)
+	dir, err := os.MkdirTemp("", "guestbench-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "gdb.cmd")
+	os.WriteFile(path, []byte(script), 0o644)
+	cmd := exec.Command("gdb", "-batch", "-nx", "-x", path)
+	var gout strings.Builder
+	cmd.Stdout, cmd.Stderr = &gout, &gout
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	time.Sleep(2 * time.Second) // gdb connects, sets the breakpoint and continues
+	v, err := work()
+	cmd.Process.Kill()
+	cmd.Wait()
+	if err != nil {
+		err = fmt.Errorf("%w\ngdb said:\n%s", err, gout.String())
+	}
+	// gdb went away without detaching, and QEMU 7.2 keeps a dead client's
+	// breakpoints: the next hit would stop the guest for good. A detach
+	// from a fresh connection removes them all and resumes the guest.
+	if derr := detachStub(vm); derr != nil && err == nil {
+		err = derr
+	}
+	return v, err
+}
+
+func detachStub(vm *qemulab.VM) error {
+	conn, err := gdbremote.Dial(context.Background(), vm.GDBAddr(), gdbremote.Options{})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Detach()
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
