@@ -232,16 +232,10 @@ type TargetOptions struct {
 func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, t := range s.targets {
-		if t.eng.Gone() != "" || !contains(t.eng.Modules(), m.Name) {
-			continue
-		}
-		if mode == engine.InsertNew {
-			return nil, http.StatusConflict, fmt.Errorf("insert %s: %w in %s: use --merge to add these probes to it, or --replace to replace it", m.Name, engine.ErrModuleIn, t.name)
-		}
-		if t.name != spec {
-			return nil, http.StatusConflict, fmt.Errorf("insert %s: the module is in %s, not %s: --merge and --replace work within one target; remove it first", m.Name, t.name, spec)
-		}
+	// A module name is unique within a target; the same module may be in
+	// several targets (one probe file for several guests or processes).
+	if t := s.targets[spec]; t != nil && t.eng.Gone() == "" && contains(t.eng.Modules(), m.Name) && mode == engine.InsertNew {
+		return nil, http.StatusConflict, fmt.Errorf("insert %s: %w in %s: use --merge to add these probes to it, or --replace to replace it", m.Name, engine.ErrModuleIn, t.name)
 	}
 	t, err := s.target(spec, topts)
 	if err != nil {
@@ -365,6 +359,9 @@ type RemoveRequest struct {
 	Module string   `json:"module"`
 	Minors []uint16 `json:"minors,omitempty"`
 	All    bool     `json:"all,omitempty"`
+	// Target, when set, limits the removal to that target (as inserted:
+	// pid:N, gdb:HOST:PORT); otherwise the module goes from every target.
+	Target string `json:"target,omitempty"`
 }
 
 func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
@@ -388,7 +385,13 @@ func (s *Server) Remove(req RemoveRequest) (int, error) {
 	defer s.mu.Unlock()
 	n := 0
 	found := false
+	if req.Target != "" && s.targets[req.Target] == nil {
+		return 0, fmt.Errorf("remove: no target %q has probes", req.Target)
+	}
 	for name, t := range s.targets {
+		if req.Target != "" && name != req.Target {
+			continue
+		}
 		for _, mod := range t.eng.Modules() {
 			if !req.All && mod != req.Module {
 				continue
@@ -406,6 +409,9 @@ func (s *Server) Remove(req RemoveRequest) (int, error) {
 		}
 	}
 	if !found && !req.All {
+		if req.Target != "" {
+			return 0, fmt.Errorf("remove: no module %q is inserted in %s", req.Module, req.Target)
+		}
 		return 0, fmt.Errorf("remove: no module %q is inserted", req.Module)
 	}
 	return n, nil

@@ -35,6 +35,10 @@ type hitEnv struct {
 	e   *Engine
 	th  *thread
 	now time.Time
+	// system values read during this hit: on a guest each costs reads
+	// of guest memory, and the records of the hit name the task too
+	sys     [8]uint64
+	sysHave uint8
 }
 
 func (h *hitEnv) Reg(r rpn.Reg, user bool) (uint64, bool) {
@@ -81,7 +85,17 @@ func (h *hitEnv) Sys(v rpn.SysValue) (uint64, bool) {
 	if v == rpn.SysTS {
 		return uint64(h.now.UnixNano()), true
 	}
-	return h.e.tgt.Sys(h.th.tid, &h.th.regs, v)
+	if v >= 8 {
+		return 0, false
+	}
+	if h.sysHave&(1<<v) != 0 {
+		return h.sys[v], true
+	}
+	x, ok := h.e.tgt.Sys(h.th.tid, &h.th.regs, v)
+	if ok {
+		h.sys[v], h.sysHave = x, h.sysHave|1<<v
+	}
+	return x, ok
 }
 
 func (h *hitEnv) IO(uint64, uint8, bool, uint64) (uint64, bool) { return 0, false }
@@ -135,6 +149,7 @@ func (e *Engine) trap(th *thread) {
 		bp.internal(th)
 	}
 	th.env.now = time.Now()
+	th.env.sysHave = 0
 	recs := th.recs[:0]
 	var keep []bool
 	e.gvLock.Lock()
@@ -331,6 +346,16 @@ func (e *Engine) record(th *thread, p *probe, addr uint64, r *rpn.Result) Record
 			rec.Kind = "trace"
 		}
 		rec.Data = append([]byte(nil), r.Log...)
+	}
+	if e.tgt.Kernel() && (r.Outcome == rpn.OutcomeException || r.Commits()) {
+		// a kernel's records name the task that was running on the
+		// vCPU (Tid stays the vCPU's thread when it is not known)
+		if pid, ok := th.env.Sys(rpn.SysPID); ok {
+			rec.Pid = int(pid)
+		}
+		if tid, ok := th.env.Sys(rpn.SysTID); ok {
+			rec.Tid = int(tid)
+		}
 	}
 	return rec
 }

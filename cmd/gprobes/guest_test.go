@@ -18,10 +18,11 @@ import (
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 )
 
-// A guest kernel in QEMU (the lab of lab/qemu) through the commands a user
-// types: the daemon's insert --target gdb:..., query, getvars, log and
-// remove, then gprobes run --target gdb:... ended by Ctrl-C. After each the
-// guest runs on.
+// Two guest kernels in QEMU (the lab of lab/qemu) through the commands a
+// user types: the daemon's insert --target gdb:... of two modules into one
+// guest and one into the other, query, getvars, log, remove from one
+// guest, then gprobes run --target gdb:... ended by Ctrl-C. After each the
+// guests run on.
 func TestGuestCommands(t *testing.T) {
 	qemulab.Require(t)
 	art, err := qemulab.Artifacts()
@@ -30,15 +31,22 @@ func TestGuestCommands(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	vm, err := qemulab.Boot(ctx, qemulab.Options{KASLR: true})
+	vmA, err := qemulab.Boot(ctx, qemulab.Options{KASLR: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer vm.Kill()
-	target := "gdb:" + vm.GDBAddr()
+	defer vmA.Kill()
+	vmB, err := qemulab.Boot(ctx, qemulab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vmB.Kill()
+	targetA, targetB := "gdb:"+vmA.GDBAddr(), "gdb:"+vmB.GDBAddr()
 	syms := []string{"--symbols", filepath.Join(art, "System.map"), "--symbols", filepath.Join(art, "vmlinux")}
-	probe := filepath.Join(t.TempDir(), "guest.dpdf")
-	os.WriteFile(probe, []byte(`name = vmlinux
+	dir := t.TempDir()
+	// the same kernel image as two modules: "vmlinux" and "kernel"
+	writes := filepath.Join(dir, "writes.dpdf")
+	os.WriteFile(writes, []byte(`name = vmlinux
 modtype = kernel
 vars = 1
 offset = ksys_write
@@ -48,8 +56,17 @@ push r,rdi
 log 2
 exit 1
 `), 0o644)
+	reads := filepath.Join(dir, "reads.dpdf")
+	os.WriteFile(reads, []byte(`name = kernel
+modtype = kernel
+offset = ksys_read
+push pid
+push r,rdi
+log 2
+exit 1
+`), 0o644)
 	pidRe := regexp.MustCompile(`GPWORK pid (\d+)`)
-	work := func(n int) int {
+	work := func(vm *qemulab.VM, n int) int {
 		t.Helper()
 		out, rc, err := vm.Run(fmt.Sprintf("gpwork counts %d", n), 3*time.Minute)
 		if err != nil || rc != 0 || !strings.Contains(out, fmt.Sprintf("write %d ", n)) {
@@ -63,64 +80,90 @@ exit 1
 		fmt.Sscan(m[1], &pid)
 		return pid
 	}
-
 	sock, _ := startDaemon(t)
-	mustRun(t, append([]string{"insert", "--socket", sock, "--target", target}, append(syms, probe)...)...)
-	pid := work(4)
+	// count returns the logged calls of a process on fd, by target and module
+	count := func(target, module string, pid, fd int) int {
+		t.Helper()
+		out := mustRun(t, "log", "--socket", sock, "--json")
+		n := 0
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			var rec struct {
+				Target, Module string
+				Pid            int
+				Data           string
+			}
+			if err := json.Unmarshal([]byte(l), &rec); err != nil {
+				t.Fatalf("log line %q: %v", l, err)
+			}
+			if rec.Target == target && rec.Module == module && rec.Pid == pid && len(rec.Data) == 32 && rec.Data[16:] == fmt.Sprintf("%02x00000000000000", fd) {
+				n++
+			}
+		}
+		return n
+	}
+
+	mustRun(t, append([]string{"insert", "--socket", sock, "--target", targetA}, append(syms, writes)...)...)
+	mustRun(t, append([]string{"insert", "--socket", sock, "--target", targetA}, append(syms, reads)...)...)
+	mustRun(t, append([]string{"insert", "--socket", sock, "--target", targetB}, append(syms, writes)...)...)
+	pidA, pidB := work(vmA, 4), work(vmB, 3)
 	var q struct {
 		Probes []struct {
-			Target, State, Location string
-			Hits                    uint64
+			Target, Module, State, Location string
+			Hits                            uint64
 		}
 	}
 	out := mustRun(t, "query", "--socket", sock, "--all", "--json")
-	if err := json.Unmarshal([]byte(out), &q); err != nil || len(q.Probes) != 1 {
+	if err := json.Unmarshal([]byte(out), &q); err != nil || len(q.Probes) != 3 {
 		t.Fatalf("query: %v %s", err, out)
 	}
-	if p := q.Probes[0]; p.Target != target || p.State != "active" || p.Location != "ksys_write" || p.Hits < 4 {
-		t.Errorf("query: %+v", p)
+	for _, p := range q.Probes {
+		if p.State != "active" || p.Hits < 3 {
+			t.Errorf("query: %+v", p)
+		}
 	}
-	var v struct{ Modules []struct{ LV []string } }
+	var v struct {
+		Modules []struct{ Target, Module string }
+	}
 	out = mustRun(t, "getvars", "--socket", sock, "--all", "--json")
-	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Modules) != 1 {
+	if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Modules) != 3 {
 		t.Fatalf("getvars: %v %s", err, out)
 	}
-	var count int
-	fmt.Sscan(v.Modules[0].LV[0], &count)
-	if count < 4 {
-		t.Errorf("lv0 %d, want at least 4", count)
+	// the workload writes to fd 4 and reads fd 3; each record names its
+	// guest, its module and its process
+	if n := count(targetA, "vmlinux", pidA, 4); n != 4 {
+		t.Errorf("guest A: %d writes of pid %d logged, want 4", n, pidA)
 	}
-	// the workload's four writes to fd 4, each a record naming its process
-	out = mustRun(t, "log", "--socket", sock, "--json")
-	writes := 0
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		var rec struct {
-			Target, Location string
-			Pid              int
-			Data             string
-		}
-		if err := json.Unmarshal([]byte(l), &rec); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		if rec.Target != target || rec.Location != "ksys_write" {
-			t.Errorf("record %s", l)
-		}
-		if rec.Pid == pid && strings.HasSuffix(rec.Data, "0400000000000000") {
-			writes++
-		}
+	if n := count(targetA, "kernel", pidA, 3); n != 4 {
+		t.Errorf("guest A: %d reads of pid %d logged, want 4", n, pidA)
 	}
-	if writes != 4 {
-		t.Errorf("%d records of pid %d writing to fd 4, want 4:\n%s", writes, pid, out)
+	if n := count(targetB, "vmlinux", pidB, 4); n != 3 {
+		t.Errorf("guest B: %d writes of pid %d logged, want 3", n, pidB)
+	}
+	// vmlinux out of guest A only
+	mustRun(t, "remove", "--socket", sock, "--target", targetA, "vmlinux")
+	pidA, pidB = work(vmA, 2), work(vmB, 2)
+	if n := count(targetA, "vmlinux", pidA, 4); n != 0 {
+		t.Errorf("guest A: %d writes logged after their probe was removed", n)
+	}
+	if n := count(targetA, "kernel", pidA, 3); n != 2 {
+		t.Errorf("guest A: %d reads of pid %d logged, want 2", n, pidA)
+	}
+	if n := count(targetB, "vmlinux", pidB, 4); n != 2 {
+		t.Errorf("guest B: %d writes of pid %d logged, want 2", n, pidB)
+	}
+	if _, errs, code := gprobes(t, "remove", "--socket", sock, "--target", targetA, "vmlinux"); code == 0 || !strings.Contains(errs, "vmlinux") {
+		t.Errorf("removing a module that is not in: %d %s", code, errs)
 	}
 	mustRun(t, "remove", "--socket", sock, "--all")
-	work(2)
-	if out := mustRun(t, "query", "--socket", sock, "--all"); strings.Contains(out, "ksys_write") {
-		t.Errorf("after remove: %s", out)
+	work(vmA, 1)
+	work(vmB, 1)
+	if out := mustRun(t, "query", "--socket", sock, "--all"); strings.Contains(out, "ksys_") {
+		t.Errorf("after remove --all: %s", out)
 	}
 
 	// gprobes run on the same stub, records on stdout, Ctrl-C to end
 	exe, _ := os.Executable()
-	run := exec.Command(exe, append(append([]string{"run", "--target", target}, syms...), probe)...)
+	run := exec.Command(exe, append(append([]string{"run", "--target", targetB}, syms...), writes)...)
 	run.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
 	var rout, rerr syncBuf
 	run.Stdout, run.Stderr = &rout, &rerr
@@ -130,8 +173,9 @@ exit 1
 	defer run.Process.Kill()
 	// the guest runs while gprobes connects: run the workload until its
 	// writes show up
+	var pid int
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		pid = work(3)
+		pid = work(vmB, 3)
 		if strings.Contains(rout.String(), fmt.Sprintf(" pid %d tid ", pid)) {
 			break
 		}
@@ -150,10 +194,10 @@ exit 1
 	case <-time.After(time.Minute):
 		t.Fatalf("gprobes run did not end on Ctrl-C\n%s%s", rout.String(), rerr.String())
 	}
-	if !strings.Contains(rout.String(), target+" vmlinux: lv") || !strings.Contains(rout.String(), "ksys_write") {
+	if !strings.Contains(rout.String(), targetB+" vmlinux: lv") || !strings.Contains(rout.String(), "ksys_write") {
 		t.Errorf("the summary does not name the guest:\n%s", rout.String())
 	}
-	work(1)
+	work(vmB, 1)
 }
 
 // syncBuf is a buffer a command writes while the test reads it.

@@ -184,9 +184,10 @@ func removeCommand() *cli.Command {
 		Flags: []cli.Flag{socketFlag(),
 			&cli.IntSliceFlag{Name: "minor", Usage: "remove only the probes with minor code `N` (repeatable)"},
 			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "remove every module"},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "only from `TARGET` (pid:N, gdb:HOST:PORT, as inserted); default: every target"},
 		},
 		Action: func(c *cli.Context) error {
-			req := daemon.RemoveRequest{All: c.Bool("all"), Module: c.Args().First()}
+			req := daemon.RemoveRequest{All: c.Bool("all"), Module: c.Args().First(), Target: c.String("target")}
 			if !req.All && c.NArg() != 1 {
 				return cli.Exit("remove: name a module, or --all", 2)
 			}

@@ -6,7 +6,7 @@
 // breakpoint) and gdb on the same stub (break + commands silent; continue).
 // scripts/bench-guest runs it; BENCHMARKS.md reports it.
 //
-//	guestbench [-n CALLS] [-out FILE]
+//	guestbench [-n CALLS] [-native CALLS] [-calls null,read,write,open]
 package main
 
 import (
@@ -44,7 +44,17 @@ var latRe = regexp.MustCompile(`GPWORK lat \w+ ([0-9.]+)`)
 func main() {
 	n := flag.Int("n", 2000, "system calls per measurement (probed ones cost milliseconds each)")
 	nativeN := flag.Int("native", 200000, "system calls per native measurement")
+	only := flag.String("calls", "", "comma-separated calls to measure (null,read,write,open; default all)")
 	flag.Parse()
+	if *only != "" {
+		var keep = calls[:0]
+		for _, c := range calls {
+			if strings.Contains(","+*only+",", ","+c.kind+",") {
+				keep = append(keep, c)
+			}
+		}
+		calls = keep
+	}
 	if err := run(*n, *nativeN); err != nil {
 		fmt.Fprintln(os.Stderr, "guestbench:", err)
 		os.Exit(1)
@@ -65,6 +75,11 @@ func run(n, nativeN int) (err error) {
 	defer vm.Kill()
 	defer func() {
 		if err != nil {
+			select {
+			case <-vm.Done():
+				err = fmt.Errorf("%w\nQEMU exited: %v", err, vm.ExitErr())
+			default:
+			}
 			err = fmt.Errorf("%w\n--- the guest's console ends:\n%s", err, tail(vm.Log(), 40))
 		}
 	}()
