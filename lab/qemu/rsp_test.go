@@ -168,7 +168,7 @@ func (c *rsp) serveBreakpoint(addr uint64, stop func(hits int) bool) (hits int, 
 		select {
 		case p, ok = <-c.packets:
 		case <-time.After(60 * time.Second):
-			return hits, last, fmt.Errorf("no stop in 60s after %d hits", hits)
+			return hits, last, fmt.Errorf("no stop in 60s after %d hits (last packet %q)", hits, last)
 		}
 		if !ok {
 			return hits, last, nil // connection closed
