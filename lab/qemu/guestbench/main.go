@@ -109,11 +109,11 @@ func run(n, nativeN int) (err error) {
 		if err != nil {
 			return fmt.Errorf("raw %s: %w", c.kind, err)
 		}
-		empty, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\noffset = %s\nexit 0\n", c.fn), func() (float64, error) { return lat(c.kind, n) })
+		empty, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\noffset = %s\nexit 0\n", c.fn), 0, func() (float64, error) { return lat(c.kind, n) })
 		if err != nil {
 			return fmt.Errorf("empty %s: %w", c.kind, err)
 		}
-		logging, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = %s\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n", c.fn), func() (float64, error) { return lat(c.kind, n) })
+		logging, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = %s\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n", c.fn), n, func() (float64, error) { return lat(c.kind, n) })
 		if err != nil {
 			return fmt.Errorf("logging %s: %w", c.kind, err)
 		}
@@ -191,8 +191,9 @@ func rawLoop(vm *qemulab.VM, addr uint64, work func() (float64, error)) (float64
 	return v, werr
 }
 
-// probed measures work with a gprobes engine on the stub running the DPDF.
-func probed(vm *qemulab.VM, syms []string, src string, work func() (float64, error)) (float64, error) {
+// probed measures work with a gprobes engine on the stub running the DPDF;
+// a logging program must commit at least minRecs records.
+func probed(vm *qemulab.VM, syms []string, src string, minRecs int, work func() (float64, error)) (float64, error) {
 	f, err := dpdf.ParseSource("bench.dpdf", []byte(src), dpdf.Options{NoPreprocessor: true})
 	if err != nil {
 		return 0, err
@@ -221,7 +222,11 @@ func probed(vm *qemulab.VM, syms []string, src string, work func() (float64, err
 	if err := eng.Go(); err != nil {
 		return 0, err
 	}
-	return work()
+	v, err := work()
+	if err == nil && strings.Contains(src, "exit 1") && recs < minRecs {
+		err = fmt.Errorf("%d records committed for at least %d probed calls", recs, minRecs)
+	}
+	return v, err
 }
 
 // gdbLoop measures work under gdb on the same stub: break + commands
