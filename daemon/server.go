@@ -25,6 +25,7 @@ import (
 
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/gdbtarget"
+	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
@@ -304,7 +305,7 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, error) {
 		if addr == "" {
 			return nil, fmt.Errorf("target %q: gdb:HOST:PORT", spec)
 		}
-		open = gdbtarget.Open(addr, gdbtarget.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset})
+		open = gdbtarget.Open(addr, gdbtarget.Options{Options: linuxkernel.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset}})
 	case strings.HasPrefix(spec, "xen:"):
 		return nil, fmt.Errorf("target %q: the native Xen backend is not in this gprobes yet; reach the domain through gdbsx with gdb:HOST:PORT", spec)
 	default:

@@ -29,19 +29,13 @@ import (
 
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/gdbremote"
+	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/rpn"
-	"github.com/gprobes/gprobes/symbols"
 )
 
 // Options configure a guest target.
 type Options struct {
-	// Symbols for the guest kernel: System.map, a kallsyms copy, a
-	// vmlinux (ELF with DWARF or only .BTF), a raw BTF file.
-	Symbols []string
-	// KASLROffset, when set, is the slide of the kernel text; otherwise it
-	// is found by looking for linux_banner ("Linux version ") in the
-	// running guest.
-	KASLROffset *int64
+	linuxkernel.Options
 	// Timeout for one request to the stub.
 	Timeout time.Duration
 }
@@ -51,10 +45,7 @@ type Target struct {
 	addr    string
 	conn    *gdbremote.Conn
 	opts    Options
-	syms    *symbols.Set
-	slide   uint64
-	slideOK bool
-	kinfo   *kernelInfo
+	kern    *linuxkernel.Kernel
 	threads []gdbremote.Thread
 	byNum   map[int]gdbremote.Thread
 	running bool
@@ -103,13 +94,14 @@ func (t *Target) setup() error {
 	for _, th := range ths {
 		t.byNum[th.Num] = th
 	}
-	if len(t.opts.Symbols) > 0 {
-		if err := t.AddSymbols(t.opts.Symbols); err != nil {
-			return err
-		}
-	}
-	return nil
+	t.kern, err = linuxkernel.New(memory{t}, t.opts.Options)
+	return err
 }
+
+// memory reads guest memory for the kernel awareness.
+type memory struct{ t *Target }
+
+func (m memory) ReadMem(addr uint64, p []byte) error { return m.t.conn.ReadMem(addr, p) }
 
 // stopGuest makes sure the guest is stopped: a stub stops it on connect
 // (QEMU) or not (gdbsx on a running domain).
@@ -130,52 +122,11 @@ func (t *Target) stopGuest() error {
 }
 
 // AddSymbols loads more symbol files for the kernel (repeated inserts may
-// bring their own) and finds the slide if it is not known yet.
-func (t *Target) AddSymbols(paths []string) error {
-	if t.syms == nil {
-		t.syms = symbols.NewSet()
-	}
-	for _, p := range paths {
-		tab, err := symbols.Open(p)
-		if err != nil {
-			return err
-		}
-		t.syms.Add(tab)
-	}
-	if !t.slideOK {
-		if err := t.findSlide(); err != nil {
-			return err
-		}
-	}
-	t.kinfo = newKernelInfo(t)
-	return nil
-}
-
-// findSlide finds the KASLR slide of the kernel text: --kaslr-offset, or
-// the candidate (a multiple of 2 MiB below 1 GiB) at which linux_banner
-// reads "Linux version ".
-func (t *Target) findSlide() error {
-	if t.opts.KASLROffset != nil {
-		t.slide, t.slideOK = uint64(*t.opts.KASLROffset), true
-		return nil
-	}
-	sym, err := t.syms.Lookup("linux_banner")
-	if err != nil {
-		return nil // no symbols with addresses yet: a later insert may bring them
-	}
-	want := []byte("Linux version ")
-	got := make([]byte, len(want))
-	for slide := uint64(0); slide < 1<<30; slide += 2 << 20 {
-		if t.conn.ReadMem(sym.Addr+slide, got) == nil && string(got) == string(want) {
-			t.slide, t.slideOK = slide, true
-			return nil
-		}
-	}
-	return fmt.Errorf("cannot find the kernel's KASLR slide: no \"Linux version\" at linux_banner (%#x) plus any multiple of 2 MiB below 1 GiB: are the symbols of this kernel? Give the slide with --kaslr-offset", sym.Addr)
-}
+// bring their own).
+func (t *Target) AddSymbols(paths []string) error { return t.kern.AddSymbols(paths) }
 
 // Slide is the KASLR slide found (0 without KASLR).
-func (t *Target) Slide() (uint64, bool) { return t.slide, t.slideOK }
+func (t *Target) Slide() (uint64, bool) { return t.kern.Slide() }
 
 func (t *Target) thread(tid int) (gdbremote.Thread, error) {
 	th, ok := t.byNum[tid]
@@ -443,45 +394,18 @@ func (t *Target) TrapPC(rip uint64) uint64 { return rip }
 func (t *Target) Kernel() bool { return true }
 
 func (t *Target) Check(m *rpn.Module) string {
-	if m.ModType != rpn.ModKernel {
-		return "modtype = user: a gdb: target is a guest kernel; probe processes with pid: or exec:"
-	}
-	if m.Arch != rpn.ArchX86_64 {
-		return "arch = i386: gprobes probes x86_64 guest kernels"
+	if msg := t.kern.Check(m, "gdb:"); msg != "" {
+		return msg
 	}
 	if where, ok := engine.UsesIO(m); ok {
 		return fmt.Sprintf("port IO (%s): a GDB stub gives no access to the guest's IO space", where)
 	}
-	if where, ok := engine.Uses(m, rpn.OpPushTask, rpn.OpPushPID, rpn.OpPushTID, rpn.OpPushU); ok {
-		if msg := t.kinfo.missing(); msg != "" {
-			return fmt.Sprintf("%s needs the current task: %s", where, msg)
-		}
-	}
 	return ""
 }
 
-// Resolve: the kernel image ("vmlinux", "kernel") is always loaded; its
-// addresses are the symbols' plus the KASLR slide.
+// Resolve: the kernel image is always loaded (linuxkernel.Kernel.Resolve).
 func (t *Target) Resolve(space int, name string, modtype rpn.ModType) (*engine.Loaded, bool, error) {
-	switch name {
-	case "vmlinux", "kernel", "bzImage", "vmlinuz":
-	default:
-		return nil, false, fmt.Errorf("module %q: gprobes probes the kernel image (name = vmlinux) on guests; kernel modules are not supported yet", name)
-	}
-	ld := &engine.Loaded{Key: "vmlinux", Bias: t.slide, Symbols: t.syms}
-	if t.syms != nil {
-		ld.BuildID = t.syms.BuildID()
-		if lo, err := t.syms.Lookup("_stext"); err == nil {
-			if hi, err := t.syms.Lookup("_etext"); err == nil {
-				start, end := lo.Addr+t.slide, hi.Addr+t.slide
-				ld.Exec = func(a uint64) bool { return a >= start && a < end }
-			}
-		}
-	}
-	if len(t.opts.Symbols) > 0 && !t.slideOK {
-		return nil, false, errors.New("the kernel's KASLR slide is unknown: give System.map or a kallsyms copy with --symbols, or --kaslr-offset")
-	}
-	return ld, true, nil
+	return t.kern.Resolve(name)
 }
 
 func (t *Target) Rendezvous(space int) (uint64, bool) { return 0, false }
@@ -492,21 +416,14 @@ func (t *Target) Rendezvous(space int) (uint64, bool) { return 0, false }
 func (t *Target) Writable(space int, addr uint64) bool { return true }
 
 func (t *Target) Sys(tid int, regs *engine.Regs, v rpn.SysValue) (uint64, bool) {
-	switch v {
-	case rpn.SysProcID:
+	if v == rpn.SysProcID {
 		return uint64(t.ThreadIndex(tid)), true
-	case rpn.SysTask:
-		return t.kinfo.current(regs)
-	case rpn.SysPID:
-		return t.kinfo.taskField(regs, "tgid")
-	case rpn.SysTID:
-		return t.kinfo.taskField(regs, "pid")
 	}
-	return 0, false
+	return t.kern.Sys(regs, v)
 }
 
 func (t *Target) UserReg(tid int, regs *engine.Regs, r rpn.Reg) (uint64, bool) {
-	return t.kinfo.userReg(regs, r)
+	return t.kern.UserReg(regs, r)
 }
 
 // monitor runs a command of the stub's monitor (qRcmd: QEMU's HMP).

@@ -20,6 +20,7 @@ import (
 	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/gdbtarget"
+	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
@@ -341,7 +342,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	var open func() (engine.Target, error)
 	target := c.String("target")
 	if strings.HasPrefix(target, "gdb:") {
-		opts := gdbtarget.Options{Symbols: c.StringSlice("symbols")}
+		opts := gdbtarget.Options{Options: linuxkernel.Options{Symbols: c.StringSlice("symbols")}}
 		if s := c.String("kaslr-offset"); s != "" {
 			v, err := parseValue(s)
 			if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/gprobes/gprobes/gdbremote"
 	"github.com/gprobes/gprobes/gdbtarget"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -204,7 +205,7 @@ func probed(vm *qemulab.VM, syms []string, src string, minRecs int, work func() 
 	}
 	recs := 0
 	var sink uint64
-	eng, err := engine.Start(gdbtarget.Open(vm.GDBAddr(), gdbtarget.Options{Symbols: syms}), engine.Options{
+	eng, err := engine.Start(gdbtarget.Open(vm.GDBAddr(), gdbtarget.Options{Options: linuxkernel.Options{Symbols: syms}}), engine.Options{
 		Sink: engine.SinkFunc(func(r *engine.Record) {
 			recs++
 			if len(r.Data) >= 8 {

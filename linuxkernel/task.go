@@ -1,4 +1,4 @@
-package gdbtarget
+package linuxkernel
 
 import (
 	"encoding/binary"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/symbols"
 )
 
 // kernelInfo is what the target knows of the guest Linux: where the
@@ -19,7 +20,7 @@ import (
 // x86_64, where THREAD_SIZE is sizeof(union thread_union) (16 KiB without
 // KASAN).
 type kernelInfo struct {
-	t          *Target
+	mem        Memory
 	why        string // empty when everything below is known
 	curOff     uint64
 	pid, tgid  field
@@ -39,9 +40,8 @@ var ptRegs = map[rpn.Reg]string{
 	rpn.RegRFLAGS: "flags", rpn.RegCS: "cs", rpn.RegSS: "ss",
 }
 
-func newKernelInfo(t *Target) *kernelInfo {
-	k := &kernelInfo{t: t, pt: map[rpn.Reg]uint64{}}
-	s := t.syms
+func newKernelInfo(mem Memory, s *symbols.Set) *kernelInfo {
+	k := &kernelInfo{mem: mem, pt: map[rpn.Reg]uint64{}}
 	if s == nil {
 		k.why = "no symbols for the kernel: give System.map (or a kallsyms copy) and a vmlinux with BTF or DWARF with --symbols"
 		return k
@@ -92,7 +92,7 @@ func (k *kernelInfo) read(addr, size uint64) (uint64, bool) {
 	if size == 0 || size > 8 {
 		size = 8
 	}
-	if k.t.conn.ReadMem(addr, b[:size]) != nil {
+	if k.mem.ReadMem(addr, b[:size]) != nil {
 		return 0, false
 	}
 	return binary.LittleEndian.Uint64(b[:]), true

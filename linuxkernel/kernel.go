@@ -1,0 +1,165 @@
+// Package linuxkernel is what gprobes knows of a Linux guest kernel seen
+// from outside, whatever reads its memory (a GDB stub, Xen from dom0): the
+// symbols and types given with --symbols, the KASLR slide of the running
+// kernel, the current task of a vCPU and its user-mode registers. The
+// guest targets (gdbtarget, xen) share it.
+package linuxkernel
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/symbols"
+)
+
+// Memory reads the guest kernel's virtual memory.
+type Memory interface {
+	ReadMem(addr uint64, p []byte) error
+}
+
+// Options are what the user says about the kernel.
+type Options struct {
+	// Symbols for the guest kernel: System.map, a kallsyms copy, a
+	// vmlinux (ELF with DWARF or only .BTF), a raw BTF file.
+	Symbols []string
+	// KASLROffset, when set, is the slide of the kernel text; otherwise it
+	// is found by looking for linux_banner ("Linux version ") in the
+	// running guest.
+	KASLROffset *int64
+}
+
+// Kernel is one running guest kernel.
+type Kernel struct {
+	mem     Memory
+	opts    Options
+	syms    *symbols.Set
+	slide   uint64
+	slideOK bool
+	kinfo   *kernelInfo
+}
+
+// New loads the symbols of opts and finds the slide in mem.
+func New(mem Memory, opts Options) (*Kernel, error) {
+	k := &Kernel{mem: mem, opts: opts}
+	k.opts.Symbols = nil // AddSymbols keeps the ones loaded
+	if len(opts.Symbols) > 0 {
+		if err := k.AddSymbols(opts.Symbols); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// AddSymbols loads more symbol files for the kernel (repeated inserts may
+// bring their own) and finds the slide if it is not known yet.
+func (k *Kernel) AddSymbols(paths []string) error {
+	if k.syms == nil {
+		k.syms = symbols.NewSet()
+	}
+	for _, p := range paths {
+		tab, err := symbols.Open(p)
+		if err != nil {
+			return err
+		}
+		k.syms.Add(tab)
+		k.opts.Symbols = append(k.opts.Symbols, p)
+	}
+	if !k.slideOK {
+		if err := k.findSlide(); err != nil {
+			return err
+		}
+	}
+	k.kinfo = newKernelInfo(k.mem, k.syms)
+	return nil
+}
+
+// findSlide finds the KASLR slide of the kernel text: --kaslr-offset, or
+// the candidate (a multiple of 2 MiB below 1 GiB) at which linux_banner
+// reads "Linux version ".
+func (k *Kernel) findSlide() error {
+	if k.opts.KASLROffset != nil {
+		k.slide, k.slideOK = uint64(*k.opts.KASLROffset), true
+		return nil
+	}
+	sym, err := k.syms.Lookup("linux_banner")
+	if err != nil {
+		return nil // no symbols with addresses yet: a later insert may bring them
+	}
+	want := []byte("Linux version ")
+	got := make([]byte, len(want))
+	for slide := uint64(0); slide < 1<<30; slide += 2 << 20 {
+		if k.mem.ReadMem(sym.Addr+slide, got) == nil && string(got) == string(want) {
+			k.slide, k.slideOK = slide, true
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot find the kernel's KASLR slide: no \"Linux version\" at linux_banner (%#x) plus any multiple of 2 MiB below 1 GiB: are the symbols of this kernel? Give the slide with --kaslr-offset", sym.Addr)
+}
+
+// Slide is the KASLR slide found (0 without KASLR).
+func (k *Kernel) Slide() (uint64, bool) { return k.slide, k.slideOK }
+
+// Symbols are the kernel's symbols and types (nil before any were given).
+func (k *Kernel) Symbols() *symbols.Set { return k.syms }
+
+// Check says why a module cannot be probed in this kernel, or "": what
+// every guest target refuses alike (target names the kind for messages).
+func (k *Kernel) Check(m *rpn.Module, target string) string {
+	if m.ModType != rpn.ModKernel {
+		return fmt.Sprintf("modtype = user: a %s target is a guest kernel; probe processes with pid: or exec:", target)
+	}
+	if m.Arch != rpn.ArchX86_64 {
+		return "arch = i386: gprobes probes x86_64 guest kernels"
+	}
+	if where, ok := engine.Uses(m, rpn.OpPushTask, rpn.OpPushPID, rpn.OpPushTID, rpn.OpPushU); ok {
+		if msg := k.kinfo.missing(); msg != "" {
+			return fmt.Sprintf("%s needs the current task: %s", where, msg)
+		}
+	}
+	return ""
+}
+
+// Resolve: the kernel image ("vmlinux", "kernel") is always loaded; its
+// addresses are the symbols' plus the KASLR slide.
+func (k *Kernel) Resolve(name string) (*engine.Loaded, bool, error) {
+	switch name {
+	case "vmlinux", "kernel", "bzImage", "vmlinuz":
+	default:
+		return nil, false, fmt.Errorf("module %q: gprobes probes the kernel image (name = vmlinux) on guests; kernel modules are not supported yet", name)
+	}
+	ld := &engine.Loaded{Key: "vmlinux", Bias: k.slide, Symbols: k.syms}
+	if k.syms != nil {
+		ld.BuildID = k.syms.BuildID()
+		if lo, err := k.syms.Lookup("_stext"); err == nil {
+			if hi, err := k.syms.Lookup("_etext"); err == nil {
+				start, end := lo.Addr+k.slide, hi.Addr+k.slide
+				ld.Exec = func(a uint64) bool { return a >= start && a < end }
+			}
+		}
+	}
+	if len(k.opts.Symbols) > 0 && !k.slideOK {
+		return nil, false, errors.New("the kernel's KASLR slide is unknown: give System.map or a kallsyms copy with --symbols, or --kaslr-offset")
+	}
+	return ld, true, nil
+}
+
+// Sys answers push task, pid and tid for a vCPU at a hit (procid is the
+// target's: the vCPU's index).
+func (k *Kernel) Sys(regs *engine.Regs, v rpn.SysValue) (uint64, bool) {
+	switch v {
+	case rpn.SysTask:
+		return k.kinfo.current(regs)
+	case rpn.SysPID:
+		return k.kinfo.taskField(regs, "tgid")
+	case rpn.SysTID:
+		return k.kinfo.taskField(regs, "pid")
+	}
+	return 0, false
+}
+
+// UserReg reads a user-mode register of the current task (push u).
+func (k *Kernel) UserReg(regs *engine.Regs, r rpn.Reg) (uint64, bool) {
+	return k.kinfo.userReg(regs, r)
+}
