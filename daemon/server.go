@@ -29,6 +29,7 @@ import (
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/xen"
 )
 
 // DefaultSocket is the socket the daemon and the commands use unless told
@@ -269,7 +270,7 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, error) {
 	if t, ok := s.targets[spec]; ok && t.eng.Gone() == "" {
 		if len(topts.Symbols) > 0 {
 			err := t.eng.WithTarget(func(tg engine.Target) error {
-				if g, ok := tg.(*gdbtarget.Target); ok {
+				if g, ok := tg.(interface{ AddSymbols([]string) error }); ok {
 					return g.AddSymbols(topts.Symbols)
 				}
 				return nil
@@ -307,9 +308,13 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, error) {
 		}
 		open = gdbtarget.Open(addr, gdbtarget.Options{Options: linuxkernel.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset}})
 	case strings.HasPrefix(spec, "xen:"):
-		return nil, fmt.Errorf("target %q: the native Xen backend is not in this gprobes yet; reach the domain through gdbsx with gdb:HOST:PORT", spec)
+		dom, err := strconv.Atoi(strings.TrimPrefix(spec, "xen:"))
+		if err != nil || dom <= 0 || dom >= 0x7ff0 {
+			return nil, fmt.Errorf("target %q: xen:DOMID with DOMID a guest domain's id (xl list)", spec)
+		}
+		open = xen.Open(dom, xen.Options{Options: linuxkernel.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset}})
 	default:
-		return nil, fmt.Errorf("target %q: want pid:N, exec:PATH [ARGS...] or gdb:HOST:PORT", spec)
+		return nil, fmt.Errorf("target %q: want pid:N, exec:PATH [ARGS...], gdb:HOST:PORT or xen:DOMID", spec)
 	}
 	t := &target{exec: exec}
 	eng, err := engine.Start(open, engine.Options{

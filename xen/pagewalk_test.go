@@ -7,16 +7,16 @@ import (
 	"testing"
 )
 
-// physMem is guest physical memory made of 4 KiB frames; a missing frame
+// fakePhys is guest physical memory made of 4 KiB frames; a missing frame
 // cannot be read (as a frame the hypervisor refuses to map).
-type physMem struct {
+type fakePhys struct {
 	frames map[uint64]*[4096]byte
 	next   uint64 // next free frame number for tables
 }
 
-func newPhys() *physMem { return &physMem{frames: map[uint64]*[4096]byte{}, next: 0x100} }
+func newPhys() *fakePhys { return &fakePhys{frames: map[uint64]*[4096]byte{}, next: 0x100} }
 
-func (m *physMem) ReadPhys(addr uint64, p []byte) error {
+func (m *fakePhys) ReadPhys(addr uint64, p []byte) error {
 	for len(p) > 0 {
 		f, ok := m.frames[addr>>12]
 		if !ok {
@@ -30,29 +30,29 @@ func (m *physMem) ReadPhys(addr uint64, p []byte) error {
 
 // table allocates a zeroed frame for a page table, at an address with the
 // given alignment (PAE's PDPT needs only 32 bytes, the others a frame).
-func (m *physMem) table() uint64 {
+func (m *fakePhys) table() uint64 {
 	f := m.next
 	m.next++
 	m.frames[f] = new([4096]byte)
 	return f << 12
 }
 
-func (m *physMem) put64(addr, v uint64) {
+func (m *fakePhys) put64(addr, v uint64) {
 	f := m.frames[addr>>12]
 	binary.LittleEndian.PutUint64(f[addr&0xfff:], v)
 }
 
-func (m *physMem) get64(addr uint64) uint64 {
+func (m *fakePhys) get64(addr uint64) uint64 {
 	f := m.frames[addr>>12]
 	return binary.LittleEndian.Uint64(f[addr&0xfff:])
 }
 
-func (m *physMem) put32(addr uint64, v uint32) {
+func (m *fakePhys) put32(addr uint64, v uint32) {
 	f := m.frames[addr>>12]
 	binary.LittleEndian.PutUint32(f[addr&0xfff:], v)
 }
 
-func (m *physMem) get32(addr uint64) uint32 {
+func (m *fakePhys) get32(addr uint64) uint32 {
 	f := m.frames[addr>>12]
 	return binary.LittleEndian.Uint32(f[addr&0xfff:])
 }
@@ -62,7 +62,7 @@ const rw = ptePresent | pteWrite
 // map64 maps va to pa in 4- or 5-level tables rooted at root, with a page
 // of size 4 KiB, 2 MiB or 1 GiB; flags go on the last entry, the upper ones
 // get present|write|user|extra.
-func (m *physMem) map64(root uint64, levels int, va, pa, size, flags, upper uint64) {
+func (m *fakePhys) map64(root uint64, levels int, va, pa, size, flags, upper uint64) {
 	table := root
 	for level := levels; level >= 1; level-- {
 		shift := 12 + 9*uint(level-1)

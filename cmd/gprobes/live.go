@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/xen"
 )
 
 func socketFlag() cli.Flag {
@@ -88,10 +90,10 @@ probe out, lets every target go on with its original code, and exits.`,
 func insertCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "insert",
-		Usage:     "insert a module's probes into a target (pid:N, exec:PATH ARGS, gdb:HOST:PORT)",
+		Usage:     "insert a module's probes into a target (pid:N, exec:PATH ARGS, gdb:HOST:PORT, xen:DOMID)",
 		ArgsUsage: "FILE.dpdf|FILE.ppdf",
 		Flags: append(sourceFlags(), socketFlag(),
-			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach), exec:PATH ARGS (start it) or gdb:HOST:PORT (a guest kernel through its GDB stub)", Required: true},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach), exec:PATH ARGS (start it), gdb:HOST:PORT (a guest kernel through its GDB stub) or xen:DOMID (a Xen PV domain's kernel, from dom0)", Required: true},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "the guest kernel's KASLR slide, `OFFSET` (default: found from linux_banner)"},
 			&cli.BoolFlag{Name: "merge", Usage: "add the probes to the module of that name already in"},
 			&cli.BoolFlag{Name: "replace", Usage: "replace the module of that name already in"},
@@ -313,7 +315,7 @@ func runCommand() *cli.Command {
 		Usage:     "one shot, no daemon: start COMMAND (or attach to --target), insert FILE, print records as they commit, then the variables and probes",
 		ArgsUsage: "FILE -- COMMAND [ARGS...]",
 		Flags: append(sourceFlags(),
-			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, or gdb:HOST:PORT for a guest kernel) instead of starting a command"},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command"},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary"},
@@ -341,21 +343,29 @@ func runCommand() *cli.Command {
 func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	var open func() (engine.Target, error)
 	target := c.String("target")
-	if strings.HasPrefix(target, "gdb:") {
-		opts := gdbtarget.Options{Options: linuxkernel.Options{Symbols: c.StringSlice("symbols")}}
+	if strings.HasPrefix(target, "gdb:") || strings.HasPrefix(target, "xen:") {
+		kopts := linuxkernel.Options{Symbols: c.StringSlice("symbols")}
 		if s := c.String("kaslr-offset"); s != "" {
 			v, err := parseValue(s)
 			if err != nil {
 				return cli.Exit("run: --kaslr-offset: "+err.Error(), 2)
 			}
 			off := int64(v)
-			opts.KASLROffset = &off
+			kopts.KASLROffset = &off
 		}
-		open = gdbtarget.Open(strings.TrimPrefix(target, "gdb:"), opts)
+		if dom, ok := strings.CutPrefix(target, "xen:"); ok {
+			id, err := strconv.Atoi(dom)
+			if err != nil || id <= 0 {
+				return cli.Exit(fmt.Sprintf("run: --target %q: want xen:DOMID", target), 2)
+			}
+			open = xen.Open(id, xen.Options{Options: kopts})
+		} else {
+			open = gdbtarget.Open(strings.TrimPrefix(target, "gdb:"), gdbtarget.Options{Options: kopts})
+		}
 	} else if target != "" {
 		var pid int
 		if _, err := fmt.Sscanf(target, "pid:%d", &pid); err != nil || pid <= 0 {
-			return cli.Exit(fmt.Sprintf("run: --target %q: want pid:N or gdb:HOST:PORT", target), 2)
+			return cli.Exit(fmt.Sprintf("run: --target %q: want pid:N, gdb:HOST:PORT or xen:DOMID", target), 2)
 		}
 		open = ptrace.Attach(pid)
 	} else {
