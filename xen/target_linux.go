@@ -29,7 +29,7 @@ type Target struct {
 	dom    uint16
 	opts   Options
 	hv     *Hypervisor
-	ev     *Events
+	ev     *subscriber
 	kern   *linuxkernel.Kernel
 	width  int
 	vcpus  int
@@ -96,7 +96,7 @@ func (t *Target) setup() error {
 		return fmt.Errorf("a %d-bit guest: gprobes probes x86_64 guest kernels", t.width)
 	}
 	if !t.opts.Int3 {
-		if t.ev, err = BindDebugger(); err != nil {
+		if t.ev, err = subscribe(); err != nil {
 			return err
 		}
 	}
@@ -130,7 +130,7 @@ func (t *Target) release() {
 		delete(t.frames, f)
 	}
 	if t.ev != nil {
-		t.ev.Close()
+		t.ev.close()
 	}
 	t.hv.Close()
 }
@@ -292,14 +292,10 @@ func (t *Target) Wait() (engine.Event, error) {
 			return engine.Event{Kind: engine.EvKick, Tid: 1}, nil
 		}
 		fired := false
-		var err error
 		if t.ev != nil {
-			fired, err = t.ev.waitFor(250 * time.Millisecond)
+			fired = t.ev.wait(250 * time.Millisecond)
 		} else {
 			time.Sleep(t.opts.Poll)
-		}
-		if err != nil {
-			return engine.Event{}, err
 		}
 		info, err := t.hv.Info(t.dom)
 		if err != nil || info.Dying() {
@@ -377,7 +373,7 @@ func (t *Target) Kick() bool {
 	}
 	t.kicked = true
 	if t.ev != nil {
-		t.ev.Kick()
+		t.ev.wake()
 	}
 	return true
 }
