@@ -54,6 +54,11 @@ type Target struct {
 	mu      sync.Mutex     // guards running for Kick
 	kicked  bool
 	detach  bool
+	// memBP holds the breakpoints planted as int3 in guest memory, for a
+	// stub that has neither Z0 nor Z1 (gdbsx); a vCPU stops past them.
+	memBP   map[uint64]bool
+	memGone map[uint64]bool // taken out: a vCPU may have stopped past it
+	noZ     bool
 }
 
 var _ engine.Target = (*Target)(nil)
@@ -380,16 +385,53 @@ func (t *Target) Dump(space, tid int, dir string) (string, error) {
 	return path, nil
 }
 
+// InsertBreakpoint asks the stub (Z0, or Z1 when Z0 is refused); a stub
+// with neither (gdbsx) gets an int3 written into guest memory.
 func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
-	return t.conn.SetBreakpoint(gdbremote.Software, addr, 1)
+	if !t.noZ {
+		err := t.conn.SetBreakpoint(gdbremote.Software, addr, 1)
+		if !errors.Is(err, gdbremote.ErrUnsupported) {
+			return err
+		}
+		t.noZ = true
+	}
+	if err := t.conn.WriteMem(addr, []byte{0xcc}); err != nil {
+		return fmt.Errorf("the stub has no breakpoints (Z0, Z1) and int3 cannot be written at %#x: %w", addr, err)
+	}
+	if t.memBP == nil {
+		t.memBP, t.memGone = map[uint64]bool{}, map[uint64]bool{}
+	}
+	t.memBP[addr] = true
+	delete(t.memGone, addr)
+	return nil
 }
 
 func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
-	return t.conn.ClearBreakpoint(gdbremote.Software, addr, 1)
+	if !t.noZ {
+		return t.conn.ClearBreakpoint(gdbremote.Software, addr, 1)
+	}
+	if !t.memBP[addr] {
+		return fmt.Errorf("no breakpoint of gprobes at %#x", addr)
+	}
+	if len(orig) == 0 {
+		return fmt.Errorf("no original byte for %#x", addr)
+	}
+	if err := t.conn.WriteMem(addr, orig[:1]); err != nil {
+		return err
+	}
+	delete(t.memBP, addr)
+	t.memGone[addr] = true
+	return nil
 }
 
-// TrapPC: a stub stops a vCPU before the instruction.
-func (t *Target) TrapPC(rip uint64) uint64 { return rip }
+// TrapPC: a stub stops a vCPU before the instruction; past an int3 that
+// gprobes wrote into memory itself.
+func (t *Target) TrapPC(rip uint64) uint64 {
+	if t.noZ && (t.memBP[rip-1] || t.memGone[rip-1]) {
+		return rip - 1
+	}
+	return rip
+}
 
 func (t *Target) Kernel() bool { return true }
 
