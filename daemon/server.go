@@ -329,7 +329,7 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, error) {
 	t.eng = eng
 	t.pid = eng.Pid()
 	t.name = fmt.Sprintf("pid:%d", t.pid)
-	if strings.HasPrefix(spec, "gdb:") {
+	if strings.HasPrefix(spec, "gdb:") || strings.HasPrefix(spec, "xen:") {
 		t.name = spec
 	}
 	s.targets[t.name] = t

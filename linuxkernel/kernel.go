@@ -89,13 +89,22 @@ func (k *Kernel) findSlide() error {
 	}
 	want := []byte("Linux version ")
 	got := make([]byte, len(want))
+	var first string // what is at the unslid address, for the message
 	for slide := uint64(0); slide < 1<<30; slide += 2 << 20 {
-		if k.mem.ReadMem(sym.Addr+slide, got) == nil && string(got) == string(want) {
+		err := k.mem.ReadMem(sym.Addr+slide, got)
+		if err == nil && string(got) == string(want) {
 			k.slide, k.slideOK = slide, true
 			return nil
 		}
+		if slide == 0 {
+			if err != nil {
+				first = "reading it: " + err.Error()
+			} else {
+				first = fmt.Sprintf("it reads %q", got)
+			}
+		}
 	}
-	return fmt.Errorf("cannot find the kernel's KASLR slide: no \"Linux version\" at linux_banner (%#x) plus any multiple of 2 MiB below 1 GiB: are the symbols of this kernel? Give the slide with --kaslr-offset", sym.Addr)
+	return fmt.Errorf("cannot find the kernel's KASLR slide: no \"Linux version\" at linux_banner (%#x; %s) plus any multiple of 2 MiB below 1 GiB: are the symbols of this kernel? Give the slide with --kaslr-offset", sym.Addr, first)
 }
 
 // Slide is the KASLR slide found (0 without KASLR).

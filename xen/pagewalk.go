@@ -84,6 +84,9 @@ func (e *NotMappedError) Error() string {
 	return fmt.Sprintf("%#x is not mapped (no present entry at level %d)", e.VA, e.Level)
 }
 
+// Trace, when set, sees every entry a walk reads (debugging).
+var Trace func(format string, args ...any)
+
 // ErrBadPaging is a paging mode the walker does not know.
 var ErrBadPaging = errors.New("xen: unknown paging mode")
 
@@ -144,6 +147,9 @@ func walk64(mem PhysReader, m Paging, cr3, va uint64) (Translation, error) {
 		e, err := read64(mem, table+idx*8)
 		if err != nil {
 			return Translation{}, fmt.Errorf("level %d entry of %#x at %#x: %w", level, va, table+idx*8, err)
+		}
+		if Trace != nil {
+			Trace("walk %#x: level %d table %#x [%d] = %#x", va, level, table, idx, e)
 		}
 		if e&ptePresent == 0 {
 			return Translation{}, &NotMappedError{VA: va, Level: level}

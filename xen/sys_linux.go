@@ -242,9 +242,15 @@ func (h *Hypervisor) vcpuContext(cmd uint32, dom uint16, vcpu int, ctx *Context)
 	})
 }
 
-// MapFrame maps one machine frame of a domain into dom0 (read and write).
-func (h *Hypervisor) MapFrame(dom uint16, frame uint64) ([]byte, error) {
-	b, err := unix.Mmap(int(h.privcmd.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+// MapFrame maps one machine frame of a domain into dom0, read-only or
+// read-write. A PV guest's page tables can only be mapped read-only (Xen
+// refuses a writable mapping of a page typed as a page table: EBUSY).
+func (h *Hypervisor) MapFrame(dom uint16, frame uint64, write bool) ([]byte, error) {
+	prot := unix.PROT_READ
+	if write {
+		prot |= unix.PROT_WRITE
+	}
+	b, err := unix.Mmap(int(h.privcmd.Fd()), 0, 4096, prot, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("xen: map a frame of domain %d: %w", dom, err)
 	}

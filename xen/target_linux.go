@@ -3,6 +3,7 @@ package xen
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -14,39 +15,43 @@ import (
 // Options configure a Xen target.
 type Options struct {
 	linuxkernel.Options
-	// Int3 plants int3 (0xcc) instead of int1 (0xf1). Xen 4.17 pauses a
+	// Int1 plants int1 (0xf1, ICEBP) instead of int3. Xen 4.17 pauses a
 	// debugged PV domain on both, but raises VIRQ_DEBUGGER only for the
-	// debug trap (#DB: int1, single-step): with int3 the stop is found by
-	// polling the domain's state, as gdbsx does.
-	Int3 bool
-	// Poll is the polling interval with Int3 (default 1 ms), and how often
-	// a domain with no event is checked for being gone (default 250 ms).
+	// debug trap (#DB: int1, single-step): with int1 the stop wakes
+	// gprobes at once; with int3 it is found by polling the domain's
+	// state. Off by default: under QEMU TCG (the lab) ICEBP from the PV
+	// kernel's ring 3 raises #GP, which kills the guest; on hardware ICEBP
+	// is a #DB without privilege check, but that is not verified yet.
+	Int1 bool
+	// Poll is the polling interval without Int1 (default 1 ms; with Int1 a
+	// domain with no event is checked for being gone every 250 ms).
 	Poll time.Duration
 }
 
 // Target is a PV domain's kernel seen from dom0.
 type Target struct {
-	dom    uint16
-	opts   Options
-	hv     *Hypervisor
-	ev     *subscriber
-	kern   *linuxkernel.Kernel
-	width  int
-	vcpus  int
-	ctx    []Context
-	ctxOK  []bool
-	bps    map[uint64]bool // addresses holding our breakpoint byte
-	gone   map[uint64]bool // addresses whose breakpoint was taken out
-	queue  []engine.Event
-	pauses int // our pauses of the domain to undo on resume
-	step   map[int]bool
-	mu     sync.Mutex // guards running, kicked
-	run    bool
-	kicked bool
-	dead   bool
-	detach bool
-	frames map[uint64][]byte // mapped frames
-	tlb    map[uint64]Translation
+	dom     uint16
+	opts    Options
+	hv      *Hypervisor
+	ev      *subscriber
+	kern    *linuxkernel.Kernel
+	width   int
+	vcpus   int
+	ctx     []Context
+	ctxOK   []bool
+	bps     map[uint64]bool // addresses holding our breakpoint byte
+	gone    map[uint64]bool // addresses whose breakpoint was taken out
+	queue   []engine.Event
+	pauses  int // our pauses of the domain to undo on resume
+	step    map[int]bool
+	mu      sync.Mutex // guards running, kicked
+	run     bool
+	kicked  bool
+	dead    bool
+	detach  bool
+	frames  map[uint64][]byte // frames mapped read-only
+	wframes map[uint64][]byte // frames mapped read-write
+	tlb     map[uint64]Translation
 }
 
 var _ engine.Target = (*Target)(nil)
@@ -65,7 +70,7 @@ func Open(dom int, opts Options) func() (engine.Target, error) {
 			opts.Poll = time.Millisecond
 		}
 		t := &Target{dom: uint16(dom), opts: opts, bps: map[uint64]bool{}, gone: map[uint64]bool{}, step: map[int]bool{},
-			frames: map[uint64][]byte{}, tlb: map[uint64]Translation{}}
+			frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[uint64]Translation{}}
 		if err := t.setup(); err != nil {
 			t.release()
 			return nil, fmt.Errorf("xen:%d: %w", dom, err)
@@ -95,7 +100,7 @@ func (t *Target) setup() error {
 	if t.width != 64 {
 		return fmt.Errorf("a %d-bit guest: gprobes probes x86_64 guest kernels", t.width)
 	}
-	if !t.opts.Int3 {
+	if t.opts.Int1 {
 		if t.ev, err = subscribe(); err != nil {
 			return err
 		}
@@ -110,6 +115,13 @@ func (t *Target) setup() error {
 	t.vcpus = int(info.MaxVCPUID) + 1
 	t.ctx = make([]Context, t.vcpus)
 	t.ctxOK = make([]bool, t.vcpus)
+	if os.Getenv("GPROBES_XEN_TRACE") != "" {
+		Trace = func(f string, a ...any) { fmt.Fprintf(os.Stderr, "xen: "+f+"\n", a...) }
+		ctx, err := t.context(0)
+		if err == nil {
+			Trace("vCPU 0: rip %#x cr3 %#x cr4 %#x gs_kernel %#x", ctx.RIP(), ctx.CR(3), ctx.CR(4), ctx.u64(offGSKernel))
+		}
+	}
 	t.kern, err = linuxkernel.New(kmem{t}, t.opts.Options)
 	return err
 }
@@ -125,9 +137,11 @@ func (t *Target) release() {
 		}
 		t.hv.SetDebugging(t.dom, false)
 	}
-	for f, b := range t.frames {
-		UnmapFrame(b)
-		delete(t.frames, f)
+	for _, m := range []map[uint64][]byte{t.frames, t.wframes} {
+		for f, b := range m {
+			UnmapFrame(b)
+			delete(m, f)
+		}
 	}
 	if t.ev != nil {
 		t.ev.close()
@@ -192,7 +206,7 @@ type physMem struct{ t *Target }
 
 func (m physMem) ReadPhys(addr uint64, p []byte) error {
 	for len(p) > 0 {
-		f, err := m.t.frame(addr >> 12)
+		f, err := m.t.frame(addr>>12, false)
 		if err != nil {
 			return err
 		}
@@ -202,22 +216,26 @@ func (m physMem) ReadPhys(addr uint64, p []byte) error {
 	return nil
 }
 
-func (t *Target) frame(fn uint64) ([]byte, error) {
-	if b, ok := t.frames[fn]; ok {
+func (t *Target) frame(fn uint64, write bool) ([]byte, error) {
+	m := t.frames
+	if write {
+		m = t.wframes
+	}
+	if b, ok := m[fn]; ok {
 		return b, nil
 	}
-	if len(t.frames) >= 4096 {
-		for f, b := range t.frames { // drop one at random
+	if len(m) >= 4096 {
+		for f, b := range m { // drop one at random
 			UnmapFrame(b)
-			delete(t.frames, f)
+			delete(m, f)
 			break
 		}
 	}
-	b, err := t.hv.MapFrame(t.dom, fn)
+	b, err := t.hv.MapFrame(t.dom, fn, write)
 	if err != nil {
 		return nil, err
 	}
-	t.frames[fn] = b
+	m[fn] = b
 	return b, nil
 }
 
@@ -227,11 +245,11 @@ func (t *Target) access(addr uint64, p []byte, write bool) error {
 		if err != nil {
 			return err
 		}
-		f, err := t.frame(tr.Phys >> 12)
+		f, err := t.frame(tr.Phys>>12, write)
 		if err != nil {
 			return err
 		}
-		off := tr.Phys & 0xfff
+		off := (tr.Phys + addr&0xfff) & 0xfff // tr is of the page
 		var n int
 		if write {
 			n = copy(f[off:], p)
@@ -489,9 +507,9 @@ func (t *Target) Dump(space, tid int, dir string) (string, error) {
 }
 
 func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
-	op := byte(opInt1)
-	if t.opts.Int3 {
-		op = opInt3
+	op := byte(opInt3)
+	if t.opts.Int1 {
+		op = opInt1
 	}
 	if err := t.WriteMem(0, addr, []byte{op}); err != nil {
 		return err

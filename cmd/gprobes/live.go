@@ -418,7 +418,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	}
 	mainPid = eng.Pid()
 	label := target // what the summary names the target by
-	if !strings.HasPrefix(target, "gdb:") {
+	if !strings.HasPrefix(target, "gdb:") && !strings.HasPrefix(target, "xen:") {
 		label = fmt.Sprintf("pid:%d", mainPid)
 	}
 	probes, err := eng.Insert(mod, engine.InsertNew)

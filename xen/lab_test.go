@@ -1,0 +1,148 @@
+package xen_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	xenlab "github.com/gprobes/gprobes/lab/xen"
+)
+
+// TestXenNative boots the Xen lab with two PV domUs and, from dom0, probes
+// their kernels with the native backend (xen:DOMID) through a gprobes
+// daemon: exact hit counts from the workload, the pid and fd logged,
+// removal mid-run, a domU destroyed while probed, the daemon stopped with
+// probes in.
+func TestXenNative(t *testing.T) {
+	xenlab.Require(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gprobes")
+	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build gprobes: %v\n%s", err, out)
+	}
+	extra := map[string]string{"/bin/gprobes": bin}
+	// the domUs run the QEMU lab's kernel: its vmlinux carries BTF
+	if art, err := qemulab.Artifacts(); err == nil {
+		extra["/guest/vmlinux"] = filepath.Join(art, "vmlinux")
+		extra["/guest/System.map"] = filepath.Join(art, "System.map")
+	} else if os.Getenv("CI") == "true" {
+		t.Fatal(err)
+	}
+	writes := filepath.Join(dir, "writes.dpdf")
+	os.WriteFile(writes, []byte("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = ksys_write\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n"), 0o644)
+	extra["/etc/gprobes/writes.dpdf"] = writes
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	vm, err := xenlab.Boot(ctx, xenlab.Options{Extra: extra, DomUs: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Kill()
+	d1, d2 := vm.DomID("domu1"), vm.DomID("domu2")
+	run := func(cmd string) string {
+		t.Helper()
+		out, rc, err := vm.Run(cmd, 2*time.Minute)
+		if err != nil || rc != 0 {
+			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
+		}
+		return out
+	}
+	pidRe := regexp.MustCompile(`GPWORK pid (\d+)`)
+	work := func(name string, n int) int {
+		t.Helper()
+		out, rc, err := vm.RunDomU(name, fmt.Sprintf("gpwork counts %d", n), 3*time.Minute)
+		if err != nil || rc != 0 || !strings.Contains(out, fmt.Sprintf("write %d ", n)) {
+			t.Fatalf("%s: gpwork: rc %d %v\n%s", name, rc, err, out)
+		}
+		m := pidRe.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no pid in %q", out)
+		}
+		var pid int
+		fmt.Sscan(m[1], &pid)
+		return pid
+	}
+	run("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1")
+	defer func() {
+		if t.Failed() {
+			out, _, _ := vm.Run("grep -v 'xen: walk' /tmp/daemon.log | head -c 3000; xl list; xl dmesg | tail -15; tail -30 /var/log/xen/console/guest-domu1.log", time.Minute)
+			t.Logf("dom0:\n%s", out)
+		}
+	}()
+	if out, _, err := vm.RunDomU("domu1", "grep -w -e linux_banner -e _stext /proc/kallsyms; uname -a", time.Minute); err == nil {
+		t.Logf("domu1:\n%s", out)
+	}
+	t.Logf("dom0: %s", run("grep -w -e linux_banner -e _stext /guest/System.map"))
+	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
+	t0 := time.Now()
+	run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/writes.dpdf", d1, syms))
+	t.Logf("insert into xen:%d in %v", d1, time.Since(t0))
+	run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/writes.dpdf", d2, syms))
+	count := func(dom, pid, fd int) int {
+		t.Helper()
+		out := run("gprobes log --socket /tmp/g.sock --json")
+		n := 0
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			var rec struct {
+				Target string
+				Pid    int
+				Data   string
+			}
+			if json.Unmarshal([]byte(l), &rec) != nil {
+				continue
+			}
+			if rec.Target == fmt.Sprintf("xen:%d", dom) && rec.Pid == pid && len(rec.Data) == 32 && rec.Data[16:] == fmt.Sprintf("%02x00000000000000", fd) {
+				n++
+			}
+		}
+		return n
+	}
+	t0 = time.Now()
+	p1 := work("domu1", 4)
+	t.Logf("4 probed rounds in domu1 in %v", time.Since(t0))
+	p2 := work("domu2", 3)
+	if n := count(d1, p1, 4); n != 4 {
+		t.Errorf("domu1: %d writes of pid %d logged, want 4", n, p1)
+	}
+	if n := count(d2, p2, 4); n != 3 {
+		t.Errorf("domu2: %d writes of pid %d logged, want 3", n, p2)
+	}
+	out := run("gprobes query --socket /tmp/g.sock --all")
+	t.Logf("query:\n%s", out)
+	// out of domu1 only; domu2 still probed
+	run(fmt.Sprintf("gprobes remove --socket /tmp/g.sock --target xen:%d vmlinux", d1))
+	p1, p2 = work("domu1", 2), work("domu2", 2)
+	if n := count(d1, p1, 4); n != 0 {
+		t.Errorf("domu1: %d writes logged after removal", n)
+	}
+	if n := count(d2, p2, 4); n != 2 {
+		t.Errorf("domu2: %d writes of pid %d logged, want 2", n, p2)
+	}
+	// domu2 destroyed while probed: its probes are gone, the daemon serves
+	if err := vm.DestroyDomU("domu2"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	out = run("gprobes query --socket /tmp/g.sock --all")
+	if strings.Contains(out, "active") {
+		t.Errorf("probes of a destroyed domain still active:\n%s", out)
+	}
+	// the daemon stopped with probes in: domu1 runs on with its own code
+	run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/writes.dpdf", d1, syms))
+	work("domu1", 1)
+	run("kill $(pidof gprobes); sleep 1; ! pidof gprobes")
+	work("domu1", 2)
+	if out := run("xl list"); !strings.Contains(out, "domu1") {
+		t.Errorf("domu1 is gone:\n%s", out)
+	}
+}
