@@ -430,7 +430,7 @@ func (c *Conn) send(data []byte) error {
 				return nil
 			}
 			if attempt >= 5 {
-				return errors.New("the stub rejected the packet 6 times (NAK)")
+				return ErrNAK
 			}
 			c.logf("note: NAK, sending again")
 		case <-c.done:

@@ -18,6 +18,10 @@ var (
 	// protocol's way of saying it does not implement it.
 	ErrUnsupported = errors.New("not supported by the stub (empty reply)")
 
+	// ErrNAK: the stub refused the packet six times ('-'): it cannot read
+	// it (gdbsx miscounts the checksum of binary X packets).
+	ErrNAK = errors.New("the stub rejected the packet 6 times (NAK)")
+
 	// ErrTimeout: no reply within Options.Timeout. The connection is closed
 	// with it, since a late reply would be taken for the next packet's.
 	ErrTimeout = errors.New("no reply in time; connection closed")

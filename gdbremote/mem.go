@@ -170,9 +170,11 @@ func (c *Conn) writePart(ctx context.Context, a uint64, p []byte) error {
 		case err == nil:
 			c.hasX = 1
 			return nil
-		case errors.Is(err, ErrUnsupported) && c.hasX == 0:
+		case (errors.Is(err, ErrUnsupported) || errors.Is(err, ErrNAK)) && c.hasX == 0:
+			// not implemented, or not readable by the stub (gdbsx NAKs
+			// binary data): M from now on
 			c.hasX = -1
-			c.logf("note: no X packet; memory is written with M")
+			c.logf("note: no usable X packet (%v); memory is written with M", err)
 		default:
 			return err
 		}

@@ -128,6 +128,21 @@ func TestXenNative(t *testing.T) {
 	if n := count(d2, p2, 4); n != 2 {
 		t.Errorf("domu2: %d writes of pid %d logged, want 2", n, p2)
 	}
+	// latency of write(2) in domu1: native, then probed with an empty
+	// program (figures for BENCHMARKS.md, not checked)
+	lat := func(name string) string {
+		out, rc, err := vm.RunDomU(name, "gpwork lat write 2000", 3*time.Minute)
+		if err != nil || rc != 0 {
+			t.Fatalf("%s: gpwork lat: rc %d %v\n%s", name, rc, err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	native := lat("domu1")
+	run(fmt.Sprintf("printf 'name = vmlinux\\nmodtype = kernel\\noffset = ksys_write\\nexit 0\\n' >/etc/gprobes/empty.dpdf && gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/empty.dpdf", d1, syms))
+	probed := lat("domu1")
+	run(fmt.Sprintf("gprobes remove --socket /tmp/g.sock --target xen:%d vmlinux", d1))
+	t.Logf("write(2) latency in domu1: native %q, native backend with an empty probe %q", native, probed)
+
 	// domu2 destroyed while probed: its probes are gone, the daemon serves
 	if err := vm.DestroyDomU("domu2"); err != nil {
 		t.Fatal(err)
@@ -145,4 +160,6 @@ func TestXenNative(t *testing.T) {
 	if out := run("xl list"); !strings.Contains(out, "domu1") {
 		t.Errorf("domu1 is gone:\n%s", out)
 	}
+
+	work("domu1", 1)
 }
