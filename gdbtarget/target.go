@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -72,7 +73,11 @@ func Open(addr string, opts Options) func() (engine.Target, error) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 		defer cancel()
-		conn, err := gdbremote.Dial(ctx, addr, gdbremote.Options{Timeout: opts.Timeout})
+		gopts := gdbremote.Options{Timeout: opts.Timeout}
+		if os.Getenv("GPROBES_GDB_TRACE") != "" {
+			gopts.Log = os.Stderr // every packet, for support
+		}
+		conn, err := gdbremote.Dial(ctx, addr, gopts)
 		if err != nil {
 			return nil, fmt.Errorf("gdb:%s: %w", addr, err)
 		}

@@ -163,3 +163,59 @@ func TestXenNative(t *testing.T) {
 
 	work("domu1", 1)
 }
+
+// TestXenGdbsx is the gdbsx path: gprobes run with a gdb: target against
+// gdbsx in dom0 (no Z0/Z1, no X: int3 written with M), exact records of the
+// workload's writes, the write(2) latency under it logged for BENCHMARKS.md.
+func TestXenGdbsx(t *testing.T) {
+	xenlab.Require(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gprobes")
+	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build gprobes: %v\n%s", err, out)
+	}
+	art, err := qemulab.Artifacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := filepath.Join(dir, "writes.dpdf")
+	os.WriteFile(writes, []byte("name = vmlinux\nmodtype = kernel\noffset = ksys_write\npush r,rdi\nlog 1\nexit 1\n"), 0o644)
+	vm, err := xenlab.Boot(context.Background(), xenlab.Options{DomUs: 1, Extra: map[string]string{
+		"/bin/gprobes": bin, "/guest/System.map": filepath.Join(art, "System.map"),
+		"/guest/vmlinux": filepath.Join(art, "vmlinux"), "/etc/gprobes/writes.dpdf": writes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Kill()
+	d := vm.DomID("domu1")
+	lat := func() string {
+		out, rc, err := vm.RunDomU("domu1", "gpwork lat write 200", 3*time.Minute)
+		if err != nil || rc != 0 {
+			t.Fatalf("gpwork lat: rc %d %v\n%s", rc, err, out)
+		}
+		return strings.TrimSpace(out[strings.Index(out, "GPWORK lat"):])
+	}
+	native := lat()
+	if out, rc, err := vm.Run(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes run --target gdb:127.0.0.1:9999 --symbols /guest/System.map --symbols /guest/vmlinux /etc/gprobes/writes.dpdf >/tmp/run.out 2>&1 & sleep 5", d), 2*time.Minute); err != nil || rc != 0 {
+		t.Fatalf("dom0: rc %d %v\n%s", rc, err, out)
+	}
+	w, rc, err := vm.RunDomU("domu1", "gpwork counts 2", time.Minute)
+	m := regexp.MustCompile(`GPWORK pid (\d+)`).FindStringSubmatch(w)
+	if err != nil || rc != 0 || m == nil {
+		t.Fatalf("domu1: rc %d %v\n%s", rc, err, w)
+	}
+	// gdbsx's register block has no gs_base: the records cannot name the
+	// task (pid 0); the workload is the only writer of fd 4
+	out, _, _ := vm.Run("cat /tmp/run.out", time.Minute)
+	if n := strings.Count(out, "data 0400000000000000\n"); n != 2 {
+		t.Errorf("%d records of writes to fd 4, want 2 (gpwork pid %s):\n%.3000s", n, m[1], out)
+	}
+	probed := lat()
+	out, _, _ = vm.Run("kill -INT $(pidof gprobes); sleep 3; tail -5 /tmp/run.out; xl list", time.Minute)
+	if !strings.Contains(out, "domu1") {
+		t.Errorf("domu1 is gone:\n%s", out)
+	}
+	t.Logf("write(2) latency in domu1: native %q, gdbsx path with a logging probe %q", native, probed)
+}
