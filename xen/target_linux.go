@@ -72,7 +72,7 @@ func Open(dom int, opts Options) func() (engine.Target, error) {
 		t := &Target{dom: uint16(dom), opts: opts, bps: map[uint64]bool{}, gone: map[uint64]bool{}, step: map[int]bool{},
 			frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[uint64]Translation{}}
 		if err := t.setup(); err != nil {
-			t.release()
+			t.release(false)
 			return nil, fmt.Errorf("xen:%d: %w", dom, err)
 		}
 		return t, nil
@@ -126,12 +126,31 @@ func (t *Target) setup() error {
 	return err
 }
 
-// release undoes setup: the domain runs on, out of debugging mode.
-func (t *Target) release() {
+// release undoes setup: the domain runs on, out of debugging mode (or
+// stays paused for a debugger with keepPaused).
+func (t *Target) release(keepPaused bool) {
 	if t.hv == nil {
 		return
 	}
-	if !t.dead {
+	if !t.dead && t.kern != nil {
+		// a vCPU may have hit a breakpoint since the last look (its trap
+		// paused the domain, its rip is past the byte, which the engine
+		// has put back): take it back to the instruction before letting go
+		t.mu.Lock()
+		t.run = true
+		t.mu.Unlock()
+		if t.stopAll() == nil {
+			for _, ev := range t.queue {
+				v := ev.Tid - 1
+				if ev.Kind == engine.EvTrap && t.ctxOK[v] && (t.bps[t.ctx[v].RIP()-1] || t.gone[t.ctx[v].RIP()-1]) {
+					t.ctx[v].SetRIP(t.ctx[v].RIP() - 1)
+					t.hv.SetContext(t.dom, v, &t.ctx[v])
+				}
+			}
+			t.queue = nil
+		}
+	}
+	if !t.dead && !keepPaused {
 		for ; t.pauses > 0; t.pauses-- {
 			t.hv.Unpause(t.dom)
 		}
@@ -465,10 +484,7 @@ func (t *Target) Detach(tid, sig int) error {
 		return nil
 	}
 	t.detach = true
-	if sig == 19 {
-		t.pauses = 0 // stay paused
-	}
-	t.release()
+	t.release(sig == 19) // SIGSTOP: stay paused, in debugging mode
 	return nil
 }
 

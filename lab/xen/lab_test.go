@@ -108,7 +108,7 @@ func TestXenLab(t *testing.T) {
 
 	// a long command line (typed in paced chunks) and a long output
 	step(t, "dom0: long command, long output", func() {
-		long := strings.Repeat("x", 3000)
+		long := strings.Repeat("x", 600) // past Xen's 128-byte serial input buffer
 		out, rc, err := vm.Run("echo "+long+" | wc -c; seq 1 3000 | md5sum", 60*time.Second)
 		if err != nil || rc != 0 {
 			t.Fatalf("rc %d err %v out %q", rc, err, out)
@@ -118,7 +118,7 @@ func TestXenLab(t *testing.T) {
 			t.Fatal(err)
 		}
 		lines := strings.Split(strings.TrimSpace(out2), "\n")
-		if !strings.HasPrefix(out, "3001\n") || len(lines) != 3000 || lines[2999] != "3000" {
+		if !strings.HasPrefix(out, "601\n") || len(lines) != 3000 || lines[2999] != "3000" {
 			t.Errorf("got %q and %d lines", out, len(lines))
 		}
 	})
