@@ -1,0 +1,151 @@
+// Command xenbench measures probes in a Xen PV guest's kernel from dom0, in
+// the shape of Table 1 of the Xenprobes paper: the latency of the null
+// (getppid), read, write and open system calls in a domU, native, probed
+// by the native backend (xen:DOMID) with an empty program and with a
+// logging program, and probed through gdbsx (gdb: against gdbsx in dom0)
+// with the logging program. scripts/bench-xen runs it; BENCHMARKS.md
+// reports it.
+//
+//	xenbench [-n CALLS] [-native CALLS] [-gdbsx CALLS] [-calls null,read,write,open]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	xenlab "github.com/gprobes/gprobes/lab/xen"
+)
+
+var calls = []struct{ kind, fn string }{
+	{"null", "__x64_sys_getppid"},
+	{"read", "ksys_read"},
+	{"write", "ksys_write"},
+	{"open", "do_sys_openat2"},
+}
+
+var latRe = regexp.MustCompile(`GPWORK lat \w+ ([0-9.]+)`)
+
+func main() {
+	n := flag.Int("n", 1000, "probed system calls per measurement with the native backend")
+	nativeN := flag.Int("native", 20000, "system calls per native measurement")
+	gdbsxN := flag.Int("gdbsx", 100, "probed system calls per measurement through gdbsx (each costs tens of ms)")
+	only := flag.String("calls", "", "comma-separated calls to measure (null,read,write,open; default all)")
+	flag.Parse()
+	if *only != "" {
+		keep := calls[:0]
+		for _, c := range calls {
+			if strings.Contains(","+*only+",", ","+c.kind+",") {
+				keep = append(keep, c)
+			}
+		}
+		calls = keep
+	}
+	if err := run(*n, *nativeN, *gdbsxN); err != nil {
+		fmt.Fprintln(os.Stderr, "xenbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n, nativeN, gdbsxN int) error {
+	dir, err := os.MkdirTemp("", "xenbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "gprobes")
+	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build gprobes: %v\n%s", err, out)
+	}
+	art, err := qemulab.Artifacts()
+	if err != nil {
+		return err
+	}
+	extra := map[string]string{"/bin/gprobes": bin, "/guest/System.map": filepath.Join(art, "System.map"), "/guest/vmlinux": filepath.Join(art, "vmlinux")}
+	for _, c := range calls {
+		for kind, body := range map[string]string{"empty": "exit 0\n", "logging": "inc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n", "gdbsx": "inc lv,0\npush r,rdi\nlog 1\nexit 1\n"} {
+			p := filepath.Join(dir, c.kind+"-"+kind+".dpdf")
+			os.WriteFile(p, []byte(fmt.Sprintf("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = %s\n%s", c.fn, body)), 0o644)
+			extra["/etc/gprobes/"+c.kind+"-"+kind+".dpdf"] = p
+		}
+	}
+	vm, err := xenlab.Boot(context.Background(), xenlab.Options{DomUs: 1, Extra: extra})
+	if err != nil {
+		return err
+	}
+	defer vm.Kill()
+	dom := vm.DomID("domu1")
+	dom0 := func(cmd string) error {
+		out, rc, err := vm.Run(cmd, 5*time.Minute)
+		if err != nil || rc != 0 {
+			return fmt.Errorf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
+		}
+		return nil
+	}
+	lat := func(kind string, count int) (float64, error) {
+		out, rc, err := vm.RunDomU("domu1", fmt.Sprintf("gpwork lat %s %d /etc/gp-a", kind, count), 30*time.Minute)
+		if err != nil || rc != 0 {
+			return 0, fmt.Errorf("gpwork lat %s: rc %d %v\n%s", kind, rc, err, out)
+		}
+		m := latRe.FindStringSubmatch(out)
+		if m == nil {
+			return 0, fmt.Errorf("no latency in %q", out)
+		}
+		return strconv.ParseFloat(m[1], 64)
+	}
+	if err := dom0("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1"); err != nil {
+		return err
+	}
+	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
+	fmt.Printf("Xen 4.17 (CONFIG_GDBSX) under QEMU TCG, PV domU with 1 vCPU, Linux 6.1; %d probed calls (native backend), %d through gdbsx, %d native\n", n, gdbsxN, nativeN)
+	fmt.Printf("%-6s %12s %18s %18s %18s %10s\n", "call", "native us", "empty us", "logging us", "gdbsx us", "gdbsx/log")
+	for _, c := range calls {
+		native, err := lat(c.kind, nativeN)
+		if err != nil {
+			return err
+		}
+		probed := func(kind string) (float64, error) {
+			if err := dom0(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/%s-%s.dpdf", dom, syms, c.kind, kind)); err != nil {
+				return 0, err
+			}
+			v, err := lat(c.kind, n)
+			if rerr := dom0("gprobes remove --socket /tmp/g.sock --all"); rerr != nil && err == nil {
+				err = rerr
+			}
+			return v, err
+		}
+		empty, err := probed("empty")
+		if err != nil {
+			return err
+		}
+		logging, err := probed("logging")
+		if err != nil {
+			return err
+		}
+		// gdbsx serves one connection: a fresh gdbsx for each measurement
+		if err := dom0(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes run --target gdb:127.0.0.1:9999 %s /etc/gprobes/%s-gdbsx.dpdf >/tmp/run.out 2>&1 & echo $! >/tmp/run.pid; sleep 5", dom, syms, c.kind)); err != nil {
+			return err
+		}
+		gdbsx, err := lat(c.kind, gdbsxN)
+		if err != nil {
+			return err
+		}
+		if err := dom0("kill -INT $(cat /tmp/run.pid); sleep 3; pidof gdbsx && kill $(pidof gdbsx); true"); err != nil {
+			return err
+		}
+		us := func(ns float64) string { return fmt.Sprintf("%.2f", ns/1000) }
+		ratio := func(ns float64) string { return fmt.Sprintf("%s (%.0fx)", us(ns), ns/native) }
+		fmt.Printf("%-6s %12s %18s %18s %18s %9.1fx\n", c.kind, fmt.Sprintf("%.3f", native/1000), ratio(empty), ratio(logging), ratio(gdbsx), (gdbsx-native)/(logging-native))
+	}
+	return nil
+}
