@@ -86,6 +86,7 @@ func run(n, nativeN, gdbsxN int) error {
 	defer vm.Kill()
 	dom := vm.DomID("domu1")
 	dom0 := func(cmd string) error {
+		fmt.Fprintf(os.Stderr, "xenbench: %s dom0: %.100s\n", time.Now().Format("15:04:05"), cmd)
 		out, rc, err := vm.Run(cmd, 5*time.Minute)
 		if err != nil || rc != 0 {
 			return fmt.Errorf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
@@ -93,6 +94,7 @@ func run(n, nativeN, gdbsxN int) error {
 		return nil
 	}
 	lat := func(kind string, count int) (float64, error) {
+		fmt.Fprintf(os.Stderr, "xenbench: %s gpwork lat %s %d\n", time.Now().Format("15:04:05"), kind, count)
 		out, rc, err := vm.RunDomU("domu1", fmt.Sprintf("gpwork lat %s %d /etc/gp-a", kind, count), 30*time.Minute)
 		if err != nil || rc != 0 {
 			return 0, fmt.Errorf("gpwork lat %s: rc %d %v\n%s", kind, rc, err, out)
