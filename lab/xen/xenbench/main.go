@@ -142,8 +142,18 @@ func run(n, nativeN, gdbsxN int) error {
 		if err != nil {
 			return err
 		}
-		if err := dom0("kill -INT $(cat /tmp/run.pid); sleep 3; pidof gdbsx && kill $(pidof gdbsx); true"); err != nil {
+		// gdbsx cannot interrupt a running domain (its c waits for a
+		// pause and ignores ^C): gprobes regains control at the next hit,
+		// so after SIGINT the guest makes one more call; gdbsx exits when
+		// gprobes detaches
+		if err := dom0("kill -INT $(cat /tmp/run.pid)"); err != nil {
 			return err
+		}
+		if _, err := lat(c.kind, 1); err != nil {
+			return err
+		}
+		if err := dom0("for i in $(seq 50); do kill -0 $(cat /tmp/run.pid) 2>/dev/null || break; sleep 0.2; done; ! kill -0 $(cat /tmp/run.pid) 2>/dev/null"); err != nil {
+			return fmt.Errorf("gprobes run through gdbsx did not end on SIGINT: %w", err)
 		}
 		us := func(ns float64) string { return fmt.Sprintf("%.2f", ns/1000) }
 		ratio := func(ns float64) string { return fmt.Sprintf("%s (%.0fx)", us(ns), ns/native) }
