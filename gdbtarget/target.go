@@ -170,6 +170,11 @@ func (t *Target) Wait() (engine.Event, error) {
 		t.byNum[tid] = st.Thread
 		t.threads = append(t.threads, st.Thread)
 	}
+	if kicked && st.Signal == 5 && t.noZ && t.pastMemBP(st.Thread) {
+		// gdbsx ignores ^C: this stop is a hit of an int3 of ours, and
+		// the vCPU is past it; the engine must take it as a trap
+		kicked = false
+	}
 	switch {
 	case st.Signal == 5 && !kicked:
 		return engine.Event{Kind: engine.EvTrap, Tid: tid}, nil
@@ -177,6 +182,17 @@ func (t *Target) Wait() (engine.Event, error) {
 		return engine.Event{Kind: engine.EvKick, Tid: tid}, nil
 	}
 	return engine.Event{Kind: engine.EvKick, Tid: tid}, nil
+}
+
+// pastMemBP reports whether a stopped vCPU's rip is just past an int3 that
+// gprobes wrote (or took out since).
+func (t *Target) pastMemBP(th gdbremote.Thread) bool {
+	block, err := t.conn.ReadRegs(th)
+	if err != nil {
+		return false
+	}
+	rip, err := t.conn.RegValue(block, "rip")
+	return err == nil && (t.memBP[rip-1] || t.memGone[rip-1])
 }
 
 func (t *Target) firstTid() int {

@@ -143,17 +143,15 @@ func run(n, nativeN, gdbsxN int) error {
 			return err
 		}
 		// gdbsx cannot interrupt a running domain (its c waits for a
-		// pause and ignores ^C): gprobes regains control at the next hit,
-		// so after SIGINT the guest makes one more call; gdbsx exits when
-		// gprobes detaches
-		if err := dom0("kill -INT $(cat /tmp/run.pid)"); err != nil {
+		// pause and ignores ^C), and ending gprobes run through it at an
+		// idle moment is not reliable yet (docs/xen.md): the domU is
+		// replaced after each gdbsx measurement
+		dom0("kill -INT $(cat /tmp/run.pid); sleep 2; kill -9 $(cat /tmp/run.pid) $(pidof gdbsx) 2>/dev/null; true")
+		if err := vm.DestroyDomU("domu1"); err != nil {
 			return err
 		}
-		if _, err := lat(c.kind, 1); err != nil {
+		if dom, err = vm.CreateDomU("domu1", 128); err != nil {
 			return err
-		}
-		if err := dom0("for i in $(seq 50); do kill -0 $(cat /tmp/run.pid) 2>/dev/null || break; sleep 0.2; done; ! kill -0 $(cat /tmp/run.pid) 2>/dev/null"); err != nil {
-			return fmt.Errorf("gprobes run through gdbsx did not end on SIGINT: %w", err)
 		}
 		us := func(ns float64) string { return fmt.Sprintf("%.2f", ns/1000) }
 		ratio := func(ns float64) string { return fmt.Sprintf("%s (%.0fx)", us(ns), ns/native) }
