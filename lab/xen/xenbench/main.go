@@ -87,9 +87,10 @@ func run(n, nativeN, gdbsxN int) error {
 	dom := vm.DomID("domu1")
 	dom0 := func(cmd string) error {
 		fmt.Fprintf(os.Stderr, "xenbench: %s dom0: %.100s\n", time.Now().Format("15:04:05"), cmd)
-		out, rc, err := vm.Run(cmd, 5*time.Minute)
+		out, rc, err := vm.Run(cmd, 2*time.Minute)
 		if err != nil || rc != 0 {
-			return fmt.Errorf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
+			dlog, _, _ := vm.Run("tail -40 /tmp/daemon.log", time.Minute)
+			return fmt.Errorf("dom0: %s: rc %d %v\n%s\n--- the daemon's log ends:\n%s", cmd, rc, err, out, dlog)
 		}
 		return nil
 	}
