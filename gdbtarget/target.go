@@ -457,13 +457,7 @@ func (t *Target) TrapPC(rip uint64) uint64 {
 func (t *Target) Kernel() bool { return true }
 
 func (t *Target) Check(m *rpn.Module) string {
-	if msg := t.kern.Check(m, "gdb:"); msg != "" {
-		return msg
-	}
-	if where, ok := engine.UsesIO(m); ok {
-		return fmt.Sprintf("port IO (%s): a GDB stub gives no access to the guest's IO space", where)
-	}
-	return ""
+	return t.kern.Check(m, "gdb:", "a GDB stub gives no access to the guest's IO space")
 }
 
 // Resolve: the kernel image is always loaded (linuxkernel.Kernel.Resolve).

@@ -114,8 +114,9 @@ func (k *Kernel) Slide() (uint64, bool) { return k.slide, k.slideOK }
 func (k *Kernel) Symbols() *symbols.Set { return k.syms }
 
 // Check says why a module cannot be probed in this kernel, or "": what
-// every guest target refuses alike (target names the kind for messages).
-func (k *Kernel) Check(m *rpn.Module, target string) string {
+// every guest target refuses alike (target names the kind for messages;
+// noIO says why the guest's port IO is out of reach).
+func (k *Kernel) Check(m *rpn.Module, target, noIO string) string {
 	if m.ModType != rpn.ModKernel {
 		return fmt.Sprintf("modtype = user: a %s target is a guest kernel; probe processes with pid: or exec:", target)
 	}
@@ -126,6 +127,9 @@ func (k *Kernel) Check(m *rpn.Module, target string) string {
 		if msg := k.kinfo.missing(); msg != "" {
 			return fmt.Sprintf("%s needs the current task: %s", where, msg)
 		}
+	}
+	if where, ok := engine.UsesIO(m); ok {
+		return fmt.Sprintf("port IO (%s): %s", where, noIO)
 	}
 	return ""
 }

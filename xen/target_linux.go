@@ -553,13 +553,7 @@ func (t *Target) TrapPC(rip uint64) uint64 { return rip - 1 }
 func (t *Target) Kernel() bool { return true }
 
 func (t *Target) Check(m *rpn.Module) string {
-	if msg := t.kern.Check(m, "xen:"); msg != "" {
-		return msg
-	}
-	if where, ok := engine.UsesIO(m); ok {
-		return fmt.Sprintf("port IO (%s): the guest's IO space is not reachable from dom0", where)
-	}
-	return ""
+	return t.kern.Check(m, "xen:", "the guest's IO space is not reachable from dom0")
 }
 
 func (t *Target) Resolve(space int, name string, modtype rpn.ModType) (*engine.Loaded, bool, error) {

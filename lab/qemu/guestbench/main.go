@@ -17,8 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -33,14 +31,7 @@ import (
 )
 
 // the probed function of each system call: the entry of its handler
-var calls = []struct{ kind, fn string }{
-	{"null", "__x64_sys_getppid"},
-	{"read", "ksys_read"},
-	{"write", "ksys_write"},
-	{"open", "do_sys_openat2"},
-}
-
-var latRe = regexp.MustCompile(`GPWORK lat \w+ ([0-9.]+)`)
+var calls = qemulab.LatencyCalls
 
 func main() {
 	n := flag.Int("n", 2000, "system calls per measurement (probed ones cost milliseconds each)")
@@ -48,9 +39,9 @@ func main() {
 	only := flag.String("calls", "", "comma-separated calls to measure (null,read,write,open; default all)")
 	flag.Parse()
 	if *only != "" {
-		var keep = calls[:0]
+		var keep []qemulab.LatencyCall // not calls[:0]: that would write over qemulab.LatencyCalls
 		for _, c := range calls {
-			if strings.Contains(","+*only+",", ","+c.kind+",") {
+			if strings.Contains(","+*only+",", ","+c.Kind+",") {
 				keep = append(keep, c)
 			}
 		}
@@ -89,42 +80,38 @@ func run(n, nativeN int) (err error) {
 		if err != nil || rc != 0 {
 			return 0, fmt.Errorf("gpwork lat %s: rc %d %v\n%s", kind, rc, err, out)
 		}
-		m := latRe.FindStringSubmatch(out)
-		if m == nil {
-			return 0, fmt.Errorf("no latency in %q", out)
-		}
-		return strconv.ParseFloat(m[1], 64)
+		return qemulab.ParseLatency(out)
 	}
 	fmt.Printf("guest: Linux %s under QEMU TCG, 1 vCPU; %d probed calls, %d native\n", vm.KernelRelease(), n, nativeN)
 	fmt.Printf("%-6s %12s %14s %14s %14s %14s\n", "call", "native us", "raw stub us", "empty us", "logging us", "gdb us")
 	for _, c := range calls {
-		native, err := lat(c.kind, nativeN)
+		native, err := lat(c.Kind, nativeN)
 		if err != nil {
 			return err
 		}
-		addr, err := qemulab.Symbol(c.fn)
+		addr, err := qemulab.Symbol(c.Fn)
 		if err != nil {
 			return err
 		}
-		raw, err := rawLoop(vm, addr, func() (float64, error) { return lat(c.kind, n) })
+		raw, err := rawLoop(vm, addr, func() (float64, error) { return lat(c.Kind, n) })
 		if err != nil {
-			return fmt.Errorf("raw %s: %w", c.kind, err)
+			return fmt.Errorf("raw %s: %w", c.Kind, err)
 		}
-		empty, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\noffset = %s\nexit 0\n", c.fn), 0, func() (float64, error) { return lat(c.kind, n) })
+		empty, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\noffset = %s\nexit 0\n", c.Fn), 0, func() (float64, error) { return lat(c.Kind, n) })
 		if err != nil {
-			return fmt.Errorf("empty %s: %w", c.kind, err)
+			return fmt.Errorf("empty %s: %w", c.Kind, err)
 		}
-		logging, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = %s\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n", c.fn), n, func() (float64, error) { return lat(c.kind, n) })
+		logging, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = %s\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n", c.Fn), n, func() (float64, error) { return lat(c.Kind, n) })
 		if err != nil {
-			return fmt.Errorf("logging %s: %w", c.kind, err)
+			return fmt.Errorf("logging %s: %w", c.Kind, err)
 		}
-		gdbv, err := gdbLoop(vm, addr, func() (float64, error) { return lat(c.kind, n/4) })
+		gdbv, err := gdbLoop(vm, addr, func() (float64, error) { return lat(c.Kind, n/4) })
 		if err != nil {
-			return fmt.Errorf("gdb %s: %w", c.kind, err)
+			return fmt.Errorf("gdb %s: %w", c.Kind, err)
 		}
 		us := func(ns float64) string { return fmt.Sprintf("%.2f", ns/1000) }
 		ratio := func(ns float64) string { return fmt.Sprintf("%s (%.0fx)", us(ns), ns/native) }
-		fmt.Printf("%-6s %12s %14s %14s %14s %14s\n", c.kind, fmt.Sprintf("%.3f", native/1000), ratio(raw), ratio(empty), ratio(logging), ratio(gdbv))
+		fmt.Printf("%-6s %12s %14s %14s %14s %14s\n", c.Kind, fmt.Sprintf("%.3f", native/1000), ratio(raw), ratio(empty), ratio(logging), ratio(gdbv))
 	}
 	return nil
 }

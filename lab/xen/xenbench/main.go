@@ -16,8 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,14 +23,7 @@ import (
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
 
-var calls = []struct{ kind, fn string }{
-	{"null", "__x64_sys_getppid"},
-	{"read", "ksys_read"},
-	{"write", "ksys_write"},
-	{"open", "do_sys_openat2"},
-}
-
-var latRe = regexp.MustCompile(`GPWORK lat \w+ ([0-9.]+)`)
+var calls = qemulab.LatencyCalls
 
 func main() {
 	n := flag.Int("n", 1000, "probed system calls per measurement with the native backend")
@@ -41,9 +32,9 @@ func main() {
 	only := flag.String("calls", "", "comma-separated calls to measure (null,read,write,open; default all)")
 	flag.Parse()
 	if *only != "" {
-		keep := calls[:0]
+		var keep []qemulab.LatencyCall // not calls[:0]: that would write over qemulab.LatencyCalls
 		for _, c := range calls {
-			if strings.Contains(","+*only+",", ","+c.kind+",") {
+			if strings.Contains(","+*only+",", ","+c.Kind+",") {
 				keep = append(keep, c)
 			}
 		}
@@ -74,9 +65,9 @@ func run(n, nativeN, gdbsxN int) error {
 	extra := map[string]string{"/bin/gprobes": bin, "/guest/System.map": filepath.Join(art, "System.map"), "/guest/vmlinux": filepath.Join(art, "vmlinux")}
 	for _, c := range calls {
 		for kind, body := range map[string]string{"empty": "exit 0\n", "logging": "inc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n", "gdbsx": "inc lv,0\npush r,rdi\nlog 1\nexit 1\n"} {
-			p := filepath.Join(dir, c.kind+"-"+kind+".dpdf")
-			os.WriteFile(p, []byte(fmt.Sprintf("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = %s\n%s", c.fn, body)), 0o644)
-			extra["/etc/gprobes/"+c.kind+"-"+kind+".dpdf"] = p
+			p := filepath.Join(dir, c.Kind+"-"+kind+".dpdf")
+			os.WriteFile(p, []byte(fmt.Sprintf("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = %s\n%s", c.Fn, body)), 0o644)
+			extra["/etc/gprobes/"+c.Kind+"-"+kind+".dpdf"] = p
 		}
 	}
 	vm, err := xenlab.Boot(context.Background(), xenlab.Options{DomUs: 1, Extra: extra})
@@ -100,11 +91,7 @@ func run(n, nativeN, gdbsxN int) error {
 		if err != nil || rc != 0 {
 			return 0, fmt.Errorf("gpwork lat %s: rc %d %v\n%s", kind, rc, err, out)
 		}
-		m := latRe.FindStringSubmatch(out)
-		if m == nil {
-			return 0, fmt.Errorf("no latency in %q", out)
-		}
-		return strconv.ParseFloat(m[1], 64)
+		return qemulab.ParseLatency(out)
 	}
 	if err := dom0("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1"); err != nil {
 		return err
@@ -113,15 +100,15 @@ func run(n, nativeN, gdbsxN int) error {
 	fmt.Printf("Xen 4.17 (CONFIG_GDBSX) under QEMU TCG, PV domU with 1 vCPU, Linux 6.1; %d probed calls (native backend), %d through gdbsx, %d native\n", n, gdbsxN, nativeN)
 	fmt.Printf("%-6s %12s %18s %18s %18s %10s\n", "call", "native us", "empty us", "logging us", "gdbsx us", "gdbsx/log")
 	for _, c := range calls {
-		native, err := lat(c.kind, nativeN)
+		native, err := lat(c.Kind, nativeN)
 		if err != nil {
 			return err
 		}
 		probed := func(kind string) (float64, error) {
-			if err := dom0(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/%s-%s.dpdf", dom, syms, c.kind, kind)); err != nil {
+			if err := dom0(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/%s-%s.dpdf", dom, syms, c.Kind, kind)); err != nil {
 				return 0, err
 			}
-			v, err := lat(c.kind, n)
+			v, err := lat(c.Kind, n)
 			if rerr := dom0("gprobes remove --socket /tmp/g.sock --all"); rerr != nil && err == nil {
 				err = rerr
 			}
@@ -136,10 +123,10 @@ func run(n, nativeN, gdbsxN int) error {
 			return err
 		}
 		// gdbsx serves one connection: a fresh gdbsx for each measurement
-		if err := dom0(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes run --target gdb:127.0.0.1:9999 %s /etc/gprobes/%s-gdbsx.dpdf >/tmp/run.out 2>&1 & echo $! >/tmp/run.pid; sleep 5", dom, syms, c.kind)); err != nil {
+		if err := dom0(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes run --target gdb:127.0.0.1:9999 %s /etc/gprobes/%s-gdbsx.dpdf >/tmp/run.out 2>&1 & echo $! >/tmp/run.pid; sleep 5", dom, syms, c.Kind)); err != nil {
 			return err
 		}
-		gdbsx, err := lat(c.kind, gdbsxN)
+		gdbsx, err := lat(c.Kind, gdbsxN)
 		if err != nil {
 			return err
 		}
@@ -156,7 +143,7 @@ func run(n, nativeN, gdbsxN int) error {
 		}
 		us := func(ns float64) string { return fmt.Sprintf("%.2f", ns/1000) }
 		ratio := func(ns float64) string { return fmt.Sprintf("%s (%.0fx)", us(ns), ns/native) }
-		fmt.Printf("%-6s %12s %18s %18s %18s %9.1fx\n", c.kind, fmt.Sprintf("%.3f", native/1000), ratio(empty), ratio(logging), ratio(gdbsx), (gdbsx-native)/(logging-native))
+		fmt.Printf("%-6s %12s %18s %18s %18s %9.1fx\n", c.Kind, fmt.Sprintf("%.3f", native/1000), ratio(empty), ratio(logging), ratio(gdbsx), (gdbsx-native)/(logging-native))
 	}
 	return nil
 }
