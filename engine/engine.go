@@ -82,8 +82,8 @@ type Target interface {
 	RemoveBreakpoint(space int, addr uint64, orig []byte) error
 	// TrapPC is the address of the breakpoint a thread stopped on, from
 	// its rip: rip-1 after an int3, rip for a stub that stops before the
-	// instruction.
-	TrapPC(rip uint64) uint64
+	// instruction or a debug-register breakpoint (a fault).
+	TrapPC(tid int, rip uint64) uint64
 	// Kernel reports whether the target runs kernel code (modtype =
 	// kernel modules, privileged instructions, control registers).
 	Kernel() bool
@@ -647,7 +647,7 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 				r[rpn.RegRIP] = th.step.bp.addr
 				th.step = nil
 				changed = true
-			} else if pc := e.tgt.TrapPC(r[rpn.RegRIP]); trapped[tid] && sp.wasBreakpoint(pc) && pc != r[rpn.RegRIP] {
+			} else if pc := e.tgt.TrapPC(tid, r[rpn.RegRIP]); trapped[tid] && sp.wasBreakpoint(pc) && pc != r[rpn.RegRIP] {
 				// stopped right after an int3 that is gone now
 				r[rpn.RegRIP] = pc
 				changed = true

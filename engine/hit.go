@@ -116,7 +116,7 @@ func (e *Engine) trap(th *thread) {
 		return // gone
 	}
 	sp := e.spaces[th.space]
-	addr := e.tgt.TrapPC(th.regs[rpn.RegRIP])
+	addr := e.tgt.TrapPC(th.tid, th.regs[rpn.RegRIP])
 	var bp *breakpoint
 	if sp != nil {
 		bp = sp.bps[addr]

@@ -447,7 +447,7 @@ func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 
 // TrapPC: a stub stops a vCPU before the instruction; past an int3 that
 // gprobes wrote into memory itself.
-func (t *Target) TrapPC(rip uint64) uint64 {
+func (t *Target) TrapPC(tid int, rip uint64) uint64 {
 	if t.noZ && (t.memBP[rip-1] || t.memGone[rip-1]) {
 		return rip - 1
 	}

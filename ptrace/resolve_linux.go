@@ -24,7 +24,7 @@ func (tg *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 }
 
 // TrapPC: an int3 stops the thread after itself.
-func (tg *Target) TrapPC(rip uint64) uint64 { return rip - 1 }
+func (tg *Target) TrapPC(tid int, rip uint64) uint64 { return rip - 1 }
 
 func (tg *Target) Kernel() bool { return false }
 

@@ -50,6 +50,10 @@ func (c *Context) RFLAGS() uint64     { return c.u64(offRFLAGS) }
 func (c *Context) SetRFLAGS(v uint64) { c.put64(offRFLAGS, v) }
 func (c *Context) CR(n int) uint64    { return c.u64(offCtrlReg + 8*n) }
 
+// DebugReg and SetDebugReg: %dr0-%dr7 (4 and 5 unused).
+func (c *Context) DebugReg(n int) uint64       { return c.u64(offDebugReg + 8*n) }
+func (c *Context) SetDebugReg(n int, v uint64) { c.put64(offDebugReg+8*n, v) }
+
 // Regs fills the engine's registers. A PV kernel runs with the kernel's
 // GS base loaded: that is gs_base_kernel at a probe in kernel code.
 func (c *Context) Regs(r *engine.Regs) {

@@ -2,6 +2,8 @@ package xen_test
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -39,8 +41,14 @@ func TestXenNative(t *testing.T) {
 		t.Fatal(err)
 	}
 	writes := filepath.Join(dir, "writes.dpdf")
-	os.WriteFile(writes, []byte("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = ksys_write\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n"), 0o644)
+	// two probe addresses: both get a debug register (breakpoints auto)
+	os.WriteFile(writes, []byte("name = vmlinux\nmodtype = kernel\nvars = 2\n"+
+		"offset = ksys_write\nminor = 1\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n"+
+		"offset = do_sys_openat2\nminor = 2\ninc lv,1\npush pid\nlog 1\npush d,255\npush r,rsi\nlog str\nexit 1\n"), 0o644)
 	extra["/etc/gprobes/writes.dpdf"] = writes
+	fd4 := filepath.Join(dir, "fd4.dpdf")
+	os.WriteFile(fd4, []byte("name = vmlinux\nmodtype = kernel\noffset = ksys_write\npush r,rdi\nlog 1\nexit 1\n"), 0o644)
+	extra["/etc/gprobes/fd4.dpdf"] = fd4
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	vm, err := xenlab.Boot(ctx, xenlab.Options{Extra: extra, DomUs: 2})
@@ -60,7 +68,7 @@ func TestXenNative(t *testing.T) {
 	pidRe := regexp.MustCompile(`GPWORK pid (\d+)`)
 	work := func(name string, n int) int {
 		t.Helper()
-		out, rc, err := vm.RunDomU(name, fmt.Sprintf("gpwork counts %d", n), 3*time.Minute)
+		out, rc, err := vm.RunDomU(name, fmt.Sprintf("gpwork counts %d /etc/gp-a /etc/gp-b", n), 3*time.Minute)
 		if err != nil || rc != 0 || !strings.Contains(out, fmt.Sprintf("write %d ", n)) {
 			t.Fatalf("%s: gpwork: rc %d %v\n%s", name, rc, err, out)
 		}
@@ -88,45 +96,51 @@ func TestXenNative(t *testing.T) {
 	run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/writes.dpdf", d1, syms))
 	t.Logf("insert into xen:%d in %v", d1, time.Since(t0))
 	run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/writes.dpdf", d2, syms))
-	count := func(dom, pid, fd int) int {
+	// count counts the records of writes to fd and of opens of path by
+	// pid (the string read from the task's memory)
+	count := func(dom, pid, fd int, path string) (writes, opens int) {
 		t.Helper()
 		out := run("gprobes log --socket /tmp/g.sock --json")
-		n := 0
+		pidHex := hex.EncodeToString(binary.LittleEndian.AppendUint64(nil, uint64(pid)))
 		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 			var rec struct {
 				Target string
 				Pid    int
+				Minor  int
 				Data   string
 			}
-			if json.Unmarshal([]byte(l), &rec) != nil {
+			if json.Unmarshal([]byte(l), &rec) != nil || rec.Target != fmt.Sprintf("xen:%d", dom) || rec.Pid != pid {
 				continue
 			}
-			if rec.Target == fmt.Sprintf("xen:%d", dom) && rec.Pid == pid && len(rec.Data) == 32 && rec.Data[16:] == fmt.Sprintf("%02x00000000000000", fd) {
-				n++
+			if rec.Minor == 1 && rec.Data == pidHex+fmt.Sprintf("%02x00000000000000", fd) {
+				writes++
+			}
+			if rec.Minor == 2 && rec.Data == pidHex+hex.EncodeToString([]byte(path)) {
+				opens++
 			}
 		}
-		return n
+		return writes, opens
 	}
 	t0 = time.Now()
 	p1 := work("domu1", 4)
 	t.Logf("4 probed rounds in domu1 in %v", time.Since(t0))
 	p2 := work("domu2", 3)
-	if n := count(d1, p1, 4); n != 4 {
-		t.Errorf("domu1: %d writes of pid %d logged, want 4", n, p1)
+	if w, o := count(d1, p1, 4, "/etc/gp-a"); w != 4 || o != 4 {
+		t.Errorf("domu1: %d writes and %d opens of /etc/gp-a by pid %d logged, want 4 and 4", w, o, p1)
 	}
-	if n := count(d2, p2, 4); n != 3 {
-		t.Errorf("domu2: %d writes of pid %d logged, want 3", n, p2)
+	if w, o := count(d2, p2, 4, "/etc/gp-b"); w != 3 || o != 3 {
+		t.Errorf("domu2: %d writes and %d opens of /etc/gp-b by pid %d logged, want 3 and 3", w, o, p2)
 	}
 	out := run("gprobes query --socket /tmp/g.sock --all")
 	t.Logf("query:\n%s", out)
 	// out of domu1 only; domu2 still probed
 	run(fmt.Sprintf("gprobes remove --socket /tmp/g.sock --target xen:%d vmlinux", d1))
 	p1, p2 = work("domu1", 2), work("domu2", 2)
-	if n := count(d1, p1, 4); n != 0 {
-		t.Errorf("domu1: %d writes logged after removal", n)
+	if w, o := count(d1, p1, 4, "/etc/gp-a"); w != 0 || o != 0 {
+		t.Errorf("domu1: %d writes and %d opens logged after removal", w, o)
 	}
-	if n := count(d2, p2, 4); n != 2 {
-		t.Errorf("domu2: %d writes of pid %d logged, want 2", n, p2)
+	if w, o := count(d2, p2, 4, "/etc/gp-a"); w != 2 || o != 2 {
+		t.Errorf("domu2: %d writes and %d opens of /etc/gp-a by pid %d logged, want 2 and 2", w, o, p2)
 	}
 	// latency of write(2) in domu1: native, then probed with an empty
 	// program (figures for BENCHMARKS.md, not checked)
@@ -160,9 +174,38 @@ func TestXenNative(t *testing.T) {
 	if out := run("xl list"); !strings.Contains(out, "domu1") {
 		t.Errorf("domu1 is gone:\n%s", out)
 	}
+	// every stop of the daemon's targets came by VIRQ_DEBUGGER: debug
+	// registers, no polling
+	sums := summaryRe.FindAllStringSubmatch(run("cat /tmp/daemon.log"), -1)
+	events := 0
+	for _, m := range sums {
+		var stops, byEvent, byCheck int
+		fmt.Sscan(m[1], &stops)
+		fmt.Sscan(m[2], &byEvent)
+		fmt.Sscan(m[3], &byCheck)
+		if byCheck != 0 || byEvent > stops {
+			t.Errorf("debug-register breakpoints: %s", m[0])
+		}
+		events += byEvent
+	}
+	if events < 4+3+2*2+2*2+2000 {
+		t.Errorf("%d stops reported by VIRQ_DEBUGGER, want at least the %d probed calls:\n%q", events, 4+3+2*2+2*2+2000, sums)
+	}
 
+	// int3 breakpoints, found by the state check: gprobes run, no daemon
+	run(fmt.Sprintf("GPROBES_XEN_BREAKPOINTS=int3 gprobes run --target xen:%d %s /etc/gprobes/fd4.dpdf >/tmp/run.out 2>&1 & sleep 3", d1, syms))
+	work("domu1", 3)
+	out = run("kill -INT $(pidof gprobes); sleep 2; cat /tmp/run.out")
+	if n := strings.Count(out, "data 0400000000000000\n"); n != 3 {
+		t.Errorf("int3: %d records of writes to fd 4, want 3:\n%.3000s", n, out)
+	}
+	if m := summaryRe.FindStringSubmatch(out); m == nil || m[3] == "0" {
+		t.Errorf("int3: no stop found by the state check:\n%.3000s", out)
+	}
 	work("domu1", 1)
 }
+
+var summaryRe = regexp.MustCompile(`gprobes: xen:\d+: (\d+) stops in [0-9.]+ s: (\d+) reported by VIRQ_DEBUGGER or xenstore, (\d+) found by a timed state check`)
 
 // TestXenGdbsx is the gdbsx path: gprobes run with a gdb: target against
 // gdbsx in dom0 (no Z0/Z1, no X: int3 written with M), exact records of the

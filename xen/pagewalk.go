@@ -87,6 +87,12 @@ func (e *NotMappedError) Error() string {
 // Trace, when set, sees every entry a walk reads (debugging).
 var Trace func(format string, args ...any)
 
+func trace(format string, args ...any) {
+	if Trace != nil {
+		Trace(format, args...)
+	}
+}
+
 // ErrBadPaging is a paging mode the walker does not know.
 var ErrBadPaging = errors.New("xen: unknown paging mode")
 

@@ -35,6 +35,7 @@ const (
 	domctlGetAddressSize   = 36
 	domctlGdbsxPauseVCPU   = 1001
 	domctlGdbsxUnpauseVCPU = 1002
+	domctlGdbsxDomStatus   = 1003
 
 	domctlSize = 144  // struct xen_domctl
 	ctxSize    = 5168 // struct vcpu_guest_context, x86_64
@@ -116,7 +117,7 @@ var domctlNames = map[uint32]string{
 	domctlGetDomainInfo: "getdomaininfo", domctlSetVCPUContext: "setvcpucontext",
 	domctlGetVCPUContext: "getvcpucontext", domctlSetDebugging: "setdebugging",
 	domctlGetAddressSize: "get_address_size", domctlGdbsxPauseVCPU: "gdbsx_pausevcpu",
-	domctlGdbsxUnpauseVCPU: "gdbsx_unpausevcpu",
+	domctlGdbsxUnpauseVCPU: "gdbsx_unpausevcpu", domctlGdbsxDomStatus: "gdbsx_domstatus",
 }
 
 // domctl runs one domain control: fill writes the union (u, 128 bytes),
@@ -212,6 +213,20 @@ func (h *Hypervisor) PauseVCPU(dom uint16, vcpu int) error {
 
 func (h *Hypervisor) UnpauseVCPU(dom uint16, vcpu int) error {
 	return h.domctl(domctlGdbsxUnpauseVCPU, dom, func(u []byte) { binary.LittleEndian.PutUint32(u, uint32(vcpu)) }, nil)
+}
+
+// DomStatus reports one vCPU of a paused domain that stopped on an int3
+// (Xen's gdbsx event, TRAP_int3 = 3) and clears its event; vcpu is -1
+// when none is left. The event must be cleared: while it is set, Xen
+// raises no VIRQ_DEBUGGER for that vCPU's debug traps.
+func (h *Hypervisor) DomStatus(dom uint16) (vcpu int, ev uint32, err error) {
+	vcpu = -1
+	err = h.domctl(domctlGdbsxDomStatus, dom, nil, func(u []byte) {
+		if id := binary.LittleEndian.Uint32(u[4:]); id != ^uint32(0) {
+			vcpu, ev = int(id), binary.LittleEndian.Uint32(u[8:])
+		}
+	})
+	return vcpu, ev, err
 }
 
 // GetContext reads a vCPU's context (struct vcpu_guest_context) into ctx.

@@ -15,43 +15,90 @@ import (
 // Options configure a Xen target.
 type Options struct {
 	linuxkernel.Options
-	// Int1 plants int1 (0xf1, ICEBP) instead of int3. Xen 4.17 pauses a
-	// debugged PV domain on both, but raises VIRQ_DEBUGGER only for the
-	// debug trap (#DB: int1, single-step): with int1 the stop wakes
-	// gprobes at once; with int3 it is found by polling the domain's
-	// state. Off by default: under QEMU TCG (the lab) ICEBP from the PV
-	// kernel's ring 3 raises #GP, which kills the guest; on hardware ICEBP
-	// is a #DB without privilege check, but that is not verified yet.
-	Int1 bool
-	// Poll is the polling interval without Int1 (default 1 ms; with Int1 a
-	// domain with no event is checked for being gone every 250 ms).
+	// Breakpoints chooses how probes stop the guest (default "auto", or
+	// the environment's GPROBES_XEN_BREAKPOINTS):
+	//   auto  debug registers for the first four probe addresses, int3 for
+	//         the rest;
+	//   dr    debug registers only (at most four probe addresses);
+	//   int3  int3 bytes only;
+	//   int1  int1 bytes (0xf1, ICEBP) only.
+	// A debug-register breakpoint and the single-step are debug traps
+	// (#DB): Xen 4.17 pauses the domain and raises VIRQ_DEBUGGER, which
+	// wakes gprobes at once. An int3 pauses the domain silently (Xen keeps
+	// VIRQ_DEBUGGER for #DB), so while int3 probes are in, gprobes checks
+	// the domain's state every Poll. int1 is a #DB too, but under QEMU
+	// TCG (the lab) ICEBP in the PV kernel's ring 3 raises #GP and kills
+	// the guest; on hardware it is a #DB without privilege check, not
+	// verified yet.
+	Breakpoints string
+	// Poll is the interval of the state check while int3 probes are in
+	// (default 1 ms).
 	Poll time.Duration
 }
 
+// Breakpoint modes.
+const (
+	BreakAuto = "auto"
+	BreakDR   = "dr"
+	BreakInt3 = "int3"
+	BreakInt1 = "int1"
+)
+
+// idleCheck is the interval of the state check when every probe is
+// reported by VIRQ_DEBUGGER: it catches what Xen does not announce, a
+// guest kernel's own int3 (text_poke_bp, a kprobe of its own), which
+// pauses a debugged domain silently; and a death when the xenstore watch
+// is not there.
+const idleCheck = 50 * time.Millisecond
+
 // Target is a PV domain's kernel seen from dom0.
 type Target struct {
-	dom     uint16
-	opts    Options
-	hv      *Hypervisor
-	ev      *subscriber
-	kern    *linuxkernel.Kernel
-	width   int
-	vcpus   int
-	ctx     []Context
-	ctxOK   []bool
-	bps     map[uint64]bool // addresses holding our breakpoint byte
-	gone    map[uint64]bool // addresses whose breakpoint was taken out
-	queue   []engine.Event
-	pauses  int // our pauses of the domain to undo on resume
-	step    map[int]bool
-	mu      sync.Mutex // guards running, kicked
-	run     bool
-	kicked  bool
-	dead    bool
-	detach  bool
-	frames  map[uint64][]byte // frames mapped read-only
-	wframes map[uint64][]byte // frames mapped read-write
-	tlb     map[uint64]Translation
+	dom      uint16
+	opts     Options
+	hv       *Hypervisor
+	ev       *subscriber
+	kern     *linuxkernel.Kernel
+	width    int
+	vcpus    int
+	ctx      []Context
+	ctxOK    []bool
+	dirty    []bool          // ctx changed, to write before the vCPU runs
+	bps      map[uint64]bool // addresses holding our breakpoint byte
+	gone     map[uint64]bool // addresses whose breakpoint byte was taken out
+	dr       [4]uint64       // debug-register breakpoints (0: free slot)
+	drGone   map[uint64]bool // debug-register breakpoints taken out
+	why      []stopKind      // why each vCPU stopped, at the last stop
+	noStatus bool            // no gdbsx_domstatus: int3 stops found by rip alone
+	queue    []engine.Event
+	pauses   int // our pauses of the domain to undo on resume
+	step     map[int]bool
+	mu       sync.Mutex // guards run, kicked
+	run      bool
+	kicked   bool
+	dead     bool
+	detach   bool
+	frames   map[uint64][]byte // frames mapped read-only
+	wframes  map[uint64][]byte // frames mapped read-write
+	tlb      map[uint64]Translation
+	stats    stats
+}
+
+type stopKind byte
+
+const (
+	stopNone stopKind = iota
+	stopByte          // past an int3/int1 byte of ours
+	stopDR            // on a debug-register breakpoint (a fault: before the instruction)
+	stopStep          // at the end of a single-step
+)
+
+// stats count how stops were learnt of, for the summary at detach.
+type stats struct {
+	start            time.Time
+	stops            int // trap stops handed to the engine
+	byEvent, byCheck int // stops found after an event, after a timed check
+	checks           int // timed checks
+	foreign          int // the guest's own int3s met
 }
 
 var _ engine.Target = (*Target)(nil)
@@ -60,6 +107,12 @@ const (
 	opInt1 = 0xf1
 	opInt3 = 0xcc
 	flagTF = 1 << 8
+
+	dr6Hits  = 0xf     // %dr6 B0-B3: which debug register fired
+	dr6Step  = 1 << 14 // %dr6 BS: a single-step
+	dr7Slots = 0xff    // %dr7 L0-G3
+	dr7Ctl   = 0xffff0000
+	trapInt3 = 3 // Xen's gdbsx event of an int3
 )
 
 // Open returns an opener for engine.Start: a domain put in debugging mode
@@ -69,8 +122,18 @@ func Open(dom int, opts Options) func() (engine.Target, error) {
 		if opts.Poll == 0 {
 			opts.Poll = time.Millisecond
 		}
-		t := &Target{dom: uint16(dom), opts: opts, bps: map[uint64]bool{}, gone: map[uint64]bool{}, step: map[int]bool{},
-			frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[uint64]Translation{}}
+		if opts.Breakpoints == "" {
+			opts.Breakpoints = os.Getenv("GPROBES_XEN_BREAKPOINTS")
+		}
+		switch opts.Breakpoints {
+		case "":
+			opts.Breakpoints = BreakAuto
+		case BreakAuto, BreakDR, BreakInt3, BreakInt1:
+		default:
+			return nil, fmt.Errorf("xen:%d: breakpoints %q: want auto, dr, int3 or int1", dom, opts.Breakpoints)
+		}
+		t := &Target{dom: uint16(dom), opts: opts, bps: map[uint64]bool{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{},
+			step: map[int]bool{}, frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[uint64]Translation{}}
 		if err := t.setup(); err != nil {
 			t.release(false)
 			return nil, fmt.Errorf("xen:%d: %w", dom, err)
@@ -100,11 +163,10 @@ func (t *Target) setup() error {
 	if t.width != 64 {
 		return fmt.Errorf("a %d-bit guest: gprobes probes x86_64 guest kernels", t.width)
 	}
-	if t.opts.Int1 {
-		if t.ev, err = subscribe(); err != nil {
-			return err
-		}
+	if os.Getenv("GPROBES_XEN_TRACE") != "" {
+		Trace = func(f string, a ...any) { fmt.Fprintf(os.Stderr, "xen: "+f+"\n", a...) }
 	}
+	t.ev = subscribe()
 	if err := t.hv.SetDebugging(t.dom, true); err != nil {
 		return err
 	}
@@ -115,19 +177,19 @@ func (t *Target) setup() error {
 	t.vcpus = int(info.MaxVCPUID) + 1
 	t.ctx = make([]Context, t.vcpus)
 	t.ctxOK = make([]bool, t.vcpus)
-	if os.Getenv("GPROBES_XEN_TRACE") != "" {
-		Trace = func(f string, a ...any) { fmt.Fprintf(os.Stderr, "xen: "+f+"\n", a...) }
-		ctx, err := t.context(0)
-		if err == nil {
-			Trace("vCPU 0: rip %#x cr3 %#x cr4 %#x gs_kernel %#x", ctx.RIP(), ctx.CR(3), ctx.CR(4), ctx.u64(offGSKernel))
-		}
+	t.dirty = make([]bool, t.vcpus)
+	t.why = make([]stopKind, t.vcpus)
+	t.stats.start = time.Now()
+	if ctx, err := t.context(0); err == nil {
+		trace("vCPU 0: rip %#x cr3 %#x cr4 %#x gs_kernel %#x", ctx.RIP(), ctx.CR(3), ctx.CR(4), ctx.u64(offGSKernel))
 	}
 	t.kern, err = linuxkernel.New(kmem{t}, t.opts.Options)
 	return err
 }
 
-// release undoes setup: the domain runs on, out of debugging mode (or
-// stays paused for a debugger with keepPaused).
+// release undoes setup: the domain runs on, out of debugging mode and
+// with its debug registers cleared (or stays paused for a debugger with
+// keepPaused).
 func (t *Target) release(keepPaused bool) {
 	if t.hv == nil {
 		return
@@ -142,13 +204,21 @@ func (t *Target) release(keepPaused bool) {
 		if t.stopAll() == nil {
 			for _, ev := range t.queue {
 				v := ev.Tid - 1
-				if ev.Kind == engine.EvTrap && t.ctxOK[v] && (t.bps[t.ctx[v].RIP()-1] || t.gone[t.ctx[v].RIP()-1]) {
+				if ev.Kind == engine.EvTrap && t.why[v] == stopByte {
 					t.ctx[v].SetRIP(t.ctx[v].RIP() - 1)
-					t.hv.SetContext(t.dom, v, &t.ctx[v])
+					t.dirty[v] = true
 				}
 			}
 			t.queue = nil
+			t.dr = [4]uint64{}
+			for v := 0; v < t.vcpus; v++ {
+				t.syncDR(v)
+			}
+			if err := t.flush(); err != nil {
+				trace("detach: %v", err)
+			}
 		}
+		t.summary()
 	}
 	if !t.dead && !keepPaused {
 		for ; t.pauses > 0; t.pauses-- {
@@ -166,6 +236,20 @@ func (t *Target) release(keepPaused bool) {
 		t.ev.close()
 	}
 	t.hv.Close()
+}
+
+// summary says how the stops were learnt of (stderr, one line).
+func (t *Target) summary() {
+	st := t.stats
+	if st.stops == 0 && st.foreign == 0 {
+		return
+	}
+	line := fmt.Sprintf("gprobes: xen:%d: %d stops in %.1f s: %d reported by VIRQ_DEBUGGER or xenstore, %d found by a timed state check (%d checks)",
+		t.dom, st.stops, time.Since(st.start).Seconds(), st.byEvent, st.byCheck, st.checks)
+	if st.foreign > 0 {
+		line += fmt.Sprintf("; %d stops on the guest's own int3", st.foreign)
+	}
+	fmt.Fprintln(os.Stderr, line)
 }
 
 // AddSymbols loads more symbol files for the kernel.
@@ -196,10 +280,53 @@ func (t *Target) context(v int) (*Context, error) {
 	return &t.ctx[v], nil
 }
 
+// flush writes the contexts changed while the domain was stopped.
+func (t *Target) flush() error {
+	for v, d := range t.dirty {
+		if d {
+			if err := t.hv.SetContext(t.dom, v, &t.ctx[v]); err != nil {
+				return err
+			}
+			t.dirty[v] = false
+		}
+	}
+	return nil
+}
+
 // stopped forgets what was read while the domain ran.
 func (t *Target) stopped() {
+	if err := t.flush(); err != nil {
+		trace("flush: %v", err)
+	}
 	clear(t.ctxOK)
 	clear(t.tlb)
+	clear(t.why)
+}
+
+// syncDR puts the debug-register breakpoints into a vCPU's context when
+// its registers differ from them (the first time, or after a change; a
+// guest kernel using its debug registers itself would lose them to us).
+func (t *Target) syncDR(v int) {
+	ctx, err := t.context(v)
+	if err != nil {
+		return // offline vCPU
+	}
+	var want uint64
+	same := true
+	for i, a := range t.dr {
+		if a != 0 {
+			want |= 2 << (2 * i) // G<i>; R/W and LEN 0: an instruction breakpoint
+			same = same && ctx.DebugReg(i) == a
+		}
+	}
+	if same && ctx.DebugReg(7)&(dr7Slots|dr7Ctl) == want {
+		return
+	}
+	for i, a := range t.dr {
+		ctx.SetDebugReg(i, a)
+	}
+	ctx.SetDebugReg(7, want)
+	t.dirty[v] = true
 }
 
 // translate finds a kernel address in the page tables of a stopped vCPU.
@@ -306,11 +433,14 @@ func (t *Target) SetRegs(tid int, r *engine.Regs) error {
 		return err
 	}
 	ctx.SetRegs(r)
-	return t.hv.SetContext(t.dom, v, ctx)
+	t.dirty[v] = true // written before the vCPU runs again
+	return nil
 }
 
 // Wait blocks until a vCPU stops on a breakpoint or a step, Kick is
-// called, or the domain goes.
+// called, or the domain goes. Debug traps (debug-register breakpoints,
+// steps) and deaths are events; the stops of int3 bytes are found by a
+// state check every Poll, the only polling left (see Options).
 func (t *Target) Wait() (engine.Event, error) {
 	for {
 		if len(t.queue) > 0 {
@@ -328,12 +458,14 @@ func (t *Target) Wait() (engine.Event, error) {
 			// nothing runs: a stop the engine asked for while stopped
 			return engine.Event{Kind: engine.EvKick, Tid: 1}, nil
 		}
-		fired := false
-		if t.ev != nil {
-			fired = t.ev.wait(250 * time.Millisecond)
-		} else {
-			time.Sleep(t.opts.Poll)
+		virq, watch := t.ev.live()
+		every := idleCheck
+		if len(t.bps) > 0 || !virq {
+			every = t.opts.Poll
+		} else if !watch {
+			every = 250 * time.Millisecond
 		}
+		fired := t.ev.wait(every)
 		info, err := t.hv.Info(t.dom)
 		if err != nil || info.Dying() {
 			t.dead = true
@@ -346,11 +478,20 @@ func (t *Target) Wait() (engine.Event, error) {
 		t.mu.Lock()
 		kicked := t.kicked
 		t.mu.Unlock()
-		if !fired && !kicked && !info.Paused() {
+		if !fired && !kicked {
+			t.stats.checks++
+		}
+		if !kicked && !info.Paused() {
 			continue
 		}
+		n := len(t.queue)
 		if err := t.stopAll(); err != nil {
 			return engine.Event{}, err
+		}
+		if fired {
+			t.stats.byEvent += len(t.queue) - n
+		} else if !kicked {
+			t.stats.byCheck += len(t.queue) - n
 		}
 		if kicked {
 			t.mu.Lock()
@@ -373,32 +514,89 @@ func (t *Target) stopAll() error {
 	t.run = false
 	t.mu.Unlock()
 	t.stopped()
+	// which vCPUs stopped on an int3: Xen's gdbsx events, which must be
+	// cleared anyway (while one is set, that vCPU's #DB raises no VIRQ)
+	int3 := map[int]bool{}
+	for i := 0; !t.noStatus && i <= t.vcpus; i++ {
+		v, ev, err := t.hv.DomStatus(t.dom)
+		if err != nil {
+			trace("gdbsx_domstatus: %v: int3 stops found by rip alone", err)
+			t.noStatus = true
+		}
+		if err != nil || v < 0 {
+			break
+		}
+		if ev == trapInt3 {
+			int3[v] = true
+		}
+	}
 	for v := 0; v < t.vcpus; v++ {
 		ctx, err := t.context(v)
 		if err != nil {
 			continue // offline vCPU
 		}
-		rip := ctx.RIP()
+		rip, dr6 := ctx.RIP(), ctx.DebugReg(6)
+		byteHit := t.bps[rip-1] || t.gone[rip-1]
 		switch {
 		case t.step[v]:
 			delete(t.step, v)
 			ctx.SetRFLAGS(ctx.RFLAGS() &^ flagTF)
-			if err := t.hv.SetContext(t.dom, v, ctx); err != nil {
-				return err
-			}
+			ctx.SetDebugReg(6, dr6&^(dr6Step|dr6Hits))
+			t.dirty[v] = true
 			for o := 0; o < t.vcpus; o++ {
 				if o != v {
 					t.hv.UnpauseVCPU(t.dom, o)
 				}
 			}
-		case t.bps[rip-1] || t.gone[rip-1]:
+			t.why[v] = stopStep
+		case dr6&dr6Hits != 0 && t.onDR(ctx, rip, dr6):
+			ctx.SetDebugReg(6, dr6&^dr6Hits)
+			t.dirty[v] = true
+			t.why[v] = stopDR
+		case byteHit && (int3[v] || t.noStatus || t.opts.Breakpoints == BreakInt1):
+			t.why[v] = stopByte
+		case int3[v]:
+			// the guest kernel's own int3 (text_poke_bp patching code, a
+			// kprobe of its own), which Xen kept from the guest and paused
+			// the domain for. Back to the int3: it runs again when we let
+			// go, and stops again until the kernel has patched it out.
+			ctx.SetRIP(rip - 1)
+			t.dirty[v] = true
+			t.pauses++
+			t.stats.foreign++
+			trace("vCPU %d: the guest's own int3 at %#x", v, rip-1)
+			continue
 		default:
 			continue
 		}
 		t.pauses++ // the debug trap's own pause
+		t.stats.stops++
 		t.queue = append(t.queue, engine.Event{Kind: engine.EvTrap, Tid: v + 1})
 	}
 	return nil
+}
+
+// onDR says whether a vCPU stopped on one of our debug-register
+// breakpoints: a B<i> bit of %dr6 for a register holding rip.
+func (t *Target) onDR(ctx *Context, rip, dr6 uint64) bool {
+	if !t.drGone[rip] && !t.drIn(rip) {
+		return false
+	}
+	for i := 0; i < 4; i++ {
+		if dr6&(1<<i) != 0 && ctx.DebugReg(i) == rip {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Target) drIn(addr uint64) bool {
+	for _, a := range t.dr {
+		if a == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // Kick stops the running domain soon (from any goroutine).
@@ -415,7 +613,8 @@ func (t *Target) Kick() bool {
 	return true
 }
 
-// Step runs one instruction of a vCPU with the others held.
+// Step runs one instruction of a vCPU with the others held. The step's
+// #DB raises VIRQ_DEBUGGER.
 func (t *Target) Step(tid int) error {
 	v, err := t.vcpu(tid)
 	if err != nil {
@@ -433,9 +632,7 @@ func (t *Target) Step(tid int) error {
 		}
 	}
 	ctx.SetRFLAGS(ctx.RFLAGS() | flagTF)
-	if err := t.hv.SetContext(t.dom, v, ctx); err != nil {
-		return err
-	}
+	t.dirty[v] = true
 	t.step[v] = true
 	return t.resumeAll()
 }
@@ -449,6 +646,12 @@ func (t *Target) Resume(tid, sig int) error {
 }
 
 func (t *Target) resumeAll() error {
+	for v := 0; v < t.vcpus; v++ {
+		t.syncDR(v)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
 	t.mu.Lock()
 	t.run = true
 	t.mu.Unlock()
@@ -522,9 +725,25 @@ func (t *Target) Dump(space, tid int, dir string) (string, error) {
 	return "", errors.New("the native Xen backend does not write guest dumps yet (xl dump-core DOMID does)")
 }
 
+// InsertBreakpoint takes a free debug register (modes auto and dr) or
+// writes an int3/int1 byte. Debug registers reach every vCPU when the
+// domain runs next.
 func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
+	mode := t.opts.Breakpoints
+	if mode == BreakAuto || mode == BreakDR {
+		for i, a := range t.dr {
+			if a == 0 {
+				t.dr[i] = addr
+				delete(t.drGone, addr)
+				return nil
+			}
+		}
+		if mode == BreakDR {
+			return fmt.Errorf("%#x: the four debug registers hold probes already (breakpoints = dr)", addr)
+		}
+	}
 	op := byte(opInt3)
-	if t.opts.Int1 {
+	if mode == BreakInt1 {
 		op = opInt1
 	}
 	if err := t.WriteMem(0, addr, []byte{op}); err != nil {
@@ -536,6 +755,13 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 }
 
 func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
+	for i, a := range t.dr {
+		if a == addr {
+			t.dr[i] = 0
+			t.drGone[addr] = true
+			return nil
+		}
+	}
 	if len(orig) == 0 {
 		return fmt.Errorf("no original byte for %#x", addr)
 	}
@@ -547,8 +773,14 @@ func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 	return nil
 }
 
-// TrapPC: int1 and int3 are traps: rip is past the breakpoint byte.
-func (t *Target) TrapPC(rip uint64) uint64 { return rip - 1 }
+// TrapPC: a vCPU stops past an int3/int1 byte (a trap), on a debug
+// register's address (a fault).
+func (t *Target) TrapPC(tid int, rip uint64) uint64 {
+	if v, err := t.vcpu(tid); err == nil && t.why[v] == stopDR {
+		return rip
+	}
+	return rip - 1
+}
 
 func (t *Target) Kernel() bool { return true }
 
