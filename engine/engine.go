@@ -452,6 +452,13 @@ func (e *Engine) resume(tid, sig int) {
 		return
 	}
 	e.tgt.Resume(tid, sig)
+	if len(e.cmds) > 0 {
+		// a command came after runCommands, and its Kick found the
+		// target not running yet (a stub's or a hypervisor's Kick does
+		// nothing then): it would wait for the next hit, forever when
+		// none comes. Kick now that it runs.
+		e.tgt.Kick()
+	}
 }
 
 // resumeQuiet lets a thread go on after a stop of the engine's own

@@ -166,6 +166,7 @@ func TestXenNative(t *testing.T) {
 	if strings.Contains(out, "active") {
 		t.Errorf("probes of a destroyed domain still active:\n%s", out)
 	}
+	t.Logf("query after domu2 was destroyed:\n%s", out)
 	// the daemon stopped with probes in: domu1 runs on with its own code
 	run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/writes.dpdf", d1, syms))
 	work("domu1", 1)
@@ -176,7 +177,11 @@ func TestXenNative(t *testing.T) {
 	}
 	// every stop of the daemon's targets came by VIRQ_DEBUGGER: debug
 	// registers, no polling
-	sums := summaryRe.FindAllStringSubmatch(run("cat /tmp/daemon.log"), -1)
+	dlog := run("cat /tmp/daemon.log")
+	if strings.Contains(dlog, "found by a state check") {
+		t.Errorf("the daemon runs without VIRQ_DEBUGGER or the @releaseDomain watch:\n%.2000s", dlog)
+	}
+	sums := summaryRe.FindAllStringSubmatch(dlog, -1)
 	events := 0
 	for _, m := range sums {
 		var stops, byEvent, byCheck int

@@ -473,6 +473,9 @@ func (t *Target) Wait() (engine.Event, error) {
 			if err == nil {
 				how = "the domain shut down"
 			}
+			if fired {
+				how += " (woken by an event)"
+			}
 			return engine.Event{Kind: engine.EvSpaceExit, Tid: 1, Exit: how}, nil
 		}
 		t.mu.Lock()

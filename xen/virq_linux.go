@@ -1,7 +1,9 @@
 package xen
 
 import (
+	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 )
@@ -42,12 +44,12 @@ func subscribe() *subscriber {
 		if h.virq, h.virqErr = BindDebugger(); h.virqErr == nil {
 			go dispatchVIRQ(h.virq)
 		} else {
-			trace("no VIRQ_DEBUGGER, polling: %v", h.virqErr)
+			fmt.Fprintf(os.Stderr, "gprobes: %v: breakpoint stops found by a state check every millisecond\n", h.virqErr)
 		}
 	}
 	if h.watch == nil {
 		if h.watch, h.watchErr = watchReleases(wakeAll, watchEnded); h.watchErr != nil {
-			trace("no @releaseDomain watch, polling: %v", h.watchErr)
+			fmt.Fprintf(os.Stderr, "gprobes: %v: deaths found by a state check\n", h.watchErr)
 		}
 	}
 	s := &subscriber{fired: make(chan struct{}, 1), kick: make(chan struct{}, 1), virq: h.virq != nil, watch: h.watch != nil}

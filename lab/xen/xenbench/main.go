@@ -2,8 +2,11 @@
 // the shape of Table 1 of the Xenprobes paper: the latency of the null
 // (getppid), read, write and open system calls in a domU, native, probed
 // by the native backend (xen:DOMID) with an empty program and with a
-// logging program, and probed through gdbsx (gdb: against gdbsx in dom0)
-// with the logging program. scripts/bench-xen runs it; BENCHMARKS.md
+// logging program (debug-register breakpoints reported by VIRQ_DEBUGGER),
+// the logging program again with int3 breakpoints (found by the 1 ms
+// state check: a second daemon with GPROBES_XEN_BREAKPOINTS=int3), and
+// probed through gdbsx (gdb: against gdbsx in dom0) with the logging
+// program. scripts/bench-xen runs it; BENCHMARKS.md
 // reports it.
 //
 //	xenbench [-n CALLS] [-native CALLS] [-gdbsx CALLS] [-calls null,read,write,open]
@@ -93,32 +96,36 @@ func run(n, nativeN, gdbsxN int) error {
 		}
 		return qemulab.ParseLatency(out)
 	}
-	if err := dom0("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1"); err != nil {
+	if err := dom0("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock --state /tmp/g3 >/tmp/daemon3.log 2>&1 & sleep 1"); err != nil {
 		return err
 	}
 	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
 	fmt.Printf("Xen 4.17 (CONFIG_GDBSX) under QEMU TCG, PV domU with 1 vCPU, Linux 6.1; %d probed calls (native backend), %d through gdbsx, %d native\n", n, gdbsxN, nativeN)
-	fmt.Printf("%-6s %12s %18s %18s %18s %10s\n", "call", "native us", "empty us", "logging us", "gdbsx us", "gdbsx/log")
+	fmt.Printf("%-6s %10s %16s %16s %16s %18s %10s %10s\n", "call", "native us", "empty us", "logging us", "int3 log us", "gdbsx us", "gdbsx/log", "int3/log")
 	for _, c := range calls {
 		native, err := lat(c.Kind, nativeN)
 		if err != nil {
 			return err
 		}
-		probed := func(kind string) (float64, error) {
-			if err := dom0(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/%s-%s.dpdf", dom, syms, c.Kind, kind)); err != nil {
+		probed := func(sock, kind string) (float64, error) {
+			if err := dom0(fmt.Sprintf("gprobes insert --socket %s --target xen:%d %s /etc/gprobes/%s-%s.dpdf", sock, dom, syms, c.Kind, kind)); err != nil {
 				return 0, err
 			}
 			v, err := lat(c.Kind, n)
-			if rerr := dom0("gprobes remove --socket /tmp/g.sock --all"); rerr != nil && err == nil {
+			if rerr := dom0("gprobes remove --socket " + sock + " --all"); rerr != nil && err == nil {
 				err = rerr
 			}
 			return v, err
 		}
-		empty, err := probed("empty")
+		empty, err := probed("/tmp/g.sock", "empty")
 		if err != nil {
 			return err
 		}
-		logging, err := probed("logging")
+		logging, err := probed("/tmp/g.sock", "logging")
+		if err != nil {
+			return err
+		}
+		int3, err := probed("/tmp/g3.sock", "logging")
 		if err != nil {
 			return err
 		}
@@ -143,7 +150,8 @@ func run(n, nativeN, gdbsxN int) error {
 		}
 		us := func(ns float64) string { return fmt.Sprintf("%.2f", ns/1000) }
 		ratio := func(ns float64) string { return fmt.Sprintf("%s (%.0fx)", us(ns), ns/native) }
-		fmt.Printf("%-6s %12s %18s %18s %18s %9.1fx\n", c.Kind, fmt.Sprintf("%.3f", native/1000), ratio(empty), ratio(logging), ratio(gdbsx), (gdbsx-native)/(logging-native))
+		fmt.Printf("%-6s %10s %16s %16s %16s %18s %9.1fx %9.2fx\n", c.Kind, fmt.Sprintf("%.3f", native/1000), ratio(empty), ratio(logging), ratio(int3), ratio(gdbsx),
+			(gdbsx-native)/(logging-native), (int3-native)/(logging-native))
 	}
 	return nil
 }
