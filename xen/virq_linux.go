@@ -133,6 +133,16 @@ func (s *subscriber) wait(timeout time.Duration) bool {
 	}
 }
 
+// pending takes an event that has come, without waiting.
+func (s *subscriber) pending() bool {
+	select {
+	case <-s.fired:
+		return true
+	default:
+		return false
+	}
+}
+
 func (s *subscriber) wake() {
 	select {
 	case s.kick <- struct{}{}:

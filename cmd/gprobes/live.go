@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -444,19 +445,24 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	case <-sigs:
 		interrupted = true
 	}
-	// the summary: variables and probes
-	for _, name := range eng.Modules() {
-		lv, gv, err := eng.Vars(name, false)
-		if err == nil {
-			printVars(out, &daemon.VarsResponse{Modules: []daemon.VarsModule{{Target: label, Module: name, LV: decimalStrings(lv)}}, GV: decimalStrings(gv)})
+	// the summary: variables and probes, read in the same engine command
+	// as the detach (through gdbsx, each command waits for a hit)
+	slow := time.AfterFunc(time.Second, func() {
+		if interrupted && strings.HasPrefix(target, "gdb:") {
+			fmt.Fprintln(c.App.ErrWriter, "gprobes: waiting for the guest to stop: a stub that ignores ^C (gdbsx) stops only at a hit; killing gprobes now would leave its int3 bytes in the guest")
 		}
+	})
+	vars, probes, err := eng.CloseFinal()
+	slow.Stop()
+	for _, v := range vars {
+		printVars(out, &daemon.VarsResponse{Modules: []daemon.VarsModule{{Target: label, Module: v.Name, LV: decimalStrings(v.LV)}}, GV: decimalStrings(v.GV)})
 	}
 	var tps []daemon.TargetProbe
-	for _, p := range eng.Query() {
+	for _, p := range probes {
 		tps = append(tps, daemon.TargetProbe{Target: label, ProbeInfo: p})
 	}
 	printProbes(out, tps)
-	if err := eng.Close(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
 		fmt.Fprintln(c.App.ErrWriter, "gprobes:", err)
 	}
 	if interrupted || exitCode < 0 {
