@@ -544,7 +544,6 @@ func (e *Engine) Vars(name string, reset bool) (lv, gv []uint64, err error) {
 	return lv, gv, err
 }
 
-// Modules lists the names of the inserted modules.
 // ModuleVars are a module's variables at the end (CloseFinal).
 type ModuleVars struct {
 	Name   string
@@ -573,6 +572,7 @@ func (e *Engine) CloseFinal() (vars []ModuleVars, probes []ProbeInfo, err error)
 	return vars, probes, err
 }
 
+// Modules lists the names of the inserted modules.
 func (e *Engine) Modules() []string {
 	var out []string
 	e.do(func() {
