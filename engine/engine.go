@@ -38,6 +38,23 @@ type Event struct {
 	Sig    int
 	Exit   string // EvSpaceExit: "exited 0", "killed by SIGKILL"
 	Code   int    // EvSpaceExit: the exit status, or 128+signal, as a shell reports it
+	// Async (EvSignal): the signal was sent to the thread (kill, a
+	// child's exit, a timer), not raised by the instruction at its rip
+	Async bool
+}
+
+// SignalHolder is implemented by a target that can keep a sent signal
+// back while an out-of-line step finishes (a process): without it the
+// thread goes back to the probed address to take the signal, and the
+// probe fires again when the handler returns.
+type SignalHolder interface {
+	// Hold takes the signal a thread is stopped for (an EvSignal) out
+	// of delivery and keeps it, siginfo and all; the thread then runs
+	// on as if none had come.
+	Hold(tid int) error
+	// Release makes the signals held for a stopped thread pending again:
+	// they are reported (EvSignal) and delivered as usual once it runs.
+	Release(tid int) error
 }
 
 // Target is what a backend provides. Every method is called from the
@@ -396,6 +413,12 @@ func (e *Engine) handle(ev Event) {
 	case EvSignal:
 		th := e.thread(ev.Tid, ev.Space)
 		if th.step != nil {
+			if ev.Async && th.heldSigs < maxHeldSigs && e.holdSignal(th) {
+				// the instruction has not run yet: step it, then let
+				// the signal in
+				e.resume(ev.Tid, 0)
+				return
+			}
 			e.stepFault(th, ev.Sig)
 			return
 		}
@@ -681,6 +704,7 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 				// original instruction, which now runs in place
 				r[rpn.RegRIP] = th.step.bp.addr
 				th.step = nil
+				e.releaseSignals(th)
 				changed = true
 			} else if pc := e.tgt.TrapPC(tid, r[rpn.RegRIP]); trapped[tid] && sp.wasBreakpoint(pc) && pc != r[rpn.RegRIP] {
 				// stopped right after an int3 that is gone now

@@ -19,6 +19,8 @@ type thread struct {
 	regs       Regs
 	step       *pendingStep
 	recs       []Record
+	// signals the target holds back until the out-of-line step is over
+	heldSigs int
 }
 
 // pendingStep is a displaced instruction running out of line under
@@ -228,6 +230,7 @@ func (e *Engine) finish(th *thread, recs []Record) {
 	if err := e.tgt.SetRegs(th.tid, &th.regs); err != nil {
 		return
 	}
+	e.releaseSignals(th)
 	e.commitAll(th, recs)
 	if e.spaces[th.space] != nil && e.spaces[th.space].detached {
 		return
@@ -270,6 +273,7 @@ func (e *Engine) stepFault(th *thread, sig int) {
 		th.regs[rpn.RegRIP] = st.bp.addr
 		e.tgt.SetRegs(th.tid, &th.regs)
 	}
+	e.releaseSignals(th)
 	var kept []Record
 	for i, r := range st.recs {
 		if st.keepOnFault[i] {
@@ -278,6 +282,46 @@ func (e *Engine) stepFault(th *thread, sig int) {
 	}
 	e.commitAll(th, kept)
 	e.resume(th.tid, sig)
+}
+
+// maxHeldSigs bounds the signals held during one step: signals sent
+// faster than the thread can be stepped (a timer of a few tens of
+// microseconds) would otherwise keep the step from ever finishing. Past
+// it, the signal is delivered at the probed address, as without a
+// holder, and the probe counts that execution twice.
+const maxHeldSigs = 8
+
+// holdSignal asks the target to keep back a signal sent to a thread in
+// the middle of an out-of-line step, whose instruction has not run yet
+// (a signal-delivery stop comes before it). Delivered there, the
+// signal's handler would return to the probed address and the probe
+// would fire twice for one execution.
+func (e *Engine) holdSignal(th *thread) bool {
+	h, ok := e.tgt.(SignalHolder)
+	if !ok {
+		return false
+	}
+	var r Regs
+	if e.tgt.GetRegs(th.tid, &r) != nil || r[rpn.RegRIP] != th.step.bp.slot {
+		return false
+	}
+	if err := h.Hold(th.tid); err != nil {
+		e.warn(fmt.Sprintf("a signal during the out-of-line step of %#x is delivered there: %v", th.step.bp.addr, err))
+		return false
+	}
+	th.heldSigs++
+	return true
+}
+
+// releaseSignals lets the signals held during a step in.
+func (e *Engine) releaseSignals(th *thread) {
+	if th.heldSigs == 0 {
+		return
+	}
+	th.heldSigs = 0
+	if err := e.tgt.(SignalHolder).Release(th.tid); err != nil {
+		e.warn(fmt.Sprintf("signals held during an out-of-line step of thread %d: %v", th.tid, err))
+	}
 }
 
 // stepInPlace runs the original instruction where it is: breakpoint out,

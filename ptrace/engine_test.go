@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -89,6 +90,12 @@ type run struct {
 
 func start(t *testing.T, args ...string) *run {
 	t.Helper()
+	return startWrapped(t, nil, args...)
+}
+
+// startWrapped is start with the target seen through wrap.
+func startWrapped(t *testing.T, wrap func(engine.Target) engine.Target, args ...string) *run {
+	t.Helper()
 	needFixture(t)
 	r := &run{t: t, exit: make(chan int, 8)}
 	pr, pw, err := os.Pipe()
@@ -101,7 +108,18 @@ func start(t *testing.T, args ...string) *run {
 	r.stdin = inW
 	argv := append([]string{fixture.hits}, args...)
 	var mainPid int
-	eng, err := engine.Start(ptrace.Exec(fixture.hits, argv, os.Environ(), "", inR, pw, os.Stderr), engine.Options{
+	open := ptrace.Exec(fixture.hits, argv, os.Environ(), "", inR, pw, os.Stderr)
+	if wrap != nil {
+		inner := open
+		open = func() (engine.Target, error) {
+			tg, err := inner()
+			if err != nil {
+				return nil, err
+			}
+			return wrap(tg), nil
+		}
+	}
+	eng, err := engine.Start(open, engine.Options{
 		Sink: engine.SinkFunc(func(rec *engine.Record) {
 			r.mu.Lock()
 			r.recs = append(r.recs, *rec)
@@ -381,6 +399,54 @@ func TestForkInheritsProbes(t *testing.T) {
 	}
 	if got, want := checksums(lines), checksums(unprobed(t, "-n", "100", "-f")); len(got) != 2 || strings.Join(sorted(got), "|") != strings.Join(sorted(want), "|") {
 		t.Errorf("output %v, unprobed %v", got, want)
+	}
+}
+
+// holdCounter counts the signals the engine holds back during
+// out-of-line steps.
+type holdCounter struct {
+	*ptrace.Target
+	held atomic.Int64
+}
+
+func (h *holdCounter) Hold(tid int) error {
+	h.held.Add(1)
+	return h.Target.Hold(tid)
+}
+
+// A signal that comes while a displaced instruction is stepped out of
+// line (a timer firing while the tracer handled the hit) waits until the
+// step is over: delivered at the slot, it would send the thread back to
+// the probed address, and the probe would count one execution twice.
+// The handler gets the timer's own siginfo, not the resent one's.
+func TestSignalDuringStep(t *testing.T) {
+	hc := &holdCounter{}
+	r := startWrapped(t, func(tg engine.Target) engine.Target {
+		hc.Target = tg.(*ptrace.Target)
+		return hc
+	}, "-n", "3000", "-a", "200")
+	r.insert(compile(t, countAll))
+	r.eng.Go()
+	lines := r.finish()
+	lv, _, _ := r.eng.Vars(fixture.hits, false)
+	for i, v := range lv {
+		if v != 3000*callsPerRound[i] {
+			t.Errorf("lv %d = %d, want %d", i, v, 3000*callsPerRound[i])
+		}
+	}
+	if got, want := checksums(lines), checksums(unprobed(t, "-n", "3000")); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("output %v, unprobed %v", got, want)
+	}
+	var alarms, tkill int
+	for _, l := range lines {
+		fmt.Sscanf(l, "alarms %d tkill %d", &alarms, &tkill)
+	}
+	t.Logf("%d alarms, %d held during a step", alarms, hc.held.Load())
+	if hc.held.Load() == 0 {
+		t.Errorf("no signal came during an out-of-line step (%d alarms): the test proves nothing", alarms)
+	}
+	if tkill != 0 {
+		t.Errorf("%d of %d alarms reached the handler with the resent signal's siginfo", tkill, alarms)
 	}
 }
 

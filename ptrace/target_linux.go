@@ -18,9 +18,73 @@ import (
 type Target struct {
 	t   *Tracer
 	raw map[int]*unix.PtraceRegs // the last registers read of each thread, for the fields the engine does not keep
+	// signals held back during an out-of-line step (Hold), then sent
+	// again (Release) and waiting to get their siginfo back
+	held, resent map[int][]*Siginfo
 }
 
-var _ engine.Target = (*Target)(nil)
+var (
+	_ engine.Target       = (*Target)(nil)
+	_ engine.SignalHolder = (*Target)(nil)
+)
+
+func newTarget(t *Tracer) *Target {
+	return &Target{t: t, raw: map[int]*unix.PtraceRegs{}, held: map[int][]*Siginfo{}, resent: map[int][]*Siginfo{}}
+}
+
+// Hold keeps back the signal a thread is stopped for: the engine resumes
+// it with none. Its siginfo is kept for Release.
+func (tg *Target) Hold(tid int) error {
+	si, err := SigInfo(tid)
+	if err != nil {
+		return err
+	}
+	tg.held[tid] = append(tg.held[tid], si)
+	return nil
+}
+
+// Release sends the held signals to the thread again (tgkill). The
+// kernel gives such a signal a siginfo of its own (SI_TKILL, our pid):
+// when its stop comes, the original siginfo is put back (convert), so
+// the handler sees what it would have seen, a child's exit status say.
+func (tg *Target) Release(tid int) error {
+	th := tg.t.Thread(tid)
+	if th == nil {
+		return fmt.Errorf("release signals of %d: not traced", tid)
+	}
+	var errs []error
+	for _, si := range tg.held[tid] {
+		if err := unix.Tgkill(th.Pid, tid, unix.Signal(si.Signo())); err != nil {
+			errs = append(errs, fmt.Errorf("resend signal %d to %d: %w", si.Signo(), tid, err))
+			continue
+		}
+		tg.resent[tid] = append(tg.resent[tid], si)
+	}
+	delete(tg.held, tid)
+	return errors.Join(errs...)
+}
+
+// restoreSiginfo gives a resent signal its original siginfo back. A
+// signal of the same number that came meanwhile merges with ours (the
+// kernel keeps one of each standard signal pending): then the one
+// reported is that one's, and ours is dropped as the kernel would.
+func (tg *Target) restoreSiginfo(ev *engine.Event) {
+	q := tg.resent[ev.Tid]
+	for i, orig := range q {
+		if orig.Signo() != ev.Sig {
+			continue
+		}
+		tg.resent[ev.Tid] = append(q[:i:i], q[i+1:]...)
+		if len(tg.resent[ev.Tid]) == 0 {
+			delete(tg.resent, ev.Tid)
+		}
+		cur, err := SigInfo(ev.Tid)
+		if err == nil && cur.Code() == -6 /* SI_TKILL */ && cur.Pid() == os.Getpid() && SetSigInfo(ev.Tid, orig) == nil {
+			ev.Async = orig.Async()
+		}
+		return
+	}
+}
 
 // Exec returns an opener for engine.Start that runs a program under the
 // tracer, held at its first instruction. files are its stdin, stdout and
@@ -34,7 +98,7 @@ func Exec(path string, argv, env []string, dir string, files ...*os.File) func()
 		if _, err := t.Start(path, argv, env, dir, files); err != nil {
 			return nil, err
 		}
-		return &Target{t: t, raw: map[int]*unix.PtraceRegs{}}, nil
+		return newTarget(t), nil
 	}
 }
 
@@ -46,7 +110,7 @@ func Attach(pid int) func() (engine.Target, error) {
 		if _, err := t.Attach(pid); err != nil {
 			return nil, err
 		}
-		return &Target{t: t, raw: map[int]*unix.PtraceRegs{}}, nil
+		return newTarget(t), nil
 	}
 }
 
@@ -68,6 +132,10 @@ func (tg *Target) convert(ev Event) engine.Event {
 		out.Kind = engine.EvTrap
 	case EventSignal:
 		out.Kind = engine.EvSignal
+		out.Async = ev.Async
+		if len(tg.resent[ev.Tid]) > 0 {
+			tg.restoreSiginfo(&out)
+		}
 	case EventKick:
 		out.Kind = engine.EvKick
 	case EventNewThread:
@@ -79,10 +147,10 @@ func (tg *Target) convert(ev Event) engine.Event {
 		delete(tg.raw, ev.Tid)
 	case EventThreadExit:
 		out.Kind = engine.EvThreadExit
-		delete(tg.raw, ev.Tid)
+		tg.forget(ev.Tid)
 	case EventProcessExit:
 		out.Kind = engine.EvSpaceExit
-		delete(tg.raw, ev.Tid)
+		tg.forget(ev.Tid)
 		switch {
 		case ev.Status.Exited():
 			out.Exit = fmt.Sprintf("exited %d", ev.Status.ExitStatus())
@@ -183,8 +251,15 @@ func (tg *Target) StopThread(tid int) ([]engine.Event, error) {
 func (tg *Target) DrainKick(tid int) ([]int, error) { return tg.t.DrainKick(tid) }
 
 func (tg *Target) Detach(tid, sig int) error {
-	delete(tg.raw, tid)
+	tg.forget(tid)
 	return tg.t.Detach(tid, sig)
+}
+
+// forget drops what is kept of a thread that is gone or let go.
+func (tg *Target) forget(tid int) {
+	delete(tg.raw, tid)
+	delete(tg.held, tid)
+	delete(tg.resent, tid)
 }
 
 func (tg *Target) Threads(space int) []int {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -59,6 +60,9 @@ type Event struct {
 	Sig    int
 	Parent int // EventNewProcess: the process it was forked from
 	Status unix.WaitStatus
+	// Async (EventSignal): the signal was sent to the thread (kill, a
+	// child's exit, a timer), not raised by the instruction at its rip
+	Async bool
 }
 
 // ErrNotSupported is returned on systems without the ptrace backend.
@@ -436,7 +440,49 @@ func (t *Tracer) decode(tid int, ws unix.WaitStatus) (Event, bool) {
 		return ev, true
 	}
 	ev.Kind = EventSignal
+	if info, err := SigInfo(tid); err == nil {
+		ev.Async = info.Async()
+	}
 	return ev, true
+}
+
+// Siginfo is a siginfo_t as PTRACE_GETSIGINFO gives it.
+type Siginfo [128]byte
+
+func (si *Siginfo) Signo() int { return int(int32(binary.LittleEndian.Uint32(si[0:]))) }
+func (si *Siginfo) Code() int  { return int(int32(binary.LittleEndian.Uint32(si[8:]))) }
+
+// Pid is the sender of a signal sent by kill or tgkill.
+func (si *Siginfo) Pid() int { return int(int32(binary.LittleEndian.Uint32(si[16:]))) }
+
+// Async reports whether the signal was sent rather than raised by the
+// instruction the thread stopped at: a fault (SIGSEGV, SIGBUS, SIGFPE,
+// SIGILL, SIGTRAP, SIGSYS) the kernel raised has a positive si_code; the
+// same signals sent by kill or tgkill have SI_USER or SI_TKILL.
+func (si *Siginfo) Async() bool {
+	switch unix.Signal(si.Signo()) {
+	case unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE, unix.SIGILL, unix.SIGTRAP, unix.SIGSYS:
+		return si.Code() <= 0
+	}
+	return true
+}
+
+// SigInfo reads the siginfo of a thread in a signal-delivery stop.
+func SigInfo(tid int) (*Siginfo, error) {
+	var si Siginfo
+	if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_GETSIGINFO, uintptr(tid), 0, uintptr(unsafe.Pointer(&si[0])), 0, 0); errno != 0 {
+		return nil, fmt.Errorf("siginfo of %d: %w", tid, errno)
+	}
+	return &si, nil
+}
+
+// SetSigInfo replaces the siginfo of a thread in a signal-delivery stop:
+// the signal delivered when it resumes with the same signal number.
+func SetSigInfo(tid int, si *Siginfo) error {
+	if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SETSIGINFO, uintptr(tid), 0, uintptr(unsafe.Pointer(&si[0])), 0, 0); errno != 0 {
+		return fmt.Errorf("set siginfo of %d: %w", tid, errno)
+	}
+	return nil
 }
 
 func (t *Tracer) newTracee(tid int, ws unix.WaitStatus) (Event, bool) {

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +45,11 @@ __attribute__((noinline)) long probed(long i, const char *s) {
 static long n = 1000;
 static sigjmp_buf recover;
 static void onsegv(int sig) { siglongjmp(recover, 1); }
+static volatile long alarms, alarmsTkill;
+static void onalrm(int sig, siginfo_t *si, void *uc) {
+	alarms++;
+	if (si->si_code == SI_TKILL) alarmsTkill++;
+}
 static const char *words[] = {"alpha", "beta", "gamma", ""};
 
 static void *work(void *arg) {
@@ -59,10 +65,10 @@ static void *work(void *arg) {
 
 int main(int argc, char **argv) {
 	int threads = 1, forkit = 0, loop = 0, waitin = 0;
-	long sleepms = 0, pausems = 0, faults = 0;
+	long sleepms = 0, pausems = 0, faults = 0, alarmus = 0;
 	const char *lib = NULL;
 	int c;
-	while ((c = getopt(argc, argv, "n:t:fd:s:wlp:x:")) != -1) {
+	while ((c = getopt(argc, argv, "n:t:fd:s:wlp:x:a:")) != -1) {
 		switch (c) {
 		case 'n': n = atol(optarg); break;
 		case 't': threads = atoi(optarg); break;
@@ -73,6 +79,7 @@ int main(int argc, char **argv) {
 		case 'l': loop = 1; break;
 		case 'p': pausems = atol(optarg); break;
 		case 'x': faults = atol(optarg); break;
+		case 'a': alarmus = atol(optarg); break;
 		default: return 2;
 		}
 	}
@@ -97,6 +104,14 @@ int main(int argc, char **argv) {
 		}
 		printf("faults %ld recovered %ld\n", faults, recovered);
 		fflush(stdout);
+	}
+	if (alarmus) {
+		struct sigaction sa = {0};
+		sa.sa_sigaction = onalrm;
+		sa.sa_flags = SA_SIGINFO | SA_RESTART;
+		sigaction(SIGALRM, &sa, NULL);
+		struct itimerval it = {{0, alarmus}, {0, alarmus}};
+		setitimer(ITIMER_REAL, &it, NULL);
 	}
 	pid_t child = 0;
 	if (forkit) {
@@ -129,6 +144,12 @@ int main(int argc, char **argv) {
 			nanosleep(&ts, NULL);
 		}
 	} while (loop);
+	if (alarmus) {
+		struct itimerval off = {{0, 0}, {0, 0}};
+		setitimer(ITIMER_REAL, &off, NULL);
+		printf("alarms %ld tkill %ld\n", alarms, alarmsTkill);
+		fflush(stdout);
+	}
 	if (child > 0) {
 		int st;
 		waitpid(child, &st, 0);
