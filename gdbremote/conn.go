@@ -73,6 +73,11 @@ type Conn struct {
 	hasP, hasPW, hasX, hasBinRead, hasZ0 int8
 	curG                                 string // thread selected by Hg; "" unknown
 	lastStop                             Thread // thread of the last stop
+	// stopEcho is the last stop reply, while in ack mode no other packet
+	// has come after it: a stub that reads our ^C where it waited for
+	// the '+' of that reply sends it again (gdbsx's putpkt), and the copy
+	// must not be taken for the reply to the next request
+	stopEcho []byte
 }
 
 // Dial connects to a stub at addr: "host:port" (TCP), or a Unix socket path
@@ -513,6 +518,15 @@ func (c *Conn) request(ctx context.Context, data []byte) ([]byte, error) {
 		f, err = c.recv(ctx, c.opts.Timeout)
 		if err != nil {
 			return nil, c.packetErr(data, nil, err)
+		}
+		if c.stopEcho != nil {
+			// ("?" is answered with that very reply)
+			echo := f.sumOK && string(f.data) == string(c.stopEcho) && string(data) != "?"
+			if echo {
+				c.logf("note: the stop reply again (the stub sent it once more): dropped")
+				continue
+			}
+			c.stopEcho = nil
 		}
 		// Console output before the reply (qRcmd): kept for Monitor.
 		if f.sumOK && isConsoleOutput(f.data) {

@@ -3,6 +3,7 @@ package gdbremote
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -656,5 +657,70 @@ func TestDialGivesUpOnDroppedHandshakes(t *testing.T) {
 	_, err = Dial(t.Context(), ln.Addr().String(), Options{Timeout: 5 * time.Second})
 	if !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// gdbsx ignores ^C, and reads the 0x03 where it waits for the ack of its
+// next stop reply: it sends that reply again. The copy is dropped, and the
+// requests after the stop get their own replies.
+func TestStopReplySentAgainAfterIgnoredInterrupt(t *testing.T) {
+	s := newFakeStub(t)
+	s.ignoreIntr = true
+	s.mem[0x1000] = 0xab
+	c, err := s.start(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Continue(nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Interrupt(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		s.mu.Lock()
+		n := s.intr
+		s.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.stopNow <- "T05thread:p01.01;" // a breakpoint, later
+	wctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	st, err := c.Wait(wctx)
+	if err != nil || st.Signal != 5 {
+		t.Fatalf("stop: %+v %v", st, err)
+	}
+	regs, err := c.ReadRegs(st.Thread)
+	if err != nil || len(regs) != 608 || binary.LittleEndian.Uint64(regs[128:]) != 0xffffffff81000010 {
+		t.Fatalf("registers after the stop: %d bytes %v", len(regs), err)
+	}
+	b := make([]byte, 1)
+	if err := c.ReadMem(0x1000, b); err != nil || b[0] != 0xab {
+		t.Fatalf("memory after the stop: %x %v", b, err)
+	}
+}
+
+// gdbsx answers D by closing the connection: that is a detach.
+func TestDetachAnsweredByClose(t *testing.T) {
+	s := newFakeStub(t)
+	s.acceptNoAck = false
+	s.closeOnPkt = "D"
+	s.features = "PacketSize=1000"
+	s.thread, s.threads = "0", []string{"0"} // no multiprocess: a bare D
+	c, err := s.start(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Detach(); err != nil {
+		t.Fatalf("detach: %v", err)
+	}
+	if s.count("D") != 1 {
+		t.Errorf("packets: %q", s.packets())
+	}
+	if err := c.Detach(); err == nil {
+		t.Error("a second detach on the closed connection succeeded")
 	}
 }

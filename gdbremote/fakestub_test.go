@@ -46,6 +46,11 @@ type fakeStub struct {
 	regs         [608]byte
 	threads      []string
 	binaryUpload bool
+	// ignoreIntr: ^C does not stop the target, and the 0x03 byte stays
+	// unread until the stub waits for the ack of its next packet, which
+	// it then sends again (gdbsx: putpkt loops until it reads '+')
+	ignoreIntr bool
+	unreadIntr bool
 
 	mu      sync.Mutex
 	got     []string // packets received, in order
@@ -189,6 +194,11 @@ func (s *fakeStub) serve() {
 			if s.noAck {
 				return true
 			}
+			if s.unreadIntr {
+				// the first byte read back is the ^C, not '+'
+				s.unreadIntr = false
+				continue
+			}
 			for {
 				e, ok := <-ev
 				if !ok {
@@ -244,6 +254,10 @@ func (s *fakeStub) serve() {
 			s.intr++
 			running := s.running
 			s.mu.Unlock()
+			if s.ignoreIntr {
+				s.unreadIntr = true
+				continue
+			}
 			if running {
 				s.stopNow <- "T02thread:p01.01;"
 			}

@@ -170,9 +170,12 @@ func (t *Target) Wait() (engine.Event, error) {
 		t.byNum[tid] = st.Thread
 		t.threads = append(t.threads, st.Thread)
 	}
-	if kicked && st.Signal == 5 && t.noZ && t.pastMemBP(st.Thread) {
+	if kicked && t.noZ && t.pastMemBP(st.Thread) && st.Signal == 5 {
 		// gdbsx ignores ^C: this stop is a hit of an int3 of ours, and
-		// the vCPU is past it; the engine must take it as a trap
+		// the vCPU is past it; the engine must take it as a trap. (The
+		// register read comes first on purpose: gdbsx read our ^C where
+		// it waited for the ack of this stop reply and sent the reply
+		// again; a request absorbs the copy before anything resumes.)
 		kicked = false
 	}
 	switch {

@@ -262,9 +262,30 @@ func TestXenGdbsx(t *testing.T) {
 		t.Errorf("%d records of writes to fd 4, want 2 (gpwork pid %s):\n%.3000s", n, m[1], out)
 	}
 	probed := lat()
-	out, _, _ = vm.Run("kill -INT $(pidof gprobes); sleep 3; tail -5 /tmp/run.out; xl list", time.Minute)
-	if !strings.Contains(out, "domu1") {
-		t.Errorf("domu1 is gone:\n%s", out)
+	// Ctrl-C: gdbsx ignores ^C (and sends its next stop reply twice, for
+	// it reads the 0x03 where it waits for an ack), so gprobes detaches
+	// at the next hit, which it logs; the guest's code is whole again
+	vm.Run("kill -INT $(pidof gprobes); sleep 2", time.Minute)
+	w, rc, err = vm.RunDomU("domu1", "gpwork counts 2; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", time.Minute)
+	if err != nil || rc != 0 || !strings.Contains(w, "write 2 ") || !strings.Contains(w, "OOPS=0") {
+		t.Errorf("domu1 after the Ctrl-C of gprobes: rc %d %v\n%s", rc, err, w)
+	}
+	out, _, _ = vm.Run("sleep 2; pidof gprobes || echo GPROBES-GONE; tail -8 /tmp/run.out; xl list", time.Minute)
+	if !strings.Contains(out, "domu1") || !strings.Contains(out, "GPROBES-GONE") || strings.Contains(out, "gdb packet") {
+		t.Errorf("after Ctrl-C and a hit, gprobes should have detached cleanly and domu1 run on:\n%s", out)
+	}
+	if m := regexp.MustCompile(`ksys_write\s+0x[0-9a-f]+\s+\S+\s+\S+\s+(\d+)`).FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Errorf("no hit count in the summary:\n%s", out)
+	}
+	// the other way out: ^C, then the domain paused, which gdbsx reports
+	// as a stop (SIGINT); it unpauses the domain as gprobes detaches
+	out, _, _ = vm.Run(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes run --target gdb:127.0.0.1:9999 --symbols /guest/System.map --symbols /guest/vmlinux /etc/gprobes/writes.dpdf >/tmp/run2.out 2>&1 & sleep 5; "+
+		"kill -INT $(pidof gprobes); sleep 2; xl pause %d; sleep 3; pidof gprobes || echo GPROBES-GONE; cat /tmp/run2.out; xl list %d", d, d, d), 2*time.Minute)
+	if !strings.Contains(out, "GPROBES-GONE") || strings.Contains(out, "gdb packet") || !regexp.MustCompile(`domu1\s+\d+\s+\d+\s+\d+\s+[r-]b?-{3,}`).MatchString(out) {
+		t.Errorf("Ctrl-C then xl pause: gprobes should have detached and domu1 run on (not paused):\n%s", out)
+	}
+	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 1; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
+		t.Errorf("domu1 after gprobes left through xl pause: rc %d %v\n%s", rc, err, w)
 	}
 	t.Logf("write(2) latency in domu1: native %q, gdbsx path with a logging probe %q", native, probed)
 }

@@ -449,7 +449,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	// as the detach (through gdbsx, each command waits for a hit)
 	slow := time.AfterFunc(time.Second, func() {
 		if interrupted && strings.HasPrefix(target, "gdb:") {
-			fmt.Fprintln(c.App.ErrWriter, "gprobes: waiting for the guest to stop: a stub that ignores ^C (gdbsx) stops only at a hit; killing gprobes now would leave its int3 bytes in the guest")
+			fmt.Fprintln(c.App.ErrWriter, "gprobes: waiting for the guest to stop: a stub that ignores ^C (gdbsx) stops only at a hit, or when the domain is paused (xl pause DOMID: gdbsx unpauses it as gprobes detaches); killing gprobes now would leave its int3 bytes in the guest")
 		}
 	})
 	vars, probes, err := eng.CloseFinal()

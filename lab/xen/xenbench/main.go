@@ -137,15 +137,10 @@ func run(n, nativeN, gdbsxN int) error {
 		if err != nil {
 			return err
 		}
-		// gdbsx cannot interrupt a running domain (its c waits for a
-		// pause and ignores ^C), and ending gprobes run through it at an
-		// idle moment is not reliable yet (docs/xen.md): the domU is
-		// replaced after each gdbsx measurement
-		dom0("kill -INT $(cat /tmp/run.pid); sleep 2; kill -9 $(cat /tmp/run.pid) $(pidof gdbsx) 2>/dev/null; true")
-		if err := vm.DestroyDomU("domu1"); err != nil {
-			return err
-		}
-		if dom, err = vm.CreateDomU("domu1", 128); err != nil {
+		// gdbsx ignores ^C (its c waits for the domain to pause): after
+		// the ^C, pausing the domain is what stops it, and gdbsx
+		// unpauses it as gprobes detaches
+		if err := dom0(fmt.Sprintf("kill -INT $(cat /tmp/run.pid); sleep 1; xl pause %d; for i in $(seq 20); do kill -0 $(cat /tmp/run.pid) 2>/dev/null || exit 0; sleep 0.5; done; echo gprobes run did not end; exit 1", dom)); err != nil {
 			return err
 		}
 		us := func(ns float64) string { return fmt.Sprintf("%.2f", ns/1000) }
