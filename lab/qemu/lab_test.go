@@ -336,7 +336,7 @@ func TestLab(t *testing.T) {
 		}
 		hits, _, err := c.serveBreakpoint(addr, func(h int) bool { return h == 50 })
 		if err != nil {
-			t.Fatalf("%v (connected with %q)\n%s", err, c.connectStop, vm.logTail(30))
+			t.Fatalf("%v (connected with %q)\n%s", err, c.connectStop, vm.QEMU.LogTail(30))
 		}
 		// remove it mid-run, stopped at a hit, and let the guest go
 		c.cmd(fmt.Sprintf("z0,%x,1", addr), 10*time.Second)

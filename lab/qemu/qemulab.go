@@ -11,7 +11,6 @@ package qemulab
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,12 +21,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/lab/labkit"
 )
 
 // Options configure one boot.
@@ -57,146 +57,54 @@ const BaseCmdline = "console=ttyS0 quiet panic=-1 no_timer_check"
 
 // VM is one running guest.
 type VM struct {
-	cmd      *exec.Cmd
-	stdin    io.WriteCloser
-	gdbAddr  string
-	qmpPath  string
-	tmpDir   string
-	dir      string
-	kernel   string
-	cmdline  string
-	started  time.Time
-	bootTime time.Duration
-	stext    uint64
-	release  string
+	cmd          *exec.Cmd
+	stdin        io.WriteCloser
+	gdbAddr      string
+	qmpPath      string
+	tmpDir       string
+	dir          string
+	kernel       string
+	cmdline      string
+	bootTime     time.Duration
+	stext        uint64
+	release      string
+	*labkit.QEMU // Pid, Done, ExitErr, Log, LogTail, Kill (SIGKILL; removes the temporary files)
 
-	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced on every new line or exit
-	lines    []string      // complete serial lines, "\r" removed
-	partial  []byte
-	raw      bytes.Buffer // the serial log
-	stderr   bytes.Buffer // QEMU's own messages
-	exited   bool
-	exitErr  error
-	waitNext int // first line WaitFor has not looked at
-	logFile  *os.File
-
-	runMu    sync.Mutex // one command on the serial line at a time
-	seq      int        // commands sent
-	killOnce sync.Once
-	done     chan struct{} // closed when QEMU has exited and been reaped
+	runMu sync.Mutex // one command on the serial line at a time
+	seq   int        // commands sent
 }
-
-var (
-	artMu  sync.Mutex
-	artDir string
-)
 
 // SourceDir is the folder of build.sh and src/ (this package's folder;
 // GPROBES_LAB_SRC overrides it).
-func SourceDir() string {
-	if d := os.Getenv("GPROBES_LAB_SRC"); d != "" {
-		return d
-	}
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "lab/qemu"
-	}
-	return filepath.Dir(file)
+func SourceDir() string { return labkit.SourceDir("GPROBES_LAB_SRC", "lab/qemu") }
+
+var build = &labkit.Build{
+	Name: "qemulab", Dir: SourceDir, Rel: "lab/qemu",
+	Outputs: []string{"bzImage", "initramfs.cpio.gz", "System.map", "vmlinux", "config"},
+	// the commands the lab needs, with their Debian packages
+	Tools: [][2]string{
+		{"qemu-system-x86_64", "qemu-system-x86"}, {"cpio", "cpio"}, {"gzip", "gzip"},
+		{"xz", "xz-utils"}, {"zstd", "zstd"}, {"gcc", "gcc"}, {"readelf", "binutils"},
+		{"flock", "util-linux"}, {"od", "coreutils"}, {"sha256sum", "coreutils"},
+		{"apt-get", "apt"}, {"dpkg-deb", "dpkg"}, {"bash", "bash"},
+	},
 }
 
 // Artifacts runs build.sh (once per process; build.sh itself caches across
 // processes) and returns the folder holding bzImage, System.map, config,
 // vmlinux, initramfs.cpio.gz, gpwork and BUILDINFO.
-func Artifacts() (string, error) {
-	artMu.Lock()
-	defer artMu.Unlock()
-	if artDir != "" {
-		return artDir, nil
-	}
-	script := filepath.Join(SourceDir(), "build.sh")
-	var out, errb bytes.Buffer
-	c := exec.Command("bash", script)
-	c.Stdout = &out
-	c.Stderr = &errb
-	if err := c.Run(); err != nil {
-		return "", fmt.Errorf("qemulab: %s: %v\n%s", script, err, tail(errb.String(), 40))
-	}
-	lines := strings.Fields(strings.TrimSpace(out.String()))
-	if len(lines) == 0 {
-		return "", fmt.Errorf("qemulab: %s printed no output folder\n%s", script, tail(errb.String(), 40))
-	}
-	dir := lines[len(lines)-1]
-	for _, f := range []string{"bzImage", "initramfs.cpio.gz", "System.map", "vmlinux", "config"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			return "", fmt.Errorf("qemulab: build output incomplete: %v", err)
-		}
-	}
-	artDir = dir
-	return dir, nil
-}
-
-// hostTools are the commands the lab needs, with their Debian packages.
-var hostTools = [][2]string{
-	{"qemu-system-x86_64", "qemu-system-x86"}, {"cpio", "cpio"}, {"gzip", "gzip"},
-	{"xz", "xz-utils"}, {"zstd", "zstd"}, {"gcc", "gcc"}, {"readelf", "binutils"},
-	{"flock", "util-linux"}, {"od", "coreutils"}, {"sha256sum", "coreutils"},
-	{"apt-get", "apt"}, {"dpkg-deb", "dpkg"}, {"bash", "bash"},
-}
-
-func missingTools() (cmds, pkgs []string) {
-	seen := map[string]bool{}
-	for _, t := range hostTools {
-		if _, err := exec.LookPath(t[0]); err != nil {
-			cmds = append(cmds, t[0])
-			if !seen[t[1]] {
-				seen[t[1]] = true
-				pkgs = append(pkgs, t[1])
-			}
-		}
-	}
-	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libc.a"); err != nil {
-		cmds = append(cmds, "libc.a")
-		pkgs = append(pkgs, "libc6-dev")
-	}
-	return cmds, pkgs
-}
+func Artifacts() (string, error) { return build.Artifacts() }
 
 // Available reports whether the lab can run here: nil if qemu-system-x86_64
 // and the build tools exist. When they do not and the process is root with
 // CI=true or GPROBES_LAB_INSTALL=1, it first installs them (build.sh --deps).
-func Available() error {
-	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		return fmt.Errorf("qemulab: needs linux/amd64, have %s/%s", runtime.GOOS, runtime.GOARCH)
-	}
-	cmds, pkgs := missingTools()
-	if len(cmds) == 0 {
-		return nil
-	}
-	if os.Geteuid() == 0 && (os.Getenv("CI") == "true" || os.Getenv("GPROBES_LAB_INSTALL") == "1") {
-		c := exec.Command("bash", filepath.Join(SourceDir(), "build.sh"), "--deps")
-		out, err := c.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("qemulab: installing host packages: %v\n%s", err, out)
-		}
-		if cmds, pkgs = missingTools(); len(cmds) == 0 {
-			return nil
-		}
-	}
-	return fmt.Errorf("qemulab: missing %s; as root: apt-get install -y --no-install-recommends %s (or lab/qemu/build.sh --deps)",
-		strings.Join(cmds, ", "), strings.Join(pkgs, " "))
-}
+func Available() error { return build.Available() }
 
 // Require skips the test when the lab cannot run here, or fails it when
 // CI=true (in CI the lab must run).
 func Require(t testing.TB) {
 	t.Helper()
-	if err := Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	build.Require(t)
 }
 
 // Boot starts a guest and waits for its init to print "GPLAB READY". It
@@ -260,8 +168,6 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 		dir:     dir,
 		kernel:  kernel,
 		cmdline: cmdline,
-		changed: make(chan struct{}),
-		done:    make(chan struct{}),
 	}
 	args := []string{
 		"-accel", "tcg", "-cpu", opts.CPU, "-m", opts.Memory, "-smp", strconv.Itoa(opts.CPUs),
@@ -275,65 +181,21 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 		"-gdb", "chardev:gdb0",
 	}
 	args = append(args, opts.ExtraArgs...)
-	vm.cmd = exec.Command("qemu-system-x86_64", args...)
-	vm.cmd.ExtraFiles = []*os.File{lnFile}
-	dieWithParent(vm.cmd)
-	vm.cmd.Stderr = &lockedWriter{vm: vm}
-	stdout, err := vm.cmd.StdoutPipe()
+	vm.QEMU, err = labkit.StartQEMU(ctx, labkit.QEMUConfig{Args: args, ExtraFiles: []*os.File{lnFile}, LogPath: opts.LogPath, TmpDir: tmp,
+		Panic: regexp.MustCompile(`Kernel panic - not syncing`)})
 	if err != nil {
 		os.RemoveAll(tmp)
-		return nil, err
+		return nil, fmt.Errorf("qemulab: %w", err)
 	}
-	if vm.stdin, err = vm.cmd.StdinPipe(); err != nil {
-		os.RemoveAll(tmp)
-		return nil, err
-	}
-	if opts.LogPath != "" {
-		if vm.logFile, err = os.Create(opts.LogPath); err != nil {
-			os.RemoveAll(tmp)
-			return nil, err
-		}
-	}
-	vm.started = time.Now()
-	if err := vm.cmd.Start(); err != nil {
-		os.RemoveAll(tmp)
-		if vm.logFile != nil {
-			vm.logFile.Close()
-		}
-		return nil, fmt.Errorf("qemulab: start qemu-system-x86_64: %w", err)
-	}
-	readerDone := make(chan struct{})
-	go vm.readSerial(stdout, readerDone)
-	go func() {
-		<-readerDone
-		err := vm.cmd.Wait()
-		vm.mu.Lock()
-		vm.exited = true
-		vm.exitErr = err
-		vm.notifyLocked()
-		vm.mu.Unlock()
-		if vm.logFile != nil {
-			vm.logFile.Close()
-		}
-		close(vm.done)
-	}()
-	go func() {
-		select {
-		case <-ctx.Done():
-			vm.Kill()
-		case <-vm.done:
-		}
-	}()
 
 	ready := regexp.MustCompile(`^GPLAB READY`)
-	_, idx, err := vm.waitLine(ctx, 0, opts.BootTimeout, func(l string) bool { return ready.MatchString(l) }, true)
+	_, idx, err := vm.QEMU.WaitLine(ctx, 0, opts.BootTimeout, func(l string) bool { return ready.MatchString(l) }, true)
 	if err != nil {
 		vm.Kill()
 		return nil, fmt.Errorf("qemulab: boot of %s (%s): %w", kernel, cmdline, err)
 	}
-	vm.bootTime = time.Since(vm.started)
-	vm.mu.Lock()
-	for _, l := range vm.lines[:idx] {
+	vm.bootTime = time.Since(vm.QEMU.Started())
+	for _, l := range vm.QEMU.Lines(0, idx) {
 		if v, ok := strings.CutPrefix(l, "GPLAB STEXT "); ok {
 			vm.stext, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
 		}
@@ -341,114 +203,8 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 			vm.release = strings.TrimSpace(v)
 		}
 	}
-	vm.waitNext = idx + 1
-	vm.mu.Unlock()
+	vm.QEMU.SetWaitMark(idx + 1)
 	return vm, nil
-}
-
-type lockedWriter struct{ vm *VM }
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.vm.mu.Lock()
-	defer w.vm.mu.Unlock()
-	w.vm.stderr.Write(p)
-	return len(p), nil
-}
-
-func (vm *VM) notifyLocked() {
-	close(vm.changed)
-	vm.changed = make(chan struct{})
-}
-
-func (vm *VM) readSerial(r io.Reader, done chan struct{}) {
-	defer close(done)
-	br := bufio.NewReaderSize(r, 64<<10)
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := br.Read(buf)
-		if n > 0 {
-			chunk := buf[:n]
-			vm.mu.Lock()
-			vm.raw.Write(chunk)
-			if vm.logFile != nil {
-				vm.logFile.Write(chunk)
-			}
-			for len(chunk) > 0 {
-				i := bytes.IndexByte(chunk, '\n')
-				if i < 0 {
-					vm.partial = append(vm.partial, chunk...)
-					break
-				}
-				vm.partial = append(vm.partial, chunk[:i]...)
-				vm.lines = append(vm.lines, strings.ReplaceAll(string(vm.partial), "\r", ""))
-				vm.partial = vm.partial[:0]
-				chunk = chunk[i+1:]
-			}
-			vm.notifyLocked()
-			vm.mu.Unlock()
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// waitLine waits for a line at index >= from that satisfies match. With
-// bootMode, a kernel panic line fails at once.
-func (vm *VM) waitLine(ctx context.Context, from int, timeout time.Duration, match func(string) bool, bootMode bool) (string, int, error) {
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
-		vm.mu.Lock()
-		for i := from; i < len(vm.lines); i++ {
-			l := vm.lines[i]
-			if match(l) {
-				vm.mu.Unlock()
-				return l, i, nil
-			}
-			if bootMode && strings.Contains(l, "Kernel panic - not syncing") {
-				vm.mu.Unlock()
-				// let the rest of the panic message arrive
-				time.Sleep(500 * time.Millisecond)
-				return "", -1, fmt.Errorf("guest kernel panic\n%s", vm.logTail(60))
-			}
-		}
-		from = len(vm.lines)
-		if vm.exited {
-			err := vm.exitErr
-			vm.mu.Unlock()
-			return "", -1, fmt.Errorf("qemu exited (%v)\n%s", err, vm.logTail(60))
-		}
-		ch := vm.changed
-		vm.mu.Unlock()
-		select {
-		case <-ch:
-		case <-timer.C:
-			return "", -1, fmt.Errorf("timeout after %v\n%s", timeout, vm.logTail(60))
-		case <-ctx.Done():
-			return "", -1, fmt.Errorf("%w\n%s", ctx.Err(), vm.logTail(60))
-		}
-	}
-}
-
-// logTail is the end of the serial log and QEMU's stderr, for errors.
-func (vm *VM) logTail(n int) string {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	s := "--- serial log (tail) ---\n" + tail(vm.raw.String(), n)
-	if vm.stderr.Len() > 0 {
-		s += "\n--- qemu stderr ---\n" + tail(vm.stderr.String(), 20)
-	}
-	return s
-}
-
-func tail(s string, n int) string {
-	s = strings.ReplaceAll(s, "\r", "")
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // GDBAddr is "127.0.0.1:PORT" of QEMU's GDB stub (a port chosen at boot).
@@ -489,40 +245,13 @@ func (vm *VM) Slide() (int64, error) {
 	return int64(vm.stext - m), nil
 }
 
-// Pid is QEMU's process id.
-func (vm *VM) Pid() int { return vm.cmd.Process.Pid }
-
-// Done is closed when QEMU has exited.
-func (vm *VM) Done() <-chan struct{} { return vm.done }
-
-// ExitErr is QEMU's exit status once Done is closed (nil for a clean exit,
-// which is what a guest poweroff gives).
-func (vm *VM) ExitErr() error {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	return vm.exitErr
-}
-
-// Log is the serial log so far ("\r" removed), followed by QEMU's stderr if any.
-func (vm *VM) Log() string {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	s := strings.ReplaceAll(vm.raw.String(), "\r", "")
-	if vm.stderr.Len() > 0 {
-		s += "\n--- qemu stderr ---\n" + vm.stderr.String()
-	}
-	return s
-}
-
 var kernelErrorRe = regexp.MustCompile(`Kernel panic|BUG:|Oops|general protection fault|WARNING:|Call Trace:|kernel BUG|soft lockup|hung_task|RIP: 0010:`)
 
 // KernelErrors are the serial lines so far that look like kernel trouble
 // (panic, BUG, Oops, WARNING, call traces, lockups): empty on a healthy guest.
 func (vm *VM) KernelErrors() []string {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
 	var out []string
-	for _, l := range vm.lines {
+	for _, l := range vm.QEMU.Lines(0, -1) {
 		if strings.HasPrefix(l, "GPLAB OUT") {
 			continue
 		}
@@ -547,7 +276,7 @@ func (vm *VM) send(line string) error {
 	if len(line) > 4000 { // the tty's canonical line holds 4095 bytes
 		return errors.New("qemulab: command longer than 4000 bytes")
 	}
-	_, err := io.WriteString(vm.stdin, line+"\n")
+	_, err := io.WriteString(vm.QEMU.Stdin(), line+"\n")
 	return err
 }
 
@@ -560,15 +289,13 @@ func (vm *VM) Run(cmd string, timeout time.Duration) (string, int, error) {
 	}
 	vm.runMu.Lock()
 	defer vm.runMu.Unlock()
-	vm.mu.Lock()
-	from := len(vm.lines)
-	vm.mu.Unlock()
+	from := vm.QEMU.NumLines()
 	if err := vm.send(cmd); err != nil {
 		return "", -1, err
 	}
 	vm.seq++
 	want := strconv.Itoa(vm.seq)
-	line, idx, err := vm.waitLine(context.Background(), from, timeout, func(l string) bool {
+	line, idx, err := vm.QEMU.WaitLine(context.Background(), from, timeout, func(l string) bool {
 		m := rcLine.FindStringSubmatch(l)
 		return m != nil && m[2] == want
 	}, false)
@@ -577,16 +304,16 @@ func (vm *VM) Run(cmd string, timeout time.Duration) (string, int, error) {
 	}
 	rc, _ := strconv.Atoi(rcLine.FindStringSubmatch(line)[1])
 	// The output is the "GPLAB OUT" lines since the previous RC line.
-	vm.mu.Lock()
-	start := from
-	for i := idx - 1; i >= from; i-- {
-		if rcLine.MatchString(vm.lines[i]) {
+	lines := vm.QEMU.Lines(from, idx)
+	start := 0
+	for i := len(lines) - 1; i >= 0; i-- {
+		if rcLine.MatchString(lines[i]) {
 			start = i + 1
 			break
 		}
 	}
 	var b strings.Builder
-	for _, l := range vm.lines[start:idx] {
+	for _, l := range lines[start:] {
 		if v, ok := strings.CutPrefix(l, "GPLAB OUT "); ok {
 			b.WriteString(v)
 			b.WriteByte('\n')
@@ -594,7 +321,6 @@ func (vm *VM) Run(cmd string, timeout time.Duration) (string, int, error) {
 			b.WriteByte('\n')
 		}
 	}
-	vm.mu.Unlock()
 	return b.String(), rc, nil
 }
 
@@ -615,74 +341,27 @@ func (vm *VM) Start(cmd string) error {
 // every line after the previous WaitFor match (after "GPLAB READY" at first),
 // skipping the framed output of Run ("GPLAB OUT", "GPLAB RC").
 func (vm *VM) WaitFor(re *regexp.Regexp, timeout time.Duration) (string, error) {
-	vm.mu.Lock()
-	from := vm.waitNext
-	vm.mu.Unlock()
-	line, idx, err := vm.waitLine(context.Background(), from, timeout, func(l string) bool {
-		if strings.HasPrefix(l, "GPLAB OUT") || rcLine.MatchString(l) {
-			return false
-		}
-		return re.MatchString(l)
-	}, false)
+	line, err := vm.QEMU.WaitFor(re, timeout, func(l string) bool {
+		return strings.HasPrefix(l, "GPLAB OUT") || rcLine.MatchString(l)
+	})
 	if err != nil {
-		return "", fmt.Errorf("qemulab: waiting for /%s/: %w", re, err)
+		return "", fmt.Errorf("qemulab: %w", err)
 	}
-	vm.mu.Lock()
-	if idx+1 > vm.waitNext {
-		vm.waitNext = idx + 1
-	}
-	vm.mu.Unlock()
 	return line, nil
 }
 
 // PowerOff asks the guest to power off (busybox poweroff -f) and waits for
 // QEMU to exit. On timeout it kills QEMU and reports the error.
 func (vm *VM) PowerOff(timeout time.Duration) error {
-	select {
-	case <-vm.done:
-		return fmt.Errorf("qemulab: poweroff: qemu already exited (%v)", vm.ExitErr())
-	default:
-	}
-	vm.runMu.Lock()
-	err := vm.send("poweroff")
-	vm.runMu.Unlock()
+	err := vm.QEMU.PowerOff(func() error {
+		vm.runMu.Lock()
+		defer vm.runMu.Unlock()
+		return vm.send("poweroff")
+	}, timeout)
 	if err != nil {
-		vm.Kill()
-		return fmt.Errorf("qemulab: poweroff: %w", err)
+		return fmt.Errorf("qemulab: %w", err)
 	}
-	select {
-	case <-vm.done:
-		vm.cleanup()
-		if e := vm.ExitErr(); e != nil {
-			return fmt.Errorf("qemulab: poweroff: qemu exit: %v\n%s", e, vm.logTail(30))
-		}
-		return nil
-	case <-time.After(timeout):
-		tailLog := vm.logTail(30)
-		vm.Kill()
-		return fmt.Errorf("qemulab: poweroff: qemu still running after %v\n%s", timeout, tailLog)
-	}
-}
-
-// Kill ends QEMU (SIGKILL) and removes the VM's temporary files. Safe to call
-// more than once and after PowerOff.
-func (vm *VM) Kill() {
-	vm.killOnce.Do(func() {
-		select {
-		case <-vm.done:
-		default:
-			vm.cmd.Process.Kill()
-			select {
-			case <-vm.done:
-			case <-time.After(10 * time.Second):
-			}
-		}
-	})
-	vm.cleanup()
-}
-
-func (vm *VM) cleanup() {
-	os.RemoveAll(vm.tmpDir)
+	return nil
 }
 
 // HMP runs a human monitor command (e.g. "info status", "info registers")

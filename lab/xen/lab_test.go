@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/lab/labkit"
 )
 
 // step runs f and logs how long it took.
@@ -53,7 +55,7 @@ func TestXenLab(t *testing.T) {
 	defer vm.Kill()
 	defer func() {
 		if t.Failed() {
-			t.Logf("serial log:\n%s", tail(vm.Log(), 150))
+			t.Logf("serial log:\n%s", labkit.Tail(vm.Log(), 150))
 		}
 	}()
 	tm := vm.Timings()

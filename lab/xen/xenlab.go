@@ -1,8 +1,6 @@
 package xenlab
 
 import (
-	"bufio"
-	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/md5"
@@ -11,17 +9,17 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/lab/labkit"
 )
 
 // Options configure one boot.
@@ -68,145 +66,53 @@ type Timings struct {
 
 // VM is one running Xen machine.
 type VM struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	tmpDir  string
-	dir     string
-	xenArgs string
-	d0Args  string
-	started time.Time
-	timings Timings
+	dir          string
+	xenArgs      string
+	d0Args       string
+	timings      Timings
+	*labkit.QEMU // Pid, Done, ExitErr, Log, LogTail, Kill (SIGKILL; removes the temporary files)
 
-	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced on every new line or exit
-	lines    []string      // complete serial lines, "\r" removed
-	partial  []byte
-	raw      bytes.Buffer
-	stderr   bytes.Buffer
-	exited   bool
-	exitErr  error
-	waitNext int
-	logFile  *os.File
+	mu       sync.Mutex // guards domids
 	domids   map[string]int
 	domuMem  int
 	domuWait time.Duration
 
-	runMu    sync.Mutex // one command on the serial line at a time
-	seq      int
-	retries  int // command lines typed again (lost or garbled on the way)
-	killOnce sync.Once
-	done     chan struct{}
+	runMu   sync.Mutex // one command on the serial line at a time
+	seq     int
+	retries int // command lines typed again (lost or garbled on the way)
 }
-
-var (
-	artMu  sync.Mutex
-	artDir string
-)
 
 // SourceDir is the folder of build.sh and src/ (this package's folder;
 // GPROBES_XENLAB_SRC overrides it).
-func SourceDir() string {
-	if d := os.Getenv("GPROBES_XENLAB_SRC"); d != "" {
-		return d
-	}
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "lab/xen"
-	}
-	return filepath.Dir(file)
+func SourceDir() string { return labkit.SourceDir("GPROBES_XENLAB_SRC", "lab/xen") }
+
+var build = &labkit.Build{
+	Name: "xenlab", Dir: SourceDir, Rel: "lab/xen",
+	Outputs: []string{"xen", "xen-stock", "vmlinuz", "dom0-initrd.gz", "domU-initrd.gz", "System.map"},
+	Tools: [][2]string{
+		{"qemu-system-x86_64", "qemu-system-x86"}, {"cpio", "cpio"}, {"gzip", "gzip"},
+		{"gcc", "gcc"}, {"make", "make"}, {"/usr/bin/python3", "python3"}, {"readelf", "binutils"},
+		{"nm", "binutils"}, {"flock", "util-linux"}, {"sha256sum", "coreutils"}, {"apt-get", "apt"},
+		{"dpkg-deb", "dpkg"}, {"dpkg-source", "dpkg-dev"}, {"ldd", "libc-bin"}, {"tar", "tar"},
+		{"xz", "xz-utils"}, {"bash", "bash"},
+	},
 }
 
 // Artifacts runs build.sh (once per process; build.sh itself caches across
 // processes) and returns the folder holding xen, xen-stock, vmlinuz,
 // System.map, dom0-initrd.gz, domU-initrd.gz, gpwork, domu-run, BUILDINFO.
-func Artifacts() (string, error) {
-	artMu.Lock()
-	defer artMu.Unlock()
-	if artDir != "" {
-		return artDir, nil
-	}
-	script := filepath.Join(SourceDir(), "build.sh")
-	var out, errb bytes.Buffer
-	c := exec.Command("bash", script)
-	c.Stdout = &out
-	c.Stderr = &errb
-	if err := c.Run(); err != nil {
-		return "", fmt.Errorf("xenlab: %s: %v\n%s", script, err, tail(errb.String(), 40))
-	}
-	f := strings.Fields(strings.TrimSpace(out.String()))
-	if len(f) == 0 {
-		return "", fmt.Errorf("xenlab: %s printed no output folder\n%s", script, tail(errb.String(), 40))
-	}
-	dir := f[len(f)-1]
-	for _, n := range []string{"xen", "xen-stock", "vmlinuz", "dom0-initrd.gz", "domU-initrd.gz", "System.map"} {
-		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
-			return "", fmt.Errorf("xenlab: build output incomplete: %v", err)
-		}
-	}
-	artDir = dir
-	return dir, nil
-}
-
-var hostTools = [][2]string{
-	{"qemu-system-x86_64", "qemu-system-x86"}, {"cpio", "cpio"}, {"gzip", "gzip"},
-	{"gcc", "gcc"}, {"make", "make"}, {"/usr/bin/python3", "python3"}, {"readelf", "binutils"},
-	{"nm", "binutils"}, {"flock", "util-linux"}, {"sha256sum", "coreutils"}, {"apt-get", "apt"},
-	{"dpkg-deb", "dpkg"}, {"dpkg-source", "dpkg-dev"}, {"ldd", "libc-bin"}, {"tar", "tar"},
-	{"xz", "xz-utils"}, {"bash", "bash"},
-}
-
-func missingTools() (cmds, pkgs []string) {
-	seen := map[string]bool{}
-	for _, t := range hostTools {
-		if _, err := exec.LookPath(t[0]); err != nil {
-			cmds = append(cmds, t[0])
-			if !seen[t[1]] {
-				seen[t[1]] = true
-				pkgs = append(pkgs, t[1])
-			}
-		}
-	}
-	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libc.a"); err != nil {
-		cmds = append(cmds, "libc.a")
-		pkgs = append(pkgs, "libc6-dev")
-	}
-	return cmds, pkgs
-}
+func Artifacts() (string, error) { return build.Artifacts() }
 
 // Available reports whether the lab can run here: nil if qemu-system-x86_64
 // and the build tools exist. When they do not and the process is root with
 // CI=true or GPROBES_LAB_INSTALL=1, it first installs them (build.sh --deps).
-func Available() error {
-	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		return fmt.Errorf("xenlab: needs linux/amd64, have %s/%s", runtime.GOOS, runtime.GOARCH)
-	}
-	cmds, pkgs := missingTools()
-	if len(cmds) == 0 {
-		return nil
-	}
-	if os.Geteuid() == 0 && (os.Getenv("CI") == "true" || os.Getenv("GPROBES_LAB_INSTALL") == "1") {
-		out, err := exec.Command("bash", filepath.Join(SourceDir(), "build.sh"), "--deps").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("xenlab: installing host packages: %v\n%s", err, out)
-		}
-		if cmds, pkgs = missingTools(); len(cmds) == 0 {
-			return nil
-		}
-	}
-	return fmt.Errorf("xenlab: missing %s; as root: apt-get install -y --no-install-recommends %s (or lab/xen/build.sh --deps)",
-		strings.Join(cmds, ", "), strings.Join(pkgs, " "))
-}
+func Available() error { return build.Available() }
 
 // Require skips the test when the lab cannot run here, or fails it when
 // CI=true (in CI the lab must run).
 func Require(t testing.TB) {
 	t.Helper()
-	if err := Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	build.Require(t)
 }
 
 // Boot starts QEMU with Xen, waits for dom0's command loop, then creates
@@ -282,12 +188,9 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 	modules := esc(filepath.Join(dir, "vmlinuz")) + " " + esc(d0Args) + "," + esc(initrd)
 
 	vm := &VM{
-		tmpDir:   tmp,
 		dir:      dir,
 		xenArgs:  xenArgs,
 		d0Args:   d0Args,
-		changed:  make(chan struct{}),
-		done:     make(chan struct{}),
 		domids:   map[string]int{},
 		domuMem:  opts.DomUMemory,
 		domuWait: opts.DomUTimeout,
@@ -299,81 +202,36 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 		"-serial", "stdio",
 	}
 	args = append(args, opts.ExtraArgs...)
-	vm.cmd = exec.Command("qemu-system-x86_64", args...)
-	dieWithParent(vm.cmd)
-	vm.cmd.Stderr = &lockedWriter{vm: vm}
-	stdout, err := vm.cmd.StdoutPipe()
+	vm.QEMU, err = labkit.StartQEMU(ctx, labkit.QEMUConfig{Args: args, LogPath: opts.LogPath, TmpDir: tmp, Panic: panicRe})
 	if err != nil {
 		os.RemoveAll(tmp)
-		return nil, err
+		return nil, fmt.Errorf("xenlab: %w", err)
 	}
-	if vm.stdin, err = vm.cmd.StdinPipe(); err != nil {
-		os.RemoveAll(tmp)
-		return nil, err
-	}
-	if opts.LogPath != "" {
-		if vm.logFile, err = os.Create(opts.LogPath); err != nil {
-			os.RemoveAll(tmp)
-			return nil, err
-		}
-	}
-	vm.started = time.Now()
-	if err := vm.cmd.Start(); err != nil {
-		os.RemoveAll(tmp)
-		if vm.logFile != nil {
-			vm.logFile.Close()
-		}
-		return nil, fmt.Errorf("xenlab: start qemu-system-x86_64: %w", err)
-	}
-	readerDone := make(chan struct{})
-	go vm.readSerial(stdout, readerDone)
-	go func() {
-		<-readerDone
-		err := vm.cmd.Wait()
-		vm.mu.Lock()
-		vm.exited = true
-		vm.exitErr = err
-		vm.notifyLocked()
-		vm.mu.Unlock()
-		if vm.logFile != nil {
-			vm.logFile.Close()
-		}
-		close(vm.done)
-	}()
-	go func() {
-		select {
-		case <-ctx.Done():
-			vm.Kill()
-		case <-vm.done:
-		}
-	}()
 
 	fail := func(err error) (*VM, error) {
 		vm.Kill()
 		return nil, err
 	}
 	deadline := time.Now().Add(opts.BootTimeout)
-	_, _, err = vm.waitLine(ctx, 0, time.Until(deadline), func(l string) bool { return strings.HasPrefix(l, "XLAB DOM0 BOOTED") }, true)
+	_, _, err = vm.QEMU.WaitLine(ctx, 0, time.Until(deadline), func(l string) bool { return strings.HasPrefix(l, "XLAB DOM0 BOOTED") }, true)
 	if err != nil {
 		return fail(fmt.Errorf("xenlab: boot to dom0 init: %w", err))
 	}
-	vm.timings.Dom0Booted = time.Since(vm.started)
-	_, idx, err := vm.waitLine(ctx, 0, time.Until(deadline), func(l string) bool { return strings.HasPrefix(l, "XLAB READY dom0") }, true)
+	vm.timings.Dom0Booted = time.Since(vm.QEMU.Started())
+	_, idx, err := vm.QEMU.WaitLine(ctx, 0, time.Until(deadline), func(l string) bool { return strings.HasPrefix(l, "XLAB READY dom0") }, true)
 	if err != nil {
 		return fail(fmt.Errorf("xenlab: boot to dom0 command loop: %w", err))
 	}
-	vm.timings.Dom0Ready = time.Since(vm.started)
-	vm.mu.Lock()
-	vm.waitNext = idx + 1
+	vm.timings.Dom0Ready = time.Since(vm.QEMU.Started())
+	vm.QEMU.SetWaitMark(idx + 1)
 	var warns []string
-	for _, l := range vm.lines[:idx] {
+	for _, l := range vm.QEMU.Lines(0, idx) {
 		if strings.HasPrefix(l, "XLAB WARN") {
 			warns = append(warns, l)
 		}
 	}
-	vm.mu.Unlock()
 	if len(warns) > 0 {
-		return fail(fmt.Errorf("xenlab: dom0 set-up failed:\n%s\n%s", strings.Join(warns, "\n"), vm.logTail(60)))
+		return fail(fmt.Errorf("xenlab: dom0 set-up failed:\n%s\n%s", strings.Join(warns, "\n"), vm.QEMU.LogTail(60)))
 	}
 	var names []string
 	for i := 1; i <= opts.DomUs; i++ {
@@ -384,13 +242,13 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 			return fail(err)
 		}
 	}
-	vm.timings.DomUsCreated = time.Since(vm.started)
+	vm.timings.DomUsCreated = time.Since(vm.QEMU.Started())
 	for _, name := range names {
 		if err := vm.waitDomU(name, opts.DomUTimeout); err != nil {
 			return fail(err)
 		}
 	}
-	vm.timings.DomUsReady = time.Since(vm.started)
+	vm.timings.DomUsReady = time.Since(vm.QEMU.Started())
 	return vm, nil
 }
 
@@ -499,110 +357,7 @@ func (c *cpioWriter) entry(name string, mode uint32, data []byte) error {
 	return c.pad()
 }
 
-type lockedWriter struct{ vm *VM }
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.vm.mu.Lock()
-	defer w.vm.mu.Unlock()
-	w.vm.stderr.Write(p)
-	return len(p), nil
-}
-
-func (vm *VM) notifyLocked() {
-	close(vm.changed)
-	vm.changed = make(chan struct{})
-}
-
-func (vm *VM) readSerial(r io.Reader, done chan struct{}) {
-	defer close(done)
-	br := bufio.NewReaderSize(r, 64<<10)
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := br.Read(buf)
-		if n > 0 {
-			chunk := buf[:n]
-			vm.mu.Lock()
-			vm.raw.Write(chunk)
-			if vm.logFile != nil {
-				vm.logFile.Write(chunk)
-			}
-			for len(chunk) > 0 {
-				i := bytes.IndexByte(chunk, '\n')
-				if i < 0 {
-					vm.partial = append(vm.partial, chunk...)
-					break
-				}
-				vm.partial = append(vm.partial, chunk[:i]...)
-				vm.lines = append(vm.lines, strings.ReplaceAll(string(vm.partial), "\r", ""))
-				vm.partial = vm.partial[:0]
-				chunk = chunk[i+1:]
-			}
-			vm.notifyLocked()
-			vm.mu.Unlock()
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 var panicRe = regexp.MustCompile(`Kernel panic - not syncing|\(XEN\) Panic on CPU|\(XEN\) \*\*\*\*\*\*\*\*\*\*\*\*`)
-
-// waitLine waits for a line at index >= from that satisfies match. With
-// bootMode, a dom0 kernel or Xen panic fails at once.
-func (vm *VM) waitLine(ctx context.Context, from int, timeout time.Duration, match func(string) bool, bootMode bool) (string, int, error) {
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
-		vm.mu.Lock()
-		for i := from; i < len(vm.lines); i++ {
-			l := vm.lines[i]
-			if match(l) {
-				vm.mu.Unlock()
-				return l, i, nil
-			}
-			if bootMode && panicRe.MatchString(l) {
-				vm.mu.Unlock()
-				time.Sleep(time.Second) // let the rest of the message arrive
-				return "", -1, fmt.Errorf("panic\n%s", vm.logTail(60))
-			}
-		}
-		from = len(vm.lines)
-		if vm.exited {
-			err := vm.exitErr
-			vm.mu.Unlock()
-			return "", -1, fmt.Errorf("qemu exited (%v)\n%s", err, vm.logTail(60))
-		}
-		ch := vm.changed
-		vm.mu.Unlock()
-		select {
-		case <-ch:
-		case <-timer.C:
-			return "", -1, fmt.Errorf("timeout after %v\n%s", timeout, vm.logTail(60))
-		case <-ctx.Done():
-			return "", -1, fmt.Errorf("%w\n%s", ctx.Err(), vm.logTail(60))
-		}
-	}
-}
-
-func (vm *VM) logTail(n int) string {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	s := "--- serial log (tail) ---\n" + tail(vm.raw.String(), n)
-	if vm.stderr.Len() > 0 {
-		s += "\n--- qemu stderr ---\n" + tail(vm.stderr.String(), 20)
-	}
-	return s
-}
-
-func tail(s string, n int) string {
-	s = strings.ReplaceAll(s, "\r", "")
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // Dir is the artifacts folder the VM booted from.
 func (vm *VM) Dir() string { return vm.dir }
@@ -613,31 +368,6 @@ func (vm *VM) Dom0Cmdline() string { return vm.d0Args }
 
 // Timings are the boot's milestones.
 func (vm *VM) Timings() Timings { return vm.timings }
-
-// Pid is QEMU's process id.
-func (vm *VM) Pid() int { return vm.cmd.Process.Pid }
-
-// Done is closed when QEMU has exited.
-func (vm *VM) Done() <-chan struct{} { return vm.done }
-
-// ExitErr is QEMU's exit status once Done is closed.
-func (vm *VM) ExitErr() error {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	return vm.exitErr
-}
-
-// Log is the serial log so far (Xen and dom0 console, "\r" removed),
-// followed by QEMU's stderr if any.
-func (vm *VM) Log() string {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	s := strings.ReplaceAll(vm.raw.String(), "\r", "")
-	if vm.stderr.Len() > 0 {
-		s += "\n--- qemu stderr ---\n" + vm.stderr.String()
-	}
-	return s
-}
 
 // DomID is the domain id of a domU created by Boot or CreateDomU, -1 if
 // there is none of that name.
@@ -780,7 +510,7 @@ func (vm *VM) send(line string) error {
 	b := []byte(line + "\n")
 	for len(b) > 0 {
 		n := min(len(b), 16)
-		if _, err := vm.stdin.Write(b[:n]); err != nil {
+		if _, err := vm.QEMU.Stdin().Write(b[:n]); err != nil {
 			return err
 		}
 		b = b[n:]
@@ -819,28 +549,26 @@ func (vm *VM) Run(cmd string, timeout time.Duration) (string, int, error) {
 	vm.runMu.Lock()
 	defer vm.runMu.Unlock()
 	vm.seq++
-	tag := fmt.Sprintf("h%d.%d", vm.seq, vm.started.UnixNano()%1000000)
+	tag := fmt.Sprintf("h%d.%d", vm.seq, vm.QEMU.Started().UnixNano()%1000000)
 	sum := md5.Sum([]byte(cmd))
 	msg := "XLABCMD " + tag + " " + hex.EncodeToString(sum[:]) + " " + cmd
 	prefix := "XLAB " + tag + " "
 	deadline := time.Now().Add(timeout)
 
-	vm.mu.Lock()
-	from := len(vm.lines)
-	vm.mu.Unlock()
+	from := vm.QEMU.NumLines()
 	if err := vm.send(msg); err != nil {
 		return "", -1, err
 	}
 	// the acknowledgement
 	for attempt := 1; ; attempt++ {
 		ackWait := min(time.Until(deadline), 20*time.Second)
-		line, idx, err := vm.waitLine(context.Background(), from, ackWait, func(l string) bool {
+		line, idx, err := vm.QEMU.WaitLine(context.Background(), from, ackWait, func(l string) bool {
 			return strings.HasPrefix(l, prefix+"START") || strings.HasPrefix(l, prefix+"DUP") || strings.HasPrefix(l, prefix+"BAD")
 		}, false)
 		if err == nil && !strings.HasPrefix(line, prefix+"BAD") {
 			break
 		}
-		if time.Until(deadline) <= 0 || attempt >= 5 || vm.isExited() {
+		if time.Until(deadline) <= 0 || attempt >= 5 || vm.QEMU.Exited() {
 			if err == nil {
 				err = errors.New("dom0 rejected the command line " + strconv.Itoa(attempt) + " times")
 			}
@@ -857,17 +585,14 @@ func (vm *VM) Run(cmd string, timeout time.Duration) (string, int, error) {
 		}
 	}
 	rcRe := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `RC (-?\d+) (\d+) (\d+)$`)
-	line, idx, err := vm.waitLine(context.Background(), from, time.Until(deadline), rcRe.MatchString, false)
+	line, idx, err := vm.QEMU.WaitLine(context.Background(), from, time.Until(deadline), rcRe.MatchString, false)
 	if err != nil {
 		return "", -1, fmt.Errorf("xenlab: run %q: %w", cmd, err)
 	}
 	m := rcRe.FindStringSubmatch(line)
 	rc, _ := strconv.Atoi(m[1])
 	want, _ := strconv.Atoi(m[2])
-	vm.mu.Lock()
-	lines := append([]string(nil), vm.lines[from:idx]...)
-	vm.mu.Unlock()
-	out, n := collect(lines, prefix+"O")
+	out, n := collect(vm.QEMU.Lines(from, idx), prefix+"O")
 	if n != want {
 		return out, rc, fmt.Errorf("%w: run %q: got %d lines, dom0 sent %d", ErrFraming, cmd, n, want)
 	}
@@ -908,78 +633,28 @@ func (vm *VM) Retries() int {
 	return vm.retries
 }
 
-func (vm *VM) isExited() bool {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	return vm.exited
-}
-
 // WaitFor waits for a serial line matching re and returns it. It looks at
 // every line after the previous WaitFor match (after dom0's "XLAB READY" at
 // first), skipping the framing of Run.
 func (vm *VM) WaitFor(re *regexp.Regexp, timeout time.Duration) (string, error) {
-	vm.mu.Lock()
-	from := vm.waitNext
-	vm.mu.Unlock()
-	line, idx, err := vm.waitLine(context.Background(), from, timeout, func(l string) bool {
-		if strings.HasPrefix(l, "XLAB ") {
-			return false
-		}
-		return re.MatchString(l)
-	}, false)
+	line, err := vm.QEMU.WaitFor(re, timeout, func(l string) bool { return strings.HasPrefix(l, "XLAB ") })
 	if err != nil {
-		return "", fmt.Errorf("xenlab: waiting for /%s/: %w", re, err)
+		return "", fmt.Errorf("xenlab: %w", err)
 	}
-	vm.mu.Lock()
-	if idx+1 > vm.waitNext {
-		vm.waitNext = idx + 1
-	}
-	vm.mu.Unlock()
 	return line, nil
 }
 
 // PowerOff powers dom0 off (busybox poweroff -f; Xen then powers the machine
 // off) and waits for QEMU to exit. On timeout it kills QEMU.
 func (vm *VM) PowerOff(timeout time.Duration) error {
-	select {
-	case <-vm.done:
-		return fmt.Errorf("xenlab: poweroff: qemu already exited (%v)", vm.ExitErr())
-	default:
-	}
-	vm.runMu.Lock()
-	vm.seq++
-	err := vm.send(fmt.Sprintf("XLABCMD p%d - poweroff -f", vm.seq))
-	vm.runMu.Unlock()
+	err := vm.QEMU.PowerOff(func() error {
+		vm.runMu.Lock()
+		defer vm.runMu.Unlock()
+		vm.seq++
+		return vm.send(fmt.Sprintf("XLABCMD p%d - poweroff -f", vm.seq))
+	}, timeout)
 	if err != nil {
-		vm.Kill()
-		return fmt.Errorf("xenlab: poweroff: %w", err)
+		return fmt.Errorf("xenlab: %w", err)
 	}
-	select {
-	case <-vm.done:
-		vm.cleanup()
-		return nil
-	case <-time.After(timeout):
-		t := vm.logTail(30)
-		vm.Kill()
-		return fmt.Errorf("xenlab: poweroff: qemu still running after %v\n%s", timeout, t)
-	}
+	return nil
 }
-
-// Kill ends QEMU (SIGKILL) and removes the VM's temporary files. Safe to call
-// more than once and after PowerOff.
-func (vm *VM) Kill() {
-	vm.killOnce.Do(func() {
-		select {
-		case <-vm.done:
-		default:
-			vm.cmd.Process.Kill()
-			select {
-			case <-vm.done:
-			case <-time.After(10 * time.Second):
-			}
-		}
-	})
-	vm.cleanup()
-}
-
-func (vm *VM) cleanup() { os.RemoveAll(vm.tmpDir) }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package qemulab
+package labkit
 
 import "os/exec"
 

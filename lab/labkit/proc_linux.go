@@ -1,4 +1,4 @@
-package qemulab
+package labkit
 
 import (
 	"os/exec"
@@ -6,7 +6,7 @@ import (
 )
 
 // dieWithParent makes QEMU get SIGKILL if the test process dies first, so an
-// interrupted `go test` leaves no guest behind.
+// interrupted `go test` leaves no machine behind.
 func dieWithParent(c *exec.Cmd) {
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

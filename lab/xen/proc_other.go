@@ -1,7 +1,0 @@
-//go:build !linux
-
-package xenlab
-
-import "os/exec"
-
-func dieWithParent(c *exec.Cmd) {}
