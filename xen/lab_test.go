@@ -209,6 +209,34 @@ func TestXenNative(t *testing.T) {
 		t.Errorf("int3: no stop found by the state check:\n%.3000s", out)
 	}
 	work("domu1", 1)
+
+	// gprobes killed with SIGKILL, probes in: the next hit pauses domu1
+	// and nobody lets it go. The journal puts it back: `gprobes recover`
+	// after a `gprobes run` with int3 bytes; a daemon starting after a
+	// daemon with debug registers.
+	hangThenRecover := func(what, kill, recover string) {
+		t.Helper()
+		run(kill)
+		run(fmt.Sprintf("(domu-run -t 150 %d 'gpwork counts 1 /etc/gp-a /etc/gp-b' >/tmp/w.out 2>&1; echo rc=$? >>/tmp/w.out) & sleep 4", d1))
+		if out := run(fmt.Sprintf("xl list %d; cat /tmp/w.out", d1)); !regexp.MustCompile(`domu1\s+\d+\s+\d+\s+\d+\s+-*p`).MatchString(out) || strings.Contains(out, "rc=") {
+			t.Errorf("%s: domu1 should be paused at the probe of the dead gprobes:\n%s", what, out)
+		}
+		out := run(recover + "; sleep 4; cat /tmp/w.out; ls /run/gprobes/xen; xl list " + fmt.Sprint(d1))
+		if !strings.Contains(out, "put back after gprobes") || !strings.Contains(out, "write 1 ") || !strings.Contains(out, "rc=0") || strings.Contains(out, ".json") {
+			t.Errorf("%s: domu1 not put back:\n%s", what, out)
+		}
+		t.Logf("%s:\n%s", what, out)
+		if w, rc, err := vm.RunDomU("domu1", "gpwork counts 1; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
+			t.Errorf("%s: domu1 after recovery: rc %d %v\n%s", what, rc, err, w)
+		}
+	}
+	hangThenRecover("int3 bytes, gprobes run killed, gprobes recover",
+		fmt.Sprintf("GPROBES_XEN_BREAKPOINTS=int3 gprobes run --target xen:%d %s /etc/gprobes/writes.dpdf >/tmp/run3.out 2>&1 & sleep 3; cat /run/gprobes/xen/dom%d.json; kill -9 $(pidof gprobes)", d1, syms, d1),
+		"gprobes recover")
+	hangThenRecover("debug registers, daemon killed, a daemon starting",
+		fmt.Sprintf("gprobes daemon --socket /tmp/k.sock --state /tmp/k >/tmp/k.log 2>&1 & sleep 1; gprobes insert --socket /tmp/k.sock --target xen:%d %s /etc/gprobes/writes.dpdf; kill -9 $(pidof gprobes)", d1, syms),
+		"gprobes daemon --socket /tmp/k.sock --state /tmp/k >/tmp/k2.log 2>&1 & sleep 3; cat /tmp/k2.log")
+	run("kill $(pidof gprobes); sleep 1")
 }
 
 var summaryRe = regexp.MustCompile(`gprobes: xen:\d+: (\d+) stops in [0-9.]+ s: (\d+) reported by VIRQ_DEBUGGER or xenstore, (\d+) found by a timed state check`)

@@ -160,6 +160,7 @@ type DomainInfo struct {
 	Flags     uint32
 	MaxVCPUID uint32
 	Online    uint32
+	Handle    [16]byte // the domain's UUID: a domid can be used again
 }
 
 func (i DomainInfo) Dying() bool    { return i.Flags&(dominfDying|dominfShutdown) != 0 }
@@ -177,6 +178,7 @@ func (h *Hypervisor) Info(dom uint16) (DomainInfo, error) {
 		info.Flags = binary.LittleEndian.Uint32(u[4:])
 		info.Online = binary.LittleEndian.Uint32(u[64:])
 		info.MaxVCPUID = binary.LittleEndian.Uint32(u[68:])
+		copy(info.Handle[:], u[76:92])
 	})
 	if err == nil && other {
 		return DomainInfo{}, fmt.Errorf("xen: domain %d: %w", dom, ErrNoDomain)

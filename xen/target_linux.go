@@ -81,6 +81,11 @@ type Target struct {
 	wframes  map[uint64][]byte // frames mapped read-write
 	tlb      map[uint64]Translation
 	stats    stats
+	// what a gprobes that dies leaves in the domain (journal_linux.go)
+	journal    *journal
+	journalDir string
+	orig       map[uint64]byte // the original byte under each of bps
+	debugging  bool            // we turned debugging mode on
 }
 
 type stopKind byte
@@ -132,7 +137,7 @@ func Open(dom int, opts Options) func() (engine.Target, error) {
 		default:
 			return nil, fmt.Errorf("xen:%d: breakpoints %q: want auto, dr, int3 or int1", dom, opts.Breakpoints)
 		}
-		t := &Target{dom: uint16(dom), opts: opts, bps: map[uint64]bool{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{},
+		t := &Target{dom: uint16(dom), opts: opts, bps: map[uint64]bool{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{}, orig: map[uint64]byte{},
 			step: map[int]bool{}, frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[uint64]Translation{}}
 		if err := t.setup(); err != nil {
 			t.release(false)
@@ -166,10 +171,14 @@ func (t *Target) setup() error {
 	if os.Getenv("GPROBES_XEN_TRACE") != "" {
 		Trace = func(f string, a ...any) { fmt.Fprintf(os.Stderr, "xen: "+f+"\n", a...) }
 	}
+	if err := t.openJournal(info); err != nil {
+		return err
+	}
 	t.ev = subscribe()
 	if err := t.hv.SetDebugging(t.dom, true); err != nil {
 		return err
 	}
+	t.debugging = true
 	if err := t.hv.Pause(t.dom); err != nil {
 		return err
 	}
@@ -224,7 +233,9 @@ func (t *Target) release(keepPaused bool) {
 		for ; t.pauses > 0; t.pauses-- {
 			t.hv.Unpause(t.dom)
 		}
-		t.hv.SetDebugging(t.dom, false)
+		if t.debugging {
+			t.hv.SetDebugging(t.dom, false)
+		}
 	}
 	for _, m := range []map[uint64][]byte{t.frames, t.wframes} {
 		for f, b := range m {
@@ -235,6 +246,7 @@ func (t *Target) release(keepPaused bool) {
 	if t.ev != nil {
 		t.ev.close()
 	}
+	t.closeJournal()
 	t.hv.Close()
 }
 
@@ -741,6 +753,10 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 		for i, a := range t.dr {
 			if a == 0 {
 				t.dr[i] = addr
+				if err := t.writeJournal(); err != nil {
+					t.dr[i] = 0
+					return err
+				}
 				delete(t.drGone, addr)
 				return nil
 			}
@@ -753,10 +769,21 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 	if mode == BreakInt1 {
 		op = opInt1
 	}
-	if err := t.WriteMem(0, addr, []byte{op}); err != nil {
+	if len(orig) == 0 {
+		return fmt.Errorf("no original byte for %#x", addr)
+	}
+	// journaled first: a gprobes that dies between the two leaves a
+	// journal whose byte is not in, which recovery skips
+	t.bps[addr], t.orig[addr] = true, orig[0]
+	if err := t.writeJournal(); err != nil {
+		delete(t.bps, addr)
 		return err
 	}
-	t.bps[addr] = true
+	if err := t.WriteMem(0, addr, []byte{op}); err != nil {
+		delete(t.bps, addr)
+		t.writeJournal()
+		return err
+	}
 	delete(t.gone, addr)
 	return nil
 }
@@ -766,7 +793,7 @@ func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 		if a == addr {
 			t.dr[i] = 0
 			t.drGone[addr] = true
-			return nil
+			return t.writeJournal()
 		}
 	}
 	if len(orig) == 0 {
@@ -776,8 +803,9 @@ func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 		return err
 	}
 	delete(t.bps, addr)
+	delete(t.orig, addr)
 	t.gone[addr] = true
-	return nil
+	return t.writeJournal()
 }
 
 // TrapPC: a vCPU stops past an int3/int1 byte (a trap), on a debug

@@ -66,6 +66,7 @@ probe out, lets every target go on with its original code, and exits.`,
 			if err := srv.Listen(); err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
+			recoverXen(c)
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 			served := make(chan error, 1)
@@ -82,6 +83,38 @@ probe out, lets every target go on with its original code, and exits.`,
 			}
 			if err := srv.Shutdown(); err != nil {
 				return cli.Exit(err.Error(), 1)
+			}
+			return nil
+		},
+	}
+}
+
+// recoverXen puts back the Xen domains a gprobes that died left with
+// probes in (xen.Recover), saying what it did.
+func recoverXen(c *cli.Context) error {
+	msgs, err := xen.Recover()
+	for _, m := range msgs {
+		fmt.Fprintln(c.App.Writer, "gprobes: "+m)
+	}
+	if err != nil {
+		fmt.Fprintln(c.App.ErrWriter, "gprobes: recover:", err)
+	}
+	return err
+}
+
+func recoverCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "recover",
+		Usage: "put back the Xen domains a gprobes killed with SIGKILL left with probes in",
+		Description: `A gprobes that dies without detaching (SIGKILL, a crash) leaves its Xen domains in debugging
+mode with their breakpoints in: at the next hit the domain pauses and stays paused. Each probed
+domain has a journal in /run/gprobes/xen (GPROBES_XEN_JOURNAL), and this command, a daemon as
+it starts, or the next gprobes to probe the same domain, puts it back from the journal: original
+bytes, debug registers cleared, vCPUs taken back to their instruction, debugging mode off, the
+domain unpaused. Journals of a gprobes still running are left alone.`,
+		Action: func(c *cli.Context) error {
+			if err := recoverXen(c); err != nil {
+				return cli.Exit("", 1)
 			}
 			return nil
 		},
