@@ -290,8 +290,9 @@ func recoverDomain(hv *Hypervisor, j *journal) (string, error) {
 		hv.Pause(j.Dom)
 		unpaused--
 	}
-	msg := fmt.Sprintf("put back after gprobes %d died with probes in: %d of %d int3 bytes restored, %d debug registers cleared, %d vCPUs taken back to their probe, %d in a single-step, %d pauses undone, debugging mode off",
-		j.Pid, restored, len(j.Bytes), countDR(j.DR), rewound, stepping, unpaused)
+	// (one of the pauses undone was this function's own)
+	msg := fmt.Sprintf("put back after gprobes %d died with probes in: %d of %d int3 bytes restored, %d debug registers cleared, %d vCPUs taken back to their probe, %d in a single-step, %d pauses left undone, debugging mode off",
+		j.Pid, restored, len(j.Bytes), countDR(j.DR), rewound, stepping, unpaused-1)
 	if j.PausedBefore {
 		msg += " (it was paused before gprobes took it: left paused)"
 	}

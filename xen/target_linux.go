@@ -86,6 +86,7 @@ type Target struct {
 	journalDir string
 	orig       map[uint64]byte // the original byte under each of bps
 	debugging  bool            // we turned debugging mode on
+	released   bool
 }
 
 type stopKind byte
@@ -200,9 +201,10 @@ func (t *Target) setup() error {
 // with its debug registers cleared (or stays paused for a debugger with
 // keepPaused).
 func (t *Target) release(keepPaused bool) {
-	if t.hv == nil {
+	if t.hv == nil || t.released {
 		return
 	}
+	t.released = true
 	if !t.dead && t.kern != nil {
 		// a vCPU may have hit a breakpoint since the last look (its trap
 		// paused the domain, its rip is past the byte, which the engine
@@ -492,6 +494,8 @@ func (t *Target) Wait() (engine.Event, error) {
 			if fired {
 				how += " (woken by an event)"
 			}
+			// its frames, the event subscription, the journal: freed now
+			t.release(false)
 			return engine.Event{Kind: engine.EvSpaceExit, Tid: 1, Exit: how}, nil
 		}
 		t.mu.Lock()
