@@ -198,16 +198,12 @@ func recoverDomain(hv *Hypervisor, j *journal) (string, error) {
 	if info.Dying() {
 		return "the domain is shutting down; nothing to put back", nil
 	}
-	t := &Target{dom: j.Dom, hv: hv, opts: Options{Breakpoints: BreakAuto}, bps: map[uint64]bool{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{},
-		step: map[int]bool{}, frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[uint64]Translation{}}
+	t := newTarget(j.Dom, Options{Breakpoints: BreakAuto})
+	t.hv = hv
 	if t.width, err = hv.AddressSize(j.Dom); err != nil {
 		return "", err
 	}
-	t.vcpus = int(info.MaxVCPUID) + 1
-	t.ctx = make([]Context, t.vcpus)
-	t.ctxOK = make([]bool, t.vcpus)
-	t.dirty = make([]bool, t.vcpus)
-	t.why = make([]stopKind, t.vcpus)
+	t.sizeVCPUs(info.MaxVCPUID)
 	t.dr = j.DR
 	for _, b := range j.Bytes {
 		t.bps[b.Addr] = true

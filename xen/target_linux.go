@@ -138,14 +138,27 @@ func Open(dom int, opts Options) func() (engine.Target, error) {
 		default:
 			return nil, fmt.Errorf("xen:%d: breakpoints %q: want auto, dr, int3 or int1", dom, opts.Breakpoints)
 		}
-		t := &Target{dom: uint16(dom), opts: opts, bps: map[uint64]bool{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{}, orig: map[uint64]byte{},
-			step: map[int]bool{}, frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[uint64]Translation{}}
+		t := newTarget(uint16(dom), opts)
 		if err := t.setup(); err != nil {
 			t.release(false)
 			return nil, fmt.Errorf("xen:%d: %w", dom, err)
 		}
 		return t, nil
 	}
+}
+
+func newTarget(dom uint16, opts Options) *Target {
+	return &Target{dom: dom, opts: opts, bps: map[uint64]bool{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{}, orig: map[uint64]byte{},
+		step: map[int]bool{}, frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[uint64]Translation{}}
+}
+
+// sizeVCPUs makes room for the state of vCPUs 0 to maxID.
+func (t *Target) sizeVCPUs(maxID uint32) {
+	t.vcpus = int(maxID) + 1
+	t.ctx = make([]Context, t.vcpus)
+	t.ctxOK = make([]bool, t.vcpus)
+	t.dirty = make([]bool, t.vcpus)
+	t.why = make([]stopKind, t.vcpus)
 }
 
 func (t *Target) setup() error {
@@ -184,11 +197,7 @@ func (t *Target) setup() error {
 		return err
 	}
 	t.pauses = 1
-	t.vcpus = int(info.MaxVCPUID) + 1
-	t.ctx = make([]Context, t.vcpus)
-	t.ctxOK = make([]bool, t.vcpus)
-	t.dirty = make([]bool, t.vcpus)
-	t.why = make([]stopKind, t.vcpus)
+	t.sizeVCPUs(info.MaxVCPUID)
 	t.stats.start = time.Now()
 	if ctx, err := t.context(0); err == nil {
 		trace("vCPU 0: rip %#x cr3 %#x cr4 %#x gs_kernel %#x", ctx.RIP(), ctx.CR(3), ctx.CR(4), ctx.u64(offGSKernel))
