@@ -205,6 +205,9 @@ type Engine struct {
 	pid           int         // the first address space: the process started or attached
 	detachedTid   map[int]bool
 	goneCh        chan struct{}
+	// cur is the thread whose stop the engine is handling (0: none, or a
+	// signal stop): it is stopped until handle resumes it
+	cur int
 }
 
 // WaitGone blocks until the target has ended (its last thread is gone).
@@ -402,6 +405,10 @@ func (e *Engine) targetGone(reason string) {
 
 // handle dispatches one event.
 func (e *Engine) handle(ev Event) {
+	if ev.Kind != EvSignal && ev.Kind != EvThreadExit && ev.Kind != EvSpaceExit {
+		e.cur = ev.Tid
+		defer func() { e.cur = 0 }()
+	}
 	switch ev.Kind {
 	case EvTrap:
 		th := e.thread(ev.Tid, ev.Space)
@@ -433,8 +440,16 @@ func (e *Engine) handle(ev Event) {
 		e.thread(ev.Tid, ev.Space)
 		e.resume(ev.Tid, 0)
 	case EvExec:
-		e.execed(ev.Space)
+		// the exec'ing thread is the only one left, with the process's
+		// id: what the engine knew of the others, and of this one before
+		// exec (a step in flight in the old image), is gone with the image
+		for tid, th := range e.threads {
+			if th.space == ev.Space || tid == ev.Tid {
+				delete(e.threads, tid)
+			}
+		}
 		e.thread(ev.Tid, ev.Space)
+		e.execed(ev.Space)
 		e.resume(ev.Tid, 0)
 	case EvThreadExit:
 		delete(e.threads, ev.Tid)

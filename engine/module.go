@@ -542,21 +542,48 @@ func near(a, b uint64) bool {
 	return d > -(1<<31)+xolAreaSize && d < (1<<31)-xolAreaSize
 }
 
-// withStoppedThread runs f with one stopped thread of a space: one that is
-// stopped already, or one the engine stops for it and resumes after.
+// withStoppedThread runs f with one stopped thread of a space. A thread
+// that is stopped already is used and left stopped: the one whose event
+// the engine is handling (an exec, a hit on the dynamic linker's
+// rendezvous), one held until Go, one whose event waits in the queue;
+// whoever stopped it resumes it. Resuming it here let a new program run
+// from its exec stop while its probes were still going in, and a thread
+// in the middle of a hit run on from after its int3 (issue 9: a program
+// exec'd with a pending probe died of SIGSEGV). Only a thread the engine
+// stops for f is resumed after it.
 func (e *Engine) withStoppedThread(spID int, f func(tid int) error) error {
 	tids := e.tgt.Threads(spID)
 	if len(tids) == 0 {
 		return fmt.Errorf("no thread in %d", spID)
+	}
+	if th := e.threads[e.cur]; th != nil && th.space == spID && e.tgt.IsStopped(e.cur) {
+		return f(e.cur)
 	}
 	for _, tid := range tids {
 		if th := e.threads[tid]; th != nil && th.held {
 			return f(tid)
 		}
 	}
-	tid := tids[0]
+	for _, tid := range tids {
+		if e.tgt.IsStopped(tid) && !e.signalWaits(tid) {
+			return f(tid)
+		}
+	}
+	var tid int
+	for _, t := range tids {
+		if !e.tgt.IsStopped(t) {
+			tid = t
+			break
+		}
+	}
+	if tid == 0 {
+		// every thread is stopped for a signal still to deliver: running
+		// f on one would swallow it
+		return fmt.Errorf("every thread of %d is stopped for a signal", spID)
+	}
 	evs, err := e.tgt.StopThread(tid)
 	if err != nil {
+		e.pendingEvents = append(e.pendingEvents, evs...)
 		return err
 	}
 	err = f(tid)
@@ -567,6 +594,18 @@ func (e *Engine) withStoppedThread(spID int, f func(tid int) error) error {
 		e.pendingEvents = append(e.pendingEvents, evs...)
 	}
 	return err
+}
+
+// signalWaits reports whether a stopped thread's queued event is a signal
+// to deliver (its stop is a signal-delivery stop: stepping it would drop
+// the signal).
+func (e *Engine) signalWaits(tid int) bool {
+	for _, ev := range e.pendingEvents {
+		if ev.Tid == tid && ev.Kind == EvSignal {
+			return true
+		}
+	}
+	return false
 }
 
 // removeProbes takes out a module's probes with the given minors (all
