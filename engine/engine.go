@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -668,7 +669,7 @@ func (e *Engine) detachAll() error {
 // code, and detaches them, delivering sig to the space (SIGSTOP leaves it
 // stopped for a debugger).
 func (e *Engine) detachSpace(spID int, sig int) error {
-	sigOf := map[int][]int{}
+	sigOf := map[int][]Event{}
 	// threads stopped at an int3 whose trap the engine has not handled:
 	// they go back to the original instruction
 	trapped := map[int]bool{}
@@ -685,7 +686,7 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 		for _, ev := range evs {
 			switch {
 			case ev.Kind == EvSignal && ev.Tid == tid:
-				sigOf[tid] = append(sigOf[tid], ev.Sig)
+				sigOf[tid] = append(sigOf[tid], ev)
 			case ev.Kind == EvTrap && ev.Tid == tid:
 				trapped[tid] = true
 			}
@@ -715,12 +716,7 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 		if e.tgt.GetRegs(tid, &r) == nil && sp != nil {
 			changed := false
 			if th != nil && th.step != nil {
-				// in the middle of an out-of-line step: back to the
-				// original instruction, which now runs in place
-				r[rpn.RegRIP] = th.step.bp.addr
-				th.step = nil
-				e.releaseSignals(th)
-				changed = true
+				changed = e.detachStep(th, &r, sigOf)
 			} else if pc := e.tgt.TrapPC(tid, r[rpn.RegRIP]); trapped[tid] && sp.wasBreakpoint(pc) && pc != r[rpn.RegRIP] {
 				// stopped right after an int3 that is gone now
 				r[rpn.RegRIP] = pc
@@ -736,7 +732,11 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 		if err != nil {
 			continue // it exited
 		}
-		sigs := append(sigOf[tid], more...)
+		var sigs []int
+		for _, ev := range sigOf[tid] {
+			sigs = append(sigs, ev.Sig)
+		}
+		sigs = append(sigs, more...)
 		s := 0
 		if len(sigs) > 0 {
 			s = sigs[0]
@@ -754,6 +754,61 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 		sp.detached = true
 	}
 	return errors.Join(errs...)
+}
+
+// detachStep settles a thread caught in an out-of-line step at detach,
+// where its slot must no longer be needed. The stop that caught it says
+// how far it got: still at the slot, the displaced instruction has not
+// run and goes back to run in place (a rep string instruction part done
+// resumes where it is); anywhere else it has run, so the step is finished
+// as stepDone would (rip and a call's return address taken back to the
+// original code) and its records committed. Rewinding a thread that had
+// run its instruction made it run twice: a lock add on a counter counted
+// 1-3 too many after remove, SIGTERM or Ctrl-C (issue 9.2). It reports
+// whether the registers changed.
+func (e *Engine) detachStep(th *thread, r *Regs, sigOf map[int][]Event) bool {
+	st := th.step
+	th.step = nil
+	e.releaseSignals(th)
+	if r[rpn.RegRIP] == st.bp.slot {
+		r[rpn.RegRIP] = st.bp.addr
+		// a fault the instruction raised in the slot is raised again in
+		// place, with its own siginfo: delivering this one too would
+		// make two
+		kept := sigOf[th.tid][:0]
+		for _, ev := range sigOf[th.tid] {
+			if ev.Async {
+				kept = append(kept, ev)
+			}
+		}
+		sigOf[th.tid] = kept
+		// the probe ran and its instruction runs next, in place: commit
+		e.commitDetaching(st.recs)
+		return true
+	}
+	th.regs = *r
+	if err := x86.FixupAfterStep(&st.bp.insn, st.bp.slot, &th.regs, mem{e, th.space}); err != nil {
+		e.warn(fmt.Sprintf("detach after the out-of-line step of %#x: %v", st.bp.addr, err))
+	}
+	*r = th.regs
+	e.commitDetaching(st.recs)
+	return true
+}
+
+// commitDetaching commits the records of a hit settled while its space is
+// detached: a dump or a hand-off to a debugger (exit 3, 4) is not taken
+// then, and the record says so.
+func (e *Engine) commitDetaching(recs []Record) {
+	for i := range recs {
+		r := &recs[i]
+		switch r.Exit {
+		case rpn.ExitDump:
+			r.Dump = "not taken: the process was being detached"
+		case rpn.ExitDebugger:
+			r.Debugger = "not handed over: the process was being detached"
+		}
+		e.commit(r)
+	}
 }
 
 // Remove takes probes out: all of a module's, or those with the given
