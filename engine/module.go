@@ -65,10 +65,11 @@ func (sp *space) wasBreakpoint(addr uint64) bool { return sp.bps[addr] != nil ||
 // instance is a compiled module placed in one space: its relocated program
 // and where its file is loaded.
 type instance struct {
-	prog *rpn.Program
-	key  string
-	bias uint64
-	ld   *Loaded
+	prog  *rpn.Program
+	key   string
+	ident string
+	bias  uint64
+	ld    *Loaded
 }
 
 // breakpoint is a physical breakpoint: one address, its original
@@ -243,7 +244,8 @@ func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
 // file, where (the bias from its link-time addresses), its symbols and
 // which addresses are its code.
 type Loaded struct {
-	Key     string // identifies what is loaded (a file's path), to share relocated programs
+	Key     string // what is loaded, as a person names it (a file's path)
+	Ident   string // what identifies its content (a file's device, inode, size and time): "" when Key does
 	Bias    uint64
 	Symbols *symbols.Set // nil when there are none
 	BuildID []byte
@@ -271,7 +273,7 @@ func (r resolver) Offsetof(t, f string) (uint64, error) { return r.set.Offsetof(
 // instance loads src for one space: it checks the build ID and relocates
 // the program for where the module is.
 func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, error) {
-	if inst, ok := sp.inst[src]; ok && inst.key == ld.Key && inst.bias == ld.Bias {
+	if inst, ok := sp.inst[src]; ok && inst.key == ld.Key && inst.ident == ld.Ident && inst.bias == ld.Bias {
 		return inst, nil
 	}
 	if len(src.BuildID) > 0 && len(ld.BuildID) > 0 && !bytes.Equal(ld.BuildID, src.BuildID) {
@@ -297,7 +299,7 @@ func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, er
 	if err != nil {
 		return nil, err
 	}
-	inst := &instance{prog: prog, key: ld.Key, bias: ld.Bias, ld: ld}
+	inst := &instance{prog: prog, key: ld.Key, ident: ld.Ident, bias: ld.Bias, ld: ld}
 	sp.inst[src] = inst
 	return inst, nil
 }

@@ -13,6 +13,7 @@ type Mapping struct {
 	Start, End uint64
 	Perm       string // "r-xp"
 	Offset     uint64
+	Dev        string // "fd:01": the file's device, major:minor in hex
 	Inode      uint64
 	Path       string // file path, "[heap]", "[stack]", "" for anonymous
 }
@@ -45,6 +46,7 @@ func Maps(pid int) ([]Mapping, error) {
 		m.End, _ = strconv.ParseUint(hi, 16, 64)
 		m.Perm = fields[1]
 		m.Offset, _ = strconv.ParseUint(fields[2], 16, 64)
+		m.Dev = fields[3]
 		m.Inode, _ = strconv.ParseUint(fields[4], 10, 64)
 		if len(fields) >= 6 {
 			// the path is the rest of the line after the inode column

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
@@ -43,7 +45,8 @@ func (tg *Target) Check(m *rpn.Module) string {
 
 // Resolve finds the module's file among the mappings: the same file after
 // resolving symlinks, or the same base name when the DPDF gives no
-// directory.
+// directory. Symbols and the load bias come from the file as it is mapped
+// (mappedFile), never from whatever the path names now.
 func (tg *Target) Resolve(space int, name string, modtype rpn.ModType) (*engine.Loaded, bool, error) {
 	maps, err := Maps(space)
 	if err != nil {
@@ -53,12 +56,16 @@ func (tg *Target) Resolve(space int, name string, modtype rpn.ModType) (*engine.
 	if !ok {
 		return nil, false, nil
 	}
-	bias, err := loadBias(path, maps)
+	mf, err := mappedFile(space, path, maps)
 	if err != nil {
 		return nil, false, err
 	}
-	ld := &engine.Loaded{Key: path, Bias: bias}
-	if set, err := openSymbols(path); err == nil {
+	bias, err := loadBias(mf.open, path, maps)
+	if err != nil {
+		return nil, false, err
+	}
+	ld := &engine.Loaded{Key: displayPath(path), Ident: mf.id, Bias: bias}
+	if set, err := openSymbols(mf); err == nil {
 		ld.Symbols = set
 		ld.BuildID = set.BuildID()
 	}
@@ -79,6 +86,61 @@ func (tg *Target) Resolve(space int, name string, modtype rpn.ModType) (*engine.
 	return ld, true, nil
 }
 
+// deletedSuffix is what /proc/PID/maps appends to the path of a mapped
+// file that was deleted or replaced since (a program rebuilt while it runs).
+const deletedSuffix = " (deleted)"
+
+func displayPath(path string) string { return strings.TrimSuffix(path, deletedSuffix) }
+
+// mapped is a file as a process maps it: where to open it, and what
+// identifies its content.
+type mapped struct {
+	open string // the path itself, or /proc/PID/map_files/... when the path names another file now
+	id   string // device, inode, size and modification time of the content
+}
+
+// mappedFile finds the file a process maps at path. The path is used when
+// it still names that file (same device and inode as the mapping);
+// otherwise (the file was rebuilt, replaced or deleted since the process
+// mapped it) the mapping itself is opened through /proc/PID/map_files.
+// Reading the path regardless gave a rebuilt program the old program's
+// offsets: an int3 in the middle of an instruction (issue 9.3).
+func mappedFile(pid int, path string, maps []Mapping) (mapped, error) {
+	var m *Mapping
+	for i := range maps {
+		if maps[i].Path == path {
+			m = &maps[i]
+			break
+		}
+	}
+	if m == nil {
+		return mapped{}, fmt.Errorf("%s is not mapped in process %d", displayPath(path), pid)
+	}
+	if id, ok := fileID(displayPath(path), m); ok {
+		return mapped{open: displayPath(path), id: id}, nil
+	}
+	byMap := fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.Start, m.End)
+	id, ok := fileID(byMap, m)
+	if !ok {
+		return mapped{}, fmt.Errorf("%s: the file process %d maps (inode %d on %s) cannot be read: it was replaced, and %s cannot be opened",
+			displayPath(path), pid, m.Inode, m.Dev, byMap)
+	}
+	return mapped{open: byMap, id: id}, nil
+}
+
+// fileID stats a file and, when it is the one the mapping holds (same
+// device and inode), returns what identifies its content.
+func fileID(path string, m *Mapping) (string, bool) {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil || st.Ino != m.Inode {
+		return "", false
+	}
+	if dev := fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev)); m.Dev != "" && dev != m.Dev {
+		return "", false
+	}
+	return fmt.Sprintf("%d:%d:%d:%d.%09d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec), true
+}
+
 func findModule(name string, maps []Mapping) (string, bool) {
 	want := name
 	if strings.Contains(name, "/") {
@@ -95,16 +157,19 @@ func findModule(name string, maps []Mapping) (string, bool) {
 			continue
 		}
 		seen[m.Path] = true
+		// a file replaced since it was mapped is still the module by
+		// that name: its symbols come from the mapping (mappedFile)
+		p := displayPath(m.Path)
 		if !strings.Contains(name, "/") {
-			if filepath.Base(m.Path) == name {
+			if filepath.Base(p) == name {
 				return m.Path, true
 			}
 			continue
 		}
-		if m.Path == want {
+		if p == want {
 			return m.Path, true
 		}
-		if real, err := filepath.EvalSymlinks(m.Path); err == nil && real == want {
+		if real, err := filepath.EvalSymlinks(p); err == nil && real == want {
 			return m.Path, true
 		}
 	}
@@ -113,11 +178,12 @@ func findModule(name string, maps []Mapping) (string, bool) {
 
 // loadBias is where a file is loaded minus where it was linked: the
 // mapping that holds a PT_LOAD segment's file offset starts at that
-// segment's address plus the bias.
-func loadBias(path string, maps []Mapping) (uint64, error) {
-	f, err := elf.Open(path)
+// segment's address plus the bias. The ELF is read from open, the file
+// as mapped (mappedFile).
+func loadBias(open, path string, maps []Mapping) (uint64, error) {
+	f, err := elf.Open(open)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", path, err)
+		return 0, fmt.Errorf("read %s: %w", displayPath(path), err)
 	}
 	defer f.Close()
 	for _, m := range maps {
@@ -133,27 +199,38 @@ func loadBias(path string, maps []Mapping) (uint64, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("%s: no mapping matches its segments", path)
+	return 0, fmt.Errorf("%s: no mapping matches its segments", displayPath(path))
 }
 
-// symbols of mapped files, cached by path for the life of the program
+// symCache holds the symbols of mapped files for the life of the program,
+// keyed by what identifies a file's content (device, inode, size,
+// modification time), never by path: a program rebuilt at the same path
+// is another file. At most symCacheMax files; the oldest go first.
 var symCache = struct {
 	sync.Mutex
-	m map[string]*symbols.Set
+	m     map[string]*symbols.Set
+	order []string
 }{m: map[string]*symbols.Set{}}
 
-func openSymbols(path string) (*symbols.Set, error) {
+const symCacheMax = 64
+
+func openSymbols(mf mapped) (*symbols.Set, error) {
 	symCache.Lock()
 	defer symCache.Unlock()
-	if s, ok := symCache.m[path]; ok {
+	if s, ok := symCache.m[mf.id]; ok {
 		return s, nil
 	}
-	t, err := symbols.Open(path)
+	t, err := symbols.Open(mf.open)
 	if err != nil {
 		return nil, err
 	}
 	s := symbols.NewSet(t)
-	symCache.m[path] = s
+	if len(symCache.order) >= symCacheMax {
+		delete(symCache.m, symCache.order[0])
+		symCache.order = symCache.order[1:]
+	}
+	symCache.m[mf.id] = s
+	symCache.order = append(symCache.order, mf.id)
 	return s, nil
 }
 
@@ -169,7 +246,11 @@ func (tg *Target) Rendezvous(space int) (uint64, bool) {
 		if !strings.HasPrefix(base, "ld-linux") && !strings.HasPrefix(base, "ld64") && !strings.HasPrefix(base, "ld-") {
 			continue
 		}
-		set, err := openSymbols(m.Path)
+		mf, err := mappedFile(space, m.Path, maps)
+		if err != nil {
+			return 0, false
+		}
+		set, err := openSymbols(mf)
 		if err != nil {
 			return 0, false
 		}
@@ -177,7 +258,7 @@ func (tg *Target) Rendezvous(space int) (uint64, bool) {
 		if err != nil {
 			return 0, false
 		}
-		bias, err := loadBias(m.Path, maps)
+		bias, err := loadBias(mf.open, m.Path, maps)
 		if err != nil {
 			return 0, false
 		}
