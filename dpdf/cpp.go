@@ -41,7 +41,7 @@ func findCPP(opts Options) ([]string, error) {
 // come back as an ErrorList in the user's files and lines.
 func preprocess(path string, data []byte, opts Options, onDisk bool) (string, []string, error) {
 	firstDirective := lexer.Position{Filename: path, Line: 1, Column: 1}
-	for i, l := range strings.Split(string(data), "\n") {
+	for i, l := range strings.Split(strings.TrimPrefix(string(data), bom), "\n") {
 		if t := strings.TrimLeft(l, " \t"); strings.HasPrefix(t, "#") {
 			firstDirective.Line = i + 1
 			firstDirective.Column = len(l) - len(t) + 1

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/alecthomas/participle/v2/lexer"
 )
@@ -22,41 +23,127 @@ type Error struct {
 func (e *Error) Error() string {
 	if e.Pos.Line == 0 {
 		if e.Pos.Filename == "" {
-			return e.Msg
+			return Escape(e.Msg)
 		}
-		return e.Pos.Filename + ": " + e.Msg
+		return Escape(e.Pos.Filename) + ": " + Escape(e.Msg)
 	}
 	col := e.Pos.Column
 	if col < 1 {
 		col = 1
 	}
-	return fmt.Sprintf("%s:%d:%d: %s", e.Pos.Filename, e.Pos.Line, col, e.Msg)
+	return fmt.Sprintf("%s:%d:%d: %s", Escape(e.Pos.Filename), e.Pos.Line, col, Escape(e.Msg))
 }
 
+// maxShown is how many bytes of a long source line Detail shows, around
+// the column.
+const maxShown = 160
+
 // Detail returns the error with its source line and a caret under the
-// column, as a C compiler prints it.
+// column, as a C compiler prints it. Control bytes, invalid UTF-8 and
+// invisible characters of the line are escaped (see Escape); of a line
+// longer than maxShown bytes, only the part around the column is shown,
+// between "...".
 func (e *Error) Detail() string {
 	if e.Text == "" || e.Pos.Line == 0 {
 		return e.Error()
 	}
-	var b strings.Builder
-	b.WriteString(e.Error())
-	num := fmt.Sprintf("%5d", e.Pos.Line)
-	fmt.Fprintf(&b, "\n%s | %s\n%s | ", num, e.Text, strings.Repeat(" ", len(num)))
 	col := e.Pos.Column
 	if col < 1 {
 		col = 1
 	}
-	// keep tabs so the caret lines up under a tab-indented line
-	for i := 0; i < col-1 && i < len(e.Text); i++ {
-		if e.Text[i] == '\t' {
+	text, at := e.Text, min(col-1, len(e.Text))
+	var lead, trail string
+	if len(text) > maxShown {
+		from := max(0, at-maxShown/2)
+		for from > 0 && !utf8.RuneStart(text[from]) {
+			from--
+		}
+		to := min(len(text), from+maxShown)
+		for to < len(text) && !utf8.RuneStart(text[to]) {
+			to++
+		}
+		if from > 0 {
+			lead = "..."
+		}
+		if to < len(text) {
+			trail = "..."
+		}
+		text, at = text[from:to], at-from
+	}
+	var b strings.Builder
+	b.WriteString(e.Error())
+	num := fmt.Sprintf("%5d", e.Pos.Line)
+	fmt.Fprintf(&b, "\n%s | %s%s%s\n%s | %s", num, lead, Escape(text), trail, strings.Repeat(" ", len(num)), strings.Repeat(" ", len(lead)))
+	// one blank per column of the shown text before the caret; tabs are
+	// kept so the caret lines up under a tab-indented line
+	for i := 0; i < at; {
+		r, n := utf8.DecodeRuneInString(text[i:])
+		switch {
+		case r == '\t':
 			b.WriteByte('\t')
-		} else {
+		case n == 1 && r == utf8.RuneError || escaped(r):
+			b.WriteString(strings.Repeat(" ", len(escapeRune(r, text[i]))))
+		default:
 			b.WriteByte(' ')
 		}
+		i += n
 	}
 	b.WriteByte('^')
 	return b.String()
+}
+
+// Escape makes s safe to print on a terminal: control characters (C0 but
+// tab, DEL and C1), bytes that are not UTF-8, the byte order mark and the
+// bidirectional overrides that make text display in another order than it
+// is read are written as Go escapes (\x1b, \u009b, \ufeff). Everything
+// else is kept as is, backslashes included, so an ordinary line prints
+// unchanged. Every message and source line of an Error goes through it,
+// since a DPDF's text is a stranger's input.
+func Escape(s string) string {
+	clean := true
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 || escaped(r) {
+			clean = false
+			break
+		}
+		i += n
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 || escaped(r) {
+			b.WriteString(escapeRune(r, s[i]))
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// escaped reports whether Escape writes r as an escape.
+func escaped(r rune) bool {
+	switch {
+	case r == '\t':
+		return false
+	case r < 0x20, r >= 0x7f && r <= 0x9f:
+		return true
+	case r == 0xfeff, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
+}
+
+// escapeRune spells r (or the invalid byte b) as an escape.
+func escapeRune(r rune, b byte) string {
+	if r == utf8.RuneError || r < 0x80 {
+		return fmt.Sprintf("\\x%02x", b)
+	}
+	return fmt.Sprintf("\\u%04x", r)
 }
 
 // ErrorList collects every error of a file. It implements error; Err
@@ -137,7 +224,7 @@ func PrintError(w io.Writer, err error, detail bool) {
 		l.Print(w, detail)
 		return
 	}
-	fmt.Fprintln(w, err)
+	fmt.Fprintln(w, Escape(err.Error()))
 }
 
 // sources caches the lines of the files a DPDF was read from, for caret
@@ -163,7 +250,11 @@ func (s *sources) line(file string, n int) string {
 		s.files[file] = lines
 	}
 	if n <= len(lines) {
-		return strings.TrimRight(lines[n-1], "\r")
+		l := strings.TrimRight(lines[n-1], "\r")
+		if n == 1 {
+			l = strings.TrimPrefix(l, bom) // the scanner skips it: columns start after it
+		}
+		return l
 	}
 	return s.pp[lineKey{file, n}]
 }

@@ -76,58 +76,95 @@ var precedence = map[string]int{
 }
 
 // Tree builds the expression tree of e, reporting malformed numbers and
-// characters to errs. It returns nil when e is nil.
+// characters to errs. It returns nil when e is nil. A tree deeper than
+// MaxNesting is reported and replaced by a zero constant, so that nothing
+// walks it recursively.
 func (e *Expr) Tree(errs *ErrorList) Node {
 	if e == nil {
 		return nil
 	}
-	operands := []Node{e.Head.tree(errs)}
+	b := &treeBuilder{errs: errs}
+	n, _ := b.expr(e)
+	if b.tooDeep {
+		errs.add(b.deepAt, nestingMsg, MaxNesting)
+		return &Num{Pos: e.Pos, Text: "0"}
+	}
+	return n
+}
+
+// treeBuilder builds expression trees and measures their depth: the
+// number of operator nodes on the longest path from the root.
+type treeBuilder struct {
+	errs    *ErrorList
+	tooDeep bool
+	deepAt  lexer.Position // where the depth first passed MaxNesting
+}
+
+func (b *treeBuilder) deeper(d int, pos lexer.Position) {
+	if d > MaxNesting && !b.tooDeep {
+		b.tooDeep, b.deepAt = true, pos
+	}
+}
+
+func (b *treeBuilder) expr(e *Expr) (Node, int) {
+	head, hd := b.unary(e.Head)
+	operands := []Node{head}
+	depths := []int{hd}
 	var ops []*BinOp
 	reduce := func() {
 		op := ops[len(ops)-1]
 		ops = ops[:len(ops)-1]
 		y := operands[len(operands)-1]
 		x := operands[len(operands)-2]
+		d := max(depths[len(depths)-1], depths[len(depths)-2]) + 1
+		b.deeper(d, op.Pos)
 		operands = operands[:len(operands)-2]
+		depths = depths[:len(depths)-2]
 		operands = append(operands, &BinaryNode{Pos: op.Pos, Op: op.Op, X: x, Y: y})
+		depths = append(depths, d)
 	}
-	for _, b := range e.Tail {
-		for len(ops) > 0 && precedence[ops[len(ops)-1].Op] >= precedence[b.Op] {
+	for _, bin := range e.Tail {
+		for len(ops) > 0 && precedence[ops[len(ops)-1].Op] >= precedence[bin.Op] {
 			reduce()
 		}
-		ops = append(ops, b)
-		operands = append(operands, b.Y.tree(errs))
+		ops = append(ops, bin)
+		y, yd := b.unary(bin.Y)
+		operands = append(operands, y)
+		depths = append(depths, yd)
 	}
 	for len(ops) > 0 {
 		reduce()
 	}
-	return operands[0]
+	return operands[0], depths[0]
 }
 
-func (u *Unary) tree(errs *ErrorList) Node {
-	n := u.Primary.tree(errs)
+func (b *treeBuilder) unary(u *Unary) (Node, int) {
+	n, d := b.primary(u.Primary)
 	for i := len(u.Ops) - 1; i >= 0; i-- {
 		n = &UnaryNode{Pos: u.Pos, Op: u.Ops[i], X: n}
 	}
-	return n
+	d += len(u.Ops)
+	b.deeper(d, u.Pos)
+	return n, d
 }
 
-func (p *Primary) tree(errs *ErrorList) Node {
+func (b *treeBuilder) primary(p *Primary) (Node, int) {
+	errs := b.errs
 	switch {
 	case p.Num != nil:
 		v, err := ParseNumber(*p.Num)
 		if err != nil {
 			errs.add(p.Pos, "%v", err)
 		}
-		return &Num{Pos: p.Pos, Value: v, Text: *p.Num}
+		return &Num{Pos: p.Pos, Value: v, Text: *p.Num}, 0
 	case p.Char != nil:
 		v, err := parseChar(*p.Char)
 		if err != nil {
 			errs.add(p.Pos, "%v", err)
 		}
-		return &Num{Pos: p.Pos, Value: v, Text: *p.Char}
+		return &Num{Pos: p.Pos, Value: v, Text: *p.Char}, 0
 	case p.Sizeof != nil:
-		return &SizeofNode{Pos: p.Pos, Type: p.Sizeof.normalize()}
+		return &SizeofNode{Pos: p.Pos, Type: p.Sizeof.normalize()}, 0
 	case p.Offsetof != nil:
 		var f strings.Builder
 		f.WriteString(p.Offsetof.Field.Name)
@@ -136,7 +173,7 @@ func (p *Primary) tree(errs *ErrorList) Node {
 				f.WriteString("." + *part.Member)
 				continue
 			}
-			idx := part.Index.Tree(errs)
+			idx, _ := b.expr(part.Index)
 			n, ok := idx.(*Num)
 			if !ok {
 				errs.add(part.Pos, "an offsetof array index must be a number")
@@ -145,14 +182,14 @@ func (p *Primary) tree(errs *ErrorList) Node {
 			}
 			fmt.Fprintf(&f, "[%d]", n.Value)
 		}
-		return &OffsetofNode{Pos: p.Pos, Type: p.Offsetof.Type.normalize(), Field: f.String()}
+		return &OffsetofNode{Pos: p.Pos, Type: p.Offsetof.Type.normalize(), Field: f.String()}, 0
 	case p.Sym != nil:
-		return &Sym{Pos: p.Pos, Name: *p.Sym}
+		return &Sym{Pos: p.Pos, Name: *p.Sym}, 0
 	case p.Paren != nil:
-		return p.Paren.Tree(errs)
+		return b.expr(p.Paren)
 	}
 	errs.add(p.Pos, "empty expression")
-	return &Num{Pos: p.Pos}
+	return &Num{Pos: p.Pos}, 0
 }
 
 // normalize spells a type name with single spaces, the C keywords in lower

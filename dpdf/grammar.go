@@ -19,9 +19,14 @@ type Stmt struct {
 	KV    *KeyValue `parser:"(  @@"`
 	Label *Label    `parser:" | @@"`
 	Instr *Instr    `parser:"   @@? | @@ ) EOL"`
+
+	// broken marks what remains of a statement that failed to parse (see
+	// brokenStatement); its error is already reported.
+	broken bool
 }
 
-// KeyValue is "keyword = value".
+// KeyValue is "keyword = value". Value is nil when the value failed to
+// parse (the error is in File.Errors): the keyword still counts as given.
 type KeyValue struct {
 	Pos   lexer.Position
 	Key   string `parser:"@Key \"=\""`

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/alecthomas/participle/v2/lexer"
 )
@@ -36,6 +37,10 @@ const (
 	tokSrcLine
 	tokLabel
 	tokPunct
+	// tokBad stands for the rest of a statement after a lexical error,
+	// which is reported; the parser keeps what it can of the statement
+	// (see brokenStatement) and reports nothing more.
+	tokBad
 )
 
 func tokenSymbols() map[string]lexer.TokenType {
@@ -50,6 +55,7 @@ func tokenSymbols() map[string]lexer.TokenType {
 		"SrcLine": tokSrcLine,
 		"Label":   tokLabel,
 		"Punct":   tokPunct,
+		"Bad":     tokBad,
 	}
 }
 
@@ -120,6 +126,10 @@ func (s *scanner) peek(i int) byte {
 	return 0
 }
 
+// bom is the UTF-8 byte order mark, which some editors write at the start
+// of a file.
+const bom = "\ufeff"
+
 func isIdentStart(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
@@ -133,6 +143,13 @@ func (s *scanner) scan() []lexer.Token {
 	for s.off < len(s.src) {
 		c := s.src[s.off]
 		switch {
+		case c == bom[0] && s.off == s.lsrc && s.line == 1 && strings.HasPrefix(s.src[s.off:], bom):
+			// a byte order mark opens the file (or, in preprocessor
+			// output, an included file): skip it, and count columns
+			// from after it
+			s.off += len(bom)
+			s.lsrc = s.off
+			continue
 		case c == '\n':
 			s.recordLine()
 			s.eol(s.off)
@@ -421,25 +438,29 @@ func (s *scanner) token() {
 		s.emit(tokPunct, s.src[start:start+1], start)
 		s.off++
 	default:
-		if c < 0x20 || c >= 0x7f {
-			s.errorf(start, "unexpected character %q", rune(c))
-		} else {
+		r, n := utf8.DecodeRuneInString(s.src[start:])
+		switch {
+		case r == '\ufeff':
+			s.errorf(start, "byte order mark (U+FEFF) inside the file: only the first bytes of a file may be one; remove it")
+		case r == utf8.RuneError && n == 1:
+			s.errorf(start, "unexpected byte 0x%02x: not UTF-8 text", c)
+		case r < 0x20 || r >= 0x7f && r <= 0x9f:
+			s.errorf(start, "unexpected control character %q", r)
+		case r >= 0x80:
+			s.errorf(start, "unexpected character %q (U+%04X)", r, r)
+		default:
 			s.errorf(start, "unexpected character '%c'", c)
 		}
 		s.skipStatement()
 	}
 }
 
-// skipStatement drops the rest of a statement after a lexical error, so
-// the parser does not report the same mistake a second time.
+// skipStatement skips the rest of a statement after a lexical error and
+// marks it with a tokBad, so the parser does not report the same mistake
+// a second time.
 func (s *scanner) skipStatement() {
-	// drop the tokens of this statement emitted so far
-	i := len(s.tokens)
-	for i > 0 && s.tokens[i-1].Type != tokEOL {
-		i--
-	}
-	s.tokens = s.tokens[:i]
-	s.pending = false
+	s.tokens = append(s.tokens, lexer.Token{Type: tokBad, Pos: s.pos(s.off)})
+	s.pending = true
 	for s.off < len(s.src) && s.src[s.off] != '\n' && s.src[s.off] != ';' {
 		s.off++
 	}

@@ -90,7 +90,7 @@ func parse(path string, data []byte, opts Options, onDisk bool) (*File, error) {
 	var errs ErrorList
 	text := string(data)
 	cpp := false
-	if hasDirectives(text) && !opts.NoPreprocessor {
+	if hasDirectives(strings.TrimPrefix(text, bom)) && !opts.NoPreprocessor {
 		out, deps, err := preprocess(path, data, opts, onDisk)
 		if err != nil {
 			var l ErrorList
@@ -152,7 +152,7 @@ func fixColumns(toks []lexer.Token, src *sources) {
 	var cur cursor
 	for i := range toks {
 		t := &toks[i]
-		if t.Type == tokEOL || t.Type == tokEOF {
+		if t.Type == tokEOL || t.Type == tokEOF || t.Type == tokBad {
 			continue
 		}
 		k := lineKey{t.Pos.Filename, t.Pos.Line}
@@ -221,8 +221,20 @@ func parseStatements(toks []lexer.Token, text string, errs *ErrorList) []*Stmt {
 	return out
 }
 
-// parseStatement parses one statement, or reports why it cannot.
+// parseStatement parses one statement, or reports why it cannot. A
+// statement that fails keeps what the rest of the file depends on, so one
+// mistake is one error: its label, which jumps name, and its keyword, which
+// decides where a probe starts (with a nil Value).
 func parseStatement(line []lexer.Token, text string, errs *ErrorList) *Stmt {
+	for _, t := range line {
+		if t.Type == tokBad {
+			return brokenStatement(line) // the lexer reported it
+		}
+	}
+	if pos, ok := checkNesting(line); !ok {
+		errs.add(pos, nestingMsg, MaxNesting)
+		return brokenStatement(line)
+	}
 	if st, ok := fastStatement(line); ok {
 		fillText(st, text)
 		return st
@@ -231,6 +243,7 @@ func parseStatement(line []lexer.Token, text string, errs *ErrorList) *Stmt {
 	pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[:len(line):len(line)], eof)})
 	st, err := stmtParser.ParseFromLexer(pl)
 	if err != nil {
+		whole := line
 		if line[0].Type == tokLabel && len(line) > 2 {
 			// "label: instr" fails on the instruction; parse it alone
 			// for the error inside it rather than "expected end".
@@ -241,10 +254,22 @@ func parseStatement(line []lexer.Token, text string, errs *ErrorList) *Stmt {
 			}
 		}
 		errs.addParse(err, line)
-		return nil
+		return brokenStatement(whole)
 	}
 	fillText(st, text)
 	return st
+}
+
+// brokenStatement is what remains of a statement that failed to parse:
+// its label, or its keyword without a value, or nothing.
+func brokenStatement(line []lexer.Token) *Stmt {
+	switch first := line[0]; first.Type {
+	case tokLabel:
+		return &Stmt{Pos: first.Pos, Label: &Label{Pos: first.Pos, Name: first.Value}, broken: true}
+	case tokKey:
+		return &Stmt{Pos: first.Pos, KV: &KeyValue{Pos: first.Pos, Key: first.Value}, broken: true}
+	}
+	return nil
 }
 
 // fillText sets Value.Text to the value as written.
@@ -441,7 +466,9 @@ func (f *File) structure(stmts []*Stmt, errs *ErrorList) {
 	for _, st := range stmts {
 		if st.KV == nil {
 			if cur == nil {
-				errs.add(st.Pos, "instruction outside a probe: a probe starts with \"offset = LOCATION\"")
+				if !st.broken {
+					errs.add(st.Pos, "instruction outside a probe: a probe starts with \"offset = LOCATION\"")
+				}
 				continue
 			}
 			cur.Body = append(cur.Body, st)
@@ -572,6 +599,10 @@ func ParseExpr(text string) (Node, error) {
 		return nil, fmt.Errorf("empty expression")
 	}
 	body := toks[:len(toks)-2] // drop EOL and EOF
+	if pos, ok := checkNesting(body); !ok {
+		errs.add(pos, nestingMsg, MaxNesting)
+		return nil, errs
+	}
 	eof := lexer.Token{Type: tokEOF}
 	pl, _ := lexer.Upgrade(&sliceLexer{toks: append(body[:len(body):len(body)], eof)})
 	e, err := exprParser.ParseFromLexer(pl)

@@ -227,6 +227,9 @@ func (c *compiler) header() {
 	var haveName, haveType bool
 	// arch first: it decides what the rest means
 	for _, kv := range c.f.Header {
+		if kv.Value == nil {
+			continue // a line that failed to parse, already reported
+		}
 		if kv.Norm() == "arch" {
 			if w, ok := c.word(kv, "x86_64", "i386"); ok && w == "i386" {
 				h.Arch = ArchI386
@@ -234,6 +237,23 @@ func (c *compiler) header() {
 		}
 	}
 	for _, kv := range c.f.Header {
+		if kv.Value == nil {
+			// the value failed to parse: the keyword is given, but
+			// check the probes against the widest setting so that
+			// one mistake is one error
+			switch kv.Norm() {
+			case "name":
+				haveName = true
+			case "modtype":
+				haveType = true
+				h.ModType = ModKernel
+			case "vars":
+				h.Vars = MaxVars
+			case "gvars":
+				h.GVars = MaxGVars
+			}
+			continue
+		}
 		switch kv.Norm() {
 		case "name":
 			haveName = true
@@ -298,6 +318,9 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 	p := Probe{Pos: c.pos(pd.Pos)}
 	p.Loc = c.location(pd.Offset)
 	for _, kv := range pd.Keys {
+		if kv.Value == nil {
+			continue // a line that failed to parse, already reported
+		}
 		switch kv.Norm() {
 		case "opcode":
 			if v, ok := c.number(kv, 0, 0xff); ok {
@@ -349,18 +372,10 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 		c.line(last)
 		c.emit8(OpExit, c.m.DfltExit)
 	}
-	// A label on a line that failed to parse is missing: do not report
-	// every jump to it as well.
-	nextLine := 0
-	if index+1 < len(c.f.Probes) {
-		nextLine = c.f.Probes[index+1].Pos.Line
-	}
-	broken := c.f.HasErrorsIn(pd.Pos.Filename, pd.Pos.Line, nextLine)
+	// A label on a line that failed to parse is still defined (the
+	// parser keeps it), so every undefined label here is a real one.
 	for _, fx := range c.fixups {
 		target, ok := c.labels[fx.label.Value]
-		if !ok && broken {
-			continue
-		}
 		if !ok {
 			msg := fmt.Sprintf("undefined label %s", fx.label.Value)
 			var names []string
@@ -382,6 +397,9 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 // location evaluates an offset value.
 func (c *compiler) location(kv *dpdf.KeyValue) Location {
 	v := kv.Value
+	if v == nil {
+		return Location{} // a line that failed to parse, already reported
+	}
 	loc := Location{Text: v.Text}
 	switch {
 	case v.Line != nil:

@@ -1,0 +1,142 @@
+package dpdf
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// errorsOf parses src and returns its errors, failing when there are none.
+func errorsOf(t *testing.T, src string) ErrorList {
+	t.Helper()
+	_, err := ParseSource("t.dpdf", []byte(src), Options{NoPreprocessor: true})
+	l, ok := err.(ErrorList)
+	if !ok || len(l) == 0 {
+		t.Fatalf("want syntax errors, got %v", err)
+	}
+	return l
+}
+
+const header = "name = x\nmodtype = user\noffset = 1\n"
+
+// TestDeepNesting: expressions nested far past MaxNesting are refused with
+// one positioned error at the token that opens level MaxNesting+1, and
+// nothing recurses once per level on the way (200,000 levels overflowed
+// the Go stack). MaxNesting levels are accepted.
+func TestDeepNesting(t *testing.T) {
+	const n = 200000
+	parens := strings.Repeat("(", n) + "1" + strings.Repeat(")", n)
+	for _, c := range []struct {
+		name, line string
+		col        int // of the first token past the limit
+	}{
+		{"push d parens", "push d," + parens, len("push d,") + MaxNesting + 1},
+		{"offset parens", "offset = " + parens, len("offset = ") + MaxNesting + 1},
+		{"exit parens", "exit " + parens, len("exit ") + MaxNesting + 1},
+		{"minus", "push d," + strings.Repeat("-", n) + "1", len("push d,") + MaxNesting + 1},
+		{"tilde", "push d," + strings.Repeat("~", n) + "1", len("push d,") + MaxNesting + 1},
+		{"mixed", "push d," + strings.Repeat("-(", n) + "1" + strings.Repeat(")", n), len("push d,") + MaxNesting + 1},
+		{"unclosed", "push d," + strings.Repeat("(", n), len("push d,") + MaxNesting + 1},
+		{"offsetof index", "push d," + strings.Repeat("offsetof(struct s, f[", n), len("push d,") + MaxNesting/2*len("offsetof(struct s, f[") + len("offsetof") + 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := errorsOf(t, header+c.line+"\nexit\n")
+			if len(l) != 1 {
+				t.Fatalf("want 1 error, got %d: %v", len(l), l[:min(len(l), 5)])
+			}
+			want := fmt.Sprintf("t.dpdf:4:%d: expression nested too deeply: at most %d levels", c.col, MaxNesting)
+			if !strings.HasPrefix(l[0].Error(), want) {
+				t.Errorf("got  %s\nwant %s", l[0].Error(), want)
+			}
+		})
+	}
+	// A sum of n terms is a tree n levels deep: the grammar reads it in a
+	// loop, and Tree refuses it at the operator that makes it deeper than
+	// MaxNesting, returning a tree nothing need walk.
+	f := parseString(t, header+"push d,1"+strings.Repeat("+1", n)+"\nexit\n")
+	var errs ErrorList
+	root := f.Probes[0].Body[0].Instr.Push.Const.Tree(&errs)
+	want := fmt.Sprintf("t.dpdf:4:%d: expression nested too deeply", len("push d,1")+2*MaxNesting+1)
+	if len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), want) {
+		t.Errorf("long sum: %v, want %s", errs, want)
+	}
+	if _, ok := root.(*Num); !ok {
+		t.Errorf("long sum: Tree returned a %T", root)
+	}
+	if _, err := ParseExpr("1" + strings.Repeat("+1", n)); err == nil || !strings.Contains(err.Error(), "nested too deeply") {
+		t.Errorf("ParseExpr of a %d-term sum: %v", n, err)
+	}
+	if _, err := ParseExpr(parens); err == nil || !strings.Contains(err.Error(), "nested too deeply") {
+		t.Errorf("ParseExpr of %d parentheses: %v", n, err)
+	}
+	// at the limit: accepted, and evaluates
+	deep := strings.Repeat("-(", MaxNesting/2) + "7" + strings.Repeat(")", MaxNesting/2)
+	f = parseString(t, header+"push d,"+deep+"\npush d,"+strings.Repeat("(", MaxNesting)+"1"+strings.Repeat(")", MaxNesting)+"\nexit\n")
+	errs = nil
+	v, err := Eval(f.Probes[0].Body[0].Instr.Push.Const.Tree(&errs), nil)
+	if len(errs) > 0 || err != nil || v != 7 {
+		t.Errorf("%d levels: %d, %v %v", MaxNesting, v, errs, err)
+	}
+	n2, err := ParseExpr(deep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := Eval(n2, nil); err != nil || v != 7 {
+		t.Errorf("ParseExpr at the limit: %d, %v", v, err)
+	}
+}
+
+// TestBrokenStatementsKeepLabels: a statement that fails to parse still
+// defines its label and, for a keyword, still counts as given, so that the
+// rest of the file reports only its own mistakes.
+func TestBrokenStatementsKeepLabels(t *testing.T) {
+	for _, line := range []string{"done: push q", "done: push d,$", "done: push d," + strings.Repeat("(", 300) + "1"} {
+		f, _ := ParseSource("t.dpdf", []byte(header+"jmp done\n"+line+"\n"), Options{NoPreprocessor: true})
+		if f == nil || len(f.Errors) != 1 {
+			t.Fatalf("%q: want one error, got %v", line, f)
+		}
+		body := f.Probes[0].Body
+		if len(body) != 2 || body[1].Label == nil || body[1].Label.Name != "done" || body[1].Instr != nil {
+			t.Errorf("%q: label not kept: %+v", line, body)
+		}
+	}
+	f, _ := ParseSource("t.dpdf", []byte("name = x\nmodtype = (\noffset = $\nexit\n"), Options{NoPreprocessor: true})
+	if f == nil || len(f.Errors) != 2 || len(f.Header) != 2 || len(f.Probes) != 1 || f.Header[1].Value != nil || f.Probes[0].Offset.Value != nil {
+		t.Errorf("broken keywords: %+v", f)
+	}
+}
+
+// TestByteOrderMark: a UTF-8 byte order mark opening a file is skipped,
+// with columns on line 1 counted after it; anywhere else it is an error
+// that names it.
+func TestByteOrderMark(t *testing.T) {
+	f := parseString(t, "\ufeffname = x\nmodtype = user\noffset = 1\nexit\n")
+	if p := f.Header[0].Pos; p.Line != 1 || p.Column != 1 {
+		t.Errorf("name at %v", p)
+	}
+	if p := f.Header[0].Value.Pos; p.Column != 8 {
+		t.Errorf("value at %v", p)
+	}
+	l := errorsOf(t, "\ufeffname = x\nmodtype = user\noffset = 1\npush q\n")
+	if got := l[0].Error(); !strings.HasPrefix(got, `t.dpdf:4:6: unexpected "q"`) {
+		t.Errorf("got %s", got)
+	}
+	l = errorsOf(t, "\ufeff  @\n")
+	if got := l[0].Error(); got != "t.dpdf:1:3: unexpected character '@'" {
+		t.Errorf("got %s", got)
+	}
+	if d := l[0].Detail(); !strings.Contains(d, "    1 |   @\n      |   ^") {
+		t.Errorf("caret display:\n%s", d)
+	}
+	l = errorsOf(t, header+"push d,1 \ufeff\n")
+	if got := l[0].Error(); !strings.HasPrefix(got, "t.dpdf:4:10: byte order mark (U+FEFF)") {
+		t.Errorf("got %s", got)
+	}
+	if d := l[0].Detail(); strings.Contains(d, "\ufeff") || !strings.Contains(d, `push d,1 \ufeff`) {
+		t.Errorf("byte order mark shown raw or not at all:\n%s", d)
+	}
+	l = errorsOf(t, header+"\ufeffexit\n")
+	if got := l[0].Error(); !strings.HasPrefix(got, "t.dpdf:4:1: byte order mark") {
+		t.Errorf("got %s", got)
+	}
+}
