@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"syscall"
+	"time"
 )
 
 // Client talks to a daemon over its socket.
@@ -24,7 +25,7 @@ func NewClient(socket string) *Client {
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
-	}}
+	}, ExpectContinueTimeout: 5 * time.Second}
 	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
 }
 
@@ -33,16 +34,23 @@ var ErrNoDaemon = errors.New("no gprobes daemon")
 
 func (c *Client) do(method, path string, in, out any) error {
 	var body io.Reader
+	large := false
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
 		body = bytes.NewReader(b)
+		large = len(b) > 64<<10
 	}
 	req, err := http.NewRequest(method, "http://gprobes"+path, body)
 	if err != nil {
 		return err
+	}
+	if large {
+		// the daemon refuses a body over its limit before it is sent,
+		// and the refusal comes back instead of a broken pipe
+		req.Header.Set("Expect", "100-continue")
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -107,8 +115,9 @@ func (c *Client) Status() (*StatusResponse, error) {
 }
 
 // Log streams the log: each record to f, following it when asked, until
-// ctx ends.
-func (c *Client) Log(ctx context.Context, follow bool, f func(*LogLine) error) error {
+// ctx ends. The lines that say records were lost (kind "lost") go to lost,
+// or are skipped if lost is nil.
+func (c *Client) Log(ctx context.Context, follow bool, f func(*LogLine) error, lost func(*LostLine) error) error {
 	path := "/v1/log"
 	if follow {
 		path += "?follow=1"
@@ -127,12 +136,29 @@ func (c *Client) Log(ctx context.Context, follow bool, f func(*LogLine) error) e
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var l LogLine
-		if err := dec.Decode(&l); err != nil {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
 			if err == io.EOF || ctx.Err() != nil {
 				return nil
 			}
 			return err
+		}
+		var l LogLine
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return err
+		}
+		if l.Kind == "lost" {
+			if lost == nil {
+				continue
+			}
+			var ll LostLine
+			if err := json.Unmarshal(raw, &ll); err != nil {
+				return err
+			}
+			if err := lost(&ll); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := f(&l); err != nil {
 			return err

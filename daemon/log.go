@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/syslog"
@@ -11,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -105,6 +107,35 @@ func printable(b []byte) string {
 	return string(out)
 }
 
+// LogOptions configure the log file.
+type LogOptions struct {
+	// MaxSize rotates the file when a record would take it past this many
+	// bytes: log.jsonl becomes log.jsonl.1, .1 becomes .2, and so on. Zero
+	// never rotates.
+	MaxSize int64
+	// Keep is how many rotated files are kept (log.jsonl.1 ... .Keep); the
+	// oldest goes.
+	Keep int
+	// Warn, if set, is told when records start being lost and when
+	// writing resumes (the daemon prints it on its standard error).
+	Warn func(string)
+}
+
+// The defaults of gprobes daemon --log-max-size and --log-keep.
+const (
+	DefaultLogMaxSize = 64 << 20
+	DefaultLogKeep    = 4
+)
+
+// logFile is what LogWriter needs of the open log (an *os.File; tests
+// put one that fails in its place).
+type logFile interface {
+	io.Writer
+	Truncate(size int64) error
+	Sync() error
+	Close() error
+}
+
 // LogWriter appends records to the log file and to syslog, and wakes the
 // readers that follow it.
 //
@@ -112,31 +143,61 @@ func printable(b []byte) string {
 // the probed thread resumes, so it survives a crash of gprobes once the
 // thread has gone on; the file is fsync'ed every second, after which it
 // also survives a crash of the machine.
+//
+// Losses: a record the file does not take (ENOSPC, EIO, a short write) is
+// counted, per probe, with the error; the bytes of it that did go in are
+// cut off again (ftruncate back to the end of the last whole record), so
+// the file only ever holds whole lines and the next record that can be
+// written starts on a line of its own. Readers never read past that end.
+// Records syslog misses are counted the same way.
 type LogWriter struct {
 	mu     sync.Mutex
-	f      *os.File
+	f      logFile // nil after a rotation that could not open a new file
 	path   string
-	sys    *syslog.Writer
+	opts   LogOptions
+	size   int64         // end of the last whole record in f
+	torn   bool          // f holds bytes past size that could not be cut off yet
+	gen    uint64        // rotations so far
 	notify chan struct{} // closed and replaced at every write
 	dirty  bool
 	stop   chan struct{}
 	buf    []byte
-	sysq   chan LogLine
-	// records syslog missed
-	sysDropped atomic.Uint64
+	// failing is set while records are being lost, lostAt the count when
+	// it began (for the Warn messages)
+	failing   bool
+	lostAt    uint64
+	rotateErr string
+	rotateTry time.Time
+	lost      Losses // records not in the file
+	sys       *syslog.Writer
+	sysq      chan LogLine
+	sysLost   Losses // records syslog missed
 }
 
-// OpenLog opens (creating) the log file in dir.
-func OpenLog(dir string) (*LogWriter, error) {
+// OpenLog opens (creating) the log file in dir. A partial line at its end,
+// left by a gprobes that died in the middle of a write, is cut off.
+func OpenLog(dir string, opts ...LogOptions) (*LogWriter, error) {
+	o := LogOptions{MaxSize: DefaultLogMaxSize, Keep: DefaultLogKeep}
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.MaxSize < 0 || o.Keep < 0 {
+		return nil, fmt.Errorf("log: a negative size or count (max size %d, keep %d)", o.MaxSize, o.Keep)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, "log.jsonl")
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open the log: %w", err)
 	}
-	w := &LogWriter{f: f, path: path, notify: make(chan struct{}), stop: make(chan struct{})}
+	size, err := wholeLines(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open the log: %w", err)
+	}
+	w := &LogWriter{f: f, path: path, opts: o, size: size, notify: make(chan struct{}), stop: make(chan struct{})}
 	if s, err := syslog.New(syslog.LOG_INFO|syslog.LOG_DAEMON, "gprobes"); err == nil {
 		w.sys = s
 		w.sysq = make(chan LogLine, 4096)
@@ -146,8 +207,48 @@ func OpenLog(dir string) (*LogWriter, error) {
 	return w, nil
 }
 
+// wholeLines cuts off a partial line at the end of f and returns the size
+// left.
+func wholeLines(f *os.File) (int64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	end := st.Size()
+	buf := make([]byte, 64<<10)
+	for pos := end; pos > 0; {
+		n := int64(len(buf))
+		if n > pos {
+			n = pos
+		}
+		pos -= n
+		if _, err := f.ReadAt(buf[:n], pos); err != nil {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			keep := pos + int64(i) + 1
+			if keep != end {
+				return keep, f.Truncate(keep)
+			}
+			return end, nil
+		}
+	}
+	if end > 0 {
+		return 0, f.Truncate(0)
+	}
+	return 0, nil
+}
+
 // Path is the log file.
 func (w *LogWriter) Path() string { return w.path }
+
+// rotated is the name of the n-th rotated file (0: the current one).
+func (w *LogWriter) rotated(n int) string {
+	if n == 0 {
+		return w.path
+	}
+	return w.path + "." + strconv.Itoa(n)
+}
 
 func (w *LogWriter) syncer() {
 	t := time.NewTicker(time.Second)
@@ -156,7 +257,7 @@ func (w *LogWriter) syncer() {
 		select {
 		case <-t.C:
 			w.mu.Lock()
-			if w.dirty {
+			if w.dirty && w.f != nil {
 				w.f.Sync()
 				w.dirty = false
 			}
@@ -167,15 +268,29 @@ func (w *LogWriter) syncer() {
 	}
 }
 
-// Write appends one record.
+// Write appends one record. A record that cannot be written is counted as
+// lost (Status, Lost) and the error returned.
 func (w *LogWriter) Write(l *LogLine) error {
 	w.mu.Lock()
 	w.buf = append(l.AppendJSON(w.buf[:0]), '\n')
-	_, err := w.f.Write(w.buf)
-	w.dirty = true
+	err := w.append(w.buf)
+	var warn string
+	if err != nil {
+		w.lost.Add(l.Target, l.Module, l.Minor, err)
+		if !w.failing {
+			w.failing, w.lostAt = true, w.lost.Total()-1
+			warn = fmt.Sprintf("records are being lost: %v", err)
+		}
+	} else if w.failing {
+		w.failing = false
+		warn = fmt.Sprintf("writing the log again, %s lost since the last error began", plural(w.lost.Total()-w.lostAt, "record"))
+	}
 	close(w.notify)
 	w.notify = make(chan struct{})
 	w.mu.Unlock()
+	if warn != "" && w.opts.Warn != nil {
+		w.opts.Warn(warn)
+	}
 	if w.sys != nil {
 		// syslog is a copy for the system's log: sent by its own goroutine,
 		// off the path of the probed thread; dropped (and counted) if that
@@ -183,25 +298,133 @@ func (w *LogWriter) Write(l *LogLine) error {
 		select {
 		case w.sysq <- *l:
 		default:
-			w.sysDropped.Add(1)
+			w.sysLost.Add(l.Target, l.Module, l.Minor, errSyslogBehind)
 		}
 	}
 	return err
+}
+
+var errSyslogBehind = errors.New("syslog fell behind (4096 records queued)")
+
+// append writes b, a whole record, at the end of the file, or nothing.
+// Called with w.mu held.
+func (w *LogWriter) append(b []byte) error {
+	if w.f == nil {
+		f, err := os.OpenFile(w.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("open the log: %w", err)
+		}
+		size, err := wholeLines(f)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("open the log: %w", err)
+		}
+		w.f, w.size, w.torn = f, size, false
+	}
+	if w.torn {
+		if err := w.f.Truncate(w.size); err != nil {
+			return fmt.Errorf("cut off a partial record: %w", err)
+		}
+		w.torn = false
+	}
+	if w.opts.MaxSize > 0 && w.size > 0 && w.size+int64(len(b)) > w.opts.MaxSize {
+		w.rotate()
+		if w.f == nil {
+			return errors.New("log rotation: " + w.rotateErr)
+		}
+	}
+	n, err := w.f.Write(b)
+	if err == nil && n != len(b) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		// whatever part of the record went in is cut off again
+		if terr := w.f.Truncate(w.size); terr != nil {
+			w.torn = true
+		}
+		return err
+	}
+	w.size += int64(n)
+	w.dirty = true
+	return nil
+}
+
+// rotate renames log.jsonl to log.jsonl.1 (and .1 to .2 ...) and starts a
+// new file. The new file is created first: if it cannot be, the current
+// file stays in use (past its size) and rotation is tried again a second
+// later. Called with w.mu held, so readers see the renames at once.
+func (w *LogWriter) rotate() {
+	if time.Since(w.rotateTry) < time.Second && w.rotateErr != "" {
+		return
+	}
+	w.rotateTry = time.Now()
+	tmp := w.path + ".new"
+	nf, err := os.OpenFile(tmp, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		w.rotateErr = err.Error()
+		return
+	}
+	if w.opts.Keep > 0 {
+		os.Remove(w.rotated(w.opts.Keep))
+		for k := w.opts.Keep - 1; k >= 1; k-- {
+			if err := os.Rename(w.rotated(k), w.rotated(k+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				w.rotateErr = err.Error()
+			}
+		}
+		if err := os.Rename(w.path, w.rotated(1)); err != nil {
+			nf.Close()
+			os.Remove(tmp)
+			w.rotateErr = err.Error()
+			return
+		}
+	}
+	if err := os.Rename(tmp, w.path); err != nil {
+		// the current file may have gone to .1: the next write opens a
+		// new log.jsonl
+		nf.Close()
+		os.Remove(tmp)
+		w.rotateErr = err.Error()
+		old := w.f
+		w.f, w.size = nil, 0
+		w.gen++
+		go func() { old.Sync(); old.Close() }()
+		return
+	}
+	old := w.f
+	w.f, w.size, w.dirty = nf, 0, false
+	w.gen++
+	w.rotateErr = ""
+	go func() { old.Sync(); old.Close() }()
 }
 
 func (w *LogWriter) syslogger() {
 	for {
 		select {
 		case l := <-w.sysq:
-			w.sys.Info(l.Text())
+			if err := w.sys.Info(l.Text()); err != nil {
+				w.sysLost.Add(l.Target, l.Module, l.Minor, fmt.Errorf("syslog: %w", err))
+			}
 		case <-w.stop:
 			return
 		}
 	}
 }
 
-// SyslogDropped is how many records syslog missed because it fell behind.
-func (w *LogWriter) SyslogDropped() uint64 { return w.sysDropped.Load() }
+// Lost is how many records of one probe are not in the log file, and how
+// many syslog missed.
+func (w *LogWriter) Lost(target, module string, minor uint16) (file, syslog uint64) {
+	return w.lost.Of(target, module, minor), w.sysLost.Of(target, module, minor)
+}
+
+// Status says what was lost and how the log rotates.
+func (w *LogWriter) Status() LogStatus {
+	w.mu.Lock()
+	st := LogStatus{LogSize: w.size, LogMaxSize: w.opts.MaxSize, LogKeep: w.opts.Keep, RotateError: w.rotateErr}
+	w.mu.Unlock()
+	st.Lost = w.lost.Summary()
+	st.SyslogLost = w.sysLost.Summary()
+	return st
+}
 
 // changed returns a channel closed at the next write.
 func (w *LogWriter) changed() <-chan struct{} {
@@ -215,41 +438,97 @@ func (w *LogWriter) Close() error {
 	close(w.stop)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.f.Sync()
 	if w.sys != nil {
 		w.sys.Close()
 	}
+	if w.f == nil {
+		return nil
+	}
+	w.f.Sync()
 	return w.f.Close()
 }
 
-// Follow copies the log to out from the start, then, if follow is set,
-// every record written later, until ctx ends.
+// Follow copies the log to out from the start (the rotated files still
+// kept, oldest first, then the current one), then, if follow is set, every
+// record written later, across rotations, until ctx ends. Only whole lines
+// are copied. When records were lost, a LostLine (kind "lost") with the
+// daemon-wide counts follows the records read: at the end without follow;
+// with follow, whenever the counts change, at most once a second.
 func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flush func()) error {
-	f, err := os.Open(w.path)
+	w.mu.Lock()
+	var olds []*os.File
+	for k := w.opts.Keep; k >= 1; k-- {
+		if f, err := os.Open(w.rotated(k)); err == nil {
+			olds = append(olds, f)
+		}
+	}
+	cur, err := os.Open(w.path)
+	gen := w.gen
+	w.mu.Unlock()
 	if err != nil {
+		for _, f := range olds {
+			f.Close()
+		}
 		return err
 	}
-	defer f.Close()
-	r := bufio.NewReader(f)
-	var partial []byte
+	defer func() { cur.Close() }()
+	for i, f := range olds {
+		_, err := copyLines(out, f, 0, -1)
+		f.Close()
+		if err != nil {
+			for _, f := range olds[i+1:] {
+				f.Close()
+			}
+			return err
+		}
+	}
+	var pos int64
+	var reported [2]uint64
+	var reportedAt time.Time
 	for {
-		ch := w.changed()
-		for {
-			line, err := r.ReadBytes('\n')
-			if len(line) > 0 && line[len(line)-1] == '\n' {
-				if _, werr := out.Write(append(partial, line...)); werr != nil {
-					return werr
+		w.mu.Lock()
+		ch := w.notify
+		limit := int64(-1) // a rotated file is whole: read it to its end
+		var next *os.File
+		if gen == w.gen {
+			limit = w.size
+		} else {
+			k := int(w.gen - gen - 1) // where the next generation is now
+			if k > w.opts.Keep {
+				k = w.opts.Keep // rotated away before we got to it
+			}
+			for ; k >= 0; k-- {
+				if f, err := os.Open(w.rotated(k)); err == nil {
+					next = f
+					break
 				}
-				partial = partial[:0]
-				continue
 			}
-			partial = append(partial, line...)
-			if err == io.EOF {
-				break
+			gen = w.gen - uint64(k)
+		}
+		w.mu.Unlock()
+		var err error
+		pos, err = copyLines(out, cur, pos, limit)
+		if err != nil {
+			if next != nil {
+				next.Close()
 			}
-			if err != nil {
+			return err
+		}
+		if next != nil {
+			cur.Close()
+			cur, pos = next, 0
+			continue
+		}
+		lost, slost := w.lost.Summary(), w.sysLost.Summary()
+		pending := lost.Records != reported[0] || slost.Records != reported[1]
+		if pending && (!follow || time.Since(reportedAt) >= time.Second) {
+			b, _ := json.Marshal(LostLine{Time: time.Now(), Kind: "lost", Lost: lost, SyslogLost: slost})
+			if _, err := out.Write(append(b, '\n')); err != nil {
 				return err
 			}
+			reported = [2]uint64{lost.Records, slost.Records}
+			reportedAt = time.Now()
+			pending = false
 		}
 		if flush != nil {
 			flush()
@@ -257,10 +536,52 @@ func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flus
 		if !follow {
 			return nil
 		}
+		var tick <-chan time.Time
+		if pending {
+			tick = time.After(time.Until(reportedAt.Add(time.Second)))
+		}
 		select {
 		case <-ch:
+		case <-tick:
 		case <-ctx.Done():
 			return nil
+		}
+	}
+}
+
+// copyLines copies the whole lines of f from pos to limit (to its end if
+// limit < 0) to out, and returns where it stopped: after the last newline.
+func copyLines(out io.Writer, f *os.File, pos, limit int64) (int64, error) {
+	n := int64(1<<63 - 1)
+	if limit >= 0 {
+		if limit <= pos {
+			return pos, nil
+		}
+		n = limit - pos
+	}
+	r := bufio.NewReaderSize(io.NewSectionReader(f, pos, n), 64<<10)
+	for {
+		line, err := r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			// a line longer than the buffer: gather it
+			long := append([]byte(nil), line...)
+			for err == bufio.ErrBufferFull {
+				line, err = r.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			if _, werr := out.Write(line); werr != nil {
+				return pos, werr
+			}
+			pos += int64(len(line))
+		}
+		if err == io.EOF {
+			return pos, nil
+		}
+		if err != nil {
+			return pos, err
 		}
 	}
 }

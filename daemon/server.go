@@ -86,9 +86,10 @@ type target struct {
 	exec bool
 }
 
-// New opens the state folder and the log.
-func New(socket, state string) (*Server, error) {
-	lw, err := OpenLog(state)
+// New opens the state folder and the log (rotated as logOpts say; by
+// default at DefaultLogMaxSize, keeping DefaultLogKeep files).
+func New(socket, state string, logOpts ...LogOptions) (*Server, error) {
+	lw, err := OpenLog(state, logOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +175,11 @@ type InsertRequest struct {
 type TargetProbe struct {
 	Target string `json:"target"`
 	engine.ProbeInfo
+	// Lost is how many of the probe's records are not in the log (the
+	// file did not take them: a full disk...), SyslogLost how many syslog
+	// missed (docs/api.md).
+	Lost       uint64 `json:"lost"`
+	SyslogLost uint64 `json:"syslog_lost"`
 }
 
 // InsertResponse is the answer of POST /v1/insert.
@@ -512,7 +518,8 @@ func (s *Server) Probes(module string) []TargetProbe {
 	for _, name := range s.sortedTargets() {
 		for _, p := range s.targets[name].eng.Query() {
 			if module == "" || p.Module == module {
-				out = append(out, TargetProbe{Target: name, ProbeInfo: p})
+				lost, slost := s.log.Lost(name, p.Module, p.Minor)
+				out = append(out, TargetProbe{Target: name, ProbeInfo: p, Lost: lost, SyslogLost: slost})
 			}
 		}
 	}
@@ -539,11 +546,14 @@ type StatusResponse struct {
 	Log     string            `json:"log"`
 	Since   time.Time         `json:"since"`
 	Targets map[string]string `json:"targets"` // target -> "running" or why it is gone
+	// LogStatus: records lost on the way to the log file and to syslog,
+	// and the log's rotation
+	LogStatus
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	st := StatusResponse{Pid: os.Getpid(), Socket: s.socket, State: s.state, Log: s.log.Path(), Since: s.started, Targets: map[string]string{}}
+	st := StatusResponse{Pid: os.Getpid(), Socket: s.socket, State: s.state, Log: s.log.Path(), Since: s.started, Targets: map[string]string{}, LogStatus: s.log.Status()}
 	for n, t := range s.targets {
 		if g := t.eng.Gone(); g != "" {
 			st.Targets[n] = "gone: " + g

@@ -49,17 +49,32 @@ func daemonCommand() *cli.Command {
 		Usage: "run the probe manager: it holds inserted probes, variables and the log, and serves the other commands on a Unix socket",
 		Description: `The daemon serves the API of docs/api.md (HTTP with JSON) on its socket, mode 0600. Committed
 records go to log.jsonl in the state folder and to syslog. On SIGTERM or SIGINT it takes every
-probe out, lets every target go on with its original code, and exits.`,
+probe out, lets every target go on with its original code, and exits.
+
+log.jsonl is rotated when a record would take it past --log-max-size: it becomes log.jsonl.1
+(.1 becomes .2, and so on; --log-keep files are kept). A record the file cannot take (a full
+disk) is counted as lost, per probe, and never leaves a partial line; query, log and
+/v1/status show the counts, and writing resumes when the disk has room again.`,
 		Flags: []cli.Flag{
 			socketFlag(),
 			&cli.StringFlag{Name: "state", EnvVars: []string{"GPROBES_STATE"}, Usage: "state `DIR` for the log and dumps (default: /var/lib/gprobes as root, $XDG_STATE_HOME/gprobes otherwise)"},
+			&cli.StringFlag{Name: "log-max-size", Value: "64MiB", Usage: "rotate log.jsonl before it grows past `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB); 0 never rotates"},
+			&cli.IntFlag{Name: "log-keep", Value: daemon.DefaultLogKeep, Usage: "keep `N` rotated log files, log.jsonl.1 (the newest) to log.jsonl.N"},
 		},
 		Action: func(c *cli.Context) error {
 			state := c.String("state")
 			if state == "" {
 				state = daemon.DefaultState()
 			}
-			srv, err := daemon.New(socketOf(c), state)
+			maxSize, err := parseSize(c.String("log-max-size"))
+			if err != nil {
+				return cli.Exit("daemon: --log-max-size: "+err.Error(), 2)
+			}
+			if c.Int("log-keep") < 0 {
+				return cli.Exit("daemon: --log-keep: a count, 0 or more", 2)
+			}
+			srv, err := daemon.New(socketOf(c), state, daemon.LogOptions{MaxSize: maxSize, Keep: c.Int("log-keep"),
+				Warn: func(msg string) { fmt.Fprintln(c.App.ErrWriter, "gprobes daemon:", msg) }})
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
@@ -194,14 +209,14 @@ func insertCommand() *cli.Command {
 
 func printProbes(w io.Writer, probes []daemon.TargetProbe) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tMODULE\tMINOR\tLOCATION\tADDRESS\tSTATE\tHOW\tHITS\tSKIPPED\tFAULTS\tREASON")
+	fmt.Fprintln(tw, "TARGET\tMODULE\tMINOR\tLOCATION\tADDRESS\tSTATE\tHOW\tHITS\tSKIPPED\tFAULTS\tLOST\tREASON")
 	for _, p := range probes {
 		addr := "-"
 		if p.Address != 0 {
 			addr = fmt.Sprintf("%#x", p.Address)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", p.Target, p.Module, p.Minor, p.Location, addr,
-			p.State, dash(p.How), p.Hits, p.Skipped, p.Faults, p.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", p.Target, p.Module, p.Minor, p.Location, addr,
+			p.State, dash(p.How), p.Hits, p.Skipped, p.Faults, p.Lost, p.Reason)
 	}
 	tw.Flush()
 }
@@ -303,14 +318,20 @@ func queryCommand() *cli.Command {
 			if module == "" && !c.Bool("all") {
 				return cli.Exit("query: name a module, or --all", 2)
 			}
-			probes, err := client(c).Probes(module)
+			cl := client(c)
+			probes, err := cl.Probes(module)
+			if err != nil {
+				return cli.Exit("query: "+err.Error(), 1)
+			}
+			st, err := cl.Status()
 			if err != nil {
 				return cli.Exit("query: "+err.Error(), 1)
 			}
 			if c.Bool("json") {
-				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"probes": probes})
+				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"probes": probes, "lost": st.Lost, "syslog_lost": st.SyslogLost})
 			}
 			printProbes(c.App.Writer, probes)
+			printLosses(c.App.ErrWriter, "query", st.Lost, st.SyslogLost)
 			return nil
 		},
 	}
@@ -334,6 +355,12 @@ func logCommand() *cli.Command {
 				}
 				_, err := fmt.Fprintln(c.App.Writer, l.Text())
 				return err
+			}, func(l *daemon.LostLine) error {
+				printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
+				if c.Bool("json") {
+					return enc.Encode(l)
+				}
+				return nil
 			})
 			if err != nil {
 				return cli.Exit("log: "+err.Error(), 1)
@@ -352,8 +379,8 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command"},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary"},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the records to `FILE` as JSON lines (each written before the probed thread resumes) instead of printing them"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary (with -o, the records still go to the file)"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the records to `FILE` as JSON lines (each written before the probed thread resumes) instead of printing them; a record the file cannot take is counted, the summary says how many, and gprobes exits with status 74"},
 			&cli.StringFlag{Name: "dumps", Value: ".", Usage: "`DIR` for the core dumps of exit 3"},
 		),
 		Action: func(c *cli.Context) error {
@@ -410,23 +437,24 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 		open = ptrace.Exec(path, command, os.Environ(), "")
 	}
 	out := c.App.Writer
-	var recOut io.Writer = out
+	recOut := &recordOutput{w: out, name: "standard output"}
 	if path := c.String("output"); path != "" {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
 			return cli.Exit("run: "+err.Error(), 1)
 		}
 		defer f.Close()
-		recOut = f
+		recOut = &recordOutput{w: f, name: path}
 	}
 	asJSON := c.Bool("json") || c.String("output") != ""
+	quiet := c.Bool("quiet") && c.String("output") == ""
 	var mu sync.Mutex
 	var buf []byte
 	exitCode := -1
 	var mainPid int
 	eng, err := engine.Start(open, engine.Options{
 		Sink: engine.SinkFunc(func(r *engine.Record) {
-			if c.Bool("quiet") {
+			if quiet {
 				return
 			}
 			l := daemon.FromRecord(target, r)
@@ -437,7 +465,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 			} else {
 				buf = append(append(buf[:0], l.Text()...), '\n')
 			}
-			recOut.Write(buf)
+			recOut.write(buf, r.Module, r.Minor)
 		}),
 		DumpDir: c.String("dumps"),
 		OnExit: func(space int, how string, code int) {
@@ -492,11 +520,25 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	}
 	var tps []daemon.TargetProbe
 	for _, p := range probes {
-		tps = append(tps, daemon.TargetProbe{Target: label, ProbeInfo: p})
+		tps = append(tps, daemon.TargetProbe{Target: label, ProbeInfo: p, Lost: recOut.lost.Of("", p.Module, p.Minor)})
 	}
 	printProbes(out, tps)
 	if err != nil && !errors.Is(err, os.ErrProcessDone) {
 		fmt.Fprintln(c.App.ErrWriter, "gprobes:", err)
+	}
+	mu.Lock() // the sink is done: CloseFinal has returned
+	lost, written := recOut.lost.Summary(), recOut.written
+	mu.Unlock()
+	if lost.Records > 0 {
+		how := "was interrupted"
+		switch {
+		case !interrupted && exitCode >= 0:
+			how = fmt.Sprintf("exited with status %d", exitCode)
+		case !interrupted:
+			how = "was let go"
+		}
+		return cli.Exit(fmt.Sprintf("run: %d of %d records could not be written to %s and are lost (first error: %s; last: %s); %s %s",
+			lost.Records, lost.Records+written, recOut.name, lost.FirstError, lost.LastError, label, how), exitLost)
 	}
 	if interrupted || exitCode < 0 {
 		return nil
@@ -523,4 +565,15 @@ func decimalStrings(v []uint64) []string {
 		out[i] = fmt.Sprint(x)
 	}
 	return out
+}
+
+// printLosses says on w (standard error) how many records the daemon could
+// not write to its log file and how many syslog missed, if any.
+func printLosses(w io.Writer, cmd string, file, sys daemon.LossSummary) {
+	if file.Records > 0 {
+		fmt.Fprintf(w, "gprobes: %s: records missing from the log file: %s\n", cmd, file)
+	}
+	if sys.Records > 0 {
+		fmt.Fprintf(w, "gprobes: %s: records syslog did not get: %s\n", cmd, sys)
+	}
 }

@@ -1,0 +1,114 @@
+package daemon
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Losses counts the records that could not be written somewhere (the log
+// file, syslog, the file of gprobes run -o), per probe, with the first and
+// the last error. The zero value is ready to use; it is safe for
+// concurrent use.
+type Losses struct {
+	mu      sync.Mutex
+	total   uint64
+	byProbe map[probeKey]uint64
+	sum     LossSummary
+}
+
+type probeKey struct {
+	target, module string
+	minor          uint16
+}
+
+// Add counts one record of the probe (target, module, minor) as lost
+// because of err.
+func (l *Losses) Add(target, module string, minor uint16, err error) {
+	now := time.Now()
+	msg := "unknown error"
+	if err != nil {
+		msg = err.Error()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byProbe == nil {
+		l.byProbe = map[probeKey]uint64{}
+	}
+	l.byProbe[probeKey{target, module, minor}]++
+	l.total++
+	l.sum.Records = l.total
+	if l.sum.FirstError == "" {
+		l.sum.FirstError, l.sum.FirstAt = msg, now
+	}
+	l.sum.LastError, l.sum.LastAt = msg, now
+}
+
+// Of is how many records of one probe were lost.
+func (l *Losses) Of(target, module string, minor uint16) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byProbe[probeKey{target, module, minor}]
+}
+
+// Total is how many records were lost.
+func (l *Losses) Total() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// Summary is the count with the first and the last error.
+func (l *Losses) Summary() LossSummary {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sum
+}
+
+// LossSummary says how many records were lost, since when and why.
+type LossSummary struct {
+	Records    uint64    `json:"records"`
+	FirstError string    `json:"first_error,omitempty"`
+	FirstAt    time.Time `json:"first_at,omitzero"`
+	LastError  string    `json:"last_error,omitempty"`
+	LastAt     time.Time `json:"last_at,omitzero"`
+}
+
+// String says it for a person: "N records lost: first error ... at ...".
+func (s LossSummary) String() string {
+	if s.Records == 0 {
+		return "no record lost"
+	}
+	out := fmt.Sprintf("%s lost: %s at %s", plural(s.Records, "record"), s.FirstError, s.FirstAt.Format(time.RFC3339))
+	if s.LastError != "" && (s.LastError != s.FirstError || s.Records > 1) {
+		out += fmt.Sprintf(", last error %s at %s", s.LastError, s.LastAt.Format(time.RFC3339))
+	}
+	return out
+}
+
+func plural(n uint64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// LogStatus is what /v1/status says about the log: the records lost on
+// the way to the file and to syslog, and the rotation settings.
+type LogStatus struct {
+	Lost        LossSummary `json:"lost"`        // records that are not in the log file
+	SyslogLost  LossSummary `json:"syslog_lost"` // records syslog did not get
+	LogSize     int64       `json:"log_size"`    // bytes in the current log file
+	LogMaxSize  int64       `json:"log_max_size"`
+	LogKeep     int         `json:"log_keep"`
+	RotateError string      `json:"rotate_error,omitempty"` // why the last rotation failed, if it did
+}
+
+// LostLine is the line /v1/log sends, among the records, when records
+// were lost: the daemon-wide counts since it started. Its kind is "lost".
+type LostLine struct {
+	Time       time.Time   `json:"time"`
+	Kind       string      `json:"kind"` // "lost"
+	Lost       LossSummary `json:"lost"`
+	SyslogLost LossSummary `json:"syslog_lost"`
+}
