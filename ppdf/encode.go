@@ -111,9 +111,9 @@ const Version = 1
 // Limits of the format. Encode rejects a Module past them with ErrLimit;
 // Decode rejects a file that claims more.
 const (
-	MaxString   = 1 << 16        // bytes in one string: module name, location text, file name, reloc expression
-	MaxFiles    = math.MaxUint16 // entries in the file table (its count is a u16)
-	MaxBuildID  = 1024           // bytes of build ID (GNU ld writes 16 or 20)
+	MaxString   = rpn.MaxText    // bytes in one string: module name, location text, file name, reloc expression
+	MaxFiles    = rpn.MaxFiles   // entries in the file table (its count is a u16)
+	MaxBuildID  = rpn.MaxBuildID // bytes of build ID (GNU ld writes 16 or 20)
 	MaxFileSize = math.MaxUint32 // bytes in a whole PPDF (its length field is a u32)
 )
 

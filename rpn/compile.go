@@ -47,36 +47,83 @@ func Compile(f *dpdf.File, opts CompileOptions) (*Module, error) {
 func CompileProgram(f *dpdf.File, opts CompileOptions) (*Program, error) {
 	c := &compiler{f: f, opts: opts, fileIdx: map[string]uint16{}}
 	c.errs = append(c.errs, f.Errors...)
-	c.fileIndex(f.Path)
+	c.fileIndex(lexer.Position{Filename: f.Path})
 	c.header()
+	var clean []int // probes compiled without an error
 	for i, p := range f.Probes {
+		before := len(c.errs)
 		c.probe(i, p)
-	}
-	if len(c.errs) > 0 {
-		f.Finish(&c.errs)
-		return nil, c.errs
+		next := 0
+		if i+1 < len(f.Probes) {
+			next = f.Probes[i+1].Pos.Line
+		}
+		if len(c.errs) == before && !f.HasErrorsIn(p.Pos.Filename, p.Pos.Line, next) {
+			clean = append(clean, i)
+		}
 	}
 	if opts.Symbols != nil {
 		c.m.BuildID = opts.Symbols.BuildID()
+		if len(c.m.BuildID) > MaxBuildID {
+			c.errorf(lexer.Position{Filename: f.Path}, "the build ID of the symbols is %d bytes, at most %d: give symbols of another module", len(c.m.BuildID), MaxBuildID)
+		}
+	}
+	if len(c.errs) > 0 {
+		// what only the verifier sees is reported with the rest
+		c.verifyProbes(clean)
+		f.Finish(&c.errs)
+		return nil, c.errs
 	}
 	prog, err := Load(c.m)
 	if err != nil {
-		// The compiler checks operands itself, with columns; what only the
-		// verifier can see (a static call chain deeper than 32) is reported
-		// at the line of the instruction it names.
 		var ve *VerifyError
 		if !errors.As(err, &ve) || ve.Probe < 0 {
 			return nil, fmt.Errorf("internal error: compiled code fails verification: %w", err)
 		}
-		pos := f.Probes[ve.Probe].Pos
-		if p, ok := c.m.LineFor(ve.PC); ok {
-			pos = lexer.Position{Filename: c.m.Files[p.File], Line: int(p.Line), Column: int(p.Col)}
-		}
-		c.errorf(pos, "%s", ve.Msg)
+		c.verifyProbes(clean)
 		f.Finish(&c.errs)
 		return nil, c.errs
 	}
 	return prog, nil
+}
+
+// verifyProbes runs the verifier on each of the given probes on its own
+// and reports what it finds at the line of the instruction it names. The
+// compiler checks operands itself, with columns; what only the verifier
+// can see (a static call chain deeper than 32) is reported this way, for
+// every probe, with the other errors of the file. A probe that did not
+// compile cleanly is left out: its code is incomplete.
+func (c *compiler) verifyProbes(probes []int) {
+	h := c.m.Header
+	if h.Name == "" {
+		h.Name = "?" // reported already; the verifier needs one
+	}
+	r := 0
+	for _, i := range probes {
+		p := c.m.Probes[i]
+		for r < len(c.m.Relocs) && c.m.Relocs[r].Off < p.Entry {
+			r++
+		}
+		end := r
+		for end < len(c.m.Relocs) && c.m.Relocs[end].Off < p.End {
+			end++
+		}
+		one := &Module{Header: h, Probes: []Probe{p}, Code: c.m.Code, Lines: c.m.Lines, Files: c.m.Files, Relocs: c.m.Relocs[r:end]}
+		r = end
+		_, err := Load(one)
+		if err == nil {
+			continue
+		}
+		pos := c.f.Probes[i].Pos
+		var ve *VerifyError
+		if !errors.As(err, &ve) || ve.Probe < 0 {
+			c.errorf(pos, "internal error: compiled code fails verification: %v", err)
+			continue
+		}
+		if lp, ok := c.m.LineFor(ve.PC); ok && int(lp.File) < len(c.m.Files) {
+			pos = lexer.Position{Filename: c.m.Files[lp.File], Line: int(lp.Line), Column: int(lp.Col)}
+		}
+		c.errorf(pos, "%s", ve.Msg)
+	}
 }
 
 type compiler struct {
@@ -102,14 +149,24 @@ func (c *compiler) errorf(pos lexer.Position, format string, args ...any) {
 	c.errs.Add(pos, format, args...)
 }
 
-func (c *compiler) fileIndex(name string) uint16 {
+// fileIndex returns the index in the module's file table of the file of
+// p, adding it at its first use. A file the table cannot hold (its name
+// too long, or one file too many) is reported at p, once.
+func (c *compiler) fileIndex(p lexer.Position) uint16 {
+	name := p.Filename
 	if i, ok := c.fileIdx[name]; ok {
 		return i
 	}
 	if c.m == nil {
 		c.m = &Module{}
 	}
-	if len(c.m.Files) >= math.MaxUint16 {
+	if len(name) > MaxText || len(c.m.Files) >= MaxFiles {
+		if len(name) > MaxText {
+			c.errorf(p, "source file name is %d bytes, at most %d", len(name), MaxText)
+		} else {
+			c.errorf(p, "more than %d source files: include fewer files", MaxFiles)
+		}
+		c.fileIdx[name] = 0
 		return 0
 	}
 	i := uint16(len(c.m.Files))
@@ -119,7 +176,16 @@ func (c *compiler) fileIndex(name string) uint16 {
 }
 
 func (c *compiler) pos(p lexer.Position) Pos {
-	return Pos{File: c.fileIndex(p.Filename), Line: uint32(p.Line), Col: uint32(max(p.Column, 0))}
+	return Pos{File: c.fileIndex(p), Line: uint32(p.Line), Col: uint32(max(p.Column, 0))}
+}
+
+// text checks that a string the module keeps fits in it.
+func (c *compiler) text(pos lexer.Position, what, s string) bool {
+	if len(s) > MaxText {
+		c.errorf(pos, "%s is %d bytes, at most %d", what, len(s), MaxText)
+		return false
+	}
+	return true
 }
 
 // constant evaluates a keyword value or operand that must be a plain
@@ -266,6 +332,7 @@ func (c *compiler) header() {
 			if h.Name == "" {
 				c.errorf(kv.Value.Pos, "name is empty")
 			}
+			c.text(kv.Value.Pos, "the module name", h.Name)
 		case "modtype":
 			haveType = true
 			w, ok := c.word(kv, "user", "kernel")
@@ -401,6 +468,9 @@ func (c *compiler) location(kv *dpdf.KeyValue) Location {
 		return Location{} // a line that failed to parse, already reported
 	}
 	loc := Location{Text: v.Text}
+	if !c.text(v.Pos, "the location", v.Text) {
+		return loc
+	}
 	switch {
 	case v.Line != nil:
 		loc.Kind = LocLine
@@ -729,7 +799,11 @@ func (c *compiler) pushConst(e *dpdf.Expr) {
 		v &= math.MaxUint32
 	}
 	if ext {
-		c.m.Relocs = append(c.m.Relocs, Reloc{Off: uint32(len(c.m.Code) + 1), Expr: e.Text(), Value: v, Resolved: resolved})
+		text := e.Text()
+		if !c.text(e.Pos, "an expression with symbols", text) {
+			return
+		}
+		c.m.Relocs = append(c.m.Relocs, Reloc{Off: uint32(len(c.m.Code) + 1), Expr: text, Value: v, Resolved: resolved})
 	}
 	c.emit64(OpPushD, v)
 }

@@ -62,6 +62,15 @@ const (
 	DefaultDfltExit = 1
 )
 
+// Limits of a module's text and tables: what a PPDF can hold (the ppdf
+// package's limits are these). The compiler refuses a DPDF past them with
+// a positioned error, so that check and build agree.
+const (
+	MaxText    = 1 << 16 // bytes of the module name, a location, a source file name, a relocation's expression
+	MaxFiles   = 65535   // source files: the DPDF and the files it includes (the PPDF's count is a u16)
+	MaxBuildID = 1024    // bytes of build ID (GNU ld writes 16 or 20)
+)
+
 // Exit facilities.
 const (
 	ExitNone     = 0 // nothing committed

@@ -323,25 +323,44 @@ func (v *verifier) callDepth(pi int, first uint32) error {
 	state := map[uint32]int{}
 	depth := map[uint32]int{}
 	cyclic := false
-	var visit func(r uint32) int
-	visit = func(r uint32) int {
-		switch state[r] {
-		case active:
-			cyclic = true
-			return 0
-		case done:
-			return depth[r]
+	// visit computes the depth of the routine at r with an explicit stack,
+	// depth first: a chain of calls as long as the program is refused by
+	// the depth check, not by a Go stack overflow on the way.
+	visit := func(r uint32) int {
+		type frame struct {
+			r       uint32
+			callees []uint32
+			next    int
+			d       int
 		}
 		state[r] = active
-		d := 0
-		for _, callee := range calls(r) {
-			if cd := visit(callee) + 1; cd > d {
-				d = cd
+		stack := []frame{{r: r, callees: calls(r)}}
+		for {
+			f := &stack[len(stack)-1]
+			if f.next < len(f.callees) {
+				callee := f.callees[f.next]
+				f.next++
+				switch state[callee] {
+				case active:
+					cyclic = true // depth 0 through the cycle
+					f.d = max(f.d, 1)
+				case done:
+					f.d = max(f.d, depth[callee]+1)
+				default:
+					state[callee] = active
+					stack = append(stack, frame{r: callee, callees: calls(callee)})
+				}
+				continue
 			}
+			state[f.r], depth[f.r] = done, f.d
+			d := f.d
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return d
+			}
+			parent := &stack[len(stack)-1]
+			parent.d = max(parent.d, d+1)
 		}
-		state[r] = done
-		depth[r] = d
-		return d
 	}
 	d := visit(first)
 	if !cyclic && d > MaxCallDepth {
