@@ -17,12 +17,26 @@ import (
 // What a process target says about modules: DPDF names are matched
 // against the process's mappings, symbols come from the mapped file's ELF.
 
+// InsertBreakpoint writes an int3, journaled first (journal_linux.go):
+// an int3 that could not be journaled is not written, so a gprobes killed
+// now leaves nothing that recovery does not know of.
 func (tg *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
-	return tg.WriteMem(space, addr, []byte{0xcc})
+	if err := tg.journalAdd(space, addr, orig[0]); err != nil {
+		return err
+	}
+	if err := tg.WriteMem(space, addr, []byte{0xcc}); err != nil {
+		tg.journalRemove(space, addr)
+		return err
+	}
+	return nil
 }
 
+// RemoveBreakpoint writes the original byte back, then journals it.
 func (tg *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
-	return tg.WriteMem(space, addr, orig[:1])
+	if err := tg.WriteMem(space, addr, orig[:1]); err != nil {
+		return err
+	}
+	return tg.journalRemove(space, addr)
 }
 
 // TrapPC: an int3 stops the thread after itself.

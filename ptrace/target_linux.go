@@ -21,6 +21,9 @@ type Target struct {
 	// signals held back during an out-of-line step (Hold), then sent
 	// again (Release) and waiting to get their siginfo back
 	held, resent map[int][]*Siginfo
+	// the journals of the processes with int3 bytes in (journal_linux.go)
+	journals   map[int]*procJournal
+	journalDir string
 }
 
 var (
@@ -29,7 +32,8 @@ var (
 )
 
 func newTarget(t *Tracer) *Target {
-	return &Target{t: t, raw: map[int]*unix.PtraceRegs{}, held: map[int][]*Siginfo{}, resent: map[int][]*Siginfo{}}
+	return &Target{t: t, raw: map[int]*unix.PtraceRegs{}, held: map[int][]*Siginfo{}, resent: map[int][]*Siginfo{},
+		journals: map[int]*procJournal{}}
 }
 
 // Hold keeps back the signal a thread is stopped for: the engine resumes
@@ -95,10 +99,14 @@ func Exec(path string, argv, env []string, dir string, files ...*os.File) func()
 		if len(files) == 0 {
 			files = nil
 		}
+		tg := newTarget(t)
+		if err := tg.openJournals(0); err != nil {
+			return nil, err
+		}
 		if _, err := t.Start(path, argv, env, dir, files); err != nil {
 			return nil, err
 		}
-		return newTarget(t), nil
+		return tg, nil
 	}
 }
 
@@ -107,10 +115,16 @@ func Exec(path string, argv, env []string, dir string, files ...*os.File) func()
 func Attach(pid int) func() (engine.Target, error) {
 	return func() (engine.Target, error) {
 		t := NewTracer()
+		tg := newTarget(t)
+		// before attaching: a dead gprobes's bytes go back first, and a
+		// live one's is named
+		if err := tg.openJournals(pid); err != nil {
+			return nil, err
+		}
 		if _, err := t.Attach(pid); err != nil {
 			return nil, err
 		}
-		return newTarget(t), nil
+		return tg, nil
 	}
 }
 
@@ -142,21 +156,24 @@ func (tg *Target) convert(ev Event) engine.Event {
 		out.Kind = engine.EvNewThread
 	case EventNewProcess:
 		out.Kind = engine.EvNewSpace
+		tg.journalFork(ev.Pid, ev.Parent)
 	case EventExec:
 		out.Kind = engine.EvExec
 		delete(tg.raw, ev.Tid)
+		tg.journalDrop(ev.Pid) // a new image: none of our bytes
 	case EventThreadExit:
 		out.Kind = engine.EvThreadExit
 		tg.forget(ev.Tid)
 	case EventProcessExit:
 		out.Kind = engine.EvSpaceExit
 		tg.forget(ev.Tid)
+		tg.journalDrop(ev.Pid)
 		switch {
 		case ev.Status.Exited():
 			out.Exit = fmt.Sprintf("exited %d", ev.Status.ExitStatus())
 			out.Code = ev.Status.ExitStatus()
 		case ev.Status.Signaled():
-			out.Exit = fmt.Sprintf("killed by %v", ev.Status.Signal())
+			out.Exit = "killed by " + unix.SignalName(ev.Status.Signal())
 			out.Code = 128 + int(ev.Status.Signal())
 		}
 	}

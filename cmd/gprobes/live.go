@@ -81,7 +81,8 @@ disk) is counted as lost, per probe, and never leaves a partial line; query, log
 			if err := srv.Listen(); err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
-			recoverXen(c)
+			recoverAll(c)
+			startGuard(c.App.ErrWriter)
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 			served := make(chan error, 1)
@@ -104,31 +105,28 @@ disk) is counted as lost, per probe, and never leaves a partial line; query, log
 	}
 }
 
-// recoverXen puts back the Xen domains a gprobes that died left with
-// probes in (xen.Recover), saying what it did.
-func recoverXen(c *cli.Context) error {
-	msgs, err := xen.Recover()
-	for _, m := range msgs {
-		fmt.Fprintln(c.App.Writer, "gprobes: "+m)
-	}
-	if err != nil {
-		fmt.Fprintln(c.App.ErrWriter, "gprobes: recover:", err)
-	}
-	return err
-}
-
 func recoverCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "recover",
-		Usage: "put back the Xen domains a gprobes killed with SIGKILL left with probes in",
-		Description: `A gprobes that dies without detaching (SIGKILL, a crash) leaves its Xen domains in debugging
-mode with their breakpoints in: at the next hit the domain pauses and stays paused. Each probed
-domain has a journal in /run/gprobes/xen (GPROBES_XEN_JOURNAL), and this command, a daemon as
-it starts, or the next gprobes to probe the same domain, puts it back from the journal: original
-bytes, debug registers cleared, vCPUs taken back to their instruction, debugging mode off, the
-domain unpaused. Journals of a gprobes still running are left alone.`,
+		Usage: "put back the processes and Xen domains a gprobes killed with SIGKILL left with probes in",
+		Description: `A gprobes that dies without detaching (SIGKILL, a crash) leaves its int3 bytes in the processes
+it traced (the next thread to reach one dies of SIGTRAP) and its Xen domains in debugging mode with
+their breakpoints in (at the next hit the domain pauses and stays paused). Each traced process has
+a journal in /run/gprobes/proc (GPROBES_PROC_JOURNAL), each probed domain one in /run/gprobes/xen
+(GPROBES_XEN_JOURNAL). This command, a daemon as it starts, the next gprobes to probe the same
+process or domain, and the guard that every daemon and run leaves behind it (it acts the moment
+its gprobes dies) put them back from the journals: for a process, the original bytes where the
+same file is still mapped; for a domain, original bytes, debug registers cleared, vCPUs taken back
+to their instruction, debugging mode off, the domain unpaused. Journals of a gprobes still
+running are left alone. docs/engine.md says what cannot be put back.`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "guard", Hidden: true, Usage: "wait for standard input to close, then put back what gprobes `PID` left"},
+		},
 		Action: func(c *cli.Context) error {
-			if err := recoverXen(c); err != nil {
+			if owner := c.Int("guard"); owner != 0 {
+				return guard(c, owner)
+			}
+			if err := recoverAll(c); err != nil {
 				return cli.Exit("", 1)
 			}
 			return nil
@@ -435,6 +433,11 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 			return cli.Exit("run: "+err.Error(), 1)
 		}
 		open = ptrace.Exec(path, command, os.Environ(), "")
+	}
+	if strings.HasPrefix(target, "pid:") || strings.HasPrefix(target, "xen:") {
+		// a process started here dies with us (PTRACE_O_EXITKILL); one
+		// attached to, or a domain, is put back by the guard if we die
+		startGuard(c.App.ErrWriter)
 	}
 	out := c.App.Writer
 	recOut := &recordOutput{w: out, name: "standard output"}

@@ -1,0 +1,335 @@
+package ptrace
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// A tracer killed with SIGKILL (or dead of a crash) leaves its int3 bytes
+// in the processes it traced: the kernel detaches them, and the next
+// thread to reach one dies of SIGTRAP. So every traced process with
+// breakpoints in has a journal, rewritten whenever a breakpoint goes in or
+// out (never at a hit) and removed when the last one goes, naming the
+// owner, the process and, for every int3, its original byte and the file
+// mapped there. A daemon starting, `gprobes recover`, or the guard that a
+// daemon and `gprobes run --target pid:N` leave behind them puts the bytes
+// back through /proc/PID/mem.
+//
+// What recovery cannot mend: a thread that reached an int3 between the
+// tracer's death and the bytes going back (it gets SIGTRAP, as under any
+// debugger killed the same way), and a thread the tracer had stopped in
+// the middle of a hit. docs/engine.md gives the figures.
+
+// DefaultJournalDir holds the journals unless GPROBES_PROC_JOURNAL names
+// another folder. /run is cleared at boot, which ends every process.
+const DefaultJournalDir = "/run/gprobes/proc"
+
+// JournalDir is the folder of the process journals.
+func JournalDir() string {
+	if d := os.Getenv("GPROBES_PROC_JOURNAL"); d != "" {
+		return d
+	}
+	return DefaultJournalDir
+}
+
+// journal is what one tracer changed in one process.
+type journal struct {
+	Pid        int         `json:"pid"`         // the traced process
+	Start      uint64      `json:"start"`       // its start time: a pid is used again
+	Owner      int         `json:"owner"`       // the tracer's process
+	OwnerStart uint64      `json:"owner_start"` // its start time
+	Bytes      []savedByte `json:"bytes"`
+}
+
+type savedByte struct {
+	Addr uint64 `json:"addr"`
+	Orig byte   `json:"orig"`
+	// Dev and Inode name the file mapped at Addr: after an exec the
+	// address may hold another program's code, which is left alone
+	Dev   string `json:"dev"`
+	Inode uint64 `json:"inode"`
+}
+
+// procJournal is the live journal of one traced process.
+type procJournal struct {
+	j     journal
+	bytes map[uint64]savedByte
+	path  string
+	err   error // the last write's failure, reported once
+}
+
+func journalPath(dir string, pid int) string {
+	return filepath.Join(dir, "pid"+strconv.Itoa(pid)+".json")
+}
+
+// procStart is a process's start time from /proc/PID/stat (field 22).
+func procStart(pid int) (uint64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	return v, err == nil
+}
+
+// running reports whether the process pid started at start still runs.
+func running(pid int, start uint64) bool {
+	st, ok := procStart(pid)
+	return ok && st == start
+}
+
+// journalOf returns the journal of a traced process, starting it.
+func (tg *Target) journalOf(pid int) *procJournal {
+	if pj := tg.journals[pid]; pj != nil {
+		return pj
+	}
+	start, _ := procStart(pid)
+	ownerStart, _ := procStart(os.Getpid())
+	pj := &procJournal{
+		j:     journal{Pid: pid, Start: start, Owner: os.Getpid(), OwnerStart: ownerStart},
+		bytes: map[uint64]savedByte{},
+		path:  journalPath(tg.journalDir, pid),
+	}
+	tg.journals[pid] = pj
+	return pj
+}
+
+// journalAdd records an int3 about to be written at addr over orig.
+func (tg *Target) journalAdd(pid int, addr uint64, orig byte) error {
+	if tg.journalDir == "" {
+		return nil
+	}
+	sb := savedByte{Addr: addr, Orig: orig}
+	if maps, err := Maps(pid); err == nil {
+		for _, m := range maps {
+			if addr >= m.Start && addr < m.End {
+				sb.Dev, sb.Inode = m.Dev, m.Inode
+				break
+			}
+		}
+	}
+	pj := tg.journalOf(pid)
+	pj.bytes[addr] = sb
+	return pj.write()
+}
+
+// journalRemove records that the byte at addr is back.
+func (tg *Target) journalRemove(pid int, addr uint64) error {
+	pj := tg.journals[pid]
+	if pj == nil {
+		return nil
+	}
+	delete(pj.bytes, addr)
+	if len(pj.bytes) == 0 {
+		tg.journalDrop(pid)
+		return nil
+	}
+	return pj.write()
+}
+
+// journalDrop forgets a process's journal: its memory holds none of our
+// bytes any more (they are all back, it exec'd, or it is gone).
+func (tg *Target) journalDrop(pid int) {
+	if pj := tg.journals[pid]; pj != nil {
+		os.Remove(pj.path)
+		delete(tg.journals, pid)
+	}
+}
+
+// journalFork gives a forked child the journal of its parent: its memory
+// is a copy, int3 bytes included.
+func (tg *Target) journalFork(child, parent int) {
+	pj := tg.journals[parent]
+	if pj == nil || tg.journalDir == "" {
+		return
+	}
+	c := tg.journalOf(child)
+	for a, b := range pj.bytes {
+		c.bytes[a] = b
+	}
+	c.write()
+}
+
+// write rewrites the journal file, atomically (a new file renamed over
+// the old one).
+func (pj *procJournal) write() error {
+	pj.j.Bytes = pj.j.Bytes[:0]
+	for _, b := range pj.bytes {
+		pj.j.Bytes = append(pj.j.Bytes, b)
+	}
+	sort.Slice(pj.j.Bytes, func(i, k int) bool { return pj.j.Bytes[i].Addr < pj.j.Bytes[k].Addr })
+	b, err := json.Marshal(&pj.j)
+	if err != nil {
+		return err
+	}
+	tmp := pj.path + ".new"
+	if err = os.WriteFile(tmp, b, 0o600); err == nil {
+		err = os.Rename(tmp, pj.path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("journal of process %d (what `gprobes recover` would need if gprobes died): %w", pj.j.Pid, err)
+	}
+	return nil
+}
+
+// openJournals readies the target's journal folder. A journal that a
+// dead gprobes left for pid (0: none to check) is acted on first: its
+// bytes go back before anything reads the process's code (else its int3s
+// would be taken for the program's own). A live owner's means another
+// gprobes traces pid: that is said, by name.
+func (tg *Target) openJournals(pid int) error {
+	dir := JournalDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("journal folder: %w", err)
+	}
+	tg.journalDir = dir
+	if pid == 0 {
+		return nil
+	}
+	path := journalPath(dir, pid)
+	j, err := readJournal(path)
+	if err != nil {
+		return nil // none (an unreadable one is for recover to report)
+	}
+	if running(j.Owner, j.OwnerStart) {
+		if j.Owner == os.Getpid() {
+			return nil
+		}
+		if running(j.Pid, j.Start) {
+			return fmt.Errorf("attach %d: gprobes (pid %d) probes it already: remove its probes, or stop that gprobes", pid, j.Owner)
+		}
+		return nil
+	}
+	msg, err := recoverProcess(j)
+	if err != nil {
+		return fmt.Errorf("attach %d: putting back what gprobes %d left when it died: %w", pid, j.Owner, err)
+	}
+	os.Remove(path)
+	fmt.Fprintf(os.Stderr, "gprobes: pid:%d: %s\n", pid, msg)
+	return nil
+}
+
+func readJournal(path string) (*journal, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var j journal
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &j, nil
+}
+
+// Recover puts back every process left with int3 bytes by a gprobes that
+// died (the journals of owners no longer running) and says what it did,
+// one line a process. Journals of running owners are left alone.
+func Recover() ([]string, error) {
+	return RecoverDir(JournalDir(), 0)
+}
+
+// RecoverOwner puts back the processes of one owner that is dying: its
+// guard saw it go (docs/engine.md). The bytes go back while the kernel
+// may still be tearing the owner down: the sooner, the fewer threads meet
+// an int3 with nobody to answer it.
+func RecoverOwner(owner int) ([]string, error) {
+	return RecoverDir(JournalDir(), owner)
+}
+
+// RecoverDir is Recover for one journal folder; owner, when not 0, limits
+// it to the journals of that owner, taken as dead whether or not its
+// process is gone yet.
+func RecoverDir(dir string, owner int) ([]string, error) {
+	paths, _ := filepath.Glob(filepath.Join(dir, "pid*.json"))
+	var out []string
+	var errs []error
+	for _, p := range paths {
+		j, err := readJournal(p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if owner != 0 && j.Owner != owner {
+			continue
+		}
+		if owner == 0 && running(j.Owner, j.OwnerStart) {
+			continue
+		}
+		msg, err := recoverProcess(j)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pid:%d (left by gprobes %d): %w", j.Pid, j.Owner, err))
+			continue
+		}
+		os.Remove(p)
+		out = append(out, fmt.Sprintf("pid:%d: %s", j.Pid, msg))
+	}
+	return out, errors.Join(errs...)
+}
+
+// recoverProcess writes back the original bytes a dead owner left in a
+// process: only where the byte is still an int3 and the same file is
+// mapped there.
+func recoverProcess(j *journal) (string, error) {
+	if !running(j.Pid, j.Start) {
+		return "the process is gone; nothing to put back", nil
+	}
+	maps, err := Maps(j.Pid)
+	if err != nil {
+		return "", err
+	}
+	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", j.Pid), os.O_RDWR, 0)
+	if err != nil {
+		return "", err
+	}
+	defer mem.Close()
+	restored, other := 0, 0
+	var errs []error
+	for _, b := range j.Bytes {
+		same := false
+		for _, m := range maps {
+			if b.Addr >= m.Start && b.Addr < m.End {
+				same = m.Dev == b.Dev && m.Inode == b.Inode
+				break
+			}
+		}
+		if !same {
+			other++ // unmapped, or another file there now (exec, dlclose)
+			continue
+		}
+		var cur [1]byte
+		if _, err := mem.ReadAt(cur[:], int64(b.Addr)); err != nil {
+			errs = append(errs, fmt.Errorf("%#x: %w", b.Addr, err))
+			continue
+		}
+		if cur[0] != 0xcc || b.Orig == 0xcc {
+			other++ // put back already
+			continue
+		}
+		if _, err := mem.WriteAt([]byte{b.Orig}, int64(b.Addr)); err != nil {
+			errs = append(errs, fmt.Errorf("%#x: %w", b.Addr, err))
+			continue
+		}
+		restored++
+	}
+	msg := fmt.Sprintf("put back after gprobes %d died with probes in: %d of %d int3 bytes restored", j.Owner, restored, len(j.Bytes))
+	if other > 0 {
+		msg += fmt.Sprintf(" (%d restored already or no longer that file's code)", other)
+	}
+	return msg, errors.Join(errs...)
+}
