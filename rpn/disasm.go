@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/gprobes/gprobes/dpdf"
 )
 
 // Disasm writes the listing of a whole module: its header, and for each
@@ -18,7 +20,7 @@ func Disasm(w io.Writer, m *Module) {
 		fmt.Fprintf(w, "build-id %x\n", m.BuildID)
 	}
 	for i, p := range m.Probes {
-		fmt.Fprintf(w, "\nprobe %d: offset = %s", i, p.Loc.Text)
+		fmt.Fprintf(w, "\nprobe %d: offset = %s", i, dpdf.Escape(p.Loc.Text))
 		switch {
 		case p.Loc.Kind == LocAbsolute:
 		case p.Loc.Resolved:
@@ -114,9 +116,9 @@ func formatInsn(m *Module, pc uint32, b []byte, relocs map[uint32]Reloc) string 
 		}
 		if r, ok := relocs[pc+1]; ok {
 			if r.Resolved {
-				s += fmt.Sprintf("   ; %s", r.Expr)
+				s += fmt.Sprintf("   ; %s", dpdf.Escape(r.Expr))
 			} else {
-				s = fmt.Sprintf("%s,%s   ; resolved at insert", name, r.Expr)
+				s = fmt.Sprintf("%s,%s   ; resolved at insert", name, dpdf.Escape(r.Expr))
 			}
 		}
 		return s

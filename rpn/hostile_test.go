@@ -36,3 +36,32 @@ func TestLongCallChainIsRefusedWithoutRecursion(t *testing.T) {
 		t.Errorf("cyclic chain: %v", err)
 	}
 }
+
+// TestListingsEscapeControlBytes: a PPDF is a stranger's file; the text it
+// carries (locations, relocation expressions, file names) reaches the
+// terminal through disasm and verifier errors with its control bytes
+// escaped.
+func TestListingsEscapeControlBytes(t *testing.T) {
+	m := asm(cat(OpPushD, make([]byte, 8), OpJmp, u32(0x40))...)
+	m.Probes[0].Loc.Text = "evil\x1b[2J"
+	m.Files = []string{"f\x1b]0;x\x07.dpdf"}
+	m.Lines = []LineEntry{{PC: 0, Pos: Pos{File: 0, Line: 1}}}
+	m.Relocs = []Reloc{{Off: 1, Expr: "sym\x9b"}}
+	var b strings.Builder
+	Disasm(&b, m)
+	_, err := Load(m)
+	if err == nil {
+		t.Fatal("jump outside the probe verified")
+	}
+	out := b.String() + err.Error()
+	for i := 0; i < len(out); i++ {
+		if c := out[i]; c < 0x20 && c != '\n' || c >= 0x7f {
+			t.Fatalf("raw byte %#x in\n%s", c, out)
+		}
+	}
+	for _, want := range []string{`evil\x1b[2J`, `f\x1b]0;x\x07.dpdf:1`, `sym\x9b`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%q missing from\n%s", want, out)
+		}
+	}
+}

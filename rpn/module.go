@@ -1,6 +1,10 @@
 package rpn
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gprobes/gprobes/dpdf"
+)
 
 // Arch is the architecture of the probed code; it fixes the word width of
 // the stack and which register names exist.
@@ -185,11 +189,12 @@ type Module struct {
 	BuildID []byte      // ELF build ID of the probed module when known at build time
 }
 
-// PosString formats p as file:line:col using the module's file table.
+// PosString formats p as file:line:col using the module's file table,
+// with the file name escaped for a terminal (dpdf.Escape).
 func (m *Module) PosString(p Pos) string {
 	f := "?"
 	if int(p.File) < len(m.Files) {
-		f = m.Files[p.File]
+		f = dpdf.Escape(m.Files[p.File])
 	}
 	if p.Col == 0 {
 		return fmt.Sprintf("%s:%d", f, p.Line)

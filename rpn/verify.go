@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/gprobes/gprobes/dpdf"
 )
 
 // insn is a decoded, verified instruction: the form the machine runs.
@@ -52,7 +54,7 @@ func (e *VerifyError) Error() string {
 	}
 	where := fmt.Sprintf("probe %d", e.Probe)
 	if e.Probe < len(e.m.Probes) {
-		where += " (" + e.m.Probes[e.Probe].Loc.Text + ")"
+		where += " (" + dpdf.Escape(e.m.Probes[e.Probe].Loc.Text) + ")"
 	}
 	if pos, ok := e.m.LineFor(e.PC); ok {
 		where += " at " + e.m.PosString(pos)
@@ -377,7 +379,7 @@ func (v *verifier) relocs() error {
 		}
 		prev = int64(r.Off)
 		if !v.pushImm[r.Off] {
-			return &VerifyError{Probe: -1, Msg: fmt.Sprintf("relocation at %#x (%s) does not point at a push d immediate", r.Off, r.Expr), m: v.m}
+			return &VerifyError{Probe: -1, Msg: fmt.Sprintf("relocation at %#x (%s) does not point at a push d immediate", r.Off, dpdf.Escape(r.Expr)), m: v.m}
 		}
 	}
 	return nil
