@@ -179,6 +179,26 @@ func TestCheckReportsEveryError(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, errs)
 		}
 	}
+	// issue 9.10: an unknown instruction, a bad variable index and a jump
+	// to an undefined label (the syntax error hid the third), with a
+	// duplicate label and a static call chain too deep for the verifier
+	// in the next probe: all of them, sorted, in one run
+	src = filepath.Join(dir, "three.dpdf")
+	chain := ""
+	for i := 1; i <= 33; i++ {
+		chain += fmt.Sprintf("c%d: call c%d\nret\n", i, i+1)
+	}
+	os.WriteFile(src, []byte("name = x\nmodtype = user\nvars = 1\noffset = 1\nfoo 3\npush lv,5\njmp nowhere\nl: nop\nl: exit\noffset = 2\ncall c1\nexit\n"+chain+"c34: ret\n"), 0o644)
+	_, errs, code = gprobes(t, "check", src)
+	want := src + ":5:1: unknown instruction \"foo\" (did you mean \"pop\"?)\n    5 | foo 3\n      | ^\n" +
+		src + ":6:9: lv index must be 0..0, not 5\n    6 | push lv,5\n      |         ^\n" +
+		src + ":7:5: undefined label nowhere\n    7 | jmp nowhere\n      |     ^\n" +
+		src + ":9:1: label l defined twice in this probe (first at line 8)\n    9 | l: exit\n      | ^\n" +
+		src + ":11:1: calls nest 34 deep: at most 32\n   11 | call c1\n      | ^\n" +
+		"5 errors\n"
+	if code != 1 || errs != want {
+		t.Errorf("exit %d, stderr\n%s\nwant\n%s", code, errs, want)
+	}
 	out = mustRun(t, "check", filepath.Join(examples, "malloc.dpdf"), filepath.Join(examples, "fork_kill.dpdf"))
 	if strings.Count(out, ": ok:") != 2 {
 		t.Errorf("check of the examples: %s", out)
