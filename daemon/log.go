@@ -483,8 +483,9 @@ func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flus
 		}
 	}
 	var pos int64
-	var reported [2]uint64
+	var reported [3]uint64
 	var reportedAt time.Time
+	var skipped uint64 // rotated files deleted before this reader got to them
 	for {
 		w.mu.Lock()
 		ch := w.notify
@@ -495,13 +496,23 @@ func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flus
 		} else {
 			k := int(w.gen - gen - 1) // where the next generation is now
 			if k > w.opts.Keep {
-				k = w.opts.Keep // rotated away before we got to it
+				skipped += uint64(k - w.opts.Keep) // rotated away before we got to them
+				k = w.opts.Keep
 			}
+			var oerr error
 			for ; k >= 0; k-- {
-				if f, err := os.Open(w.rotated(k)); err == nil {
-					next = f
+				if next, oerr = os.Open(w.rotated(k)); oerr == nil {
 					break
 				}
+				if k > 0 {
+					skipped++
+				}
+			}
+			if next == nil {
+				// not even the current file (a rotation that failed
+				// half-way): say so rather than spin
+				w.mu.Unlock()
+				return oerr
 			}
 			gen = w.gen - uint64(k)
 		}
@@ -520,13 +531,14 @@ func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flus
 			continue
 		}
 		lost, slost := w.lost.Summary(), w.sysLost.Summary()
-		pending := lost.Records != reported[0] || slost.Records != reported[1]
+		now := [3]uint64{lost.Records, slost.Records, skipped}
+		pending := now != reported
 		if pending && (!follow || time.Since(reportedAt) >= time.Second) {
-			b, _ := json.Marshal(LostLine{Time: time.Now(), Kind: "lost", Lost: lost, SyslogLost: slost})
+			b, _ := json.Marshal(LostLine{Time: time.Now(), Kind: "lost", Lost: lost, SyslogLost: slost, RotatedAway: skipped})
 			if _, err := out.Write(append(b, '\n')); err != nil {
 				return err
 			}
-			reported = [2]uint64{lost.Records, slost.Records}
+			reported = now
 			reportedAt = time.Now()
 			pending = false
 		}

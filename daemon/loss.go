@@ -111,4 +111,9 @@ type LostLine struct {
 	Kind       string      `json:"kind"` // "lost"
 	Lost       LossSummary `json:"lost"`
 	SyslogLost LossSummary `json:"syslog_lost"`
+	// RotatedAway is how many rotated files this reader of the log
+	// skipped: it fell more than --log-keep rotations behind and they were
+	// deleted before it got to them (their records were written, not
+	// lost, but this stream does not have them).
+	RotatedAway uint64 `json:"rotated_away,omitempty"`
 }

@@ -355,6 +355,9 @@ func logCommand() *cli.Command {
 				return err
 			}, func(l *daemon.LostLine) error {
 				printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
+				if l.RotatedAway > 0 {
+					fmt.Fprintf(c.App.ErrWriter, "gprobes: log: fell behind: %d rotated log files were deleted before they could be read (the daemon's --log-keep)\n", l.RotatedAway)
+				}
 				if c.Bool("json") {
 					return enc.Encode(l)
 				}
