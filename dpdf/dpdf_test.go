@@ -295,6 +295,10 @@ func FuzzParse(f *testing.F) {
 		"/* x */ push r,rax ; log str // y\n",
 		"offset = a.b+(sizeof(struct x)*offsetof(union y, z[3].w))\n",
 		"x: y: z:\n'\\x41' \"s\" <<>> ~",
+		// hostile: nesting past MaxNesting, a byte order mark, escapes
+		"offset = 1\npush d," + strings.Repeat("(", 2*MaxNesting) + "1" + strings.Repeat(")", 2*MaxNesting) + "\n",
+		"offset = 1\nexit " + strings.Repeat("-~", MaxNesting) + "1\nl: push d,1" + strings.Repeat("+1", 2*MaxNesting) + "\n",
+		"\ufeffname = x\noffset = 1\n\ufeffpush r,\x1b[31mrax\xff\n",
 	} {
 		f.Add([]byte(s))
 	}
