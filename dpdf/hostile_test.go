@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/alecthomas/participle/v2/lexer"
 )
 
 // errorsOf parses src and returns its errors, failing when there are none.
@@ -139,4 +141,69 @@ func TestByteOrderMark(t *testing.T) {
 	if got := l[0].Error(); !strings.HasPrefix(got, "t.dpdf:4:1: byte order mark") {
 		t.Errorf("got %s", got)
 	}
+}
+
+// TestControlBytesAreEscaped: no byte of a DPDF that a terminal would act
+// on (ESC, other C0 and C1 controls, bytes that are not UTF-8, bidi
+// overrides) reaches the output of an error raw; the caret still stands
+// under the column, and ordinary text, tabs and backslashes print as they
+// are. Long lines are shown around the column.
+func TestControlBytesAreEscaped(t *testing.T) {
+	for _, c := range []struct {
+		line, shown string
+		col         int
+	}{
+		{"push r,\x1b[31mrax", `push r,\x1b[31mrax`, 8},
+		{"push d,1 \x1b]0;pwned\x07 x", `push d,1 \x1b]0;pwned\x07 x`, 10},
+		{"\tpush d,\xff", "\tpush d,\\xff", 9},
+		{"push d,\u009b2J", `push d,\u009b2J`, 8},
+		{"push d,'\\\\' \u202e", `push d,'\\' \u202e`, 13},
+	} {
+		l := errorsOf(t, header+c.line+"\n")
+		d := l[0].Detail()
+		for i := 0; i < len(d); i++ {
+			if b := d[i]; b < 0x20 && b != '\n' && b != '\t' || b == 0x7f {
+				t.Errorf("%q: raw byte %#x in\n%s", c.line, b, d)
+			}
+		}
+		if strings.Contains(d, "\u009b") || strings.Contains(d, "\u202e") || strings.Contains(d, "\xff") {
+			t.Errorf("%q: raw C1, bidi or invalid byte in\n%s", c.line, d)
+		}
+		lines := strings.Split(d, "\n")
+		if len(lines) != 3 || lines[1] != "    4 | "+c.shown {
+			t.Fatalf("%q: source line shown as\n%s", c.line, d)
+		}
+		if !strings.HasPrefix(lines[0], fmt.Sprintf("t.dpdf:4:%d: ", c.col)) {
+			t.Errorf("%q: %s", c.line, lines[0])
+		}
+		// the caret stands under the escape of the offending byte, or
+		// under the offending token
+		caret := strings.TrimPrefix(lines[2], "      | ")
+		at := strings.IndexByte(caret, '^')
+		shown := strings.TrimPrefix(lines[1], "    4 | ")
+		want := len(Escape(c.line[:c.col-1]))
+		if at != want || !strings.HasPrefix(shown[at:], Escape(c.line[c.col-1:])[:1]) {
+			t.Errorf("%q: caret at %d, want %d:\n%s", c.line, at, want, d)
+		}
+	}
+	// file names and messages are escaped too
+	e := &Error{Pos: lexerPos("a\x1b.dpdf", 1, 1), Msg: "bad \x1b[2J"}
+	if got := e.Error(); got != `a\x1b.dpdf:1:1: bad \x1b[2J` {
+		t.Errorf("got %q", got)
+	}
+	// a 1 MB line is shown as a window around the column
+	long := "push d," + strings.Repeat("x", 1<<20) + " $"
+	l := errorsOf(t, header+long+"\n")
+	d := l[0].Detail()
+	if len(d) > 600 || !strings.Contains(d, "...xxx") || !strings.HasSuffix(strings.Split(d, "\n")[1], " $") {
+		t.Errorf("long line shown as %d bytes:\n%.400s", len(d), d)
+	}
+	lines := strings.Split(d, "\n")
+	if strings.Index(lines[2], "^") != strings.Index(lines[1], "$") {
+		t.Errorf("caret not under the column:\n%s", d)
+	}
+}
+
+func lexerPos(file string, line, col int) lexer.Position {
+	return lexer.Position{Filename: file, Line: line, Column: col}
 }
