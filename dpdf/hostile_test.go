@@ -2,6 +2,7 @@ package dpdf
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -206,4 +207,38 @@ func TestControlBytesAreEscaped(t *testing.T) {
 
 func lexerPos(file string, line, col int) lexer.Position {
 	return lexer.Position{Filename: file, Line: line, Column: col}
+}
+
+// TestByteOrderMarkWithThePreprocessor: a DPDF and an included file that
+// open with a byte order mark go through the C preprocessor: the
+// directive on line 1 is seen, and positions on line 1 do not count the
+// mark, in the DPDF and in the included file.
+func TestByteOrderMarkWithThePreprocessor(t *testing.T) {
+	needCPP(t)
+	dir := writeFiles(t, map[string]string{
+		"inc.h":  "\ufeff  push q\n",
+		"p.dpdf": "\ufeff#include \"defs.h\"\nname = x\nmodtype = user\noffset = 1\nexit\n",
+		"d.dpdf": "\ufeff  major = 1 q\n#define ONE 1\nname = x\nmodtype = user\noffset = ONE\n#include \"inc.h\"\nexit\n",
+		"defs.h": "\ufeff#define UNUSED 1\n",
+	})
+	f, err := Parse(filepath.Join(dir, "p.dpdf"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Preprocessed || len(f.Probes) != 1 {
+		t.Errorf("preprocessed %v, %d probes", f.Preprocessed, len(f.Probes))
+	}
+	_, err = Parse(filepath.Join(dir, "d.dpdf"), Options{})
+	l, ok := err.(ErrorList)
+	if !ok || len(l) != 2 {
+		t.Fatalf("got %v", err)
+	}
+	if e := l[0]; e.Pos.Filename != filepath.Join(dir, "d.dpdf") || e.Pos.Line != 1 || e.Pos.Column != 13 ||
+		!strings.HasSuffix(e.Detail(), "    1 |   major = 1 q\n      |             ^") {
+		t.Errorf("error at %v: %s", e.Pos, e.Detail())
+	}
+	if e := l[1]; e.Pos.Filename != filepath.Join(dir, "inc.h") || e.Pos.Line != 1 || e.Pos.Column != 8 ||
+		!strings.HasSuffix(e.Detail(), "    1 |   push q\n      |        ^") {
+		t.Errorf("error at %v: %s", e.Pos, e.Detail())
+	}
 }
