@@ -159,9 +159,12 @@ func (t *Tracer) Attach(pid int) (*Process, error) {
 	}
 	// seize the leader first, with the options (PTRACE_SETOPTIONS needs a
 	// stopped tracee; PTRACE_SEIZE takes them at once)
+	if why := cannotTrace(pid); why != "" {
+		return nil, fmt.Errorf("attach %d: %s", pid, why)
+	}
 	if err := seize(pid); err != nil {
 		if err == unix.EPERM {
-			return nil, fmt.Errorf("attach %d: not permitted: run as root, or set kernel.yama.ptrace_scope to 0", pid)
+			return nil, fmt.Errorf("attach %d: %s", pid, notPermitted(pid))
 		}
 		return nil, fmt.Errorf("attach %d: %w", pid, err)
 	}
@@ -199,6 +202,65 @@ func (t *Tracer) Attach(pid int) (*Process, error) {
 		return nil, fmt.Errorf("attach %d: %w", pid, err)
 	}
 	return proc, nil
+}
+
+// cannotTrace says why a process can never be traced, whoever asks: it
+// is gprobes itself, a kernel thread, or a zombie; "" otherwise.
+func cannotTrace(pid int) string {
+	if pid == os.Getpid() {
+		return "that is this gprobes itself"
+	}
+	st := procStatus(pid)
+	switch {
+	case strings.HasPrefix(st["State"], "Z"):
+		return "a zombie: the process has exited and waits for its parent to reap it"
+	case strings.HasPrefix(st["State"], "X"):
+		return "the process is exiting"
+	case st["Kthread"] == "1", st["VmSize"] == "" && st["Name"] != "" && pid != 1 && ppidIsKthreadd(st):
+		return fmt.Sprintf("%s is a kernel thread: it has no user code to probe (probe the kernel instead)", st["Name"])
+	}
+	return ""
+}
+
+func ppidIsKthreadd(st map[string]string) bool { return st["PPid"] == "2" || st["Pid"] == "2" }
+
+// notPermitted says why the kernel refused to let us trace pid.
+func notPermitted(pid int) string {
+	st := procStatus(pid)
+	if t := st["TracerPid"]; t != "" && t != "0" {
+		name := ""
+		if tst := procStatus(atoi(t)); tst["Name"] != "" {
+			name = " (" + tst["Name"] + ")"
+		}
+		return fmt.Sprintf("process %s%s traces it already: only one tracer at a time (detach that debugger, or remove its gprobes probes)", t, name)
+	}
+	if os.Geteuid() != 0 {
+		return "not permitted: run as root, or set kernel.yama.ptrace_scope to 0"
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil && strings.TrimSpace(string(b)) == "3" {
+		return "not permitted even to root: kernel.yama.ptrace_scope is 3 (no attach at all until reboot)"
+	}
+	return "not permitted even to root (a security module refuses it, or the process is in another user namespace)"
+}
+
+// procStatus reads /proc/PID/status as keys and values.
+func procStatus(pid int) map[string]string {
+	out := map[string]string{}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 // seize attaches a thread with PTRACE_SEIZE and the tracer's options.

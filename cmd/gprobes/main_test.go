@@ -299,6 +299,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GPROBES_TEST_MAIN") == "1" {
 		os.Exit(run(os.Args, os.Stdout, os.Stderr))
 	}
+	// a gprobes run in the test process that starts gprobes again (the
+	// guard of run --target pid:N) starts this binary: as gprobes
+	os.Setenv("GPROBES_TEST_MAIN", "1")
 	os.Exit(m.Run())
 }
 
