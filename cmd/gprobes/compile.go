@@ -82,13 +82,15 @@ func load(c *cli.Context, path string) (*loaded, error) {
 		return nil, cli.Exit(err.Error(), 1)
 	}
 	if isPPDF(data) {
+		// a PPDF is a stranger's file: its text reaches the terminal
+		// escaped
 		m, err := ppdf.Decode(data)
 		if err != nil {
-			return nil, cli.Exit(fmt.Sprintf("%s: %v", path, err), 1)
+			return nil, cli.Exit(dpdf.Escape(fmt.Sprintf("%s: %v", path, err)), 1)
 		}
 		prog, err := rpn.Load(m)
 		if err != nil {
-			return nil, cli.Exit(fmt.Sprintf("%s: %v", path, err), 1)
+			return nil, cli.Exit(dpdf.Escape(fmt.Sprintf("%s: %v", path, err)), 1)
 		}
 		return &loaded{mod: m, prog: prog, deps: []string{path}, ppdf: true}, nil
 	}
