@@ -801,7 +801,48 @@ func (e *Engine) rendezvousHandler(sp *space) func(*thread) {
 	id := sp.id
 	return func(th *thread) {
 		if s := e.spaces[id]; s != nil {
+			e.unmapped(s)
 			e.placeAll(s)
+		}
+	}
+}
+
+// unmapped forgets what the engine placed in modules that are no longer
+// loaded as they were (dlclose'd, or replaced by another file or at
+// another address): their int3s went with their code. Kept, a remove
+// would write the old byte into whatever is mapped there now, and a
+// module loaded again would get no probes. Their probes go back to
+// pending in this space and placeAll puts them in where the module is now.
+func (e *Engine) unmapped(sp *space) {
+	for src, inst := range sp.inst {
+		ld, ok, err := e.tgt.Resolve(sp.id, src.Name, src.ModType)
+		if err == nil && ok && ld.Key == inst.key && ld.Ident == inst.ident && ld.Bias == inst.bias {
+			continue
+		}
+		if err != nil {
+			continue // cannot tell: leave it
+		}
+		delete(sp.inst, src)
+		for addr, bp := range sp.bps {
+			if bp.internal != nil || (inst.ld.Exec != nil && !inst.ld.Exec(addr)) {
+				continue
+			}
+			keep := bp.probes[:0]
+			for _, p := range bp.probes {
+				if p.src == src {
+					delete(p.in, sp.id)
+					if len(p.in) == 0 && p.state == StateActive {
+						p.state = StatePending
+					}
+					continue
+				}
+				keep = append(keep, p)
+			}
+			bp.probes = keep
+			if len(bp.probes) == 0 {
+				delete(sp.bps, addr) // the code is gone: nothing to write back
+				delete(sp.removed, addr)
+			}
 		}
 	}
 }

@@ -30,6 +30,7 @@ func TestNeverHarm(t *testing.T) {
 	t.Run("detach", func(t *testing.T) { harmDetach(t, fx) })
 	t.Run("rebuild", func(t *testing.T) { harmRebuild(t, fx) })
 	t.Run("sigkill", func(t *testing.T) { harmSigkill(t, fx) })
+	t.Run("dlclose", func(t *testing.T) { harmDlclose(t) })
 }
 
 const harmThreads, harmN = 4, 2000
@@ -431,4 +432,63 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		}
 	}
 	t.Fatalf("waited 30 s for %s", what)
+}
+
+// dlclose (SPEC §9, rebuilding the probed file): a library dlclose'd,
+// rebuilt with its function moved and dlopen'ed again, 20 times, under
+// one daemon: its probes follow it, and remove with the library unloaded
+// writes nothing into the program.
+func harmDlclose(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "plug.so")
+	reload := filepath.Join(dir, "reload")
+	if b, err := exec.Command("gcc", "-O1", "-o", reload, "../../testdata/harm/reload.c", "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	build := func(pad int) {
+		args := []string{"-O1", "-shared", "-fPIC", "-o", lib + ".new", "../../testdata/harm/plug.c"}
+		if pad > 0 {
+			args = append(args, fmt.Sprintf("-DPAD=%d", pad))
+		}
+		if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, b)
+		}
+		if err := os.Rename(lib+".new", lib); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := filepath.Join(dir, "plug.dpdf")
+	os.WriteFile(probe, []byte("name = "+lib+"\nmodtype = user\nvars = 1\noffset = plug\ninc lv,0\nexit 0\n"), 0o644)
+	const rounds, n = 20, 500
+	build(0)
+	sock, _ := harmDaemon(t, dir)
+	pid, wait := startPrinting(t, exec.Command(reload, lib, strconv.Itoa(rounds), strconv.Itoa(n), dir))
+	mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", pid), probe)
+	lv := func() int {
+		out := mustRun(t, "getvars", "--socket", sock, lib, "--json")
+		var v struct{ Modules []struct{ LV []string } }
+		if err := json.Unmarshal([]byte(out), &v); err != nil || len(v.Modules) != 1 || len(v.Modules[0].LV) != 1 {
+			t.Fatalf("getvars: %v %s", err, out)
+		}
+		k, _ := strconv.Atoi(v.Modules[0].LV[0])
+		return k
+	}
+	for r := 0; r < rounds; r++ {
+		if r > 0 {
+			build([]int{0, 5, 1, 9}[r%4])
+		}
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("go.%d", r)), nil, 0o644)
+		want := (r + 1) * n
+		waitFor(t, func() bool { return lv() >= want }, fmt.Sprintf("%d hits of plug", want))
+		if got := lv(); got != want {
+			t.Fatalf("round %d: %d hits of plug, want %d", r, got, want)
+		}
+	}
+	// the library is unloaded (or about to be): remove writes nothing
+	time.Sleep(50 * time.Millisecond)
+	mustRun(t, "remove", "--socket", sock, "--all")
+	os.WriteFile(filepath.Join(dir, "end"), nil, 0o644)
+	if code, out := wait(); code != 0 {
+		t.Fatalf("reload: exit %d\n%s", code, out)
+	}
 }
