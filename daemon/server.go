@@ -16,7 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,8 +67,17 @@ func DefaultState() string {
 
 // Server is a running daemon.
 type Server struct {
+	// Limits bound requests, connections and stub connections; zero
+	// fields take the defaults of limits.go. Set before Listen.
+	Limits Limits
+
+	// mu guards targets and closing only: nothing slow (attaching,
+	// connecting to a stub, inserting) is done while holding it. Each
+	// target has its own lock for that (target.mu).
 	mu      sync.Mutex
 	targets map[string]*target
+	closing bool    // Shutdown has begun: no new target
+	sockID  *fileID // the socket we created, to remove only that one
 	gv      []uint64
 	gvLock  sync.Mutex
 	log     *LogWriter
@@ -79,12 +88,27 @@ type Server struct {
 	started time.Time
 }
 
+// target is one target of the daemon. While it is being opened (ptrace
+// attach, exec, connection to a GDB stub, Xen) it is in Server.targets
+// under its spec with eng nil and mu held by the opener: another insert
+// into the same target waits for that open alone, and every other request
+// skips it. mu serializes what changes a target (open, insert, remove,
+// close); reads (query, getvars, status) need only the engine, which
+// serializes them on its loop.
 type target struct {
-	name string
+	mu   sync.Mutex
+	name string // key in Server.targets
 	eng  *engine.Engine
 	pid  int
 	exec bool
+	// under mu:
+	openErr error // the open failed (waiters return it)
+	closed  bool  // closed and out of Server.targets: open a new one
 }
+
+// ready says whether the target's engine runs (under Server.mu: eng is
+// set under it once the open succeeded).
+func (t *target) ready() bool { return t.eng != nil }
 
 // New opens the state folder and the log (rotated as logOpts say; by
 // default at DefaultLogMaxSize, keeping DefaultLogKeep files).
@@ -98,38 +122,40 @@ func New(socket, state string, logOpts ...LogOptions) (*Server, error) {
 }
 
 // Listen creates the socket, mode 0600. A stale socket left by a daemon
-// that died is replaced; a live one is an error.
+// that died is replaced; a live one is an error, and so is anything at the
+// path that is not a socket (a file, a directory, a symbolic link), which
+// is left as it is (clearStaleSocket).
 func (s *Server) Listen() error {
 	if err := os.MkdirAll(filepath.Dir(s.socket), 0o700); err != nil {
 		return err
 	}
-	if c, err := net.Dial("unix", s.socket); err == nil {
-		c.Close()
-		return fmt.Errorf("a gprobes daemon is already serving %s", s.socket)
+	if err := clearStaleSocket(s.socket); err != nil {
+		return err
 	}
-	os.Remove(s.socket)
 	old := syscall.Umask(0o177)
 	ln, err := net.Listen("unix", s.socket)
 	syscall.Umask(old)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.socket, err)
 	}
+	// Closing the listener must not unlink the path blindly: by then it
+	// may be another daemon's socket. Shutdown removes it if it is ours.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	id, err := lstatID(s.socket)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listen on %s: %w", s.socket, err)
+	}
 	os.Chmod(s.socket, 0o600)
-	s.ln = ln
+	s.sockID = id
+	cl := newConnLimiter(ln, s.Limits.maxConns())
+	s.ln = cl
+	s.http = s.Limits.httpServer(s.handler(), cl)
 	return nil
 }
 
 // Serve answers requests until Shutdown.
 func (s *Server) Serve() error {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", s.handleStatus)
-	mux.HandleFunc("POST /v1/insert", s.handleInsert)
-	mux.HandleFunc("POST /v1/remove", s.handleRemove)
-	mux.HandleFunc("GET /v1/vars", s.handleVars)
-	mux.HandleFunc("POST /v1/vars/reset", s.handleVars)
-	mux.HandleFunc("GET /v1/probes", s.handleProbes)
-	mux.HandleFunc("GET /v1/log", s.handleLog)
-	s.http = &http.Server{Handler: mux}
 	err := s.http.Serve(s.ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -137,24 +163,62 @@ func (s *Server) Serve() error {
 	return err
 }
 
+// handler routes the API.
+func (s *Server) handler() http.Handler {
+	mux := http.NewServeMux()
+	// Every request body is bounded by what the endpoint carries (limits.go).
+	mux.HandleFunc("GET /v1/status", s.bounded(noBody, s.handleStatus))
+	mux.HandleFunc("POST /v1/insert", s.bounded(s.Limits.maxInsertBody(), s.handleInsert))
+	mux.HandleFunc("POST /v1/remove", s.bounded(maxRemoveBody, s.handleRemove))
+	mux.HandleFunc("GET /v1/vars", s.bounded(noBody, s.handleVars))
+	mux.HandleFunc("POST /v1/vars/reset", s.bounded(noBody, s.handleVars))
+	mux.HandleFunc("GET /v1/probes", s.bounded(noBody, s.handleProbes))
+	mux.HandleFunc("GET /v1/log", s.streaming(s.handleLog))
+	return mux
+}
+
 // Shutdown takes every probe out, lets every target go, closes the socket
 // and the log.
+//
+// A target still being opened is waited for (its open is bounded: a GDB
+// stub by Limits.StubTimeout) and then closed like the others; no new
+// target is opened once Shutdown has begun. Calls after the first do
+// nothing.
 func (s *Server) Shutdown() error {
 	s.mu.Lock()
-	var errs []error
-	for _, t := range s.targets {
-		if err := t.eng.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", t.name, err))
-		}
+	if s.closing {
+		s.mu.Unlock()
+		return nil // done, or under way
 	}
+	s.closing = true
+	all := make([]*target, 0, len(s.targets))
+	for _, t := range s.targets {
+		all = append(all, t)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, t := range all {
+		t.mu.Lock()
+		if !t.closed && t.eng != nil {
+			if err := t.eng.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", t.name, err))
+			}
+			t.closed = true
+		}
+		t.mu.Unlock()
+	}
+	s.mu.Lock()
 	s.targets = map[string]*target{}
 	s.mu.Unlock()
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		s.http.Shutdown(ctx)
 		cancel()
+		s.http.Close() // what is left: log followers, stalled clients
 	}
-	os.Remove(s.socket)
+	if s.sockID != nil {
+		removeSocketIfOurs(s.socket, s.sockID)
+	}
 	s.log.Close()
 	return errors.Join(errs...)
 }
@@ -199,12 +263,13 @@ func writeErr(w http.ResponseWriter, code int, err error) {
 }
 
 func (s *Server) handleInsert(w http.ResponseWriter, r *http.Request) {
-	var req InsertRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<30)).Decode(&req); err != nil {
-		writeErr(w, http.StatusBadRequest, fmt.Errorf("insert: bad request: %w", err))
+	req, code, err := s.decodeInsert(w, r)
+	if err != nil {
+		writeErr(w, code, err)
 		return
 	}
 	m, err := ppdf.Decode(req.PPDF)
+	req.PPDF = nil // the module is decoded: let the GC have the bytes
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("insert: %w", err))
 		return
@@ -238,16 +303,17 @@ type TargetOptions struct {
 }
 
 func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	t, code, err := s.target(spec, topts)
+	if err != nil {
+		return nil, code, err
+	}
+	// t.mu is held: this target is ours until the insert is done; the
+	// daemon's other targets and requests go on meanwhile.
+	defer t.mu.Unlock()
 	// A module name is unique within a target; the same module may be in
 	// several targets (one probe file for several guests or processes).
-	if t := s.targets[spec]; t != nil && t.eng.Gone() == "" && contains(t.eng.Modules(), m.Name) && mode == engine.InsertNew {
+	if mode == engine.InsertNew && contains(t.eng.Modules(), m.Name) {
 		return nil, http.StatusConflict, fmt.Errorf("insert %s: %w in %s: use --merge to add these probes to it, or --replace to replace it", m.Name, engine.ErrModuleIn, t.name)
-	}
-	t, err := s.target(spec, topts)
-	if err != nil {
-		return nil, http.StatusBadRequest, err
 	}
 	probes, err := t.eng.Insert(m, mode)
 	if err != nil {
@@ -256,8 +322,7 @@ func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode, topt
 			code = http.StatusConflict
 		}
 		if len(t.eng.Modules()) == 0 {
-			t.eng.Close()
-			delete(s.targets, t.name)
+			s.closeTarget(t)
 		}
 		return nil, code, err
 	}
@@ -271,9 +336,42 @@ func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode, topt
 	return resp, http.StatusOK, nil
 }
 
-// target finds or opens the engine of a target spec.
-func (s *Server) target(spec string, topts TargetOptions) (*target, error) {
-	if t, ok := s.targets[spec]; ok && t.eng.Gone() == "" {
+// target finds or opens the engine of a target spec and returns it with
+// its lock held. Opening (attach, exec, stub connection and handshake, Xen)
+// runs without Server.mu: while a target is opened only the inserts into
+// that same target wait, for that open, and get its error if it fails.
+func (s *Server) target(spec string, topts TargetOptions) (*target, int, error) {
+	open, exec, key, err := s.opener(spec, topts)
+	if err != nil {
+		return nil, http.StatusBadRequest, err
+	}
+	for {
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			return nil, http.StatusServiceUnavailable, errShuttingDown
+		}
+		t := s.targets[key]
+		if exec || t == nil {
+			return s.openTarget(spec, key, exec, open) // unlocks s.mu
+		}
+		s.mu.Unlock()
+		t.mu.Lock() // waits for whoever opens or changes this target
+		switch {
+		case t.openErr != nil:
+			err := t.openErr
+			t.mu.Unlock()
+			return nil, http.StatusBadRequest, err
+		case t.closed:
+			t.mu.Unlock()
+			continue // removed meanwhile: open it again
+		case t.eng.Gone() != "":
+			// the process ended or the stub went away: a new one may be
+			// behind the same name (a guest rebooted, a stub restarted)
+			s.closeTarget(t)
+			t.mu.Unlock()
+			continue
+		}
 		if len(topts.Symbols) > 0 {
 			err := t.eng.WithTarget(func(tg engine.Target) error {
 				if g, ok := tg.(interface{ AddSymbols([]string) error }); ok {
@@ -282,64 +380,126 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, error) {
 				return nil
 			})
 			if err != nil {
-				return nil, err
+				t.mu.Unlock()
+				return nil, http.StatusBadRequest, err
 			}
 		}
-		return t, nil
+		return t, http.StatusOK, nil
 	}
-	var open func() (engine.Target, error)
-	var exec bool
-	switch {
-	case strings.HasPrefix(spec, "pid:"):
-		pid, err := strconv.Atoi(strings.TrimPrefix(spec, "pid:"))
-		if err != nil || pid <= 0 {
-			return nil, fmt.Errorf("target %q: pid:N with N a process id", spec)
-		}
-		open = ptrace.Attach(pid)
-	case strings.HasPrefix(spec, "exec:"):
-		argv := strings.Fields(strings.TrimPrefix(spec, "exec:"))
-		if len(argv) == 0 {
-			return nil, fmt.Errorf("target %q: exec:PATH [ARGS...]", spec)
-		}
-		path, err := lookPath(argv[0])
-		if err != nil {
-			return nil, fmt.Errorf("target %q: %w", spec, err)
-		}
-		open = ptrace.Exec(path, argv, os.Environ(), "")
-		exec = true
-	case strings.HasPrefix(spec, "gdb:"):
-		addr := strings.TrimPrefix(spec, "gdb:")
-		if addr == "" {
-			return nil, fmt.Errorf("target %q: gdb:HOST:PORT", spec)
-		}
-		open = gdbtarget.Open(addr, gdbtarget.Options{Options: linuxkernel.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset}})
-	case strings.HasPrefix(spec, "xen:"):
-		dom, err := strconv.Atoi(strings.TrimPrefix(spec, "xen:"))
-		if err != nil || dom <= 0 || dom >= 0x7ff0 {
-			return nil, fmt.Errorf("target %q: xen:DOMID with DOMID a guest domain's id (xl list)", spec)
-		}
-		open = xen.Open(dom, xen.Options{Options: linuxkernel.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset}})
-	default:
-		return nil, fmt.Errorf("target %q: want pid:N, exec:PATH [ARGS...], gdb:HOST:PORT or xen:DOMID", spec)
+}
+
+var errShuttingDown = errors.New("the gprobes daemon is shutting down")
+
+// openTarget opens a new target, called with s.mu held, which it releases
+// at once. Unless exec (each exec starts a new process) the target is in
+// s.targets under key while it opens, with its lock held.
+func (s *Server) openTarget(spec, key string, exec bool, open func() (engine.Target, error)) (*target, int, error) {
+	t := &target{name: key, exec: exec}
+	t.mu.Lock()
+	if !exec {
+		s.targets[key] = t
 	}
-	t := &target{exec: exec}
+	s.mu.Unlock()
 	eng, err := engine.Start(open, engine.Options{
 		Sink:    engine.SinkFunc(func(r *engine.Record) { s.log.Write(ptrLine(FromRecord(t.name, r))) }),
 		DumpDir: filepath.Join(s.state, "dumps"),
 		GV:      s.gv,
 		GVLock:  &s.gvLock,
 	})
+	s.mu.Lock()
 	if err != nil {
-		return nil, err
+		if s.targets[key] == t {
+			delete(s.targets, key)
+		}
+		s.mu.Unlock()
+		t.openErr = s.openError(spec, err)
+		t.closed = true
+		t.mu.Unlock()
+		return nil, http.StatusBadRequest, t.openErr
 	}
-	t.eng = eng
-	t.pid = eng.Pid()
-	t.name = fmt.Sprintf("pid:%d", t.pid)
+	if s.closing {
+		// Shutdown began while this one opened: let it go at once
+		if s.targets[key] == t {
+			delete(s.targets, key)
+		}
+		s.mu.Unlock()
+		eng.Close()
+		t.closed = true
+		t.openErr = errShuttingDown
+		t.mu.Unlock()
+		return nil, http.StatusServiceUnavailable, errShuttingDown
+	}
+	name := fmt.Sprintf("pid:%d", eng.Pid())
 	if strings.HasPrefix(spec, "gdb:") || strings.HasPrefix(spec, "xen:") {
-		t.name = spec
+		name = key
 	}
-	s.targets[t.name] = t
-	return t, nil
+	if s.targets[key] == t {
+		delete(s.targets, key)
+	}
+	t.pid = eng.Pid()
+	t.name = name
+	t.eng = eng
+	s.targets[name] = t
+	s.mu.Unlock()
+	return t, http.StatusOK, nil
+}
+
+// closeTarget lets a target go and takes it out of s.targets; t.mu held.
+func (s *Server) closeTarget(t *target) {
+	if t.closed {
+		return
+	}
+	if err := t.eng.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "gprobes daemon: detach %s: %v\n", t.name, err)
+	}
+	t.closed = true
+	s.mu.Lock()
+	if s.targets[t.name] == t {
+		delete(s.targets, t.name)
+	}
+	s.mu.Unlock()
+}
+
+// opener checks a target spec and returns what opens it and the key it is
+// known by while it opens (pid:N in its canonical form).
+func (s *Server) opener(spec string, topts TargetOptions) (open func() (engine.Target, error), exec bool, key string, err error) {
+	key = spec
+	switch {
+	case strings.HasPrefix(spec, "pid:"):
+		pid, err := strconv.Atoi(strings.TrimPrefix(spec, "pid:"))
+		if err != nil || pid <= 0 {
+			return nil, false, "", fmt.Errorf("target %s: pid:N with N a process id", short(spec))
+		}
+		key = fmt.Sprintf("pid:%d", pid)
+		open = ptrace.Attach(pid)
+	case strings.HasPrefix(spec, "exec:"):
+		argv := strings.Fields(strings.TrimPrefix(spec, "exec:"))
+		if len(argv) == 0 {
+			return nil, false, "", fmt.Errorf("target %s: exec:PATH [ARGS...]", short(spec))
+		}
+		path, err := lookPath(argv[0])
+		if err != nil {
+			return nil, false, "", fmt.Errorf("target %s: %w", short(spec), err)
+		}
+		open = ptrace.Exec(path, argv, os.Environ(), "")
+		exec = true
+	case strings.HasPrefix(spec, "gdb:"):
+		addr := strings.TrimPrefix(spec, "gdb:")
+		if addr == "" {
+			return nil, false, "", fmt.Errorf("target %s: gdb:HOST:PORT", short(spec))
+		}
+		open = gdbtarget.Open(addr, gdbtarget.Options{Timeout: s.Limits.stubTimeout(), Options: linuxkernel.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset}})
+	case strings.HasPrefix(spec, "xen:"):
+		dom, err := strconv.Atoi(strings.TrimPrefix(spec, "xen:"))
+		if err != nil || dom <= 0 || dom >= 0x7ff0 {
+			return nil, false, "", fmt.Errorf("target %s: xen:DOMID with DOMID a guest domain's id (xl list)", short(spec))
+		}
+		key = fmt.Sprintf("xen:%d", dom)
+		open = xen.Open(dom, xen.Options{Options: linuxkernel.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset}})
+	default:
+		return nil, false, "", fmt.Errorf("target %s: want pid:N, exec:PATH [ARGS...], gdb:HOST:PORT or xen:DOMID", short(spec))
+	}
+	return open, exec, key, nil
 }
 
 func ptrLine(l LogLine) *LogLine { return &l }
@@ -378,8 +538,8 @@ type RemoveRequest struct {
 
 func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 	var req RemoveRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeErr(w, http.StatusBadRequest, fmt.Errorf("remove: bad request: %w", err))
+	if code, err := decodeBody(w, r, "remove", &req); err != nil {
+		writeErr(w, code, err)
 		return
 	}
 	n, err := s.Remove(req)
@@ -392,16 +552,24 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 
 // Remove takes probes out: every module with --all, else the module's
 // probes (those with the given minors, or all of them).
+//
+// Targets still being opened have no probes yet and are skipped; each
+// target is changed under its own lock, so a target busy with an insert
+// holds up only the removal from that target.
 func (s *Server) Remove(req RemoveRequest) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	n := 0
 	found := false
-	if req.Target != "" && s.targets[req.Target] == nil {
-		return 0, fmt.Errorf("remove: no target %q has probes", req.Target)
+	targets := s.readyTargets()
+	if req.Target != "" && !slices.ContainsFunc(targets, func(t *target) bool { return t.name == req.Target }) {
+		return 0, fmt.Errorf("remove: no target %s has probes", short(req.Target))
 	}
-	for name, t := range s.targets {
-		if req.Target != "" && name != req.Target {
+	for _, t := range targets {
+		if req.Target != "" && t.name != req.Target {
+			continue
+		}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
 			continue
 		}
 		for _, mod := range t.eng.Modules() {
@@ -413,20 +581,32 @@ func (s *Server) Remove(req RemoveRequest) (int, error) {
 			n += k
 		}
 		if len(t.eng.Modules()) == 0 {
-			// nothing left in it: let it go
-			if err := t.eng.Close(); err != nil {
-				fmt.Fprintf(os.Stderr, "gprobes daemon: detach %s: %v\n", name, err)
-			}
-			delete(s.targets, name)
+			s.closeTarget(t) // nothing left in it: let it go
 		}
+		t.mu.Unlock()
 	}
 	if !found && !req.All {
 		if req.Target != "" {
-			return 0, fmt.Errorf("remove: no module %q is inserted in %s", req.Module, req.Target)
+			return 0, fmt.Errorf("remove: no module %s is inserted in %s", short(req.Module), short(req.Target))
 		}
-		return 0, fmt.Errorf("remove: no module %q is inserted", req.Module)
+		return 0, fmt.Errorf("remove: no module %s is inserted", short(req.Module))
 	}
 	return n, nil
+}
+
+// readyTargets returns the targets whose engine runs (not those still
+// being opened), sorted by name. Server.mu is held only to copy the map.
+func (s *Server) readyTargets() []*target {
+	s.mu.Lock()
+	out := make([]*target, 0, len(s.targets))
+	for _, t := range s.targets {
+		if t.ready() {
+			out = append(out, t)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b *target) int { return strings.Compare(a.name, b.name) })
+	return out
 }
 
 // VarsModule is one module's local variables.
@@ -456,12 +636,10 @@ func (s *Server) handleVars(w http.ResponseWriter, r *http.Request) {
 // Vars returns the variables of one module ("" for all) and the global
 // ones, resetting them when asked.
 func (s *Server) Vars(module string, reset bool) (*VarsResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	resp := &VarsResponse{Modules: []VarsModule{}}
 	gvars := 0
-	for _, name := range s.sortedTargets() {
-		t := s.targets[name]
+	for _, t := range s.readyTargets() {
+		name := t.name
 		for _, mod := range t.eng.Modules() {
 			if module != "" && mod != module {
 				continue
@@ -475,7 +653,7 @@ func (s *Server) Vars(module string, reset bool) (*VarsResponse, error) {
 		}
 	}
 	if module != "" && len(resp.Modules) == 0 {
-		return nil, fmt.Errorf("getvars: no module %q is inserted", module)
+		return nil, fmt.Errorf("getvars: no module %s is inserted", short(module))
 	}
 	s.gvLock.Lock()
 	resp.GV = decimal(s.gv[:gvars])
@@ -491,20 +669,11 @@ func decimal(v []uint64) []string {
 	return out
 }
 
-func (s *Server) sortedTargets() []string {
-	var out []string
-	for n := range s.targets {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func (s *Server) handleProbes(w http.ResponseWriter, r *http.Request) {
 	module := r.URL.Query().Get("module")
 	probes := s.Probes(module)
 	if module != "" && len(probes) == 0 {
-		writeErr(w, http.StatusNotFound, fmt.Errorf("query: no module %q is inserted", module))
+		writeErr(w, http.StatusNotFound, fmt.Errorf("query: no module %s is inserted", short(module)))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"probes": probes})
@@ -512,11 +681,10 @@ func (s *Server) handleProbes(w http.ResponseWriter, r *http.Request) {
 
 // Probes lists the probes of one module ("" for all).
 func (s *Server) Probes(module string) []TargetProbe {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := []TargetProbe{}
-	for _, name := range s.sortedTargets() {
-		for _, p := range s.targets[name].eng.Query() {
+	for _, t := range s.readyTargets() {
+		name := t.name
+		for _, p := range t.eng.Query() {
 			if module == "" || p.Module == module {
 				lost, slost := s.log.Lost(name, p.Module, p.Minor)
 				out = append(out, TargetProbe{Target: name, ProbeInfo: p, Lost: lost, SyslogLost: slost})
@@ -554,13 +722,23 @@ type StatusResponse struct {
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	st := StatusResponse{Pid: os.Getpid(), Socket: s.socket, State: s.state, Log: s.log.Path(), Since: s.started, Targets: map[string]string{}, LogStatus: s.log.Status()}
+	all := make(map[string]*target, len(s.targets))
 	for n, t := range s.targets {
+		all[n] = t
+		if !t.ready() {
+			st.Targets[n] = "opening"
+		}
+	}
+	s.mu.Unlock()
+	for n, t := range all {
+		if st.Targets[n] != "" {
+			continue
+		}
 		if g := t.eng.Gone(); g != "" {
 			st.Targets[n] = "gone: " + g
 		} else {
 			st.Targets[n] = "running"
 		}
 	}
-	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, st)
 }
