@@ -374,7 +374,7 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, int, error) 
 		}
 		if len(topts.Symbols) > 0 {
 			err := t.eng.WithTarget(func(tg engine.Target) error {
-				if g, ok := tg.(interface{ AddSymbols([]string) error }); ok {
+				if g, ok := tg.OS().(engine.SymbolLoader); ok {
 					return g.AddSymbols(topts.Symbols)
 				}
 				return nil

@@ -13,127 +13,6 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// Regs is a thread's register file, indexed by rpn.Reg.
-type Regs = [rpn.NumRegs]uint64
-
-// EventKind says what a Target reported.
-type EventKind uint8
-
-const (
-	EvTrap       EventKind = iota // a breakpoint was hit or a single-step completed
-	EvSignal                      // a signal is about to be delivered (Sig)
-	EvKick                        // the stop requested by Kick
-	EvNewThread                   // a new thread of a known address space, stopped
-	EvNewSpace                    // a new address space (fork), stopped, a copy of Parent's
-	EvExec                        // the address space was replaced (exec)
-	EvThreadExit                  // a thread is gone
-	EvSpaceExit                   // an address space is gone
-)
-
-// Event is what a Target reports from Wait.
-type Event struct {
-	Kind   EventKind
-	Tid    int
-	Space  int // address space: a pid, or 0 for a guest
-	Parent int // EvNewSpace
-	Sig    int
-	Exit   string // EvSpaceExit: "exited 0", "killed by SIGKILL"
-	Code   int    // EvSpaceExit: the exit status, or 128+signal, as a shell reports it
-	// Async (EvSignal): the signal was sent to the thread (kill, a
-	// child's exit, a timer), not raised by the instruction at its rip
-	Async bool
-}
-
-// SignalHolder is implemented by a target that can keep a sent signal
-// back while an out-of-line step finishes (a process): without it the
-// thread goes back to the probed address to take the signal, and the
-// probe fires again when the handler returns.
-type SignalHolder interface {
-	// Hold takes the signal a thread is stopped for (an EvSignal) out
-	// of delivery and keeps it, siginfo and all; the thread then runs
-	// on as if none had come.
-	Hold(tid int) error
-	// Release makes the signals held for a stopped thread pending again:
-	// they are reported (EvSignal) and delivered as usual once it runs.
-	Release(tid int) error
-}
-
-// Target is what a backend provides. Every method is called from the
-// engine's loop goroutine only, except Kick.
-type Target interface {
-	// Wait blocks for the next event. ErrNoTracees when nothing is left.
-	Wait() (Event, error)
-	// Kick makes Wait return an EvKick soon; any goroutine may call it.
-	Kick() bool
-	ReadMem(space int, addr uint64, p []byte) error
-	WriteMem(space int, addr uint64, p []byte) error
-	GetRegs(tid int, r *Regs) error
-	SetRegs(tid int, r *Regs) error
-	Step(tid int) error
-	Resume(tid int, sig int) error
-	// StopThread brings a running thread to a stop; events it reported
-	// first are returned for the engine to handle.
-	StopThread(tid int) ([]Event, error)
-	// DrainKick runs a stopped thread on until a stop the engine asked for
-	// earlier (StopThread, Kick) has arrived and been taken, so nothing of
-	// the engine's is left pending; signals met first are returned.
-	DrainKick(tid int) ([]int, error)
-	// Detach lets a stopped thread go, delivering sig.
-	Detach(tid int, sig int) error
-	Threads(space int) []int
-	Spaces() []int
-	// AllocXOL maps size bytes of executable memory in the space, near
-	// addr if it can, using stopped thread tid; ErrNoXOL when the target
-	// cannot (a guest kernel seen from outside).
-	AllocXOL(space, tid int, near, size uint64) (uint64, error)
-	// ThreadIndex is the "procid" of a thread: its CPU or index.
-	ThreadIndex(tid int) int
-	// IsStopped reports whether a thread is stopped by the target.
-	IsStopped(tid int) bool
-	// Dump writes a core dump of the space; the thread that hit first.
-	Dump(space, tid int, dir string) (string, error)
-
-	// InsertBreakpoint plants a breakpoint at addr; orig holds the
-	// original bytes there (at least the first instruction's).
-	InsertBreakpoint(space int, addr uint64, orig []byte) error
-	// RemoveBreakpoint takes it out, restoring orig.
-	RemoveBreakpoint(space int, addr uint64, orig []byte) error
-	// TrapPC is the address of the breakpoint a thread stopped on, from
-	// its rip: rip-1 after an int3, rip for a stub that stops before the
-	// instruction or a debug-register breakpoint (a fault).
-	TrapPC(tid int, rip uint64) uint64
-	// Kernel reports whether the target runs kernel code (modtype =
-	// kernel modules, privileged instructions, control registers).
-	Kernel() bool
-	// Check says why a module cannot be probed on this target at all, or
-	// "": the wrong modtype, port IO without an IO space, push task
-	// without type information.
-	Check(m *rpn.Module) string
-	// Resolve finds a module in an address space; ok is false when it is
-	// not loaded there (yet).
-	Resolve(space int, name string, modtype rpn.ModType) (ld *Loaded, ok bool, err error)
-	// Rendezvous is where the list of loaded modules changes, if the
-	// target has such a place: the engine puts a breakpoint there and
-	// tries pending probes again on every hit.
-	Rendezvous(space int) (uint64, bool)
-	// Writable reports whether memory at addr may be written by the
-	// probed code (for vfy_rw).
-	Writable(space int, addr uint64) bool
-	// Sys answers push pid, tid, procid and task for a thread at a hit.
-	Sys(tid int, regs *Regs, v rpn.SysValue) (uint64, bool)
-	// UserReg reads a user-mode register of the current task (push u):
-	// the same as the thread's register in a process.
-	UserReg(tid int, regs *Regs, r rpn.Reg) (uint64, bool)
-}
-
-// ErrNoXOL is returned by AllocXOL by a target that cannot map
-// out-of-line slots; displaced instructions are then emulated, or stepped
-// in place with every other thread stopped.
-var ErrNoXOL = errors.New("engine: the target has no out-of-line area")
-
-// ErrNoTracees is what Wait returns when no thread is left to wait for.
-var ErrNoTracees = errors.New("engine: nothing left to trace")
-
 // Record is one committed record: a probe's log after its instruction
 // executed, a trace event, or an exception record.
 type Record struct {
@@ -189,6 +68,7 @@ type Options struct {
 type Engine struct {
 	opts    Options
 	tgt     Target
+	os      OS // tgt.OS()
 	cmds    chan func()
 	done    chan struct{}
 	err     error
@@ -257,6 +137,7 @@ func Start(open func() (Target, error), opts Options) (*Engine, error) {
 			return
 		}
 		e.tgt = tgt
+		e.os = tgt.OS()
 		if sps := tgt.Spaces(); len(sps) > 0 {
 			e.pid = sps[0]
 		}

@@ -97,6 +97,7 @@ func (s *stubTarget) Sys(int, *engine.Regs, rpn.SysValue) (uint64, bool) {
 	return 0, false
 }
 func (s *stubTarget) UserReg(int, *engine.Regs, rpn.Reg) (uint64, bool) { return 0, false }
+func (s *stubTarget) OS() engine.OS                                     { return s }
 
 // A command that comes after the engine ran its commands but before the
 // target runs again finds Kick doing nothing: the engine must kick once the

@@ -45,9 +45,9 @@ type hitEnv struct {
 
 func (h *hitEnv) Reg(r rpn.Reg, user bool) (uint64, bool) {
 	if user {
-		return h.e.tgt.UserReg(h.th.tid, &h.th.regs, r)
+		return h.e.os.UserReg(h.th.tid, &h.th.regs, r)
 	}
-	if r >= rpn.RegCR0 && !h.e.tgt.Kernel() {
+	if r >= rpn.RegCR0 && !h.e.os.Kernel() {
 		return 0, false // no control registers in a process
 	}
 	return h.th.regs[r], true
@@ -80,7 +80,7 @@ func (h *hitEnv) Access(addr uint64, write bool) bool {
 	}
 	// writable: the target says so (a write through /proc/PID/mem or a
 	// stub would succeed even on read-only text)
-	return !write || h.e.tgt.Writable(h.th.space, addr)
+	return !write || h.e.os.Writable(h.th.space, addr)
 }
 
 func (h *hitEnv) Sys(v rpn.SysValue) (uint64, bool) {
@@ -93,7 +93,7 @@ func (h *hitEnv) Sys(v rpn.SysValue) (uint64, bool) {
 	if h.sysHave&(1<<v) != 0 {
 		return h.sys[v], true
 	}
-	x, ok := h.e.tgt.Sys(h.th.tid, &h.th.regs, v)
+	x, ok := h.e.os.Sys(h.th.tid, &h.th.regs, v)
 	if ok {
 		h.sys[v], h.sysHave = x, h.sysHave|1<<v
 	}
@@ -131,7 +131,7 @@ func (e *Engine) trap(th *thread) {
 			e.resume(th.tid, 0)
 			return
 		}
-		if e.tgt.Kernel() && sp != nil {
+		if e.os.Kernel() && sp != nil {
 			// A stub reports only its own breakpoints: this one belongs
 			// to a client that went away without taking it out (QEMU
 			// keeps them until a new client asks "?"). Left in, the
@@ -391,7 +391,7 @@ func (e *Engine) record(th *thread, p *probe, addr uint64, r *rpn.Result) Record
 		}
 		rec.Data = append([]byte(nil), r.Log...)
 	}
-	if e.tgt.Kernel() && (r.Outcome == rpn.OutcomeException || r.Commits()) {
+	if e.os.Kernel() && (r.Outcome == rpn.OutcomeException || r.Commits()) {
 		// a kernel's records name the task that was running on the
 		// vCPU (Tid stays the vCPU's thread when it is not known)
 		if pid, ok := th.env.Sys(rpn.SysPID); ok {
@@ -411,7 +411,11 @@ func (e *Engine) commitAll(th *thread, recs []Record) {
 		r := &recs[i]
 		switch r.Exit {
 		case rpn.ExitDump:
-			path, err := e.tgt.Dump(th.space, th.tid, e.opts.DumpDir)
+			var path string
+			err := errors.New("this target cannot write dumps")
+			if d, ok := e.tgt.(Dumper); ok {
+				path, err = d.Dump(th.space, th.tid, e.opts.DumpDir)
+			}
 			if err != nil {
 				r.Dump = "failed: " + err.Error()
 			} else {

@@ -177,7 +177,7 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 
 // unsupported says why a module cannot be probed on this target at all.
 func (e *Engine) unsupported(m *rpn.Module) string {
-	return e.tgt.Check(m)
+	return e.os.Check(m)
 }
 
 // UsesIO reports where a module uses port IO, for targets without an IO
@@ -217,7 +217,7 @@ func Uses(m *rpn.Module, ops ...rpn.Opcode) (string, bool) {
 // file is loaded; they stay pending where it is not.
 func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
 	e.ensureRendezvous(sp)
-	ld, ok, err := e.tgt.Resolve(sp.id, src.Name, src.ModType)
+	ld, ok, err := e.os.Resolve(sp.id, src.Name, src.ModType)
 	if err == nil && !ok {
 		return // pending
 	}
@@ -521,10 +521,15 @@ func (e *Engine) allocSlot(sp *space, addr uint64) (uint64, error) {
 	if sp.noXOL {
 		return 0, nil
 	}
+	mapper, ok := e.tgt.(XOLMapper)
+	if !ok {
+		sp.noXOL = true
+		return 0, nil
+	}
 	var base uint64
 	err := e.withStoppedThread(sp.id, func(tid int) error {
 		var err error
-		base, err = e.tgt.AllocXOL(sp.id, tid, addr, xolAreaSize)
+		base, err = mapper.AllocXOL(sp.id, tid, addr, xolAreaSize)
 		return err
 	})
 	if errors.Is(err, ErrNoXOL) {
@@ -761,7 +766,7 @@ func (e *Engine) ensureRendezvous(sp *space) {
 		return
 	}
 	sp.rendezvous = 1 // tried
-	addr, ok := e.tgt.Rendezvous(sp.id)
+	addr, ok := e.os.Rendezvous(sp.id)
 	if !ok {
 		return
 	}
@@ -791,7 +796,7 @@ func (e *Engine) ensureRendezvous(sp *space) {
 // decode decodes and classifies the instruction a probe displaces, as
 // kernel code for kernel targets.
 func (e *Engine) decode(code []byte, addr uint64) (x86.Insn, error) {
-	if e.tgt.Kernel() {
+	if e.os.Kernel() {
 		return x86.DecodeKernel(code, addr, 64)
 	}
 	return x86.Decode(code, addr, 64)
@@ -815,7 +820,7 @@ func (e *Engine) rendezvousHandler(sp *space) func(*thread) {
 // pending in this space and placeAll puts them in where the module is now.
 func (e *Engine) unmapped(sp *space) {
 	for src, inst := range sp.inst {
-		ld, ok, err := e.tgt.Resolve(sp.id, src.Name, src.ModType)
+		ld, ok, err := e.os.Resolve(sp.id, src.Name, src.ModType)
 		if err == nil && ok && ld.Key == inst.key && ld.Ident == inst.ident && ld.Bias == inst.bias {
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/gprobes/gprobes/gdbremote"
 	"github.com/gprobes/gprobes/gdbtarget"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
@@ -268,7 +269,7 @@ func TestGuestKASLR(t *testing.T) {
 	g.attach(gdbtarget.Options{})
 	var slide uint64
 	g.eng.WithTarget(func(tg engine.Target) error {
-		slide, _ = tg.(*gdbtarget.Target).Slide()
+		slide, _ = tg.OS().(*linuxkernel.Guest).K.Slide()
 		return nil
 	})
 	want, err := g.vm.Slide()

@@ -47,6 +47,7 @@ type Target struct {
 	conn    *gdbremote.Conn
 	opts    Options
 	kern    *linuxkernel.Kernel
+	os      *linuxkernel.Guest
 	threads []gdbremote.Thread
 	byNum   map[int]gdbremote.Thread
 	running bool
@@ -62,7 +63,10 @@ type Target struct {
 	noZ     bool
 }
 
-var _ engine.Target = (*Target)(nil)
+var (
+	_ engine.Target = (*Target)(nil)
+	_ engine.Dumper = (*Target)(nil)
+)
 
 // Open returns an opener for engine.Start that connects to a stub at
 // host:port; the guest is stopped (held) when it returns.
@@ -105,6 +109,10 @@ func (t *Target) setup() error {
 		t.byNum[th.Num] = th
 	}
 	t.kern, err = linuxkernel.New(memory{t}, t.opts.Options)
+	// the stub writes anywhere; the guest's page tables say more, but
+	// reading them is beyond a probe's vfy_rw: readable kernel memory is
+	// taken as writable (WritableAt nil)
+	t.os = &linuxkernel.Guest{K: t.kern, Target: "gdb:", NoIO: "a GDB stub gives no access to the guest's IO space", VCPU: t.ThreadIndex}
 	return err
 }
 
@@ -130,13 +138,6 @@ func (t *Target) stopGuest() error {
 	}
 	return nil
 }
-
-// AddSymbols loads more symbol files for the kernel (repeated inserts may
-// bring their own).
-func (t *Target) AddSymbols(paths []string) error { return t.kern.AddSymbols(paths) }
-
-// Slide is the KASLR slide found (0 without KASLR).
-func (t *Target) Slide() (uint64, bool) { return t.kern.Slide() }
 
 func (t *Target) thread(tid int) (gdbremote.Thread, error) {
 	th, ok := t.byNum[tid]
@@ -376,10 +377,6 @@ func (t *Target) Spaces() []int {
 	return []int{0}
 }
 
-func (t *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
-	return 0, engine.ErrNoXOL
-}
-
 func (t *Target) ThreadIndex(tid int) int {
 	for i, th := range t.threads {
 		if th.Num == tid {
@@ -457,34 +454,8 @@ func (t *Target) TrapPC(tid int, rip uint64) uint64 {
 	return rip
 }
 
-func (t *Target) Kernel() bool { return true }
-
-func (t *Target) Check(m *rpn.Module) string {
-	return t.kern.Check(m, "gdb:", "a GDB stub gives no access to the guest's IO space")
-}
-
-// Resolve: the kernel image is always loaded (linuxkernel.Kernel.Resolve).
-func (t *Target) Resolve(space int, name string, modtype rpn.ModType) (*engine.Loaded, bool, error) {
-	return t.kern.Resolve(name)
-}
-
-func (t *Target) Rendezvous(space int) (uint64, bool) { return 0, false }
-
-// Writable: the stub writes anywhere; the guest's page tables say more,
-// but reading them is beyond a probe's vfy_rw: readable kernel memory is
-// taken as writable.
-func (t *Target) Writable(space int, addr uint64) bool { return true }
-
-func (t *Target) Sys(tid int, regs *engine.Regs, v rpn.SysValue) (uint64, bool) {
-	if v == rpn.SysProcID {
-		return uint64(t.ThreadIndex(tid)), true
-	}
-	return t.kern.Sys(regs, v)
-}
-
-func (t *Target) UserReg(tid int, regs *engine.Regs, r rpn.Reg) (uint64, bool) {
-	return t.kern.UserReg(regs, r)
-}
+// OS: a Linux guest kernel (linuxkernel.Guest).
+func (t *Target) OS() engine.OS { return t.os }
 
 // monitor runs a command of the stub's monitor (qRcmd: QEMU's HMP).
 func (t *Target) monitor(cmd string) (string, error) {

@@ -17,6 +17,14 @@ import (
 // What a process target says about modules: DPDF names are matched
 // against the process's mappings, symbols come from the mapped file's ELF.
 
+// processOS is the engine's OS knowledge of Linux processes.
+type processOS struct{ tg *Target }
+
+var _ engine.OS = processOS{}
+
+// OS: Linux processes.
+func (tg *Target) OS() engine.OS { return processOS{tg} }
+
 // InsertBreakpoint writes an int3, journaled first (journal_linux.go):
 // an int3 that could not be journaled is not written, so a gprobes killed
 // now leaves nothing that recovery does not know of.
@@ -42,9 +50,9 @@ func (tg *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 // TrapPC: an int3 stops the thread after itself.
 func (tg *Target) TrapPC(tid int, rip uint64) uint64 { return rip - 1 }
 
-func (tg *Target) Kernel() bool { return false }
+func (o processOS) Kernel() bool { return false }
 
-func (tg *Target) Check(m *rpn.Module) string {
+func (o processOS) Check(m *rpn.Module) string {
 	if m.ModType == rpn.ModKernel {
 		return "modtype = kernel: this target is a process; probe a kernel through a gdb: or xen: target"
 	}
@@ -61,7 +69,7 @@ func (tg *Target) Check(m *rpn.Module) string {
 // resolving symlinks, or the same base name when the DPDF gives no
 // directory. Symbols and the load bias come from the file as it is mapped
 // (mappedFile), never from whatever the path names now.
-func (tg *Target) Resolve(space int, name string, modtype rpn.ModType) (*engine.Loaded, bool, error) {
+func (o processOS) Resolve(space int, name string, modtype rpn.ModType) (*engine.Loaded, bool, error) {
 	maps, err := Maps(space)
 	if err != nil {
 		return nil, false, err
@@ -250,7 +258,7 @@ func openSymbols(mf mapped) (*symbols.Set, error) {
 
 // Rendezvous is the dynamic linker's _dl_debug_state, which it calls after
 // every change to the list of loaded objects.
-func (tg *Target) Rendezvous(space int) (uint64, bool) {
+func (o processOS) Rendezvous(space int) (uint64, bool) {
 	maps, err := Maps(space)
 	if err != nil {
 		return 0, false
@@ -281,7 +289,7 @@ func (tg *Target) Rendezvous(space int) (uint64, bool) {
 	return 0, false
 }
 
-func (tg *Target) Writable(space int, addr uint64) bool {
+func (o processOS) Writable(space int, addr uint64) bool {
 	maps, err := Maps(space)
 	if err != nil {
 		return false
@@ -294,8 +302,8 @@ func (tg *Target) Writable(space int, addr uint64) bool {
 	return false
 }
 
-func (tg *Target) Sys(tid int, regs *engine.Regs, v rpn.SysValue) (uint64, bool) {
-	th := tg.t.Thread(tid)
+func (o processOS) Sys(tid int, regs *engine.Regs, v rpn.SysValue) (uint64, bool) {
+	th := o.tg.t.Thread(tid)
 	if th == nil {
 		return 0, false
 	}
@@ -311,7 +319,7 @@ func (tg *Target) Sys(tid int, regs *engine.Regs, v rpn.SysValue) (uint64, bool)
 }
 
 // UserReg: in a process the user-mode registers are the thread's own.
-func (tg *Target) UserReg(tid int, regs *engine.Regs, r rpn.Reg) (uint64, bool) {
+func (o processOS) UserReg(tid int, regs *engine.Regs, r rpn.Reg) (uint64, bool) {
 	if r >= rpn.RegCR0 {
 		return 0, false
 	}

@@ -29,6 +29,8 @@ type Target struct {
 var (
 	_ engine.Target       = (*Target)(nil)
 	_ engine.SignalHolder = (*Target)(nil)
+	_ engine.Dumper       = (*Target)(nil)
+	_ engine.XOLMapper    = (*Target)(nil)
 )
 
 func newTarget(t *Tracer) *Target {

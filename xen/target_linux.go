@@ -9,7 +9,6 @@ import (
 
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/linuxkernel"
-	"github.com/gprobes/gprobes/rpn"
 )
 
 // Options configure a Xen target.
@@ -58,6 +57,7 @@ type Target struct {
 	hv       *Hypervisor
 	ev       *subscriber
 	kern     *linuxkernel.Kernel
+	os       *linuxkernel.Guest
 	width    int
 	vcpus    int
 	ctx      []Context
@@ -107,7 +107,10 @@ type stats struct {
 	foreign          int // the guest's own int3s met
 }
 
-var _ engine.Target = (*Target)(nil)
+var (
+	_ engine.Target = (*Target)(nil)
+	_ engine.Dumper = (*Target)(nil)
+)
 
 const (
 	opInt1 = 0xf1
@@ -203,6 +206,12 @@ func (t *Target) setup() error {
 		trace("vCPU 0: rip %#x cr3 %#x cr4 %#x gs_kernel %#x", ctx.RIP(), ctx.CR(3), ctx.CR(4), ctx.u64(offGSKernel))
 	}
 	t.kern, err = linuxkernel.New(kmem{t}, t.opts.Options)
+	t.os = &linuxkernel.Guest{K: t.kern, Target: "xen:", NoIO: "the guest's IO space is not reachable from dom0", VCPU: t.ThreadIndex,
+		WritableAt: func(addr uint64) bool {
+			// the guest's page tables say
+			tr, err := t.translate(addr)
+			return err == nil && tr.Writable
+		}}
 	return err
 }
 
@@ -274,12 +283,6 @@ func (t *Target) summary() {
 	}
 	fmt.Fprintln(os.Stderr, line)
 }
-
-// AddSymbols loads more symbol files for the kernel.
-func (t *Target) AddSymbols(paths []string) error { return t.kern.AddSymbols(paths) }
-
-// Slide is the KASLR slide found.
-func (t *Target) Slide() (uint64, bool) { return t.kern.Slide() }
 
 // kmem reads the kernel's memory for linuxkernel.
 type kmem struct{ t *Target }
@@ -741,10 +744,6 @@ func (t *Target) Spaces() []int {
 	return []int{0}
 }
 
-func (t *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
-	return 0, engine.ErrNoXOL
-}
-
 func (t *Target) ThreadIndex(tid int) int { return tid - 1 }
 
 func (t *Target) IsStopped(tid int) bool {
@@ -830,31 +829,5 @@ func (t *Target) TrapPC(tid int, rip uint64) uint64 {
 	return rip - 1
 }
 
-func (t *Target) Kernel() bool { return true }
-
-func (t *Target) Check(m *rpn.Module) string {
-	return t.kern.Check(m, "xen:", "the guest's IO space is not reachable from dom0")
-}
-
-func (t *Target) Resolve(space int, name string, modtype rpn.ModType) (*engine.Loaded, bool, error) {
-	return t.kern.Resolve(name)
-}
-
-func (t *Target) Rendezvous(space int) (uint64, bool) { return 0, false }
-
-// Writable: the guest's page tables say.
-func (t *Target) Writable(space int, addr uint64) bool {
-	tr, err := t.translate(addr)
-	return err == nil && tr.Writable
-}
-
-func (t *Target) Sys(tid int, regs *engine.Regs, v rpn.SysValue) (uint64, bool) {
-	if v == rpn.SysProcID {
-		return uint64(t.ThreadIndex(tid)), true
-	}
-	return t.kern.Sys(regs, v)
-}
-
-func (t *Target) UserReg(tid int, regs *engine.Regs, r rpn.Reg) (uint64, bool) {
-	return t.kern.UserReg(regs, r)
-}
+// OS: a Linux guest kernel (linuxkernel.Guest).
+func (t *Target) OS() engine.OS { return t.os }

@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// A backend is three things, kept apart the way delve keeps its process
+// interface apart from its OS knowledge:
+//
+//   - Target: the primitives of running code under a debugger — wait for
+//     a stop, read and write memory and registers, step, resume, stop a
+//     running thread, plant and take out a breakpoint. ptrace (a Linux
+//     process), gdbtarget (a GDB stub) and xen (the hypervisor from
+//     dom0) implement it.
+//   - OS: what the code running there is — where a module is loaded,
+//     whether memory is writable, what pid/tid/task mean, the user-mode
+//     registers of a kernel's current task. Implemented once for Linux
+//     processes (ptrace) and once for Linux guest kernels seen from
+//     outside (linuxkernel.Guest, used by gdbtarget and xen alike).
+//   - optional abilities a backend may have, found with a type assertion
+//     on the Target: Dumper (exit 3), XOLMapper (out-of-line slots in the
+//     target's memory), SymbolLoader (more symbol files after open, on
+//     the OS), SignalHolder (keep a signal back during a step).
+//
+// The engine owns everything else: the loop, the breakpoints and what is
+// ours (breakpoints.go), hits, steps, commits. A backend never runs probe
+// logic.
+
+// Regs is a thread's register file, indexed by rpn.Reg.
+type Regs = [rpn.NumRegs]uint64
+
+// EventKind says what a Target reported.
+type EventKind uint8
+
+const (
+	EvTrap       EventKind = iota // a breakpoint was hit or a single-step completed
+	EvSignal                      // a signal is about to be delivered (Sig)
+	EvKick                        // the stop requested by Kick
+	EvNewThread                   // a new thread of a known address space, stopped
+	EvNewSpace                    // a new address space (fork), stopped, a copy of Parent's
+	EvExec                        // the address space was replaced (exec)
+	EvThreadExit                  // a thread is gone
+	EvSpaceExit                   // an address space is gone
+)
+
+// Event is what a Target reports from Wait.
+type Event struct {
+	Kind   EventKind
+	Tid    int
+	Space  int // address space: a pid, or 0 for a guest
+	Parent int // EvNewSpace
+	Sig    int
+	Exit   string // EvSpaceExit: "exited 0", "killed by SIGKILL"
+	Code   int    // EvSpaceExit: the exit status, or 128+signal, as a shell reports it
+	// Async (EvSignal): the signal was sent to the thread (kill, a
+	// child's exit, a timer), not raised by the instruction at its rip
+	Async bool
+}
+
+// Target is the core of a backend: the primitives of running code under
+// a debugger. Every method is called from the engine's loop goroutine
+// only, except Kick.
+type Target interface {
+	// Wait blocks for the next event. ErrNoTracees when nothing is left.
+	Wait() (Event, error)
+	// Kick makes Wait return an EvKick soon; any goroutine may call it.
+	Kick() bool
+	ReadMem(space int, addr uint64, p []byte) error
+	WriteMem(space int, addr uint64, p []byte) error
+	GetRegs(tid int, r *Regs) error
+	SetRegs(tid int, r *Regs) error
+	Step(tid int) error
+	Resume(tid int, sig int) error
+	// StopThread brings a running thread to a stop; events it reported
+	// first are returned for the engine to handle.
+	StopThread(tid int) ([]Event, error)
+	// DrainKick runs a stopped thread on until a stop the engine asked for
+	// earlier (StopThread, Kick) has arrived and been taken, so nothing of
+	// the engine's is left pending; signals met first are returned.
+	DrainKick(tid int) ([]int, error)
+	// Detach lets a stopped thread go, delivering sig.
+	Detach(tid int, sig int) error
+	Threads(space int) []int
+	Spaces() []int
+	// ThreadIndex is the "procid" of a thread: its CPU or index.
+	ThreadIndex(tid int) int
+	// IsStopped reports whether a thread is stopped by the target.
+	IsStopped(tid int) bool
+
+	// InsertBreakpoint plants a breakpoint at addr; orig holds the
+	// original bytes there (at least the first instruction's). Only the
+	// engine's breakpoint owner (breakpoints.go) calls it.
+	InsertBreakpoint(space int, addr uint64, orig []byte) error
+	// RemoveBreakpoint takes it out, restoring orig.
+	RemoveBreakpoint(space int, addr uint64, orig []byte) error
+	// TrapPC is the address of the breakpoint a thread stopped on, from
+	// its rip: rip-1 after an int3, rip for a stub that stops before the
+	// instruction or a debug-register breakpoint (a fault).
+	TrapPC(tid int, rip uint64) uint64
+
+	// OS is what the target knows of the code it runs.
+	OS() OS
+}
+
+// OS is the operating-system knowledge of a target: Linux processes, or
+// a Linux kernel seen from outside.
+type OS interface {
+	// Kernel reports whether the target runs kernel code (modtype =
+	// kernel modules, privileged instructions, control registers).
+	Kernel() bool
+	// Check says why a module cannot be probed on this target at all, or
+	// "": the wrong modtype, port IO without an IO space, push task
+	// without type information.
+	Check(m *rpn.Module) string
+	// Resolve finds a module in an address space; ok is false when it is
+	// not loaded there (yet).
+	Resolve(space int, name string, modtype rpn.ModType) (ld *Loaded, ok bool, err error)
+	// Rendezvous is where the list of loaded modules changes, if the
+	// target has such a place: the engine puts a breakpoint there and
+	// tries pending probes again on every hit.
+	Rendezvous(space int) (uint64, bool)
+	// Writable reports whether memory at addr may be written by the
+	// probed code (for vfy_rw).
+	Writable(space int, addr uint64) bool
+	// Sys answers push pid, tid, procid and task for a thread at a hit.
+	Sys(tid int, regs *Regs, v rpn.SysValue) (uint64, bool)
+	// UserReg reads a user-mode register of the current task (push u):
+	// the same as the thread's register in a process.
+	UserReg(tid int, regs *Regs, r rpn.Reg) (uint64, bool)
+}
+
+// Dumper is a target that can write a dump of an address space (exit 3):
+// an ELF core of a process, the guest's memory.
+type Dumper interface {
+	// Dump writes a dump into dir; tid is the thread that hit first.
+	Dump(space, tid int, dir string) (string, error)
+}
+
+// XOLMapper is a target that can map executable memory for out-of-line
+// slots (a process). Without one, displaced instructions are emulated,
+// or stepped in place with every other thread stopped.
+type XOLMapper interface {
+	// AllocXOL maps size bytes of executable memory in the space, near
+	// addr if it can, using stopped thread tid.
+	AllocXOL(space, tid int, near, size uint64) (uint64, error)
+}
+
+// SymbolLoader is an OS that takes more symbol files after it is open (a
+// guest kernel: every insert may bring its own).
+type SymbolLoader interface {
+	AddSymbols(paths []string) error
+}
+
+// SignalHolder is implemented by a target that can keep a sent signal
+// back while an out-of-line step finishes (a process): without it the
+// thread goes back to the probed address to take the signal, and the
+// probe fires again when the handler returns.
+type SignalHolder interface {
+	// Hold takes the signal a thread is stopped for (an EvSignal) out
+	// of delivery and keeps it, siginfo and all; the thread then runs
+	// on as if none had come.
+	Hold(tid int) error
+	// Release makes the signals held for a stopped thread pending again:
+	// they are reported (EvSignal) and delivered as usual once it runs.
+	Release(tid int) error
+}
+
+// ErrNoXOL is returned by AllocXOL by a target that cannot map
+// out-of-line slots after all; displaced instructions are then emulated,
+// or stepped in place with every other thread stopped.
+var ErrNoXOL = errors.New("engine: the target has no out-of-line area")
+
+// ErrNoTracees is what Wait returns when no thread is left to wait for.
+var ErrNoTracees = errors.New("engine: nothing left to trace")

@@ -1,0 +1,56 @@
+package linuxkernel
+
+import (
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Guest is the engine's OS knowledge of a Linux guest kernel seen from
+// outside, the same for every backend that reaches one (a GDB stub, the
+// Xen hypervisor): the backend gives the facts only it knows.
+type Guest struct {
+	K      *Kernel
+	Target string // the target kind, for messages: "gdb:", "xen:"
+	NoIO   string // why the guest's IO space is out of reach
+	// VCPU is a vCPU thread's index (push procid).
+	VCPU func(tid int) int
+	// WritableAt says whether the guest may write addr (vfy_rw); nil:
+	// readable kernel memory is taken as writable.
+	WritableAt func(addr uint64) bool
+}
+
+var (
+	_ engine.OS           = (*Guest)(nil)
+	_ engine.SymbolLoader = (*Guest)(nil)
+)
+
+func (g *Guest) Kernel() bool { return true }
+
+func (g *Guest) Check(m *rpn.Module) string { return g.K.Check(m, g.Target, g.NoIO) }
+
+// Resolve: the kernel image is always loaded (Kernel.Resolve).
+func (g *Guest) Resolve(space int, name string, modtype rpn.ModType) (*engine.Loaded, bool, error) {
+	return g.K.Resolve(name)
+}
+
+// Rendezvous: a kernel image never changes under the engine.
+func (g *Guest) Rendezvous(space int) (uint64, bool) { return 0, false }
+
+func (g *Guest) Writable(space int, addr uint64) bool {
+	return g.WritableAt == nil || g.WritableAt(addr)
+}
+
+func (g *Guest) Sys(tid int, regs *engine.Regs, v rpn.SysValue) (uint64, bool) {
+	if v == rpn.SysProcID {
+		return uint64(g.VCPU(tid)), true
+	}
+	return g.K.Sys(regs, v)
+}
+
+func (g *Guest) UserReg(tid int, regs *engine.Regs, r rpn.Reg) (uint64, bool) {
+	return g.K.UserReg(regs, r)
+}
+
+// AddSymbols loads more symbol files for the kernel (repeated inserts may
+// bring their own).
+func (g *Guest) AddSymbols(paths []string) error { return g.K.AddSymbols(paths) }
