@@ -176,7 +176,7 @@ func (e *Engine) Go() error {
 		for _, th := range e.threads {
 			if th.held {
 				th.held = false
-				e.tgt.Resume(th.tid, 0)
+				e.fail(e.tgt.Resume(th.tid, 0), "let thread %d go", th.tid)
 			}
 		}
 		e.held.Store(false)
@@ -368,10 +368,10 @@ func (e *Engine) resume(tid, sig int) {
 		return
 	}
 	if th := e.threads[tid]; th != nil && th.step != nil && sig == 0 {
-		e.tgt.Step(tid)
+		e.fail(e.tgt.Step(tid), "step thread %d", tid)
 		return
 	}
-	e.tgt.Resume(tid, sig)
+	e.fail(e.tgt.Resume(tid, sig), "resume thread %d", tid)
 	if len(e.cmds) > 0 {
 		// a command came after runCommands, and its Kick found the
 		// target not running yet (a stub's or a hypervisor's Kick does
@@ -582,15 +582,13 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 	}
 	e.pendingEvents = keep
 	sp := e.spaces[spID]
+	var errs []error
 	// restore the code first, so nothing hits an int3 from now on
 	if sp != nil {
-		for addr, bp := range sp.bps {
-			e.tgt.RemoveBreakpoint(spID, addr, bp.insn.Bytes)
-			delete(sp.bps, addr)
-			sp.removed[addr] = true
+		if err := e.takeOutAll(sp); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	var errs []error
 	for _, tid := range e.tgt.Threads(spID) {
 		th := e.threads[tid]
 		var r Regs
@@ -598,13 +596,15 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 			changed := false
 			if th != nil && th.step != nil {
 				changed = e.detachStep(th, &r, sigOf)
-			} else if pc := e.tgt.TrapPC(tid, r[rpn.RegRIP]); trapped[tid] && sp.wasBreakpoint(pc) && pc != r[rpn.RegRIP] {
+			} else if pc := e.tgt.TrapPC(tid, r[rpn.RegRIP]); trapped[tid] && sp.ours(pc) && pc != r[rpn.RegRIP] {
 				// stopped right after an int3 that is gone now
 				r[rpn.RegRIP] = pc
 				changed = true
 			}
 			if changed {
-				e.tgt.SetRegs(tid, &r)
+				if err := e.tgt.SetRegs(tid, &r); err != nil {
+					errs = append(errs, fmt.Errorf("put thread %d back on the original code: %w", tid, err))
+				}
 			}
 		}
 		// a thread that stopped for something else still has the
@@ -702,8 +702,7 @@ func (e *Engine) Remove(name string, minors []uint16) (int, error) {
 		if m == nil {
 			return
 		}
-		err = nil
-		n = e.removeProbes(m, minors)
+		n, err = e.removeProbes(m, minors)
 		if len(minors) == 0 {
 			e.dropModule(m)
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/gprobes/gprobes/engine/x86"
@@ -127,7 +128,7 @@ func (e *Engine) trap(th *thread) {
 		if sp != nil && sp.removed[addr] {
 			// hit just before its probe was removed: run the original
 			th.regs[rpn.RegRIP] = addr
-			e.tgt.SetRegs(th.tid, &th.regs)
+			e.fail(e.tgt.SetRegs(th.tid, &th.regs), "put thread %d back on %#x, where a probe was removed", th.tid, addr)
 			e.resume(th.tid, 0)
 			return
 		}
@@ -136,10 +137,10 @@ func (e *Engine) trap(th *thread) {
 			// to a client that went away without taking it out (QEMU
 			// keeps them until a new client asks "?"). Left in, the
 			// vCPU would stop on it forever: take it out and go on.
-			err := e.tgt.RemoveBreakpoint(sp.id, addr, nil)
+			err := e.removeForeign(sp, addr)
 			e.warn(fmt.Sprintf("stop at %#x where no probe is, a breakpoint of an earlier client of the stub: removed (%v)", addr, err))
 			th.regs[rpn.RegRIP] = addr
-			e.tgt.SetRegs(th.tid, &th.regs)
+			e.fail(e.tgt.SetRegs(th.tid, &th.regs), "put vCPU %d back on %#x", th.tid, addr)
 			e.resume(th.tid, 0)
 			return
 		}
@@ -180,7 +181,7 @@ func (e *Engine) trap(th *thread) {
 	if th.regs[rpn.RegRIP] != addr {
 		// a program moved rip (pop r,rip): the displaced instruction is
 		// skipped, as a kprobe pre-handler returning 1 does
-		e.tgt.SetRegs(th.tid, &th.regs)
+		e.fail(e.tgt.SetRegs(th.tid, &th.regs), "move thread %d where the probe's program put rip", th.tid)
 		e.commitAll(th, recs)
 		e.resume(th.tid, 0)
 		return
@@ -222,7 +223,7 @@ func (e *Engine) runDisplaced(th *thread, bp *breakpoint, recs []Record, keep []
 		return
 	}
 	th.step = &pendingStep{bp: bp, recs: append([]Record{}, recs...), keepOnFault: append([]bool{}, keep...)}
-	e.tgt.Step(th.tid)
+	e.fail(e.tgt.Step(th.tid), "step thread %d through the out-of-line copy of %#x", th.tid, bp.addr)
 }
 
 // finish writes the registers, commits and resumes.
@@ -250,7 +251,7 @@ func (e *Engine) stepDone(th *thread) {
 			// a rep string instruction traps after every iteration: go on
 			// stepping; the records wait until it has finished
 			th.step = st
-			e.tgt.Step(th.tid)
+			e.fail(e.tgt.Step(th.tid), "step thread %d on through a rep instruction", th.tid)
 			return
 		}
 		// it went somewhere we do not know how to fix: leave it there
@@ -271,7 +272,7 @@ func (e *Engine) stepFault(th *thread, sig int) {
 	}
 	if th.regs[rpn.RegRIP] == st.bp.slot {
 		th.regs[rpn.RegRIP] = st.bp.addr
-		e.tgt.SetRegs(th.tid, &th.regs)
+		e.fail(e.tgt.SetRegs(th.tid, &th.regs), "put thread %d back on %#x, where its instruction faulted", th.tid, st.bp.addr)
 	}
 	e.releaseSignals(th)
 	var kept []Record
@@ -330,11 +331,23 @@ func (e *Engine) releaseSignals(th *thread) {
 // process, other threads may miss the probe: used there only when no
 // out-of-line slot could be mapped.
 func (e *Engine) stepInPlace(th *thread, bp *breakpoint, recs []Record) {
-	e.tgt.RemoveBreakpoint(th.space, bp.addr, bp.insn.Bytes)
-	if err := e.tgt.SetRegs(th.tid, &th.regs); err != nil {
+	sp := e.spaces[th.space]
+	if err := e.lift(sp, bp); err != nil {
+		// the breakpoint is still there: run on, and the thread would
+		// stop on it again for ever. A target that cannot write its own
+		// code has lost its backend (a stub gone): the thread stays
+		// stopped, and the backend's end is reported by Wait
+		e.warn(err.Error())
 		return
 	}
-	e.tgt.Step(th.tid)
+	if err := e.tgt.SetRegs(th.tid, &th.regs); err != nil {
+		e.lower(sp, bp)
+		return
+	}
+	if err := e.tgt.Step(th.tid); err != nil {
+		e.lower(sp, bp)
+		return
+	}
 	for {
 		ev, err := e.tgt.Wait()
 		if err != nil {
@@ -342,8 +355,8 @@ func (e *Engine) stepInPlace(th *thread, bp *breakpoint, recs []Record) {
 			return
 		}
 		if ev.Tid == th.tid && (ev.Kind == EvTrap || ev.Kind == EvSignal || ev.Kind == EvKick) {
-			if sp := e.spaces[th.space]; sp != nil && sp.bps[bp.addr] == bp {
-				e.tgt.InsertBreakpoint(th.space, bp.addr, bp.insn.Bytes)
+			if sp := e.spaces[th.space]; sp != nil {
+				e.lower(sp, bp)
 			}
 			sig := 0
 			if ev.Kind == EvSignal {
@@ -436,6 +449,16 @@ func (e *Engine) commit(r *Record) {
 	if e.opts.Sink != nil {
 		e.opts.Sink.Commit(r)
 	}
+}
+
+// fail says that a call of the target failed where no caller can act on
+// it: no failure of the engine's is silent. A thread that is gone is no
+// failure (its exit is reported next).
+func (e *Engine) fail(err error, format string, args ...any) {
+	if err == nil || errors.Is(err, syscall.ESRCH) {
+		return
+	}
+	e.warn(fmt.Sprintf(format, args...) + ": " + err.Error())
 }
 
 func (e *Engine) warn(msg string) {

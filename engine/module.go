@@ -48,20 +48,6 @@ func (p *probe) info() ProbeInfo {
 		Reason: p.reason, How: p.how, Hits: p.st.Hits, Skipped: p.st.Skipped, Faults: p.st.Faults, Spaces: len(p.in)}
 }
 
-// space is one address space (a process) and what the engine put there.
-type space struct {
-	id         int
-	bps        map[uint64]*breakpoint
-	removed    map[uint64]bool // int3s taken out while a thread may still report one
-	inst       map[*rpn.Module]*instance
-	xol        []*xolArea
-	rendezvous uint64
-	detached   bool
-	noXOL      bool // the target cannot map out-of-line slots
-}
-
-func (sp *space) wasBreakpoint(addr uint64) bool { return sp.bps[addr] != nil || sp.removed[addr] }
-
 // instance is a compiled module placed in one space: its relocated program
 // and where its file is loaded.
 type instance struct {
@@ -70,26 +56,6 @@ type instance struct {
 	ident string
 	bias  uint64
 	ld    *Loaded
-}
-
-// breakpoint is a physical breakpoint: one address, its original
-// instruction, its out-of-line slot and the probes there.
-type breakpoint struct {
-	addr     uint64
-	insn     x86.Insn // Bytes holds the original bytes
-	slot     uint64
-	probes   []*probe
-	internal func(th *thread)
-}
-
-type xolArea struct {
-	base, size, used uint64
-}
-
-func (e *Engine) newSpace(id int) *space {
-	sp := &space{id: id, bps: map[uint64]*breakpoint{}, removed: map[uint64]bool{}, inst: map[*rpn.Module]*instance{}}
-	e.spaces[id] = sp
-	return sp
 }
 
 // InsertMode says what to do when a module of the same name is in.
@@ -129,7 +95,9 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 	case mod != nil && mode == InsertNew:
 		return nil, fmt.Errorf("insert %s: %w: use --merge to add these probes to it, or --replace to replace it", src.Name, ErrModuleIn)
 	case mod != nil && mode == InsertReplace:
-		e.removeProbes(mod, nil)
+		if _, err := e.removeProbes(mod, nil); err != nil {
+			e.warn(fmt.Sprintf("insert %s --replace: the module's probes are out of the books, not all of its code is restored: %v", src.Name, err))
+		}
 		e.dropModule(mod)
 		mod = nil
 	case mod != nil && mode == InsertMerge:
@@ -150,7 +118,9 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 	for i := range src.Probes {
 		if mode == InsertMerge {
 			// a probe of the new build replaces the one with its minor
-			e.removeProbes(mod, []uint16{src.Probes[i].Minor})
+			if _, err := e.removeProbes(mod, []uint16{src.Probes[i].Minor}); err != nil {
+				e.warn(fmt.Sprintf("insert %s --merge: %v", src.Name, err))
+			}
 		}
 		p := &probe{mod: mod, src: src, idx: i, state: StatePending, in: map[int]uint64{}}
 		mod.probes = append(mod.probes, p)
@@ -374,12 +344,10 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 			refuse(StateRefused, "%v", err)
 			return
 		}
-		if err := e.tgt.InsertBreakpoint(sp.id, addr, insn.Bytes); err != nil {
-			refuse(StateRefused, "insert the breakpoint at %#x: %v", addr, err)
+		if err := e.plant(sp, bp); err != nil {
+			refuse(StateRefused, "%v", err)
 			return
 		}
-		sp.bps[addr] = bp
-		delete(sp.removed, addr)
 	} else if d.HasOpcode && bp.insn.Bytes[0] != d.Opcode {
 		refuse(StateMismatch, "the byte at %#x is %#02x, the probe expects opcode %#02x", addr, bp.insn.Bytes[0], d.Opcode)
 		return
@@ -485,70 +453,6 @@ func (e *Engine) checkBoundary(sp *space, set *symbols.Set, bias, link, addr uin
 	return nil
 }
 
-// prepareSlot gives a breakpoint its out-of-line slot and writes the
-// displaced instruction there.
-func (e *Engine) prepareSlot(sp *space, bp *breakpoint) error {
-	slot, err := e.allocSlot(sp, bp.addr)
-	if err != nil {
-		return err
-	}
-	if slot == 0 {
-		return ErrNoXOL
-	}
-	code, err := x86.PrepareXOL(&bp.insn, slot, true)
-	if err != nil {
-		return fmt.Errorf("prepare the out-of-line copy of `%s`: %v", bp.insn.String(), err)
-	}
-	if err := e.tgt.WriteMem(sp.id, slot, code); err != nil {
-		return fmt.Errorf("write the out-of-line slot: %v", err)
-	}
-	bp.slot = slot
-	return nil
-}
-
-const xolAreaSize = 64 << 10
-
-// allocSlot finds a free slot within 2 GiB of addr, mapping a new area
-// if needed.
-func (e *Engine) allocSlot(sp *space, addr uint64) (uint64, error) {
-	for _, a := range sp.xol {
-		if a.used+x86.SlotSize <= a.size && near(a.base, addr) {
-			s := a.base + a.used
-			a.used += x86.SlotSize
-			return s, nil
-		}
-	}
-	if sp.noXOL {
-		return 0, nil
-	}
-	mapper, ok := e.tgt.(XOLMapper)
-	if !ok {
-		sp.noXOL = true
-		return 0, nil
-	}
-	var base uint64
-	err := e.withStoppedThread(sp.id, func(tid int) error {
-		var err error
-		base, err = mapper.AllocXOL(sp.id, tid, addr, xolAreaSize)
-		return err
-	})
-	if errors.Is(err, ErrNoXOL) {
-		sp.noXOL = true
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("map the out-of-line area: %v", err)
-	}
-	a := &xolArea{base: base, size: xolAreaSize, used: x86.SlotSize}
-	sp.xol = append(sp.xol, a)
-	return base, nil
-}
-
-func near(a, b uint64) bool {
-	d := int64(a - b)
-	return d > -(1<<31)+xolAreaSize && d < (1<<31)-xolAreaSize
-}
-
 // withStoppedThread runs f with one stopped thread of a space. A thread
 // that is stopped already is used and left stopped: the one whose event
 // the engine is handling (an exec, a hit on the dynamic linker's
@@ -617,8 +521,9 @@ func (e *Engine) signalWaits(tid int) bool {
 
 // removeProbes takes out a module's probes with the given minors (all
 // when minors is empty).
-func (e *Engine) removeProbes(m *Module, minors []uint16) int {
+func (e *Engine) removeProbes(m *Module, minors []uint16) (int, error) {
 	n := 0
+	var errs []error
 	keep := m.probes[:0]
 	for _, p := range m.probes {
 		match := len(minors) == 0
@@ -633,24 +538,26 @@ func (e *Engine) removeProbes(m *Module, minors []uint16) int {
 		}
 		n++
 		for spID, addr := range p.in {
-			e.unplace(e.spaces[spID], addr, p)
+			if err := e.unplace(e.spaces[spID], addr, p); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		p.in = map[int]uint64{}
 		p.state = StateRemoved
 	}
 	m.probes = keep
-	return n
+	return n, errors.Join(errs...)
 }
 
 // unplace takes a probe off a breakpoint, and the breakpoint out when it
 // was the last probe there.
-func (e *Engine) unplace(sp *space, addr uint64, p *probe) {
+func (e *Engine) unplace(sp *space, addr uint64, p *probe) error {
 	if sp == nil {
-		return
+		return nil
 	}
 	bp := sp.bps[addr]
 	if bp == nil {
-		return
+		return nil
 	}
 	for i, q := range bp.probes {
 		if q == p {
@@ -659,41 +566,9 @@ func (e *Engine) unplace(sp *space, addr uint64, p *probe) {
 		}
 	}
 	if len(bp.probes) == 0 && bp.internal == nil {
-		if !sp.detached {
-			e.tgt.RemoveBreakpoint(sp.id, addr, bp.insn.Bytes)
-		}
-		delete(sp.bps, addr)
-		sp.removed[addr] = true
+		return e.takeOut(sp, addr)
 	}
-}
-
-// forked gives a new address space, a copy of its parent's, the parent's
-// breakpoints: its memory holds the same int3s and slots.
-func (e *Engine) forked(child, parent int) {
-	sp := e.newSpace(child)
-	ps := e.spaces[parent]
-	if ps == nil {
-		return
-	}
-	for addr, bp := range ps.bps {
-		cp := *bp
-		cp.probes = append([]*probe{}, bp.probes...)
-		if bp.internal != nil {
-			cp.internal = e.rendezvousHandler(sp)
-		}
-		sp.bps[addr] = &cp
-		for _, p := range bp.probes {
-			p.in[child] = addr
-		}
-	}
-	for k, v := range ps.inst {
-		sp.inst[k] = v
-	}
-	for _, a := range ps.xol {
-		c := *a
-		sp.xol = append(sp.xol, &c)
-	}
-	sp.rendezvous = ps.rendezvous
+	return nil
 }
 
 // execed starts a space afresh after exec: the old code and its
@@ -784,11 +659,9 @@ func (e *Engine) ensureRendezvous(sp *space) {
 	}
 	if existing := sp.bps[addr]; existing != nil {
 		existing.internal = bp.internal
-	} else {
-		if e.tgt.InsertBreakpoint(sp.id, addr, insn.Bytes) != nil {
-			return
-		}
-		sp.bps[addr] = bp
+	} else if err := e.plant(sp, bp); err != nil {
+		e.warn(fmt.Sprintf("libraries loaded from now on get no probes: %v", err))
+		return
 	}
 	sp.rendezvous = addr
 }
@@ -845,8 +718,7 @@ func (e *Engine) unmapped(sp *space) {
 			}
 			bp.probes = keep
 			if len(bp.probes) == 0 {
-				delete(sp.bps, addr) // the code is gone: nothing to write back
-				delete(sp.removed, addr)
+				sp.forget(addr) // the code is gone: nothing to write back
 			}
 		}
 	}

@@ -1,0 +1,241 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gprobes/gprobes/engine/x86"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// The engine's breakpoints, in one place (delve's BreakpointMap is the
+// model): everything that answers "is this trap ours?" — the breakpoints
+// of each address space, the addresses taken out while a thread may
+// still report a stop there, the out-of-line slots, the copies a fork
+// inherits — and the only code that plants or takes out a breakpoint in
+// a target. A breakpoint has a physical part (one address, its original
+// instruction, its slot: breakpoint) and logical parts (the DPDF probes
+// at that address: probe). Every failure of the target is returned or,
+// where no caller can act on it, said through Options.Warn and on the
+// probes it concerns: a breakpoint that could not go back in after a step
+// turns its probes to refused, with the reason, never silently off.
+//
+// What stays in a backend: how a breakpoint is made (an int3 byte, a Z
+// packet, a debug register), and a backend's own memory of what it made
+// when that decides how to report a stop before the engine sees it
+// (gdbtarget: a vCPU past an int3 after ^C to gdbsx; xen: which debug
+// register fired). The engine's sets below decide what a stop means.
+
+// space is one address space (a process, or a guest's kernel) and what
+// the engine put there.
+type space struct {
+	id         int
+	bps        map[uint64]*breakpoint
+	removed    map[uint64]bool // taken out while a thread may still report a stop there
+	inst       map[*rpn.Module]*instance
+	xol        []*xolArea
+	rendezvous uint64
+	detached   bool
+	noXOL      bool // the target cannot map out-of-line slots
+}
+
+// breakpoint is a physical breakpoint: one address, its original
+// instruction, its out-of-line slot and the probes there.
+type breakpoint struct {
+	addr     uint64
+	insn     x86.Insn // Bytes holds the original bytes
+	slot     uint64
+	probes   []*probe
+	internal func(th *thread)
+}
+
+type xolArea struct {
+	base, size, used uint64
+}
+
+func (e *Engine) newSpace(id int) *space {
+	sp := &space{id: id, bps: map[uint64]*breakpoint{}, removed: map[uint64]bool{}, inst: map[*rpn.Module]*instance{}}
+	e.spaces[id] = sp
+	return sp
+}
+
+// ours reports whether addr holds a breakpoint of the engine's, or held
+// one until a thread's stop there could still be on its way.
+func (sp *space) ours(addr uint64) bool { return sp.bps[addr] != nil || sp.removed[addr] }
+
+// plant puts a breakpoint into the target and records it.
+func (e *Engine) plant(sp *space, bp *breakpoint) error {
+	if err := e.tgt.InsertBreakpoint(sp.id, bp.addr, bp.insn.Bytes); err != nil {
+		return fmt.Errorf("insert the breakpoint at %#x: %w", bp.addr, err)
+	}
+	sp.bps[bp.addr] = bp
+	delete(sp.removed, bp.addr)
+	return nil
+}
+
+// takeOut restores the original code at addr and remembers that a
+// breakpoint was there: a thread that hit it just before still reports
+// the stop. In a space already let go, only the books change.
+func (e *Engine) takeOut(sp *space, addr uint64) error {
+	bp := sp.bps[addr]
+	if bp == nil {
+		return nil
+	}
+	delete(sp.bps, addr)
+	sp.removed[addr] = true
+	if sp.detached {
+		return nil
+	}
+	if err := e.tgt.RemoveBreakpoint(sp.id, addr, bp.insn.Bytes); err != nil {
+		return fmt.Errorf("restore the original code at %#x: %w", addr, err)
+	}
+	return nil
+}
+
+// takeOutAll restores every breakpoint of a space (detach).
+func (e *Engine) takeOutAll(sp *space) error {
+	var errs []error
+	for addr := range sp.bps {
+		if err := e.takeOut(sp, addr); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// forget drops a breakpoint whose code is gone (its module unloaded):
+// nothing is written back.
+func (sp *space) forget(addr uint64) {
+	delete(sp.bps, addr)
+	delete(sp.removed, addr)
+}
+
+// removeForeign takes out a breakpoint the engine did not plant (a
+// stub's, left by an earlier client).
+func (e *Engine) removeForeign(sp *space, addr uint64) error {
+	if err := e.tgt.RemoveBreakpoint(sp.id, addr, nil); err != nil {
+		return fmt.Errorf("remove a breakpoint at %#x that is not ours: %w", addr, err)
+	}
+	return nil
+}
+
+// lift takes a breakpoint out for a moment (a step in place); lower puts
+// it back. A breakpoint that cannot go back turns its probes to refused,
+// with the reason, and is forgotten: its probes are off, and query says
+// why.
+func (e *Engine) lift(sp *space, bp *breakpoint) error {
+	if err := e.tgt.RemoveBreakpoint(sp.id, bp.addr, bp.insn.Bytes); err != nil {
+		return fmt.Errorf("take the breakpoint at %#x out for a step in place: %w", bp.addr, err)
+	}
+	return nil
+}
+
+func (e *Engine) lower(sp *space, bp *breakpoint) {
+	if sp.bps[bp.addr] != bp || sp.detached {
+		return // taken out meanwhile
+	}
+	if err := e.tgt.InsertBreakpoint(sp.id, bp.addr, bp.insn.Bytes); err != nil {
+		reason := fmt.Sprintf("the breakpoint at %#x could not go back in after a step: %v", bp.addr, err)
+		delete(sp.bps, bp.addr)
+		for _, p := range bp.probes {
+			delete(p.in, sp.id)
+			if len(p.in) == 0 {
+				p.state, p.reason = StateRefused, reason
+			}
+		}
+		e.warn(reason)
+	}
+}
+
+// forked gives a new address space, a copy of its parent's, the parent's
+// breakpoints: its memory holds the same int3s and slots.
+func (e *Engine) forked(child, parent int) {
+	sp := e.newSpace(child)
+	ps := e.spaces[parent]
+	if ps == nil {
+		return
+	}
+	for addr, bp := range ps.bps {
+		cp := *bp
+		cp.probes = append([]*probe{}, bp.probes...)
+		if bp.internal != nil {
+			cp.internal = e.rendezvousHandler(sp)
+		}
+		sp.bps[addr] = &cp
+		for _, p := range bp.probes {
+			p.in[child] = addr
+		}
+	}
+	for k, v := range ps.inst {
+		sp.inst[k] = v
+	}
+	for _, a := range ps.xol {
+		c := *a
+		sp.xol = append(sp.xol, &c)
+	}
+	sp.rendezvous = ps.rendezvous
+}
+
+// prepareSlot gives a breakpoint its out-of-line slot and writes the
+// displaced instruction there.
+func (e *Engine) prepareSlot(sp *space, bp *breakpoint) error {
+	slot, err := e.allocSlot(sp, bp.addr)
+	if err != nil {
+		return err
+	}
+	if slot == 0 {
+		return ErrNoXOL
+	}
+	code, err := x86.PrepareXOL(&bp.insn, slot, true)
+	if err != nil {
+		return fmt.Errorf("prepare the out-of-line copy of `%s`: %v", bp.insn.String(), err)
+	}
+	if err := e.tgt.WriteMem(sp.id, slot, code); err != nil {
+		return fmt.Errorf("write the out-of-line slot: %v", err)
+	}
+	bp.slot = slot
+	return nil
+}
+
+const xolAreaSize = 64 << 10
+
+// allocSlot finds a free slot within 2 GiB of addr, mapping a new area
+// if needed.
+func (e *Engine) allocSlot(sp *space, addr uint64) (uint64, error) {
+	for _, a := range sp.xol {
+		if a.used+x86.SlotSize <= a.size && near(a.base, addr) {
+			s := a.base + a.used
+			a.used += x86.SlotSize
+			return s, nil
+		}
+	}
+	if sp.noXOL {
+		return 0, nil
+	}
+	mapper, ok := e.tgt.(XOLMapper)
+	if !ok {
+		sp.noXOL = true
+		return 0, nil
+	}
+	var base uint64
+	err := e.withStoppedThread(sp.id, func(tid int) error {
+		var err error
+		base, err = mapper.AllocXOL(sp.id, tid, addr, xolAreaSize)
+		return err
+	})
+	if errors.Is(err, ErrNoXOL) {
+		sp.noXOL = true
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("map the out-of-line area: %v", err)
+	}
+	a := &xolArea{base: base, size: xolAreaSize, used: x86.SlotSize}
+	sp.xol = append(sp.xol, a)
+	return base, nil
+}
+
+func near(a, b uint64) bool {
+	d := int64(a - b)
+	return d > -(1<<31)+xolAreaSize && d < (1<<31)-xolAreaSize
+}
