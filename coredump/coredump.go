@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 	"unsafe"
 )
@@ -20,8 +19,8 @@ import (
 // Thread is one thread's state at the time of the dump.
 type Thread struct {
 	TID    int
-	Regs   syscall.PtraceRegs // linux/amd64 user_regs_struct as PTRACE_GETREGS returns it
-	FPRegs []byte             // optional: 512-byte FXSAVE area (PTRACE_GETFPREGS); nil if unknown
+	Regs   Regs   // linux/amd64 user_regs_struct as PTRACE_GETREGS returns it
+	FPRegs []byte // optional: 512-byte FXSAVE area (PTRACE_GETFPREGS); nil if unknown
 	// Signal is the pending/current signal to report (0 for none). A
 	// thread with Signal 0 reports the signal of Threads[0] in its
 	// NT_PRSTATUS, as the kernel writes the dump's signal in every
@@ -146,7 +145,10 @@ type segment struct {
 func Write(w io.Writer, p *Process, opts Options) (Stats, error) {
 	start := time.Now()
 	var st Stats
-	if runtime.GOARCH != "amd64" || unsafe.Sizeof(syscall.PtraceRegs{}) != regsSize {
+	if runtime.GOOS != "linux" {
+		return st, ErrNotSupported
+	}
+	if runtime.GOARCH != "amd64" || unsafe.Sizeof(Regs{}) != regsSize {
 		return st, fmt.Errorf("coredump: built for %s: cores are written by linux/amd64 builds only", runtime.GOARCH)
 	}
 	if p == nil || p.PID <= 0 {

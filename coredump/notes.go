@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"unsafe"
 )
 
@@ -56,7 +55,7 @@ func pad4(b []byte) []byte {
 }
 
 // regsBytes is the user_regs_struct of a thread, byte for byte.
-func regsBytes(r *syscall.PtraceRegs) []byte {
+func regsBytes(r *Regs) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(r)), regsSize)
 }
 

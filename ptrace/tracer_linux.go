@@ -65,9 +65,6 @@ type Event struct {
 	Async bool
 }
 
-// ErrNotSupported is returned on systems without the ptrace backend.
-var ErrNotSupported = errors.New("ptrace: not supported on this system")
-
 // ErrNoTracees is returned by Wait when no tracee is left.
 var ErrNoTracees = errors.New("ptrace: no tracee left")
 

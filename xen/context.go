@@ -11,6 +11,8 @@ import (
 // offsets checked against its public headers).
 type Context [ctxSize]byte
 
+const ctxSize = 5168 // struct vcpu_guest_context, x86_64
+
 // Offsets in struct vcpu_guest_context.
 const (
 	offUserRegs = 520 // struct cpu_user_regs

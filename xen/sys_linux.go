@@ -37,8 +37,7 @@ const (
 	domctlGdbsxUnpauseVCPU = 1002
 	domctlGdbsxDomStatus   = 1003
 
-	domctlSize = 144  // struct xen_domctl
-	ctxSize    = 5168 // struct vcpu_guest_context, x86_64
+	domctlSize = 144 // struct xen_domctl
 
 	virqDebugger = 6
 )
