@@ -208,3 +208,8 @@ func quoteStart(b []byte) string {
 	}
 	return strconv.Quote(string(b))
 }
+
+// ReadMap reads symbols in the System.map format ("ADDR TYPE NAME" lines)
+// from r, named name in messages: symbols that come from somewhere other
+// than a file (a fake target's program, a test).
+func ReadMap(name string, r io.Reader) (*Table, error) { return parseMap(name, r, 0) }

@@ -1,0 +1,532 @@
+// Package fake is an in-memory engine.Target: a process of a few threads
+// that run a tiny subset of x86-64 out of byte arrays, so the engine's
+// semantics (commit after the instruction, discard on a fault, pass
+// count, max hits, insertion order, removal in the middle of a hit) are
+// tested in milliseconds, without root, a compiler or ptrace. delve's
+// pkg/proc/core, a target made of memory and registers only, is the
+// model.
+//
+// The instructions: nop (90), push %rbp (55), mov (%rax),%rax (48 8b 00:
+// faults with SIGSEGV when rax points nowhere), int3 (cc) and ret (c3:
+// the end of an iteration). A thread runs its function Iter times, then
+// exits. A thread detached runs on natively, the way a process does once
+// a tracer lets it go: an int3 left behind kills it with SIGTRAP, which
+// Outcome reports. Wait runs one runnable thread (the lowest id first) to
+// its next stop: the fake is deterministic.
+//
+// The trap: the fake does not run threads concurrently; a test that needs
+// two threads stopped at once says so with Thread.StopAt.
+package fake
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/symbols"
+)
+
+// Signal numbers of the events (Linux x86-64).
+const (
+	SIGTRAP = 5
+	SIGSEGV = 11
+)
+
+// Pid is the fake process's id (its address space).
+const Pid = 100
+
+// Region is memory of the process.
+type Region struct {
+	Base     uint64
+	Data     []byte
+	Writable bool
+}
+
+// Target is the fake process.
+type Target struct {
+	mu      sync.Mutex
+	regions []*Region
+	threads map[int]*Thread
+	syms    *symbols.Set
+	module  string
+	kicked  bool
+	// OnKick runs (on the caller's goroutine) when Kick is called: a test
+	// learns that a command of the engine's is waiting.
+	OnKick func()
+	// Executed counts the instructions run at each address (int3s of
+	// the engine's not counted: they are not the program's).
+	Executed map[uint64]int
+	queue    []engine.Event
+	// Names are more module names that resolve to the program (several
+	// modules probing one file).
+	Names []string
+}
+
+// Thread is one thread of the fake process.
+type Thread struct {
+	Tid      int
+	Regs     engine.Regs
+	Entry    uint64 // the function it calls Iter times
+	Iter     int
+	stopped  bool
+	stepping bool
+	detached bool
+	exited   bool
+	outcome  string
+	// StopAt makes the thread stop (as at a breakpoint not yet handled)
+	// the first time it reaches this address after another thread
+	// stopped: two threads at one int3 at once.
+	StopAt uint64
+}
+
+// New makes a process whose code is code at base, named module, with
+// symbols given as System.map lines ("0000000000001000 T f").
+func New(module string, base uint64, code []byte, symbolMap string) (*Target, error) {
+	tab, err := symbols.ReadMap(module, strings.NewReader(symbolMap))
+	if err != nil {
+		return nil, err
+	}
+	t := &Target{
+		threads:  map[int]*Thread{},
+		syms:     symbols.NewSet(tab),
+		module:   module,
+		Executed: map[uint64]int{},
+	}
+	t.regions = append(t.regions, &Region{Base: base, Data: append([]byte{}, code...)})
+	return t, nil
+}
+
+// Map adds memory.
+func (t *Target) Map(base uint64, size int, writable bool) {
+	t.regions = append(t.regions, &Region{Base: base, Data: make([]byte, size), Writable: writable})
+}
+
+// AddThread adds a thread that calls entry iter times, with its own stack;
+// it starts stopped, as a traced process does.
+func (t *Target) AddThread(tid int, entry uint64, iter int) *Thread {
+	stack := uint64(0x7f0000000000) + uint64(tid)<<20
+	t.Map(stack-0x10000, 0x10000, true)
+	th := &Thread{Tid: tid, Entry: entry, Iter: iter, stopped: true}
+	th.Regs[rpn.RegRIP] = entry
+	th.Regs[rpn.RegRSP] = stack - 64
+	t.threads[tid] = th
+	return th
+}
+
+// Outcome says how a thread ended: "exited", "killed by SIGTRAP", ...;
+// "" while it runs or is traced.
+func (t *Target) Outcome(tid int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.threads[tid].outcome
+}
+
+func (t *Target) region(addr uint64, n int) (*Region, int, bool) {
+	for _, r := range t.regions {
+		if addr >= r.Base && addr+uint64(n) <= r.Base+uint64(len(r.Data)) && addr+uint64(n) >= addr {
+			return r, int(addr - r.Base), true
+		}
+	}
+	return nil, 0, false
+}
+
+func (t *Target) read(addr uint64, p []byte) bool {
+	r, off, ok := t.region(addr, len(p))
+	if ok {
+		copy(p, r.Data[off:])
+	}
+	return ok
+}
+
+// step runs one instruction of a thread; it reports the event that stops
+// it, if any.
+func (t *Target) step(th *Thread) (engine.Event, bool) {
+	rip := th.Regs[rpn.RegRIP]
+	var op [3]byte
+	if !t.read(rip, op[:1]) {
+		return t.die(th, SIGSEGV), true
+	}
+	switch op[0] {
+	case 0x90:
+		th.Regs[rpn.RegRIP]++
+	case 0x55:
+		sp := th.Regs[rpn.RegRSP] - 8
+		var b [8]byte
+		putU64(b[:], th.Regs[rpn.RegRBP])
+		r, off, ok := t.region(sp, 8)
+		if !ok || !r.Writable {
+			return t.fault(th), true
+		}
+		copy(r.Data[off:], b[:])
+		th.Regs[rpn.RegRSP] = sp
+		th.Regs[rpn.RegRIP]++
+	case 0x48:
+		if !t.read(rip, op[:]) || op[1] != 0x8b || op[2] != 0x00 {
+			return t.die(th, SIGSEGV), true
+		}
+		var b [8]byte
+		if !t.read(th.Regs[rpn.RegRAX], b[:]) {
+			return t.fault(th), true
+		}
+		th.Regs[rpn.RegRAX] = u64(b[:])
+		th.Regs[rpn.RegRIP] += 3
+	case 0xc3:
+		th.Iter--
+		if th.Iter <= 0 {
+			th.exited, th.outcome = true, "exited"
+			return t.exitEvent(th, "exited 0", 0), true
+		}
+		th.Regs[rpn.RegRIP] = th.Entry
+		return engine.Event{}, false
+	case 0xcc:
+		th.Regs[rpn.RegRIP]++
+		if th.detached {
+			return t.die(th, SIGTRAP), true
+		}
+		th.stopped = true
+		return engine.Event{Kind: engine.EvTrap, Tid: th.Tid, Space: Pid, Sig: SIGTRAP}, true
+	default:
+		return t.die(th, SIGSEGV), true
+	}
+	t.Executed[rip]++
+	return engine.Event{}, false
+}
+
+// fault stops a traced thread for the signal a faulting instruction
+// raised (rip stays on it); a detached one dies of it.
+func (t *Target) fault(th *Thread) engine.Event {
+	if th.detached {
+		return t.die(th, SIGSEGV)
+	}
+	th.stopped = true
+	return engine.Event{Kind: engine.EvSignal, Tid: th.Tid, Space: Pid, Sig: SIGSEGV}
+}
+
+// die ends the whole process, killed by sig.
+func (t *Target) die(th *Thread, sig int) engine.Event {
+	name := map[int]string{SIGTRAP: "SIGTRAP", SIGSEGV: "SIGSEGV"}[sig]
+	for _, o := range t.threads {
+		if !o.exited {
+			o.exited, o.outcome = true, "killed by "+name
+		}
+	}
+	return engine.Event{Kind: engine.EvSpaceExit, Tid: th.Tid, Space: Pid, Exit: "killed by " + name, Code: 128 + sig}
+}
+
+func (t *Target) exitEvent(th *Thread, how string, code int) engine.Event {
+	for _, o := range t.threads {
+		if !o.exited {
+			return engine.Event{Kind: engine.EvThreadExit, Tid: th.Tid, Space: Pid}
+		}
+	}
+	return engine.Event{Kind: engine.EvSpaceExit, Tid: th.Tid, Space: Pid, Exit: how, Code: code}
+}
+
+// run runs a thread until it stops or ends.
+func (t *Target) run(th *Thread) engine.Event {
+	for {
+		stepping := th.stepping
+		ev, stop := t.step(th)
+		if !stop && th.StopAt != 0 && th.Regs[rpn.RegRIP] == th.StopAt {
+			// as if it hit the int3 there while another thread's stop
+			// was being handled: its trap waits in the queue
+			th.StopAt = 0
+			if ev2, stop2 := t.step(th); stop2 {
+				return ev2
+			}
+		}
+		if stop {
+			return ev
+		}
+		if stepping {
+			th.stepping = false
+			th.stopped = true
+			return engine.Event{Kind: engine.EvTrap, Tid: th.Tid, Space: Pid, Sig: SIGTRAP}
+		}
+	}
+}
+
+// Wait runs the lowest-numbered runnable thread to its next stop.
+func (t *Target) Wait() (engine.Event, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.queue) > 0 {
+		ev := t.queue[0]
+		t.queue = t.queue[1:]
+		return ev, nil
+	}
+	for _, tid := range t.tids() {
+		th := t.threads[tid]
+		if th.exited || th.stopped || th.detached {
+			continue
+		}
+		if t.kicked {
+			t.kicked = false
+			th.stopped = true
+			return engine.Event{Kind: engine.EvKick, Tid: tid, Space: Pid}, nil
+		}
+		ev := t.run(th)
+		// threads told to stop at a breakpoint stop now, before the
+		// engine handles this one
+		for _, o := range t.tids() {
+			if ot := t.threads[o]; o != tid && ot.StopAt != 0 && !ot.stopped && !ot.exited && !ot.detached {
+				for !ot.stopped && !ot.exited && ot.Regs[rpn.RegRIP] != ot.StopAt {
+					if e2, stop := t.step(ot); stop {
+						t.queue = append(t.queue, e2)
+					}
+				}
+				if ot.Regs[rpn.RegRIP] == ot.StopAt && !ot.stopped {
+					ot.StopAt = 0
+					if e2, stop := t.step(ot); stop {
+						t.queue = append(t.queue, e2)
+					}
+				}
+			}
+		}
+		return ev, nil
+	}
+	for _, th := range t.threads {
+		if !th.exited && !th.detached {
+			return engine.Event{}, errors.New("fake: every thread is stopped and nothing resumed one")
+		}
+	}
+	return engine.Event{}, engine.ErrNoTracees
+}
+
+func (t *Target) tids() []int {
+	var out []int
+	for tid := range t.threads {
+		out = append(out, tid)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Kick makes the next Wait report a stop of a running thread.
+func (t *Target) Kick() bool {
+	t.mu.Lock()
+	t.kicked = true
+	hook := t.OnKick
+	t.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return true
+}
+
+func (t *Target) ReadMem(space int, addr uint64, p []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.read(addr, p) {
+		return fmt.Errorf("fake: read %d bytes at %#x: not mapped", len(p), addr)
+	}
+	return nil
+}
+
+func (t *Target) WriteMem(space int, addr uint64, p []byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, off, ok := t.region(addr, len(p))
+	if !ok {
+		return fmt.Errorf("fake: write %d bytes at %#x: not mapped", len(p), addr)
+	}
+	copy(r.Data[off:], p)
+	return nil
+}
+
+func (t *Target) thread(tid int) (*Thread, error) {
+	th := t.threads[tid]
+	if th == nil || th.exited {
+		return nil, fmt.Errorf("fake: no thread %d", tid)
+	}
+	return th, nil
+}
+
+func (t *Target) GetRegs(tid int, r *engine.Regs) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	th, err := t.thread(tid)
+	if err == nil {
+		*r = th.Regs
+	}
+	return err
+}
+
+func (t *Target) SetRegs(tid int, r *engine.Regs) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	th, err := t.thread(tid)
+	if err == nil {
+		th.Regs = *r
+	}
+	return err
+}
+
+func (t *Target) Step(tid int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	th, err := t.thread(tid)
+	if err == nil {
+		th.stopped, th.stepping = false, true
+	}
+	return err
+}
+
+// Resume lets a thread run; a signal kills the process (the fake program
+// has no handlers).
+func (t *Target) Resume(tid, sig int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	th, err := t.thread(tid)
+	if err != nil {
+		return err
+	}
+	if sig != 0 {
+		t.queue = append(t.queue, t.die(th, sig))
+		return nil
+	}
+	th.stopped, th.stepping = false, false
+	return nil
+}
+
+func (t *Target) StopThread(tid int) ([]engine.Event, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	th, err := t.thread(tid)
+	if err == nil {
+		th.stopped = true
+	}
+	return nil, err
+}
+
+func (t *Target) DrainKick(tid int) ([]int, error) { return nil, nil }
+
+// Detach lets a thread go: it runs on natively to its end at once.
+func (t *Target) Detach(tid, sig int) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	th, err := t.thread(tid)
+	if err != nil {
+		return err
+	}
+	th.detached, th.stopped, th.stepping = true, false, false
+	if sig != 0 {
+		t.die(th, sig)
+		return nil
+	}
+	for !th.exited {
+		t.step(th)
+	}
+	return nil
+}
+
+func (t *Target) Threads(space int) []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []int
+	for _, tid := range t.tids() {
+		if th := t.threads[tid]; !th.exited && !th.detached {
+			out = append(out, tid)
+		}
+	}
+	return out
+}
+
+func (t *Target) Spaces() []int {
+	if len(t.Threads(Pid)) == 0 {
+		return nil
+	}
+	return []int{Pid}
+}
+
+func (t *Target) ThreadIndex(tid int) int { return tid }
+
+func (t *Target) IsStopped(tid int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	th := t.threads[tid]
+	return th != nil && th.stopped
+}
+
+// InsertBreakpoint writes an int3, as a process target does.
+func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
+	return t.WriteMem(space, addr, []byte{0xcc})
+}
+
+func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
+	return t.WriteMem(space, addr, orig[:1])
+}
+
+func (t *Target) TrapPC(tid int, rip uint64) uint64 { return rip - 1 }
+
+func (t *Target) OS() engine.OS { return processOS{t} }
+
+// processOS: one module, the fake's code, always loaded.
+type processOS struct{ t *Target }
+
+func (o processOS) Kernel() bool { return false }
+
+func (o processOS) Check(m *rpn.Module) string {
+	if m.ModType != rpn.ModUser {
+		return "the fake target is a process"
+	}
+	return ""
+}
+
+func (o processOS) Resolve(space int, name string, modtype rpn.ModType) (*engine.Loaded, bool, error) {
+	known := name == o.t.module
+	for _, n := range o.t.Names {
+		known = known || n == name
+	}
+	if !known {
+		return nil, false, nil
+	}
+	code := o.t.regions[0]
+	lo, hi := code.Base, code.Base+uint64(len(code.Data))
+	return &engine.Loaded{Key: name, Symbols: o.t.syms, Exec: func(a uint64) bool { return a >= lo && a < hi }}, true, nil
+}
+
+func (o processOS) Rendezvous(space int) (uint64, bool) { return 0, false }
+
+func (o processOS) Writable(space int, addr uint64) bool {
+	o.t.mu.Lock()
+	defer o.t.mu.Unlock()
+	r, _, ok := o.t.region(addr, 1)
+	return ok && r.Writable
+}
+
+func (o processOS) Sys(tid int, regs *engine.Regs, v rpn.SysValue) (uint64, bool) {
+	switch v {
+	case rpn.SysPID:
+		return Pid, true
+	case rpn.SysTID:
+		return uint64(tid), true
+	case rpn.SysProcID:
+		return uint64(tid), true
+	}
+	return 0, false
+}
+
+func (o processOS) UserReg(tid int, regs *engine.Regs, r rpn.Reg) (uint64, bool) {
+	return regs[r], r < rpn.RegCR0
+}
+
+var _ engine.Target = (*Target)(nil)
+
+func putU64(b []byte, v uint64) {
+	for i := range 8 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+func u64(b []byte) uint64 {
+	var v uint64
+	for i := range 8 {
+		v |= uint64(b[i]) << (8 * i)
+	}
+	return v
+}
