@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strings"
 
-	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
@@ -223,8 +221,9 @@ type Loaded struct {
 	Exec func(addr uint64) bool
 }
 
-// resolver evaluates expressions against a loaded file: symbols at their
-// link-time addresses plus bias.
+// resolver answers a location's or a relocation's terms (rpn.Sum) from a
+// loaded file: symbols at their link-time addresses plus bias, type
+// layouts from its debugging information.
 type resolver struct {
 	set  *symbols.Set
 	bias uint64
@@ -254,12 +253,14 @@ func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, er
 		cp := *src
 		cp.Code = append([]byte{}, src.Code...)
 		for _, r := range src.Relocs {
-			v, err := evalText(r.Expr, ld.Symbols, ld.Bias)
+			v, err := evalSum(r.Sum, ld.Symbols, ld.Bias)
 			if err != nil {
 				if !r.Resolved {
 					return nil, fmt.Errorf("push d,%s: %v", r.Expr, err)
 				}
-				v = r.Value + ld.Bias // resolved at build time against the same file
+				// resolved at build time against the same file: its
+				// symbols move with the bias, its type layouts do not
+				v = r.Value + r.Sum.BiasFactor()*ld.Bias
 			}
 			putU64(cp.Code[r.Off:], v)
 		}
@@ -280,15 +281,13 @@ func putU64(b []byte, v uint64) {
 	}
 }
 
-func evalText(expr string, set *symbols.Set, bias uint64) (uint64, error) {
-	n, err := dpdf.ParseExpr(expr)
-	if err != nil {
-		return 0, err
-	}
+// evalSum computes a location's or a relocation's value from the loaded
+// file's symbols, adding bias to every symbol address.
+func evalSum(s rpn.Sum, set *symbols.Set, bias uint64) (uint64, error) {
 	if set == nil {
 		return 0, fmt.Errorf("no symbols")
 	}
-	return dpdf.Eval(n, resolver{set, bias})
+	return s.Eval(resolver{set, bias})
 }
 
 // placeProbe resolves, checks and inserts one probe in one space.
@@ -379,10 +378,7 @@ func (e *Engine) linkAddr(d *rpn.Probe, set *symbols.Set) (uint64, error) {
 		return d.Loc.Addr, nil
 	case rpn.LocLine:
 		if set != nil {
-			file, line, _ := strings.Cut(d.Loc.Text, ":")
-			var n int
-			fmt.Sscan(line, &n)
-			if a, _, err := set.LineAddr(file, n); err == nil {
+			if a, _, err := set.LineAddr(d.Loc.File, int(d.Loc.Line)); err == nil {
 				return a, nil
 			} else if !d.Loc.Resolved {
 				return 0, fmt.Errorf("%s: %v", d.Loc.Text, err)
@@ -390,7 +386,7 @@ func (e *Engine) linkAddr(d *rpn.Probe, set *symbols.Set) (uint64, error) {
 		}
 	default:
 		if set != nil {
-			if a, err := evalText(d.Loc.Text, set, 0); err == nil {
+			if a, err := evalSum(d.Loc.Sum, set, 0); err == nil {
 				return a, nil
 			} else if !d.Loc.Resolved {
 				return 0, fmt.Errorf("offset = %s: %v", d.Loc.Text, err)

@@ -257,6 +257,32 @@ func (r *reader) count(n uint64, item string, size uint64) int {
 	return int(n)
 }
 
+// sum reads a sum: the addend, then the terms, their count checked
+// against the bytes left before they are allocated.
+func (r *reader) sum(what string) rpn.Sum {
+	s := rpn.Sum{Addend: r.u64(what + " addend")}
+	n := r.u16(what + " term count")
+	if r.err == nil && n > rpn.MaxTerms {
+		r.err = limitf("%s %d: %s has %d terms, at most %d", r.item, r.idx, what, n, rpn.MaxTerms)
+	}
+	if r.err != nil || n == 0 {
+		return s
+	}
+	if left := uint64(len(r.b) - r.off); uint64(n)*termSize > left {
+		r.err = &TruncatedError{What: fmt.Sprintf("%s %d %s term count %d", r.item, r.idx, what, n), Need: uint64(n) * termSize, Left: left}
+		return s
+	}
+	s.Terms = make([]rpn.Term, n)
+	for i := range s.Terms {
+		t := &s.Terms[i]
+		t.Kind = rpn.TermKind(r.u8(what + " term kind"))
+		t.Factor = r.u64(what + " term factor")
+		t.Name = r.str(what + " term name")
+		t.Field = r.str(what + " term field")
+	}
+	return s
+}
+
 func (r *reader) pos() rpn.Pos {
 	return rpn.Pos{File: r.u16("source file"), Line: r.u32("source line"), Col: r.u32("source column")}
 }
@@ -340,6 +366,18 @@ func (r *reader) probes() []rpn.Probe {
 		p := &probes[i]
 		p.Loc.Text = r.str("location text")
 		p.Loc.Kind = rpn.LocKind(r.u8("location kind"))
+		switch p.Loc.Kind {
+		case rpn.LocExpr:
+			p.Loc.Sum = r.sum("location")
+		case rpn.LocLine:
+			p.Loc.File = r.str("location file")
+			p.Loc.Line = r.u32("location line")
+		case rpn.LocAbsolute:
+		default:
+			if r.err == nil {
+				r.err = invalidf("probe %d: location kind %d is not symbolic (0), line (1) or absolute (2)", i, p.Loc.Kind)
+			}
+		}
 		f := r.flags("flags", probeResolved|probeHasOpcode|probeLogOnFault)
 		p.Loc.Resolved = f&probeResolved != 0
 		p.HasOpcode = f&probeHasOpcode != 0
@@ -388,6 +426,7 @@ func (r *reader) relocs() []rpn.Reloc {
 		x.Resolved = r.flags("flags", relocResolved)&relocResolved != 0
 		x.Value = r.u64("value")
 		x.Expr = r.str("expression")
+		x.Sum = r.sum("expression")
 		if r.err != nil {
 			return nil
 		}

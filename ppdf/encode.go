@@ -1,6 +1,6 @@
 package ppdf
 
-// The PPDF file format, version 1. docs/ppdf.md is the same specification
+// The PPDF file format, version 2. docs/ppdf.md is the same specification
 // for users and third-party tools, with a hex dump of a small file.
 //
 // All integers are little-endian and fixed width: u8, u16, u32, u64. A str
@@ -25,7 +25,7 @@ package ppdf
 // even when empty, and each payload is consumed exactly. After them come
 // optional sections, tags 0x80..0xfe in ascending order: a reader skips one
 // it does not know, so adding an optional section does not change Version.
-// Version 1 defines none. Tags 0x08..0x7f, 0x00 and 0xff are reserved.
+// Version 2 defines none. Tags 0x08..0x7f, 0x00 and 0xff are reserved.
 //
 //	0x01 header
 //	     str  name                       Header.Name
@@ -44,9 +44,14 @@ package ppdf
 //	     str  name, count times          Files[0] is the DPDF itself
 //	0x04 probes
 //	     u32  count
-//	     count times, 51 bytes + the text:
-//	       str  location text            as written: "do_fork+0x1c", "fs/open.c:1234"
+//	     count times, 51 bytes + the text + the location's data:
+//	       str  location text            as written: "do_fork+0x1c", "fs/open.c:1234"; for people
 //	       u8   location kind            0 symbolic, 1 line, 2 absolute
+//	       ...  the location's data, by kind:
+//	              0 symbolic: sum        what the location adds up to (see below)
+//	              1 line:     str file   as written: "fs/open.c"
+//	                          u32 line   from 1
+//	              2 absolute: nothing    the address is the address below
 //	       u8   flags                    bit 0 resolved, bit 1 has opcode, bit 2 logonfault
 //	       u64  resolved address         link-time address; kept even when not resolved
 //	       u8   expected opcode          kept even without the has-opcode flag
@@ -67,12 +72,25 @@ package ppdf
 //	       u16  file, u32 line, u32 col
 //	0x07 relocs
 //	     u32  count
-//	     count times, 17 bytes + the expression:
+//	     count times, 27 bytes + the expression + the terms:
 //	       u32  offset                   of an 8-byte immediate; offset+8 <= len(code);
 //	                                     each at least 8 past the one before (sorted, no overlap)
 //	       u8   flags                    bit 0 resolved
-//	       u64  value                    kept even when not resolved
-//	       str  expression               as written
+//	       u64  value                    at build time, against link-time addresses; kept even when not resolved
+//	       str  expression               as written; for people
+//	       sum  the expression           what the engine evaluates at insert time
+//
+// A sum (rpn.Sum) is a symbolic value as data: addend + Σ factor × term,
+// in 64-bit wrapping arithmetic. The engine evaluates it with a symbol
+// table alone; it never parses the text.
+//
+//	u64  addend
+//	u16  term count                      0..rpn.MaxTerms
+//	count times, 17 bytes + the strings:
+//	  u8   kind                          0 symbol address, 1 sizeof(TYPE), 2 offsetof(TYPE, FIELD)
+//	  u64  factor                        wrapping: -1 is 0xffffffffffffffff
+//	  str  name                          the symbol or TYPE; not empty
+//	  str  field                         FIELD of offsetof, not empty; empty for the other kinds
 //
 // Why this shape. The magic is PNG's recipe: a high-bit byte catches 7-bit
 // channels, CR LF catches LF→CRLF and CRLF→LF conversion, ^Z stops a DOS
@@ -106,12 +124,15 @@ import (
 // Version is the PPDF format version this package writes and reads.
 // Increment to invalidate: any change to the layout above, to the meaning of
 // a field, or to the numbering of rpn opcodes or registers.
-const Version = 1
+//
+// 1: locations and relocations as text, parsed again by the engine.
+// 2: locations and relocations as data (sums of terms, file and line).
+const Version = 2
 
 // Limits of the format. Encode rejects a Module past them with ErrLimit;
 // Decode rejects a file that claims more.
 const (
-	MaxString   = rpn.MaxText    // bytes in one string: module name, location text, file name, reloc expression
+	MaxString   = rpn.MaxText    // bytes in one string: module name, location text, file name, reloc expression, term name
 	MaxFiles    = rpn.MaxFiles   // entries in the file table (its count is a u16)
 	MaxBuildID  = rpn.MaxBuildID // bytes of build ID (GNU ld writes 16 or 20)
 	MaxFileSize = math.MaxUint32 // bytes in a whole PPDF (its length field is a u32)
@@ -128,7 +149,9 @@ const (
 	probeSize   = 4 + 1 + 1 + 8 + 1 + 2 + 8 + 8 + 4 + 4 + posSize
 	posSize     = 2 + 4 + 4
 	lineSize    = 4 + posSize
-	relocSize   = 4 + 1 + 8 + 4
+	relocSize   = 4 + 1 + 8 + 4 + sumSize
+	sumSize     = 8 + 2         // a sum without terms
+	termSize    = 1 + 8 + 4 + 4 // a term with empty strings
 
 	probeResolved   = 1 << 0
 	probeHasOpcode  = 1 << 1
@@ -183,6 +206,16 @@ func encode(m *rpn.Module) ([]byte, error) {
 	if len(m.Files) > MaxFiles {
 		return nil, wrap("encode", "files", limitf("%d files, at most %d", len(m.Files), MaxFiles))
 	}
+	for i := range m.Probes {
+		if n := len(m.Probes[i].Loc.Sum.Terms); n > math.MaxUint16 {
+			return nil, wrap("encode", "probes", limitf("probe %d: %d terms, at most %d", i, n, rpn.MaxTerms))
+		}
+	}
+	for i := range m.Relocs {
+		if n := len(m.Relocs[i].Sum.Terms); n > math.MaxUint16 {
+			return nil, wrap("encode", "relocs", limitf("reloc %d: %d terms, at most %d", i, n, rpn.MaxTerms))
+		}
+	}
 	e := encoder{buf: make([]byte, 0, size)}
 	e.buf = append(e.buf, magic...)
 	e.u16(Version)
@@ -217,6 +250,13 @@ func encode(m *rpn.Module) ([]byte, error) {
 		p := &m.Probes[i]
 		e.str(p.Loc.Text)
 		e.u8(uint8(p.Loc.Kind))
+		switch p.Loc.Kind {
+		case rpn.LocExpr:
+			e.sum(&p.Loc.Sum)
+		case rpn.LocLine:
+			e.str(p.Loc.File)
+			e.u32(p.Loc.Line)
+		}
 		e.u8(bit(p.Loc.Resolved, probeResolved) | bit(p.HasOpcode, probeHasOpcode) | bit(p.LogOnFault, probeLogOnFault))
 		e.u64(p.Loc.Addr)
 		e.u8(p.Opcode)
@@ -249,6 +289,7 @@ func encode(m *rpn.Module) ([]byte, error) {
 		e.u8(bit(r.Resolved, relocResolved))
 		e.u64(r.Value)
 		e.str(r.Expr)
+		e.sum(&r.Sum)
 	}
 	e.end(s)
 
@@ -269,13 +310,28 @@ func encodedSize(m *rpn.Module) uint64 {
 	}
 	n += 4 + probeSize*uint64(len(m.Probes))
 	for i := range m.Probes {
-		n += uint64(len(m.Probes[i].Loc.Text))
+		l := &m.Probes[i].Loc
+		n += uint64(len(l.Text))
+		switch l.Kind {
+		case rpn.LocExpr:
+			n += sumEncodedSize(&l.Sum)
+		case rpn.LocLine:
+			n += 4 + uint64(len(l.File)) + 4
+		}
 	}
 	n += uint64(len(m.Code))
 	n += 4 + lineSize*uint64(len(m.Lines))
 	n += 4 + relocSize*uint64(len(m.Relocs))
 	for i := range m.Relocs {
-		n += uint64(len(m.Relocs[i].Expr))
+		n += uint64(len(m.Relocs[i].Expr)) + sumEncodedSize(&m.Relocs[i].Sum) - sumSize
+	}
+	return n
+}
+
+func sumEncodedSize(s *rpn.Sum) uint64 {
+	n := uint64(sumSize) + termSize*uint64(len(s.Terms))
+	for _, t := range s.Terms {
+		n += uint64(len(t.Name) + len(t.Field))
 	}
 	return n
 }
@@ -292,6 +348,18 @@ func (e *encoder) u64(v uint64) { e.buf = binary.LittleEndian.AppendUint64(e.buf
 func (e *encoder) str(s string) {
 	e.u32(uint32(len(s)))
 	e.buf = append(e.buf, s...)
+}
+
+// sum writes a sum; encode has checked that its term count fits a u16.
+func (e *encoder) sum(s *rpn.Sum) {
+	e.u64(s.Addend)
+	e.u16(uint16(len(s.Terms)))
+	for _, t := range s.Terms {
+		e.u8(uint8(t.Kind))
+		e.u64(t.Factor)
+		e.str(t.Name)
+		e.str(t.Field)
+	}
 }
 
 func (e *encoder) pos(p rpn.Pos) {

@@ -51,7 +51,7 @@ func (e *VersionError) Error() string {
 	if e.Got > e.Want {
 		return fmt.Sprintf("PPDF version %d is newer than this gprobes reads (%d): upgrade gprobes or rebuild the PPDF", e.Got, e.Want)
 	}
-	return fmt.Sprintf("PPDF version %d is older than this gprobes reads (%d): rebuild the PPDF with this gprobes", e.Got, e.Want)
+	return fmt.Sprintf("PPDF version %d is older than this gprobes reads (%d): rebuild it from its DPDF with gprobes build", e.Got, e.Want)
 }
 
 // Is makes errors.Is(err, ErrVersion) true.

@@ -38,7 +38,7 @@ func tinyModule() *rpn.Module {
 	return &rpn.Module{
 		Header: header("./a.out"),
 		Probes: []rpn.Probe{{
-			Loc:   rpn.Location{Text: "main", Kind: rpn.LocExpr, Addr: 0x401136, Resolved: true},
+			Loc:   rpn.Location{Text: "main", Kind: rpn.LocExpr, Sum: sym("main"), Addr: 0x401136, Resolved: true},
 			Entry: 0,
 			End:   7,
 			Pos:   rpn.Pos{File: 0, Line: 3, Col: 1},
@@ -56,6 +56,11 @@ func tinyModule() *rpn.Module {
 		Files:   []string{"hello.dpdf"},
 		BuildID: nil,
 	}
+}
+
+// sym is the Sum of a location or relocation that is one symbol.
+func sym(name string) rpn.Sum {
+	return rpn.Sum{Terms: []rpn.Term{{Kind: rpn.TermSymbol, Factor: 1, Name: name}}}
 }
 
 // fullModule sets every field, most of them to extreme values, on i386
@@ -82,7 +87,8 @@ func fullModule() *rpn.Module {
 	}
 	m.Probes = []rpn.Probe{
 		{
-			Loc:        rpn.Location{Text: "ext4_file_write_iter+0x1c", Kind: rpn.LocExpr, Addr: math.MaxUint64, Resolved: true},
+			Loc: rpn.Location{Text: "ext4_file_write_iter+0x1c", Kind: rpn.LocExpr, Addr: math.MaxUint64, Resolved: true,
+				Sum: rpn.Sum{Terms: sym("ext4_file_write_iter").Terms, Addend: 0x1c}},
 			HasOpcode:  true,
 			Opcode:     0xff,
 			Minor:      math.MaxUint16,
@@ -94,7 +100,7 @@ func fullModule() *rpn.Module {
 			Pos:        rpn.Pos{File: 4, Line: math.MaxUint32, Col: math.MaxUint32},
 		},
 		{
-			Loc:    rpn.Location{Text: "fs/ext4/ïnode.c:1234", Kind: rpn.LocLine, Addr: 0xdeadbeef},
+			Loc:    rpn.Location{Text: "fs/ext4/ïnode.c:1234", Kind: rpn.LocLine, File: "fs/ext4/ïnode.c", Line: 1234, Addr: 0xdeadbeef},
 			Opcode: 0x55, // kept although HasOpcode is false
 			Entry:  100,
 			End:    200,
@@ -113,9 +119,18 @@ func fullModule() *rpn.Module {
 		{PC: 199, Pos: rpn.Pos{File: 4, Line: 1, Col: 1}},
 	}
 	m.Relocs = []rpn.Reloc{
-		{Off: 1, Expr: "sizeof(struct task_struct)", Value: 0x1d40, Resolved: true},
-		{Off: 9, Expr: "offsetof(struct task_struct, pid)"},
-		{Off: 192, Expr: "jiffies", Value: math.MaxUint64, Resolved: true},
+		{Off: 1, Expr: "sizeof(struct task_struct)", Value: 0x1d40, Resolved: true,
+			Sum: rpn.Sum{Terms: []rpn.Term{{Kind: rpn.TermSizeof, Factor: 1, Name: "struct task_struct"}}}},
+		{Off: 9, Expr: "offsetof(struct task_struct, pid)", // unresolved
+			Sum: rpn.Sum{Terms: []rpn.Term{{Kind: rpn.TermOffsetof, Factor: 1, Name: "struct task_struct", Field: "pid"}}}},
+		{Off: 100, Expr: "2*(jiffies - sizeof(long)) - init_task + ~offsetof(struct s, a[3].b)", Value: 0x1234, Resolved: true,
+			Sum: rpn.Sum{Terms: []rpn.Term{
+				{Kind: rpn.TermSymbol, Factor: 2, Name: "jiffies"},
+				{Kind: rpn.TermSizeof, Factor: math.MaxUint64 - 1, Name: "long"},
+				{Kind: rpn.TermSymbol, Factor: math.MaxUint64, Name: "init_task"},
+				{Kind: rpn.TermOffsetof, Factor: math.MaxUint64, Name: "struct s", Field: "a[3].b"},
+			}, Addend: math.MaxUint64}},
+		{Off: 192, Expr: "jiffies", Value: math.MaxUint64, Resolved: true, Sum: sym("jiffies")},
 	}
 	return m
 }
@@ -133,14 +148,15 @@ func manyModule(n int) *rpn.Module {
 		start := uint32(len(m.Code))
 		m.Code = append(m.Code, byte(rpn.OpPushD), 0, 0, 0, 0, 0, 0, 0, 0, byte(rpn.OpExit), 1)
 		m.Probes = append(m.Probes, rpn.Probe{
-			Loc:       rpn.Location{Text: fmt.Sprintf("func%d+%#x", i, i), Addr: uint64(0x10000 + i*16), Resolved: i%2 == 0},
+			Loc: rpn.Location{Text: fmt.Sprintf("func%d+%#x", i, i), Addr: uint64(0x10000 + i*16), Resolved: i%2 == 0,
+				Sum: rpn.Sum{Terms: sym(fmt.Sprintf("func%d", i)).Terms, Addend: uint64(i)}},
 			HasOpcode: i%3 == 0, Opcode: byte(i), Minor: uint16(i), PassCount: uint64(i), MaxHits: uint64(i * 2),
 			LogOnFault: i%5 == 0,
 			Entry:      start, End: uint32(len(m.Code)),
 			Pos: rpn.Pos{File: uint16(i % 2), Line: uint32(i + 1), Col: 1},
 		})
 		m.Lines = append(m.Lines, rpn.LineEntry{PC: start, Pos: rpn.Pos{Line: uint32(i + 2)}})
-		m.Relocs = append(m.Relocs, rpn.Reloc{Off: start + 1, Expr: fmt.Sprintf("sym%d", i), Value: uint64(i), Resolved: i%2 == 1})
+		m.Relocs = append(m.Relocs, rpn.Reloc{Off: start + 1, Expr: fmt.Sprintf("sym%d", i), Sum: sym(fmt.Sprintf("sym%d", i)), Value: uint64(i), Resolved: i%2 == 1})
 	}
 	return m
 }
@@ -196,7 +212,15 @@ func roundTripModules() map[string]*rpn.Module {
 	long.Name = strings.Repeat("n", MaxString)
 	long.Probes[0].Loc.Text = strings.Repeat("é", MaxString/2)
 	long.Files[1] = strings.Repeat("/", MaxString)
-	long.Relocs[2].Expr = strings.Repeat("x", MaxString)
+	long.Relocs[3].Expr = strings.Repeat("x", MaxString)
+	long.Relocs[3].Sum.Terms[0].Name = strings.Repeat("y", MaxString)
+	long.Probes[1].Loc.File = strings.Repeat("z", MaxString)
+	long.Relocs[2].Sum.Terms[3].Field = strings.Repeat("f", MaxString)
+	most := fullModule()
+	most.Relocs[0].Sum.Terms = nil
+	for i := range rpn.MaxTerms {
+		most.Relocs[0].Sum.Terms = append(most.Relocs[0].Sum.Terms, rpn.Term{Kind: rpn.TermKind(i % 3), Factor: uint64(i), Name: fmt.Sprint(i), Field: "f"[:i%3/2]})
+	}
 	long.BuildID = bytes.Repeat([]byte{0x5a}, MaxBuildID)
 
 	files := emptyModule()
@@ -221,6 +245,7 @@ func roundTripModules() map[string]*rpn.Module {
 		"many":                    manyModule(1000),
 		"longest-strings":         long,
 		"most-files":              files,
+		"most-terms":              most,
 		"lowest-limits":           low,
 	}
 }
@@ -338,10 +363,12 @@ func TestModuleShape(t *testing.T) {
 		reflect.TypeFor[rpn.Module]():    "Header Probes Code Lines Files Relocs BuildID",
 		reflect.TypeFor[rpn.Header]():    "Name ModType Major JmpMax LogMax DfltExit Vars GVars Arch",
 		reflect.TypeFor[rpn.Probe]():     "Loc HasOpcode Opcode Minor PassCount MaxHits LogOnFault Entry End Pos",
-		reflect.TypeFor[rpn.Location]():  "Text Kind Addr Resolved",
+		reflect.TypeFor[rpn.Location]():  "Text Kind Sum File Line Addr Resolved",
+		reflect.TypeFor[rpn.Sum]():       "Terms Addend",
+		reflect.TypeFor[rpn.Term]():      "Kind Factor Name Field",
 		reflect.TypeFor[rpn.Pos]():       "File Line Col",
 		reflect.TypeFor[rpn.LineEntry](): "PC Pos",
-		reflect.TypeFor[rpn.Reloc]():     "Off Expr Value Resolved",
+		reflect.TypeFor[rpn.Reloc]():     "Off Expr Sum Value Resolved",
 	}
 	for typ, fields := range want {
 		var got []string
@@ -448,12 +475,12 @@ func TestNotPPDF(t *testing.T) {
 			"not a PPDF file: its header was changed in transit (CR/LF or 8-bit conversion): copy the file in binary mode"},
 		{"7-bit", append([]byte{0x09}, valid[1:]...), ErrNotPPDF,
 			"not a PPDF file: its header was changed in transit (CR/LF or 8-bit conversion): copy the file in binary mode"},
-		{"newer", withVersion(valid, 3), ErrVersion,
-			"PPDF version 3 is newer than this gprobes reads (1): upgrade gprobes or rebuild the PPDF"},
+		{"newer", withVersion(valid, 4), ErrVersion,
+			"PPDF version 4 is newer than this gprobes reads (2): upgrade gprobes or rebuild the PPDF"},
 		{"older", withVersion(valid, 0), ErrVersion,
-			"PPDF version 0 is older than this gprobes reads (1): rebuild the PPDF with this gprobes"},
-		{"newer, short", withVersion(valid, 2)[:len(magic)+2], ErrVersion,
-			"PPDF version 2 is newer than this gprobes reads (1): upgrade gprobes or rebuild the PPDF"},
+			"PPDF version 0 is older than this gprobes reads (2): rebuild it from its DPDF with gprobes build"},
+		{"newer, short", withVersion(valid, 3)[:len(magic)+2], ErrVersion,
+			"PPDF version 3 is newer than this gprobes reads (2): upgrade gprobes or rebuild the PPDF"},
 	} {
 		m, err := Decode(tc.data)
 		if m != nil || !errors.Is(err, tc.is) || err.Error() != tc.msg {
@@ -535,6 +562,8 @@ func TestHostile(t *testing.T) {
 	}
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 	tinyProbeText := len("main")
+	tinyProbe := probeSize + tinyProbeText + sumSize + termSize + len("main") // its text and its Sum, one term "main"
+	tinyFlags := 4 + 4 + tinyProbeText + 1 + sumSize + termSize + len("main") // offset of its flags in the section
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -544,7 +573,7 @@ func TestHostile(t *testing.T) {
 		{"probe count 0xffffffff", patch(t, func(s []section) []section {
 			copy(s[3].payload, u32(math.MaxUint32))
 			return s
-		}), ErrTruncated, fmt.Sprintf("decode probes: truncated: probe count 4294967295 needs %d bytes, %d left", uint64(math.MaxUint32)*probeSize, 4+probeSize+tinyProbeText-4)},
+		}), ErrTruncated, fmt.Sprintf("decode probes: truncated: probe count 4294967295 needs %d bytes, %d left", uint64(math.MaxUint32)*probeSize, tinyProbe)},
 		{"line count 0xffffffff", patch(t, func(s []section) []section {
 			copy(s[5].payload, u32(math.MaxUint32))
 			return s
@@ -552,7 +581,7 @@ func TestHostile(t *testing.T) {
 		{"reloc count 1, no reloc", patch(t, func(s []section) []section {
 			s[6].payload = u32(1)
 			return s
-		}), ErrTruncated, "decode relocs: truncated: reloc count 1 needs 17 bytes, 0 left"},
+		}), ErrTruncated, "decode relocs: truncated: reloc count 1 needs 27 bytes, 0 left"},
 		{"file count 0xffff", patch(t, func(s []section) []section {
 			s[2].payload[0], s[2].payload[1] = 0xff, 0xff
 			return s
@@ -560,7 +589,7 @@ func TestHostile(t *testing.T) {
 		{"string past the end", patch(t, func(s []section) []section {
 			copy(s[3].payload[4:], u32(0xfffffff0))
 			return s
-		}), ErrTruncated, "decode probes: truncated: probe 0 location text needs 4294967280 bytes, 51 left"},
+		}), ErrTruncated, fmt.Sprintf("decode probes: truncated: probe 0 location text needs 4294967280 bytes, %d left", tinyProbe-4)},
 		{"name past the end", patch(t, func(s []section) []section {
 			copy(s[0].payload, u32(1000))
 			return s
@@ -573,7 +602,7 @@ func TestHostile(t *testing.T) {
 			}
 			binary.LittleEndian.PutUint32(b[off+1:], 1<<30)
 			return seal(b[:len(b)-checksumSize])
-		}(), ErrTruncated, "decode sections: truncated: section probes needs 1073741824 bytes, 131 left"},
+		}(), ErrTruncated, "decode sections: truncated: section probes needs 1073741824 bytes, 162 left"},
 		{"entry past end", mod(func(m *rpn.Module) { m.Probes[1].Entry = 150; m.Probes[1].End = 120 }), ErrInvalid,
 			"decode probes: probe 1: entry 150 is past its end 120"},
 		{"end past the code", mod(func(m *rpn.Module) { m.Probes[2].Entry = 200; m.Probes[2].End = 201 }), ErrInvalid,
@@ -613,12 +642,30 @@ func TestHostile(t *testing.T) {
 			"decode relocs: reloc 0: expression is 65537 bytes, at most 65536"},
 		{"build ID over the limit", mod(func(m *rpn.Module) { m.BuildID = make([]byte, MaxBuildID+1) }), ErrLimit,
 			"decode build ID: build ID is 1025 bytes, at most 1024"},
+		{"term kind 3", mod(func(m *rpn.Module) { m.Relocs[2].Sum.Terms[1].Kind = 3 }), ErrInvalid,
+			"decode relocs: reloc 2: term 1: kind 3 is not symbol (0), sizeof (1) or offsetof (2)"},
+		{"term without a name", mod(func(m *rpn.Module) { m.Probes[0].Loc.Sum.Terms[0].Name = "" }), ErrInvalid,
+			"decode probes: probe 0: term 0: symbol without a name"},
+		{"offsetof without a field", mod(func(m *rpn.Module) { m.Relocs[1].Sum.Terms[0].Field = "" }), ErrInvalid,
+			"decode relocs: reloc 1: term 0: offsetof(struct task_struct) without a field"},
+		{"sizeof with a field", mod(func(m *rpn.Module) { m.Relocs[0].Sum.Terms[0].Field = "pid" }), ErrInvalid,
+			"decode relocs: reloc 0: term 0: a sizeof term has a field: only offsetof has"},
+		{"line location at line 0", mod(func(m *rpn.Module) { m.Probes[1].Loc.Line = 0 }), ErrInvalid,
+			"decode probes: probe 1: line location fs/ext4/ïnode.c:0: lines count from 1"},
+		{"term count over the limit", mod(func(m *rpn.Module) { m.Relocs[0].Sum.Terms = make([]rpn.Term, 0xffff) }), ErrLimit,
+			"decode relocs: reloc 0: expression has 65535 terms, at most 256"},
+		{"term count past the end", patch(t, func(s []section) []section {
+			// the u16 term count of probe 0's location, after its text,
+			// kind and addend
+			binary.LittleEndian.PutUint16(s[3].payload[4+4+tinyProbeText+1+8:], 200)
+			return s
+		}), ErrTruncated, fmt.Sprintf("decode probes: truncated: probe 0 location term count 200 needs %d bytes, %d left", 200*termSize, tinyProbe-4-tinyProbeText-1-sumSize)},
 		{"unknown probe flags", patch(t, func(s []section) []section {
-			s[3].payload[4+4+tinyProbeText+1] |= 0x80
+			s[3].payload[tinyFlags] |= 0x80
 			return s
 		}), ErrInvalid, "decode probes: probe 0: unknown flags bits 0x80"},
 		{"unknown reloc flags", patch(t, func(s []section) []section {
-			s[6].payload = append(u32(1), 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+			s[6].payload = append(u32(1), 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 			return s
 		}), ErrInvalid, "decode relocs: reloc 0: unknown flags bits 0x02"},
 		{"extra bytes in a section", patch(t, func(s []section) []section {
@@ -689,7 +736,7 @@ func TestHostileAllocations(t *testing.T) {
 			copy(s[sec].payload, []byte{0xff, 0xff, 0xff, 0xff})
 			return s
 		})
-		if len(b) > 256 {
+		if len(b) > 512 {
 			t.Fatalf("crafted file is %d bytes", len(b))
 		}
 		if _, err := Decode(b); !errors.Is(err, ErrTruncated) {
@@ -735,6 +782,22 @@ func TestEncodeRejects(t *testing.T) {
 		{"jmpmax 0", mod(func(m *rpn.Module) { m.JmpMax = 0 }), ErrInvalid, "encode header: jmpmax 0 is outside 1..65535"},
 		{"unsorted lines", mod(func(m *rpn.Module) { m.Lines[1].PC = 58 }), ErrInvalid,
 			"encode lines: line entry 2: pc 57 is before the pc 58 of entry 1: entries must be sorted by pc"},
+		// what a location or reloc holds that its kind does not encode
+		// would be lost: refused
+		{"sum on a line location", mod(func(m *rpn.Module) { m.Probes[1].Loc.Sum = sym("x") }), ErrInvalid,
+			"encode probes: probe 1: location kind line with a sum: only a symbolic location has one"},
+		{"addend on an absolute location", mod(func(m *rpn.Module) { m.Probes[2].Loc.Sum.Addend = 0xc0100000 }), ErrInvalid,
+			"encode probes: probe 2: location kind absolute with a sum: only a symbolic location has one"},
+		{"file on a symbolic location", mod(func(m *rpn.Module) { m.Probes[0].Loc.File = "a.c" }), ErrInvalid,
+			"encode probes: probe 0: location kind symbolic with a file or line: only a line location has them"},
+		{"line 0", mod(func(m *rpn.Module) { m.Probes[1].Loc.Line = 0 }), ErrInvalid,
+			"encode probes: probe 1: line location fs/ext4/ïnode.c:0: lines count from 1"},
+		{"long location file", mod(func(m *rpn.Module) { m.Probes[1].Loc.File = strings.Repeat("x", MaxString+1) }), ErrLimit,
+			"encode probes: probe 1: location file is 65537 bytes, at most 65536"},
+		{"too many terms", mod(func(m *rpn.Module) { m.Relocs[0].Sum.Terms = make([]rpn.Term, rpn.MaxTerms+1) }), ErrLimit,
+			"encode relocs: reloc 0: 257 terms, at most 256"},
+		{"long term name", mod(func(m *rpn.Module) { m.Probes[0].Loc.Sum.Terms[0].Name = strings.Repeat("x", MaxString+1) }), ErrLimit,
+			"encode probes: probe 0: term 0: a name is 65537 bytes, at most 65536"},
 	} {
 		b, err := Encode(tc.m)
 		if b != nil || !errors.Is(err, tc.is) || err.Error() != tc.msg {
@@ -834,5 +897,77 @@ func ExampleDecode() {
 	fmt.Println(err)
 	// Output:
 	// not a PPDF file: looks like a DPDF source file; use gprobes check/build
-	// PPDF version 3 is newer than this gprobes reads (1): upgrade gprobes or rebuild the PPDF
+	// PPDF version 3 is newer than this gprobes reads (2): upgrade gprobes or rebuild the PPDF
+}
+
+// TestOldVersionRefused: a PPDF of version 1, which kept locations and
+// relocations as text (testdata/version1.ppdf is tiny.ppdf as that gprobes
+// wrote it), is refused with both versions named and the way out.
+func TestOldVersionRefused(t *testing.T) {
+	path := filepath.Join("testdata", "version1.ppdf")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Decode(data)
+	var ve *VersionError
+	if m != nil || !errors.Is(err, ErrVersion) || !errors.As(err, &ve) || ve.Got != 1 || ve.Want != Version {
+		t.Fatalf("got %v, %#v", m, err)
+	}
+	const want = "PPDF version 1 is older than this gprobes reads (2): rebuild it from its DPDF with gprobes build"
+	if err.Error() != want {
+		t.Errorf("got %q\nwant %q", err, want)
+	}
+	if _, err := ReadFile(path); err == nil || err.Error() != path+": "+want {
+		t.Errorf("ReadFile: %v", err)
+	}
+}
+
+// TestSumsRoundTrip: every kind of term, factors that are negative or
+// large, and an addend survive encode and decode, and the Sum still
+// evaluates to the same value.
+func TestSumsRoundTrip(t *testing.T) {
+	m := fullModule()
+	got, err := Decode(mustEncode(t, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range m.Relocs {
+		if !reflect.DeepEqual(got.Relocs[i].Sum, m.Relocs[i].Sum) || got.Relocs[i].Expr != m.Relocs[i].Expr {
+			t.Errorf("reloc %d: got %+v, want %+v", i, got.Relocs[i], m.Relocs[i])
+		}
+	}
+	for i := range m.Probes {
+		if !reflect.DeepEqual(got.Probes[i].Loc, m.Probes[i].Loc) {
+			t.Errorf("probe %d: got %+v, want %+v", i, got.Probes[i].Loc, m.Probes[i].Loc)
+		}
+	}
+	env := fakeEnv{"jiffies": 0x1000, "init_task": 0x300, "sizeof long": 8, "offsetof struct s a[3].b": 0x1c}
+	v, err := got.Relocs[2].Sum.Eval(env)
+	// 2*(0x1000 - 8) - 0x300 + ^0x1c
+	want := uint64(2*(0x1000-8) - 0x300)
+	want += ^uint64(0x1c)
+	if err != nil || v != want {
+		t.Errorf("Eval = %#x, %v; want %#x", v, err, want)
+	}
+	if s := got.Relocs[2].Sum.String(); s != "2*jiffies - 2*sizeof(long) - init_task - offsetof(struct s, a[3].b) - 0x1" {
+		t.Errorf("String = %q", s)
+	}
+	if got.Probes[1].Loc.File != "fs/ext4/ïnode.c" || got.Probes[1].Loc.Line != 1234 {
+		t.Errorf("line location: %+v", got.Probes[1].Loc)
+	}
+}
+
+type fakeEnv map[string]uint64
+
+func (e fakeEnv) get(k string) (uint64, error) {
+	if v, ok := e[k]; ok {
+		return v, nil
+	}
+	return 0, fmt.Errorf("%s not found", k)
+}
+func (e fakeEnv) Symbol(name string) (uint64, error) { return e.get(name) }
+func (e fakeEnv) Sizeof(typ string) (uint64, error)  { return e.get("sizeof " + typ) }
+func (e fakeEnv) Offsetof(typ, field string) (uint64, error) {
+	return e.get("offsetof " + typ + " " + field)
 }

@@ -35,12 +35,23 @@ func validate(m *rpn.Module) (section string, err error) {
 			err = limitf("probe %d: location text is %d bytes, at most %d", i, len(p.Loc.Text), MaxString)
 		case p.Loc.Kind > rpn.LocAbsolute:
 			err = invalidf("probe %d: location kind %d is not symbolic (0), line (1) or absolute (2)", i, p.Loc.Kind)
+		case p.Loc.Kind != rpn.LocExpr && (len(p.Loc.Sum.Terms) > 0 || p.Loc.Sum.Addend != 0):
+			err = invalidf("probe %d: location kind %s with a sum: only a symbolic location has one", i, p.Loc.Kind)
+		case p.Loc.Kind != rpn.LocLine && (p.Loc.File != "" || p.Loc.Line != 0):
+			err = invalidf("probe %d: location kind %s with a file or line: only a line location has them", i, p.Loc.Kind)
+		case p.Loc.Kind == rpn.LocLine && p.Loc.Line == 0:
+			err = invalidf("probe %d: line location %s:0: lines count from 1", i, p.Loc.File)
+		case len(p.Loc.File) > MaxString:
+			err = limitf("probe %d: location file is %d bytes, at most %d", i, len(p.Loc.File), MaxString)
 		case p.Entry > p.End:
 			err = invalidf("probe %d: entry %d is past its end %d", i, p.Entry, p.End)
 		case uint64(p.End) > code:
 			err = invalidf("probe %d: end %d is past the end of the code (%d bytes)", i, p.End, code)
 		default:
-			err = checkFile(m, p.Pos)
+			err = checkSum(&p.Loc.Sum)
+			if err == nil {
+				err = checkFile(m, p.Pos)
+			}
 			if err != nil {
 				err = fmt.Errorf("probe %d: %w", i, err)
 			}
@@ -74,6 +85,10 @@ func validate(m *rpn.Module) (section string, err error) {
 			err = invalidf("reloc %d: the 8 bytes at offset %d are not inside the code (%d bytes)", i, r.Off, code)
 		case i > 0 && uint64(r.Off) < uint64(m.Relocs[i-1].Off)+8:
 			err = invalidf("reloc %d: offset %d overlaps or precedes reloc %d at %d: relocs must be sorted and not overlap", i, r.Off, i-1, m.Relocs[i-1].Off)
+		default:
+			if err = checkSum(&r.Sum); err != nil {
+				err = fmt.Errorf("reloc %d: %w", i, err)
+			}
 		}
 		if err != nil {
 			return "relocs", err
@@ -100,6 +115,29 @@ func validateHeader(h *rpn.Header) error {
 		return invalidf("gvars %d is outside 0..%d", h.GVars, rpn.MaxGVars)
 	case h.Arch > rpn.ArchI386:
 		return invalidf("arch %d is neither x86_64 (0) nor i386 (1)", h.Arch)
+	}
+	return nil
+}
+
+// checkSum checks the terms of a sum: how many, their kinds, and that
+// each has the names its kind needs and no other.
+func checkSum(s *rpn.Sum) error {
+	if len(s.Terms) > rpn.MaxTerms {
+		return limitf("%d terms, at most %d", len(s.Terms), rpn.MaxTerms)
+	}
+	for j, t := range s.Terms {
+		switch {
+		case t.Kind > rpn.TermOffsetof:
+			return invalidf("term %d: kind %d is not symbol (0), sizeof (1) or offsetof (2)", j, t.Kind)
+		case len(t.Name) > MaxString || len(t.Field) > MaxString:
+			return limitf("term %d: a name is %d bytes, at most %d", j, max(len(t.Name), len(t.Field)), MaxString)
+		case t.Name == "":
+			return invalidf("term %d: %s without a name", j, t.Kind)
+		case t.Kind == rpn.TermOffsetof && t.Field == "":
+			return invalidf("term %d: offsetof(%s) without a field", j, t.Name)
+		case t.Kind != rpn.TermOffsetof && t.Field != "":
+			return invalidf("term %d: a %s term has a field: only offsetof has", j, t.Kind)
+		}
 	}
 	return nil
 }

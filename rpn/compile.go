@@ -477,10 +477,11 @@ func (c *compiler) location(kv *dpdf.KeyValue) Location {
 		i := strings.LastIndexByte(*v.Line, ':')
 		file := (*v.Line)[:i]
 		line, err := strconv.Atoi((*v.Line)[i+1:])
-		if err != nil || line <= 0 {
+		if err != nil || line <= 0 || line > math.MaxUint32 {
 			c.errorf(v.Pos, "bad line number in %s", *v.Line)
 			return loc
 		}
+		loc.File, loc.Line = file, uint32(line)
 		if c.opts.Symbols != nil {
 			addr, _, err := c.opts.Symbols.LineAddr(file, line)
 			if err != nil {
@@ -507,6 +508,10 @@ func (c *compiler) location(kv *dpdf.KeyValue) Location {
 			return loc
 		}
 		loc.Kind = LocExpr
+		var ok bool
+		if loc.Sum, ok = c.sum(v.Pos, n, "offset"); !ok {
+			return loc
+		}
 		if c.opts.Symbols != nil {
 			a, err := dpdf.Eval(n, c.opts.Symbols)
 			if err != nil {
@@ -774,6 +779,13 @@ func (c *compiler) pushConst(e *dpdf.Expr) {
 		return
 	}
 	ext := dpdf.External(n)
+	var sum Sum
+	if ext {
+		var ok bool
+		if sum, ok = c.sum(e.Pos, n, "push d"); !ok {
+			return
+		}
+	}
 	var v uint64
 	resolved := true
 	if ext && c.opts.Symbols == nil {
@@ -803,7 +815,7 @@ func (c *compiler) pushConst(e *dpdf.Expr) {
 		if !c.text(e.Pos, "an expression with symbols", text) {
 			return
 		}
-		c.m.Relocs = append(c.m.Relocs, Reloc{Off: uint32(len(c.m.Code) + 1), Expr: text, Value: v, Resolved: resolved})
+		c.m.Relocs = append(c.m.Relocs, Reloc{Off: uint32(len(c.m.Code) + 1), Expr: text, Sum: sum, Value: v, Resolved: resolved})
 	}
 	c.emit64(OpPushD, v)
 }
@@ -904,4 +916,111 @@ func (c *compiler) log(l *dpdf.LogOperand) {
 			c.emit8(OpLogN, uint8(n))
 		}
 	}
+}
+
+// sum reduces n, an expression that depends on symbols or types, to the
+// Sum the engine evaluates at insert time. An operation a Sum cannot hold
+// is reported at its operator; what tells the user what was being
+// compiled ("push d", "offset") and pos where it is written.
+func (c *compiler) sum(pos lexer.Position, n dpdf.Node, what string) (Sum, bool) {
+	s, bad, err := reduce(n)
+	switch {
+	case err != nil:
+		c.evalError(n.Position(), err)
+		return Sum{}, false
+	case bad != nil && what == "offset":
+		c.errorf(bad.Pos, "%s %s: a location adds and subtracts symbols and constants (do_fork+0x1c), possibly times constants", shown(bad), operation[bad.Op])
+		return Sum{}, false
+	case bad != nil:
+		c.errorf(bad.Pos, "%s %s: only sums of symbols, sizeof and offsetof times constants can be resolved at insert time; push the operands separately and combine them with %s", shown(bad), operation[bad.Op], instruction[bad.Op])
+		return Sum{}, false
+	case len(s.Terms) > MaxTerms:
+		c.errorf(pos, "%s uses %d distinct symbols and types, at most %d", what, len(s.Terms), MaxTerms)
+		return Sum{}, false
+	}
+	return s, true
+}
+
+// operation and instruction say, for the messages of sum, what a binary
+// operator a Sum cannot hold does and which instruction does it at run
+// time.
+var (
+	operation = map[string]string{
+		"*": "multiplies two values that depend on symbols or types",
+		"/": "divides with a value that depends on symbols or types", "%": "takes a remainder with a value that depends on symbols or types",
+		"&": "masks a value that depends on symbols or types", "|": "ors a value that depends on symbols or types",
+		"^":  "xors a value that depends on symbols or types",
+		"<<": "shifts by a value that depends on symbols or types", ">>": "shifts with a value that depends on symbols or types",
+	}
+	instruction = map[string]string{
+		"*": "mul", "/": "div", "%": "div", "&": "and", "|": "or", "^": "xor", "<<": "shl", ">>": "shr",
+	}
+)
+
+// shown writes a binary operation without its outer parentheses.
+func shown(n *dpdf.BinaryNode) string {
+	return strings.TrimSuffix(strings.TrimPrefix(n.String(), "("), ")")
+}
+
+// reduce computes n as a Sum: +, - and unary -, ~, + of sums; * of a sum
+// by a constant; << of a sum by a constant; any operator on two constants.
+// Every step is an identity of 64-bit wrapping arithmetic, so the Sum
+// evaluates to what dpdf.Eval computes from the same symbols. It returns
+// the first operation a Sum cannot express in bad, or the error of a
+// constant operation (division by zero).
+func reduce(n dpdf.Node) (s Sum, bad *dpdf.BinaryNode, err error) {
+	switch n := n.(type) {
+	case *dpdf.Num:
+		return Sum{Addend: n.Value}, nil, nil
+	case *dpdf.Sym:
+		return Sum{Terms: []Term{{Kind: TermSymbol, Factor: 1, Name: n.Name}}}, nil, nil
+	case *dpdf.SizeofNode:
+		return Sum{Terms: []Term{{Kind: TermSizeof, Factor: 1, Name: n.Type}}}, nil, nil
+	case *dpdf.OffsetofNode:
+		return Sum{Terms: []Term{{Kind: TermOffsetof, Factor: 1, Name: n.Type, Field: n.Field}}}, nil, nil
+	case *dpdf.UnaryNode:
+		x, bad, err := reduce(n.X)
+		if bad != nil || err != nil {
+			return Sum{}, bad, err
+		}
+		switch n.Op {
+		case "-":
+			return x.scaled(^uint64(0)), nil, nil
+		case "~": // ~x == -x - 1
+			x = x.scaled(^uint64(0))
+			x.Addend--
+			return x, nil, nil
+		}
+		return x, nil, nil
+	case *dpdf.BinaryNode:
+		x, bad, err := reduce(n.X)
+		if bad != nil || err != nil {
+			return Sum{}, bad, err
+		}
+		y, bad, err := reduce(n.Y)
+		if bad != nil || err != nil {
+			return Sum{}, bad, err
+		}
+		xc, yc := len(x.Terms) == 0, len(y.Terms) == 0
+		switch {
+		case n.Op == "+":
+			return x.plus(y, 1), nil, nil
+		case n.Op == "-":
+			return x.plus(y, ^uint64(0)), nil, nil
+		case xc && yc:
+			v, err := dpdf.Eval(&dpdf.BinaryNode{Pos: n.Pos, Op: n.Op, X: &dpdf.Num{Value: x.Addend}, Y: &dpdf.Num{Value: y.Addend}}, nil)
+			return Sum{Addend: v}, nil, err
+		case n.Op == "*" && yc:
+			return x.scaled(y.Addend), nil, nil
+		case n.Op == "*" && xc:
+			return y.scaled(x.Addend), nil, nil
+		case n.Op == "<<" && yc:
+			if y.Addend >= 64 {
+				return Sum{}, nil, nil
+			}
+			return x.scaled(1 << y.Addend), nil, nil
+		}
+		return Sum{}, n, nil
+	}
+	return Sum{}, nil, &dpdf.EvalError{Pos: n.Position(), Msg: "unknown expression"}
 }

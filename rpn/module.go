@@ -118,13 +118,18 @@ func (k LocKind) String() string {
 	return fmt.Sprintf("lockind(%d)", uint8(k))
 }
 
-// Location is where a probe goes, as written and, when symbols were
-// available at build time, as resolved. A resolved address is a link-time
-// address of the module (the value in its symbol table); the engine adds
-// the load bias or KASLR slide when it inserts the probe.
+// Location is where a probe goes: as written, for people; as data, for
+// the engine (Sum for LocExpr, File and Line for LocLine, Addr for
+// LocAbsolute); and, when symbols were available at build time, as
+// resolved. A resolved address is a link-time address of the module (the
+// value in its symbol table); the engine adds the load bias or KASLR slide
+// when it inserts the probe.
 type Location struct {
 	Text     string // as written (after preprocessing): "do_fork+0x1c", "fs/open.c:1234"
 	Kind     LocKind
+	Sum      Sum    // LocExpr: the symbols and constants it adds up to
+	File     string // LocLine: the source file, as written
+	Line     uint32 // LocLine: the line, from 1
 	Addr     uint64
 	Resolved bool
 }
@@ -166,13 +171,15 @@ type LineEntry struct {
 }
 
 // Reloc marks a PUSH D immediate whose value depends on symbols or types
-// (an address or a struct layout). The engine re-evaluates Expr at insert
-// time against the live target and patches the 8 bytes at Off; when that
-// is impossible it uses Value if Resolved.
+// (an address or a struct layout). The engine evaluates Sum at insert time
+// against the live target and patches the 8 bytes at Off; when that is
+// impossible it uses Value (plus Sum.BiasFactor times the load bias) if
+// Resolved.
 type Reloc struct {
 	Off      uint32 // byte offset of the 8-byte immediate in Module.Code
-	Expr     string // the expression as written
-	Value    uint64
+	Expr     string // the expression as written, for people
+	Sum      Sum    // the expression as data, for the engine
+	Value    uint64 // the value at build time, against link-time addresses
 	Resolved bool
 }
 
