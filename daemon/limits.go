@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -45,10 +46,11 @@ type Limits struct {
 
 // Defaults of Limits.
 const (
-	// DefaultMaxModule: the largest module seen in practice (a probe on
-	// every function of a distribution vmlinux, some 60000 probes of
-	// ~250 bytes each) is 15 MB; 64 MiB leaves room for four times that.
-	// The format itself allows ppdf.MaxFileSize (4 GiB).
+	// DefaultMaxModule: a large module, a probe on every function of a
+	// distribution vmlinux (some 60000 probes at the ~250 bytes each of
+	// ppdf/testdata/full.ppdf, program and line table included), is about
+	// 15 MB; 64 MiB leaves room for four times that. The format itself
+	// allows ppdf.MaxFileSize (4 GiB).
 	DefaultMaxModule         = 64 << 20
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultReadTimeout       = 60 * time.Second
@@ -67,6 +69,9 @@ const (
 	// insertOverhead: the JSON around the PPDF (target, mode, symbol
 	// paths, KASLR offset).
 	insertOverhead = 1 << 20
+	// bigModule: past this size decodeInsert hands the request's memory
+	// back before the module is decoded.
+	bigModule = 4 << 20
 )
 
 func orDefault[T int | int64 | time.Duration](v, d T) T {
@@ -228,7 +233,14 @@ func jsonErr(err error) error {
 // the decoded bytes): a 1 GiB request took 4.7 GB. Here the body is read
 // once into a buffer of its size and the base64 is decoded from it into
 // one slice of the module's size (ppdfField).
+//
+// The body must come with its length (Content-Length; 411 otherwise): a
+// body of unknown length would be read into a growing buffer, twice its
+// size at the last growth.
 func (s *Server) decodeInsert(w http.ResponseWriter, r *http.Request) (*InsertRequest, int, error) {
+	if r.ContentLength < 0 {
+		return nil, http.StatusLengthRequired, errors.New("insert: the request must say its length (Content-Length), not be chunked")
+	}
 	b, code, err := readBody(r, "insert")
 	if err != nil {
 		return nil, code, err
@@ -246,6 +258,12 @@ func (s *Server) decodeInsert(w http.ResponseWriter, r *http.Request) (*InsertRe
 	}
 	req := wire.InsertRequest
 	req.PPDF = wire.PPDF
+	if len(req.PPDF) > bigModule {
+		// The request's bytes are garbage now: collect them so that the
+		// module ppdf.Decode makes next takes their pages rather than new
+		// ones (peak RSS: request + module, not request + 2 modules).
+		runtime.GC()
+	}
 	return &req, http.StatusOK, nil
 }
 

@@ -54,12 +54,19 @@ probe out, lets every target go on with its original code, and exits.
 log.jsonl is rotated when a record would take it past --log-max-size: it becomes log.jsonl.1
 (.1 becomes .2, and so on; --log-keep files are kept). A record the file cannot take (a full
 disk) is counted as lost, per probe, and never leaves a partial line; query, log and
-/v1/status show the counts, and writing resumes when the disk has room again.`,
+/v1/status show the counts, and writing resumes when the disk has room again.
+
+Each target is opened and changed under its own lock: a target that is slow or stuck (a GDB
+stub that never answers, given up after --stub-timeout) holds up no other. Request bodies,
+headers, connections and their durations are bounded (docs/api.md, "Limits"). --socket must be
+a socket or nothing: a stale socket is replaced, anything else is an error and is left alone.`,
 		Flags: []cli.Flag{
 			socketFlag(),
 			&cli.StringFlag{Name: "state", EnvVars: []string{"GPROBES_STATE"}, Usage: "state `DIR` for the log and dumps (default: /var/lib/gprobes as root, $XDG_STATE_HOME/gprobes otherwise)"},
 			&cli.StringFlag{Name: "log-max-size", Value: "64MiB", Usage: "rotate log.jsonl before it grows past `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB); 0 never rotates"},
 			&cli.IntFlag{Name: "log-keep", Value: daemon.DefaultLogKeep, Usage: "keep `N` rotated log files, log.jsonl.1 (the newest) to log.jsonl.N"},
+			&cli.StringFlag{Name: "max-module", Value: "64MiB", Usage: "refuse to insert a module (PPDF) larger than `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB; at most 4GiB)"},
+			&cli.DurationFlag{Name: "stub-timeout", Value: 30 * time.Second, Usage: "give up on a GDB stub that does not answer within `DURATION`: connecting, the handshake, each reply"},
 		},
 		Action: func(c *cli.Context) error {
 			state := c.String("state")
@@ -73,11 +80,19 @@ disk) is counted as lost, per probe, and never leaves a partial line; query, log
 			if c.Int("log-keep") < 0 {
 				return cli.Exit("daemon: --log-keep: a count, 0 or more", 2)
 			}
+			maxModule, err := parseSize(c.String("max-module"))
+			if err != nil || maxModule == 0 || maxModule > ppdf.MaxFileSize {
+				return cli.Exit(fmt.Sprintf("daemon: --max-module %q: a size from 1 to 4GiB", c.String("max-module")), 2)
+			}
+			if c.Duration("stub-timeout") <= 0 {
+				return cli.Exit("daemon: --stub-timeout: a duration (30s, 2m)", 2)
+			}
 			srv, err := daemon.New(socketOf(c), state, daemon.LogOptions{MaxSize: maxSize, Keep: c.Int("log-keep"),
 				Warn: func(msg string) { fmt.Fprintln(c.App.ErrWriter, "gprobes daemon:", msg) }})
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
+			srv.Limits = daemon.Limits{MaxModule: maxModule, StubTimeout: c.Duration("stub-timeout")}
 			if err := srv.Listen(); err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
@@ -502,7 +517,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	if err := eng.Go(); err != nil {
+	if err := eng.Release(); err != nil {
 		return cli.Exit("run: "+err.Error(), 1)
 	}
 	interrupted := false
@@ -559,7 +574,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 func waitGone(e *engine.Engine) <-chan struct{} {
 	ch := make(chan struct{})
 	go func() {
-		e.WaitGone()
+		<-e.Ended()
 		close(ch)
 	}()
 	return ch
