@@ -200,7 +200,7 @@ func (s *Server) Shutdown() error {
 	for _, t := range all {
 		t.mu.Lock()
 		if !t.closed && t.eng != nil {
-			if err := t.eng.Close(); err != nil {
+			if _, err := t.eng.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", t.name, err))
 			}
 			t.closed = true
@@ -326,7 +326,7 @@ func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode, topt
 		}
 		return nil, code, err
 	}
-	if err := t.eng.Go(); err != nil {
+	if err := t.eng.Release(); err != nil {
 		return nil, http.StatusInternalServerError, err
 	}
 	resp := &InsertResponse{Target: t.name}
@@ -365,7 +365,7 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, int, error) 
 		case t.closed:
 			t.mu.Unlock()
 			continue // removed meanwhile: open it again
-		case t.eng.Gone() != "":
+		case t.eng.EndReason() != "":
 			// the process ended or the stub went away: a new one may be
 			// behind the same name (a guest rebooted, a stub restarted)
 			s.closeTarget(t)
@@ -449,7 +449,7 @@ func (s *Server) closeTarget(t *target) {
 	if t.closed {
 		return
 	}
-	if err := t.eng.Close(); err != nil {
+	if _, err := t.eng.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "gprobes daemon: detach %s: %v\n", t.name, err)
 	}
 	t.closed = true
@@ -734,7 +734,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		if st.Targets[n] != "" {
 			continue
 		}
-		if g := t.eng.Gone(); g != "" {
+		if g := t.eng.EndReason(); g != "" {
 			st.Targets[n] = "gone: " + g
 		} else {
 			st.Targets[n] = "running"

@@ -86,19 +86,21 @@ type Engine struct {
 	pid           int         // the first address space: the process started or attached
 	detachedTid   map[int]bool
 	goneCh        chan struct{}
+	ended         chan struct{} // goneCh or done, whichever first
 	// cur is the thread whose stop the engine is handling (0: none, or a
 	// signal stop): it is stopped until handle resumes it
 	cur int
 }
 
-// WaitGone blocks until the target has ended (its last thread is gone).
-// The engine still answers Query and Vars afterwards, until Close.
-func (e *Engine) WaitGone() {
-	select {
-	case <-e.goneCh:
-	case <-e.done:
-	}
-}
+// The life of an engine: Start (the target is held stopped), Insert,
+// Release (it runs), then Ended and EndReason while it runs, and Close
+// (every probe out, the target let go, the last look at variables and
+// probes). Query, Vars and Modules answer throughout, until Close.
+
+// Ended is closed when the target has ended (its last thread is gone) or
+// the engine stopped (Close, or a target that failed). The engine still
+// answers Query and Vars after the target ended, until Close.
+func (e *Engine) Ended() <-chan struct{} { return e.ended }
 
 // Pid is the process the engine started or attached to.
 func (e *Engine) Pid() int { return e.pid }
@@ -112,7 +114,7 @@ func (nopLock) Unlock() {}
 // returns the target (it starts or attaches to the process there, as
 // ptrace requires).
 func Start(open func() (Target, error), opts Options) (*Engine, error) {
-	e := &Engine{opts: opts, cmds: make(chan func(), 16), done: make(chan struct{}), goneCh: make(chan struct{}), detachedTid: map[int]bool{},
+	e := &Engine{opts: opts, cmds: make(chan func(), 16), done: make(chan struct{}), goneCh: make(chan struct{}), ended: make(chan struct{}), detachedTid: map[int]bool{},
 		spaces: map[int]*space{}, threads: map[int]*thread{}, gv: opts.GV, gvLock: opts.GVLock}
 	if e.gv == nil {
 		e.gv = make([]uint64, rpn.MaxGVars)
@@ -156,6 +158,13 @@ func Start(open func() (Target, error), opts Options) (*Engine, error) {
 	if err := <-started; err != nil {
 		return nil, err
 	}
+	go func() {
+		select {
+		case <-e.goneCh:
+		case <-e.done:
+		}
+		close(e.ended)
+	}()
 	return e, nil
 }
 
@@ -169,9 +178,10 @@ func (e *Engine) WithTarget(f func(Target) error) error {
 	return err
 }
 
-// Go lets the target run: until then it is held stopped where Start left
-// it (after exec, or where it was attached), so probes can go in first.
-func (e *Engine) Go() error {
+// Release lets the target run: until then it is held stopped where Start
+// left it (after exec, or where it was attached), so probes can go in
+// first.
+func (e *Engine) Release() error {
 	return e.do(func() {
 		for _, th := range e.threads {
 			if th.held {
@@ -207,11 +217,8 @@ func (e *Engine) do(f func()) error {
 	}
 }
 
-// Done is closed when the engine's loop has ended.
-func (e *Engine) Done() <-chan struct{} { return e.done }
-
-// Gone says why the target ended ("" while it runs).
-func (e *Engine) Gone() string {
+// EndReason says why the target ended ("" while it runs).
+func (e *Engine) EndReason() string {
 	select {
 	case <-e.goneCh:
 		var g string
@@ -464,32 +471,16 @@ func (e *Engine) Vars(name string, reset bool) (lv, gv []uint64, err error) {
 	return lv, gv, err
 }
 
-// ModuleVars are a module's variables at the end (CloseFinal).
+// ModuleVars are a module's variables at the end (Final).
 type ModuleVars struct {
 	Name   string
 	LV, GV []uint64
 }
 
-// CloseFinal takes the last look — every module's variables, every probe
-// — and detaches, all in one command: on a target that only a hit can
-// stop (gdbsx ignores ^C), one hit ends it instead of one per query.
-func (e *Engine) CloseFinal() (vars []ModuleVars, probes []ProbeInfo, err error) {
-	if e.do(func() {
-		e.gvLock.Lock()
-		for _, m := range e.modules {
-			vars = append(vars, ModuleVars{Name: m.name, LV: append([]uint64{}, m.lv...), GV: append([]uint64{}, e.gv[:m.gvars]...)})
-			for _, p := range m.probes {
-				probes = append(probes, p.info())
-			}
-		}
-		e.gvLock.Unlock()
-		err = e.detachAll()
-		e.closing = true
-	}) != nil {
-		return nil, nil, nil // already stopped
-	}
-	<-e.done
-	return vars, probes, err
+// Final is the last look at an engine, taken by Close as it detaches.
+type Final struct {
+	Vars   []ModuleVars
+	Probes []ProbeInfo
 }
 
 // Modules lists the names of the inserted modules.
@@ -512,18 +503,31 @@ func (e *Engine) module(name string) *Module {
 	return nil
 }
 
-// Close removes every probe, restores the original code, lets every thread
-// go and ends the loop. The target keeps running.
-func (e *Engine) Close() error {
+// Close takes the last look — every module's variables, every probe —
+// removes every probe, restores the original code, lets every thread go
+// and ends the loop, all in one command: on a target that only a hit can
+// stop (gdbsx ignores ^C), one hit ends it instead of one per query. The
+// target keeps running. Closing an engine that stopped already returns
+// an empty Final.
+func (e *Engine) Close() (Final, error) {
+	var f Final
 	var err error
 	if e.do(func() {
+		e.gvLock.Lock()
+		for _, m := range e.modules {
+			f.Vars = append(f.Vars, ModuleVars{Name: m.name, LV: append([]uint64{}, m.lv...), GV: append([]uint64{}, e.gv[:m.gvars]...)})
+			for _, p := range m.probes {
+				f.Probes = append(f.Probes, p.info())
+			}
+		}
+		e.gvLock.Unlock()
 		err = e.detachAll()
 		e.closing = true
 	}) != nil {
-		return nil // already stopped
+		return Final{}, nil // already stopped
 	}
 	<-e.done
-	return err
+	return f, err
 }
 
 // detachAll brings every thread to a stop, restores the code, finishes or

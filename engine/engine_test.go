@@ -120,7 +120,7 @@ func TestCommandQueuedWhileResuming(t *testing.T) {
 		}()
 		eng.Close()
 	}()
-	if err := eng.Go(); err != nil {
+	if err := eng.Release(); err != nil {
 		t.Fatal(err)
 	}
 	queried := make(chan struct{})

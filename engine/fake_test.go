@@ -106,10 +106,10 @@ func (r *fakeRun) insert(t *testing.T, src string) []engine.ProbeInfo {
 // runToEnd lets the process go and waits for its end.
 func (r *fakeRun) runToEnd(t *testing.T) {
 	t.Helper()
-	if err := r.eng.Go(); err != nil {
+	if err := r.eng.Release(); err != nil {
 		t.Fatal(err)
 	}
-	r.eng.WaitGone()
+	<-r.eng.Ended()
 }
 
 func (r *fakeRun) records() []engine.Record {
@@ -295,11 +295,11 @@ func TestFakeCloseRestoresCode(t *testing.T) {
 	closed := make(chan error, 1)
 	r.onCommit = func(*engine.Record) {
 		if len(r.records()) == 2 {
-			go func() { closed <- r.eng.Close() }()
+			go func() { _, err := r.eng.Close(); closed <- err }()
 		}
 	}
 	r.insert(t, "offset = f_push\nexit 1\n")
-	if err := r.eng.Go(); err != nil {
+	if err := r.eng.Release(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-closed; err != nil {

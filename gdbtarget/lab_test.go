@@ -163,7 +163,7 @@ func (g *guest) insert(m *rpn.Module) []engine.ProbeInfo {
 			g.t.Fatalf("probe %s: %s %s", p.Location, p.State, p.Reason)
 		}
 	}
-	if err := g.eng.Go(); err != nil {
+	if err := g.eng.Release(); err != nil {
 		g.t.Fatal(err)
 	}
 	return infos
@@ -397,7 +397,7 @@ func TestGuestPowersOff(t *testing.T) {
 	off := make(chan error, 1)
 	go func() { off <- g.vm.PowerOff(3 * time.Minute) }()
 	done := make(chan struct{})
-	go func() { g.eng.WaitGone(); close(done) }()
+	go func() { <-g.eng.Ended(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(3 * time.Minute):

@@ -181,7 +181,7 @@ func (r *run) finish() []string {
 	case <-time.After(60 * time.Second):
 		r.t.Fatal("the fixture did not exit")
 	}
-	r.eng.WaitGone()
+	<-r.eng.Ended()
 	return lines
 }
 
@@ -297,7 +297,7 @@ func TestExactHitCounts(t *testing.T) {
 		}
 		hows[p.How] = true
 	}
-	r.eng.Go()
+	r.eng.Release()
 	lines := r.finish()
 	lv, _, err := r.eng.Vars(fixture.hits, false)
 	if err != nil {
@@ -337,7 +337,7 @@ push r,rsi
 log str
 exit 1
 `))
-	r.eng.Go()
+	r.eng.Release()
 	r.finish()
 	recs := r.records(7)
 	if len(recs) != 8 {
@@ -366,7 +366,7 @@ push r,rdi
 log 1
 exit 1
 `))
-	r.eng.Go()
+	r.eng.Release()
 	r.finish()
 	lv, _, _ := r.eng.Vars(fixture.hits, false)
 	for i, v := range lv {
@@ -391,7 +391,7 @@ exit 1
 func TestForkInheritsProbes(t *testing.T) {
 	r := start(t, "-n", "100", "-f")
 	r.insert(compile(t, countAll))
-	r.eng.Go()
+	r.eng.Release()
 	lines := r.finish()
 	lv, _, _ := r.eng.Vars(fixture.hits, false)
 	for i, v := range lv {
@@ -428,7 +428,7 @@ func TestSignalDuringStep(t *testing.T) {
 		return hc
 	}, "-n", "3000", "-a", "200")
 	r.insert(compile(t, countAll))
-	r.eng.Go()
+	r.eng.Release()
 	lines := r.finish()
 	lv, _, _ := r.eng.Vars(fixture.hits, false)
 	for i, v := range lv {
@@ -479,7 +479,7 @@ exit 1
 	if infos[0].State != engine.StatePending {
 		t.Fatalf("before dlopen: %s %s", infos[0].State, infos[0].Reason)
 	}
-	r.eng.Go()
+	r.eng.Release()
 	r.finish()
 	lv, _, _ := r.eng.Vars(fixture.plug, false)
 	if lv[0] != 50 {
@@ -494,7 +494,7 @@ exit 1
 func TestRemoveMidRun(t *testing.T) {
 	r := start(t, "-n", "200", "-l")
 	r.insert(compile(t, countAll))
-	r.eng.Go()
+	r.eng.Release()
 	want := checksums(unprobedRounds(t, 8, "-n", "200", "-l"))
 	r.line() // pid
 	for i := 0; i < 3; i++ {
@@ -561,12 +561,12 @@ func checkOriginalText(t *testing.T, pid int, funcs ...string) {
 func TestTargetKilledMidRun(t *testing.T) {
 	r := start(t, "-n", "100", "-l")
 	r.insert(compile(t, countAll))
-	r.eng.Go()
+	r.eng.Release()
 	r.line()
 	r.line()
 	syscall.Kill(r.eng.Pid(), syscall.SIGKILL)
 	done := make(chan struct{})
-	go func() { r.eng.WaitGone(); close(done) }()
+	go func() { <-r.eng.Ended(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):
@@ -577,7 +577,7 @@ func TestTargetKilledMidRun(t *testing.T) {
 			t.Errorf("%s: %s", p.Location, p.State)
 		}
 	}
-	if g := r.eng.Gone(); !strings.Contains(g, "killed") {
+	if g := r.eng.EndReason(); !strings.Contains(g, "killed") {
 		t.Errorf("gone: %q", g)
 	}
 }
@@ -597,7 +597,7 @@ func TestMergeAndReplace(t *testing.T) {
 	if q := r.eng.Query(); len(q) != 2 {
 		t.Fatalf("after merge: %d probes", len(q))
 	}
-	r.eng.Go()
+	r.eng.Release()
 	r.line()
 	r.stdin.Write([]byte("go\n"))
 	r.finish()
@@ -647,7 +647,7 @@ exit 0
 	if infos[3].State != engine.StateRefused || !strings.Contains(infos[3].Reason, "no_such_function") {
 		t.Errorf("unknown symbol: %+v", infos[3])
 	}
-	r.eng.Go()
+	r.eng.Release()
 	r.finish()
 	lv, _, _ := r.eng.Vars(fixture.hits, false)
 	if lv[0] != 10 { // f_call calls f_push too
@@ -666,7 +666,7 @@ push r,rdi
 log 1
 exit 3
 `))
-	r.eng.Go()
+	r.eng.Release()
 	lines := r.finish()
 	if len(checksums(lines)) != 1 {
 		t.Fatalf("the process did not finish: %v", lines)
@@ -694,7 +694,7 @@ push r,rdi
 log 1
 exit 4
 `))
-	r.eng.Go()
+	r.eng.Release()
 	pid := r.eng.Pid()
 	deadline := time.Now().Add(20 * time.Second)
 	for len(r.records(0)) == 0 && time.Now().Before(deadline) {
@@ -744,7 +744,7 @@ func TestProbesShareAnAddress(t *testing.T) {
 	if infos := r.insert(other); infos[0].State != engine.StateActive {
 		t.Fatalf("second module: %+v", infos[0])
 	}
-	r.eng.Go()
+	r.eng.Release()
 	r.line()
 	r.stdin.Write([]byte("go\n"))
 	r.finish()
@@ -785,7 +785,7 @@ push r,rdi
 log 1
 exit 1
 `))
-	r.eng.Go()
+	r.eng.Release()
 	lines := r.finish()
 	if !strings.Contains(strings.Join(lines, "\n"), "faults 4 recovered 4") {
 		t.Fatalf("the program did not recover from its faults: %v", lines)
@@ -808,6 +808,6 @@ func TestDataAddressRefused(t *testing.T) {
 	if infos[1].State != engine.StateActive {
 		t.Errorf("good probe: %+v", infos[1])
 	}
-	r.eng.Go()
+	r.eng.Release()
 	r.finish()
 }

@@ -522,8 +522,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	}
 	interrupted := false
 	select {
-	case <-eng.Done():
-	case <-waitGone(eng):
+	case <-eng.Ended():
 	case <-sigs:
 		interrupted = true
 	}
@@ -534,7 +533,8 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 			fmt.Fprintln(c.App.ErrWriter, "gprobes: waiting for the guest to stop: a stub that ignores ^C (gdbsx) stops only at a hit, or when the domain is paused (xl pause DOMID: gdbsx unpauses it as gprobes detaches); killing gprobes now would leave its int3 bytes in the guest")
 		}
 	})
-	vars, probes, err := eng.CloseFinal()
+	final, err := eng.Close()
+	vars, probes := final.Vars, final.Probes
 	slow.Stop()
 	for _, v := range vars {
 		printVars(out, &daemon.VarsResponse{Modules: []daemon.VarsModule{{Target: label, Module: v.Name, LV: decimalStrings(v.LV)}}, GV: decimalStrings(v.GV)})
@@ -547,7 +547,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	if err != nil && !errors.Is(err, os.ErrProcessDone) {
 		fmt.Fprintln(c.App.ErrWriter, "gprobes:", err)
 	}
-	mu.Lock() // the sink is done: CloseFinal has returned
+	mu.Lock() // the sink is done: Close has returned
 	lost, written := recOut.lost.Summary(), recOut.written
 	mu.Unlock()
 	if lost.Records > 0 {
@@ -568,16 +568,6 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 		return cli.Exit("", exitCode)
 	}
 	return nil
-}
-
-// waitGone is closed when the engine's target has ended.
-func waitGone(e *engine.Engine) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		<-e.Ended()
-		close(ch)
-	}()
-	return ch
 }
 
 func decimalStrings(v []uint64) []string {

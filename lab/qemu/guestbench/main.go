@@ -207,7 +207,7 @@ func probed(vm *qemulab.VM, syms []string, src string, minRecs int, work func() 
 	if _, err := eng.Insert(m, engine.InsertNew); err != nil {
 		return 0, err
 	}
-	if err := eng.Go(); err != nil {
+	if err := eng.Release(); err != nil {
 		return 0, err
 	}
 	v, err := work()
