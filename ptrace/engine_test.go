@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,51 +19,33 @@ import (
 
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/sim"
 )
 
 // These tests run the engine against real processes: the fixture
-// testdata/proc/hits.c with the functions of funcs.S, built by TestMain.
+// testdata/proc/hits.c with the functions of funcs.S, and the plug-in
+// plug.c, built once by needFixture.
 
 var fixture struct {
-	dir, hits, plug string
-	err             error
+	hits, plug string
 }
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gprobes-ptrace-")
-	if err != nil {
-		panic(err)
-	}
-	fixture.dir = dir
-	fixture.hits = filepath.Join(dir, "hits")
-	fixture.plug = filepath.Join(dir, "libplug.so")
-	src := "../testdata/proc/"
-	if out, err := exec.Command("gcc", "-O1", "-g", "-pthread", "-o", fixture.hits, src+"hits.c", src+"funcs.S", "-ldl").CombinedOutput(); err != nil {
-		fixture.err = fmt.Errorf("build the fixture: %v\n%s", err, out)
-	} else if out, err := exec.Command("gcc", "-O1", "-g", "-shared", "-fPIC", "-o", fixture.plug, src+"plug.c").CombinedOutput(); err != nil {
-		fixture.err = fmt.Errorf("build the plug-in: %v\n%s", err, out)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 func needFixture(t *testing.T) {
 	t.Helper()
-	if fixture.err != nil {
-		if _, err := exec.LookPath("gcc"); err != nil && os.Getenv("CI") != "true" {
-			t.Skip("gcc is missing")
-		}
-		t.Fatal(fixture.err)
-	}
+	src := "../testdata/proc/"
+	fixture.hits = testkit.CC(t, "hits", "-O1", "-g", "-pthread", src+"hits.c", src+"funcs.S", "-ldl")
+	fixture.plug = testkit.CC(t, "libplug.so", "-O1", "-g", "-shared", "-fPIC", src+"plug.c")
 }
 
 // compile builds a module from DPDF text; NAME in it becomes the fixture.
 func compile(t *testing.T, src string) *rpn.Module {
 	t.Helper()
+	needFixture(t)
 	src = strings.ReplaceAll(src, "FIXTURE", fixture.hits)
 	src = strings.ReplaceAll(src, "PLUG", fixture.plug)
 	f, err := dpdf.ParseSource("test.dpdf", []byte(src), dpdf.Options{NoPreprocessor: true})
@@ -199,6 +180,7 @@ func (r *run) records(minor uint16) []engine.Record {
 
 // unprobed runs the fixture without gprobes and returns its output.
 func unprobed(t *testing.T, args ...string) []string {
+	needFixture(t)
 	out, err := exec.Command(fixture.hits, args...).Output()
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +192,7 @@ func unprobed(t *testing.T, args ...string) []string {
 // unprobedRounds runs the looping fixture without gprobes for a number of
 // rounds and returns their lines.
 func unprobedRounds(t *testing.T, rounds int, args ...string) []string {
+	needFixture(t)
 	cmd := exec.Command(fixture.hits, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

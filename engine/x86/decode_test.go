@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // Real instruction bytes: every form found at function entries in
@@ -317,7 +319,7 @@ func TestLayoutPrefixes(t *testing.T) {
 // are two. Addresses in regions objdump could not decode are in bad.
 func objdumpStarts(t *testing.T, file, sec string, mode int) (starts map[uint64]int, bad map[uint64]bool) {
 	t.Helper()
-	objdump := needTool(t, "objdump")
+	objdump := testkit.Tool(t, "objdump")
 	args := []string{"-d", "--insn-width=16", "-j", sec, file}
 	if mode == 32 {
 		args = append([]string{"-M", "i386"}, args...)
@@ -466,7 +468,7 @@ func checkFunctions(t *testing.T, fns []fn, starts map[uint64]int, bad map[uint6
 
 func TestCheckBoundaryGCC(t *testing.T) {
 	needAMD64(t)
-	gcc := needTool(t, "gcc")
+	gcc := testkit.Tool(t, "gcc")
 	dir := t.TempDir()
 	for _, c := range []struct {
 		name  string

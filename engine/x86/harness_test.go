@@ -13,9 +13,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"testing"
 
+	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -32,20 +32,6 @@ const (
 	hMagic   = 0x6770726f62657831
 )
 
-// needTool skips the test when a tool is missing, except under CI=true
-// where every oracle must run.
-func needTool(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required under CI=true: %v", name, err)
-		}
-		t.Skipf("%s not found: %v", name, err)
-	}
-	return p
-}
-
 func needAMD64(t testing.TB) {
 	t.Helper()
 	if runtime.GOARCH != "amd64" || runtime.GOOS != "linux" {
@@ -53,39 +39,14 @@ func needAMD64(t testing.TB) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
-
 // buildC compiles a C file from testdata once per test binary run.
 func buildC(t testing.TB, src string, flags ...string) string {
 	t.Helper()
 	needAMD64(t)
-	gcc := needTool(t, "gcc")
-	buildOnce.Do(func() { buildDir, buildErr = os.MkdirTemp("", "gprobes-x86-test-") })
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	out := filepath.Join(buildDir, src+".bin")
-	if _, err := os.Stat(out); err == nil {
-		return out
-	}
-	args := append([]string{"-O1", "-o", out, filepath.Join("testdata", src)}, flags...)
-	if b, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc %v: %v\n%s", args, err, b)
-	}
-	return out
+	return testkit.CC(t, src+".bin", append([]string{"-O1", filepath.Join("testdata", src)}, flags...)...)
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // chunk is bytes to place at an address in the harness.
 type chunk struct {
