@@ -24,12 +24,9 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/engine"
-	"github.com/gprobes/gprobes/gdbtarget"
-	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/ppdf"
-	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
-	"github.com/gprobes/gprobes/xen"
+	"github.com/gprobes/gprobes/targets"
 )
 
 // DefaultSocket is the socket the daemon and the commands use unless told
@@ -341,10 +338,11 @@ func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode, topt
 // runs without Server.mu: while a target is opened only the inserts into
 // that same target wait, for that open, and get its error if it fails.
 func (s *Server) target(spec string, topts TargetOptions) (*target, int, error) {
-	open, exec, key, err := s.opener(spec, topts)
+	open, sp, err := s.opener(spec, topts)
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
+	exec, key := sp.Kind == targets.Exec, sp.String()
 	for {
 		s.mu.Lock()
 		if s.closing {
@@ -353,7 +351,7 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, int, error) 
 		}
 		t := s.targets[key]
 		if exec || t == nil {
-			return s.openTarget(spec, key, exec, open) // unlocks s.mu
+			return s.openTarget(spec, key, exec, sp.Guest(), open) // unlocks s.mu
 		}
 		s.mu.Unlock()
 		t.mu.Lock() // waits for whoever opens or changes this target
@@ -393,7 +391,7 @@ var errShuttingDown = errors.New("the gprobes daemon is shutting down")
 // openTarget opens a new target, called with s.mu held, which it releases
 // at once. Unless exec (each exec starts a new process) the target is in
 // s.targets under key while it opens, with its lock held.
-func (s *Server) openTarget(spec, key string, exec bool, open func() (engine.Target, error)) (*target, int, error) {
+func (s *Server) openTarget(spec, key string, exec, guest bool, open func() (engine.Target, error)) (*target, int, error) {
 	t := &target{name: key, exec: exec}
 	t.mu.Lock()
 	if !exec {
@@ -429,8 +427,8 @@ func (s *Server) openTarget(spec, key string, exec bool, open func() (engine.Tar
 		t.mu.Unlock()
 		return nil, http.StatusServiceUnavailable, errShuttingDown
 	}
-	name := fmt.Sprintf("pid:%d", eng.Pid())
-	if strings.HasPrefix(spec, "gdb:") || strings.HasPrefix(spec, "xen:") {
+	name := fmt.Sprintf("pid:%d", eng.Pid()) // a process is named by its pid, a guest by its spec
+	if guest {
 		name = key
 	}
 	if s.targets[key] == t {
@@ -460,62 +458,19 @@ func (s *Server) closeTarget(t *target) {
 	s.mu.Unlock()
 }
 
-// opener checks a target spec and returns what opens it and the key it is
-// known by while it opens (pid:N in its canonical form).
-func (s *Server) opener(spec string, topts TargetOptions) (open func() (engine.Target, error), exec bool, key string, err error) {
-	key = spec
-	switch {
-	case strings.HasPrefix(spec, "pid:"):
-		pid, err := strconv.Atoi(strings.TrimPrefix(spec, "pid:"))
-		if err != nil || pid <= 0 {
-			return nil, false, "", fmt.Errorf("target %s: pid:N with N a process id", short(spec))
-		}
-		key = fmt.Sprintf("pid:%d", pid)
-		open = ptrace.Attach(pid)
-	case strings.HasPrefix(spec, "exec:"):
-		argv := strings.Fields(strings.TrimPrefix(spec, "exec:"))
-		if len(argv) == 0 {
-			return nil, false, "", fmt.Errorf("target %s: exec:PATH [ARGS...]", short(spec))
-		}
-		path, err := lookPath(argv[0])
-		if err != nil {
-			return nil, false, "", fmt.Errorf("target %s: %w", short(spec), err)
-		}
-		open = ptrace.Exec(path, argv, os.Environ(), "")
-		exec = true
-	case strings.HasPrefix(spec, "gdb:"):
-		addr := strings.TrimPrefix(spec, "gdb:")
-		if addr == "" {
-			return nil, false, "", fmt.Errorf("target %s: gdb:HOST:PORT", short(spec))
-		}
-		open = gdbtarget.Open(addr, gdbtarget.Options{Timeout: s.Limits.stubTimeout(), Options: linuxkernel.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset}})
-	case strings.HasPrefix(spec, "xen:"):
-		dom, err := strconv.Atoi(strings.TrimPrefix(spec, "xen:"))
-		if err != nil || dom <= 0 || dom >= 0x7ff0 {
-			return nil, false, "", fmt.Errorf("target %s: xen:DOMID with DOMID a guest domain's id (xl list)", short(spec))
-		}
-		key = fmt.Sprintf("xen:%d", dom)
-		open = xen.Open(dom, xen.Options{Options: linuxkernel.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset}})
-	default:
-		return nil, false, "", fmt.Errorf("target %s: want pid:N, exec:PATH [ARGS...], gdb:HOST:PORT or xen:DOMID", short(spec))
+// opener checks a target spec (package targets) and returns what opens
+// it, the spec, and the key it is known by while it opens (its canonical
+// name).
+func (s *Server) opener(spec string, topts TargetOptions) (func() (engine.Target, error), targets.Spec, error) {
+	sp, err := targets.Parse(spec)
+	if err != nil {
+		return nil, sp, err
 	}
-	return open, exec, key, nil
+	open, err := sp.Open(targets.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset, StubTimeout: s.Limits.stubTimeout()})
+	return open, sp, err
 }
 
 func ptrLine(l LogLine) *LogLine { return &l }
-
-func lookPath(name string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: not found in PATH", name)
-}
 
 func contains(list []string, s string) bool {
 	for _, x := range list {

@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -21,12 +18,9 @@ import (
 
 	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/engine"
-	"github.com/gprobes/gprobes/gdbtarget"
-	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/ppdf"
-	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
-	"github.com/gprobes/gprobes/xen"
+	"github.com/gprobes/gprobes/targets"
 )
 
 func socketFlag() cli.Flag {
@@ -418,41 +412,31 @@ func runCommand() *cli.Command {
 }
 
 func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
-	var open func() (engine.Target, error)
 	target := c.String("target")
-	if strings.HasPrefix(target, "gdb:") || strings.HasPrefix(target, "xen:") {
-		kopts := linuxkernel.Options{Symbols: c.StringSlice("symbols")}
+	spec := targets.ExecArgv(command)
+	if target != "" {
+		var err error
+		if spec, err = targets.Parse(target); err != nil {
+			return cli.Exit("run: --target: "+err.Error(), 2)
+		}
+	}
+	topts := targets.Options{}
+	if spec.Guest() {
+		topts.Symbols = c.StringSlice("symbols")
 		if s := c.String("kaslr-offset"); s != "" {
 			v, err := parseValue(s)
 			if err != nil {
 				return cli.Exit("run: --kaslr-offset: "+err.Error(), 2)
 			}
 			off := int64(v)
-			kopts.KASLROffset = &off
+			topts.KASLROffset = &off
 		}
-		if dom, ok := strings.CutPrefix(target, "xen:"); ok {
-			id, err := strconv.Atoi(dom)
-			if err != nil || id <= 0 {
-				return cli.Exit(fmt.Sprintf("run: --target %q: want xen:DOMID", target), 2)
-			}
-			open = xen.Open(id, xen.Options{Options: kopts})
-		} else {
-			open = gdbtarget.Open(strings.TrimPrefix(target, "gdb:"), gdbtarget.Options{Options: kopts})
-		}
-	} else if target != "" {
-		var pid int
-		if _, err := fmt.Sscanf(target, "pid:%d", &pid); err != nil || pid <= 0 {
-			return cli.Exit(fmt.Sprintf("run: --target %q: want pid:N, gdb:HOST:PORT or xen:DOMID", target), 2)
-		}
-		open = ptrace.Attach(pid)
-	} else {
-		path, err := exec.LookPath(command[0])
-		if err != nil {
-			return cli.Exit("run: "+err.Error(), 1)
-		}
-		open = ptrace.Exec(path, command, os.Environ(), "")
 	}
-	if strings.HasPrefix(target, "pid:") || strings.HasPrefix(target, "xen:") {
+	open, err := spec.Open(topts)
+	if err != nil {
+		return cli.Exit("run: "+err.Error(), 1)
+	}
+	if spec.Kind == targets.Pid || spec.Kind == targets.Xen {
 		// a process started here dies with us (PTRACE_O_EXITKILL); one
 		// attached to, or a domain, is put back by the guard if we die
 		startGuard(c.App.ErrWriter)
@@ -500,8 +484,8 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 		return cli.Exit("run: "+err.Error(), 1)
 	}
 	mainPid = eng.Pid()
-	label := target // what the summary names the target by
-	if !strings.HasPrefix(target, "gdb:") && !strings.HasPrefix(target, "xen:") {
+	label := spec.String() // what the summary names the target by
+	if !spec.Guest() {
 		label = fmt.Sprintf("pid:%d", mainPid)
 	}
 	probes, err := eng.Insert(mod, engine.InsertNew)
@@ -529,7 +513,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	// the summary: variables and probes, read in the same engine command
 	// as the detach (through gdbsx, each command waits for a hit)
 	slow := time.AfterFunc(time.Second, func() {
-		if interrupted && strings.HasPrefix(target, "gdb:") {
+		if interrupted && spec.Kind == targets.GDB {
 			fmt.Fprintln(c.App.ErrWriter, "gprobes: waiting for the guest to stop: a stub that ignores ^C (gdbsx) stops only at a hit, or when the domain is paused (xl pause DOMID: gdbsx unpauses it as gprobes detaches); killing gprobes now would leave its int3 bytes in the guest")
 		}
 	})
