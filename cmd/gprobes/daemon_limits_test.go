@@ -218,10 +218,19 @@ func TestDaemonSocketNotASocket(t *testing.T) {
 	os.Mkdir(sub, 0o755)
 	link := filepath.Join(dir, "link")
 	os.Symlink(file, link)
+	exe, _ := os.Executable()
 	for _, p := range []string{file, sub, link} {
-		_, errs, code := gprobes(t, "daemon", "--socket", p, "--state", filepath.Join(dir, "state"))
-		if code == 0 || !strings.Contains(errs, "not a socket") || !strings.Contains(errs, p) {
-			t.Errorf("daemon --socket %s: exit %d, %s", p, code, errs)
+		// a subprocess: a daemon that took the path would serve on
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		d := exec.CommandContext(ctx, exe, "daemon", "--socket", p, "--state", filepath.Join(dir, "state"))
+		d.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
+		out, err := d.CombinedOutput()
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut {
+			t.Errorf("daemon --socket %s: still running after a minute (it took the path)", p)
+		} else if err == nil || !strings.Contains(string(out), "not a socket") || !strings.Contains(string(out), p) {
+			t.Errorf("daemon --socket %s: %v, %s", p, err, out)
 		}
 	}
 	if b, err := os.ReadFile(file); err != nil || string(b) != "precious" {
