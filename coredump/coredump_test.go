@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/sim"
 )
@@ -81,7 +82,7 @@ func progAt(t *testing.T, progs []*elf.Prog, addr uint64) *elf.Prog {
 // program, dump it, let it go on, and check the core with gdb, readelf,
 // debug/elf and our own reader.
 func TestDumpRunningProcess(t *testing.T) {
-	needTools(t, "gcc", "gdb", "readelf")
+	testkit.Need(t, "gcc", "gdb", "readelf")
 	tg := startTarget(t)
 	tg.tick(t)
 	ids, _ := taskIDs(tg.pid)
@@ -462,7 +463,7 @@ func checkSegments(t *testing.T, path string, pid int, st Stats) {
 // first page and gets zeros, reported, for the rest; guard pages are
 // omitted; none of this is an error.
 func TestUnreadableRegions(t *testing.T) {
-	needTools(t, "gcc")
+	testkit.Need(t, "gcc")
 	tg := startTarget(t)
 	p := tg.stop(t, 0)
 	page := uint64(os.Getpagesize())
@@ -539,7 +540,7 @@ func (r refusing) ReadAt(b []byte, off int64) (int, error) {
 // TestMaxBytes: a dump over the limit is refused before anything is
 // written, and WriteFile leaves nothing behind.
 func TestMaxBytes(t *testing.T) {
-	needTools(t, "gcc")
+	testkit.Need(t, "gcc")
 	tg := startTarget(t)
 	p := tg.stop(t, 0)
 	var buf bytes.Buffer
@@ -572,7 +573,7 @@ func TestMaxBytes(t *testing.T) {
 // their ELF header page, and gdb still unwinds (it reads text from the
 // files NT_FILE names).
 func TestSkipFileBackedReadOnly(t *testing.T) {
-	needTools(t, "gcc", "gdb")
+	testkit.Need(t, "gcc", "gdb")
 	tg := startTarget(t)
 	p := tg.stop(t, 0)
 	full, err := Write(io.Discard, p, Options{})
@@ -624,7 +625,7 @@ func TestSkipFileBackedReadOnly(t *testing.T) {
 // an error (ErrGone when the memory vanishes), never a panic, and
 // WriteFile leaves no file behind.
 func TestProcessExits(t *testing.T) {
-	needTools(t, "gcc")
+	testkit.Need(t, "gcc")
 	t.Run("before", func(t *testing.T) {
 		tg := startTarget(t)
 		p := tg.stop(t, 0)
@@ -705,7 +706,7 @@ func TestWriteErrors(t *testing.T) {
 
 // TestFailingWriter: a writer error stops the dump and is returned.
 func TestFailingWriter(t *testing.T) {
-	needTools(t, "gcc")
+	testkit.Need(t, "gcc")
 	tg := startTarget(t)
 	p := tg.stop(t, 0)
 	_, err := Write(&failAfter{n: 100 << 10}, p, Options{})
@@ -753,7 +754,7 @@ func TestParseMapsLine(t *testing.T) {
 // TestExtendedNumbering: more than 65534 segments use PN_XNUM, as the
 // kernel does; readelf must read the real count.
 func TestExtendedNumbering(t *testing.T) {
-	needTools(t, "readelf")
+	testkit.Need(t, "readelf")
 	const n = 70000
 	maps := make([]mapping, n)
 	for i := range maps {

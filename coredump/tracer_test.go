@@ -11,11 +11,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // This file holds what the tests need to play the engine: a real target
@@ -28,52 +29,13 @@ const (
 	ptraceEventStop = 128
 )
 
-// needTools skips (or, under CI=true, fails) when a tool is missing.
-func needTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is required under CI=true: %v", tool, err)
-			}
-			t.Skipf("%s not found: %v", tool, err)
-		}
-	}
-}
-
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
-
 // targetBinary builds testdata/target.c once per test run.
 func targetBinary(t *testing.T) string {
 	t.Helper()
-	needTools(t, "gcc")
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "coredump-target-")
-		if buildErr != nil {
-			return
-		}
-		out, err := exec.Command("gcc", "-g", "-O0", "-pthread", "-o", filepath.Join(buildDir, "target"), "testdata/target.c").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("gcc: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(buildDir, "target")
+	return testkit.CC(t, "target", "-g", "-O0", "-pthread", "testdata/target.c")
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // target is a running test program.
 type target struct {

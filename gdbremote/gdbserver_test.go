@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // fixtureC is the program gdbserver runs: target_fn is called 3 times with
@@ -51,14 +53,7 @@ func needGdbserver(t testing.TB) {
 			t.Logf("apt-get install gdbserver: %v\n%s", err, out)
 		}
 	})
-	for _, tool := range []string{"gdbserver", "gcc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is missing: apt-get install -y gdbserver gcc libc6-dev", tool)
-			}
-			t.Skipf("%s is missing (apt-get install -y gdbserver gcc)", tool)
-		}
-	}
+	testkit.Need(t, "gdbserver", "gcc")
 }
 
 var installOnce sync.Once
@@ -67,15 +62,11 @@ var installOnce sync.Once
 // addresses) and returns its path and symbols.
 func buildFixture(t testing.TB) (string, map[string]uint64) {
 	t.Helper()
-	dir := t.TempDir()
-	src := filepath.Join(dir, "prog.c")
-	bin := filepath.Join(dir, "prog")
+	src := filepath.Join(t.TempDir(), "prog.c")
 	if err := os.WriteFile(src, []byte(fixtureC), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("gcc", "-O1", "-fno-pie", "-no-pie", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	bin := testkit.CC(t, "prog", "-O1", "-fno-pie", "-no-pie", src)
 	f, err := elf.Open(bin)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // nmSym is one line of "nm" output.
@@ -179,7 +181,7 @@ func TestELFLookupRules(t *testing.T) {
 
 func TestBuildID(t *testing.T) {
 	f := needFixtures(t)
-	needTool(t, "readelf")
+	testkit.Tool(t, "readelf")
 	for _, path := range []string{f.prog, f.lib, f.strip} {
 		out := run(t, "readelf", "-n", path)
 		_, after, ok := strings.Cut(out, "Build ID: ")

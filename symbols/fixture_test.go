@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // The fixtures are C programs under testdata/src, built with gcc once per
@@ -54,25 +56,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needTool skips the test when a tool is missing, or fails it under CI=true.
-func needTool(t testing.TB, tool string) string {
-	t.Helper()
-	p, err := exec.LookPath(tool)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required under CI=true: %v", tool, err)
-		}
-		t.Skipf("%s not found: %v", tool, err)
-	}
-	return p
-}
-
 // needFixtures builds the fixture programs once.
 func needFixtures(t testing.TB) *fixtures {
 	t.Helper()
-	needTool(t, "gcc")
-	needTool(t, "nm")
-	needTool(t, "strip")
+	testkit.Need(t, "gcc", "nm", "strip")
 	fix.once.Do(func() { fix.f, fix.err = buildFixtures() })
 	if fix.err != nil {
 		t.Fatal(fix.err)

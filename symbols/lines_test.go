@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // gdbInfoLine asks gdb where each line starts ("info line FILE:N") and
@@ -17,7 +19,7 @@ import (
 // in several places; none for a line without code).
 func gdbInfoLine(t *testing.T, binary string, queries []string) map[string][]uint64 {
 	t.Helper()
-	needTool(t, "gdb")
+	testkit.Tool(t, "gdb")
 	args := []string{"-batch", "-nx"}
 	for _, q := range queries {
 		args = append(args, "-ex", "echo @@"+q+"\\n", "-ex", "info line "+q)
@@ -77,7 +79,7 @@ type decodedLine struct {
 
 func objdumpLines(t *testing.T, binary string) []decodedLine {
 	t.Helper()
-	needTool(t, "objdump")
+	testkit.Tool(t, "objdump")
 	var rows []decodedLine
 	for _, l := range strings.Split(run(t, "objdump", "--dwarf=decodedline", binary), "\n") {
 		f := strings.Fields(l)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/internal/testkit"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
@@ -37,7 +38,7 @@ func TestXenNative(t *testing.T) {
 	if art, err := qemulab.Artifacts(); err == nil {
 		extra["/guest/vmlinux"] = filepath.Join(art, "vmlinux")
 		extra["/guest/System.map"] = filepath.Join(art, "System.map")
-	} else if os.Getenv("CI") == "true" {
+	} else if testkit.CI() {
 		t.Fatal(err)
 	}
 	writes := filepath.Join(dir, "writes.dpdf")

@@ -10,18 +10,20 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
-// TestNeverHarm is SPEC §9 tried as a user would (issue 9): a 4-thread
-// program whose first probed instruction is a lock add on a global
-// (stepped out of line), with exec, detach under load, a rebuilt binary
-// and a daemon killed with SIGKILL, each at least 20 rounds. Every round
-// checks the program's own result (it exits 1 when a count is off, dies
-// when an int3 is left behind or planted mid-instruction) and the hits.
+// TestNeverHarm is docs/engine.md's "Never harm the target" tried as a
+// user would (issue 9): a 4-thread program whose first probed instruction
+// is a lock add on a global (stepped out of line), with exec, detach under
+// load, a rebuilt binary and a daemon killed with SIGKILL, each at least 20
+// rounds (with -short, each way once: harmRounds). Every round checks the
+// program's own result (it exits 1 when a count is off, dies when an int3
+// is left behind or planted mid-instruction) and the hits.
 func TestNeverHarm(t *testing.T) {
 	need(t, "gcc")
 	fx := buildHarm(t)
@@ -35,8 +37,17 @@ func TestNeverHarm(t *testing.T) {
 
 const harmThreads, harmN = 4, 2000
 
+// harmRounds is n rounds, or with -short (the fast loop) one round for
+// each of the ways a loop cycles through: every check runs, fewer times.
+func harmRounds(n, ways int) int {
+	if testing.Short() {
+		return ways
+	}
+	return n
+}
+
 type harmFixture struct {
-	dir, harm, launcher string
+	harm, launcher string
 }
 
 // harmProbe counts f_lock (lock add, stepped) in lv 0 and f_push
@@ -51,35 +62,13 @@ func harmProbe(t *testing.T, dir, prog string) string {
 	return p
 }
 
-var harmOnce struct {
-	sync.Once
-	fx  harmFixture
-	err error
-}
-
 func buildHarm(t *testing.T) harmFixture {
 	t.Helper()
-	harmOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gprobes-harm-")
-		if err != nil {
-			harmOnce.err = err
-			return
-		}
-		fx := harmFixture{dir: dir, harm: filepath.Join(dir, "harm"), launcher: filepath.Join(dir, "launcher")}
-		if err := gccHarm(fx.harm, 0); err != nil {
-			harmOnce.err = err
-			return
-		}
-		if out, err := exec.Command("gcc", "-O1", "-o", fx.launcher, "../../testdata/harm/launcher.c").CombinedOutput(); err != nil {
-			harmOnce.err = fmt.Errorf("%v\n%s", err, out)
-			return
-		}
-		harmOnce.fx = fx
-	})
-	if harmOnce.err != nil {
-		t.Fatal(harmOnce.err)
+	src := "../../testdata/harm/"
+	return harmFixture{
+		harm:     testkit.CC(t, "harm", "-O1", "-g", "-pthread", src+"harm.c", src+"funcs.S"),
+		launcher: testkit.CC(t, "launcher", "-O1", src+"launcher.c"),
 	}
-	return harmOnce.fx
 }
 
 // gccHarm builds the fixture at out, every function moved by pad bytes.
@@ -126,7 +115,7 @@ func harmExec(t *testing.T, fx harmFixture) {
 	want := harmThreads * harmN
 	args := []string{"-t", strconv.Itoa(harmThreads), "-n", strconv.Itoa(harmN)}
 	modes := []string{"exec", "fork", "vfork", "spawn"}
-	for round := 0; round < 20; round++ {
+	for round := 0; round < harmRounds(20, len(modes)); round++ {
 		mode := modes[round%4]
 		out, errs, code := gprobes(t, append([]string{"run", "-q", probe, "--", fx.launcher, mode, fx.harm}, args...)...)
 		lock, push, ok := lvs(out, fx.harm)
@@ -135,7 +124,7 @@ func harmExec(t *testing.T, fx harmFixture) {
 		}
 	}
 	sock, _ := harmDaemon(t, t.TempDir())
-	for round := 0; round < 20; round++ {
+	for round := 0; round < harmRounds(20, len(modes)); round++ {
 		mode := modes[round%4]
 		gate := filepath.Join(t.TempDir(), "gate")
 		cmd := exec.Command(fx.launcher, append([]string{mode, fx.harm}, args...)...)
@@ -158,7 +147,7 @@ func harmExec(t *testing.T, fx harmFixture) {
 // lock add: remove, SIGTERM to the daemon, Ctrl-C of run --target pid:N.
 func harmDetach(t *testing.T, fx harmFixture) {
 	probe := harmProbe(t, t.TempDir(), fx.harm)
-	for round := 0; round < 21; round++ {
+	for round := 0; round < harmRounds(21, 3); round++ {
 		dir := t.TempDir()
 		gate, started := filepath.Join(dir, "gate"), filepath.Join(dir, "started")
 		// long enough under probes that the detach comes mid-run
@@ -208,7 +197,7 @@ func harmRebuild(t *testing.T, fx harmFixture) {
 	probe := harmProbe(t, dir, prog)
 	sock, _ := harmDaemon(t, dir)
 	want := uint64(harmThreads * harmN)
-	for round := 0; round < 20; round++ {
+	for round := 0; round < harmRounds(20, 4); round++ {
 		if err := gccHarm(prog, []int{0, 13, 1, 29}[round%4]); err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +221,7 @@ func harmRebuild(t *testing.T, fx harmFixture) {
 // recover (the guard killed too), or by the next daemon as it starts.
 func harmSigkill(t *testing.T, fx harmFixture) {
 	probe := harmProbe(t, t.TempDir(), fx.harm)
-	for round := 0; round < 21; round++ {
+	for round := 0; round < harmRounds(21, 3); round++ {
 		dir := t.TempDir()
 		gate := filepath.Join(dir, "gate")
 		cmd := exec.Command(fx.harm, "-t", strconv.Itoa(harmThreads), "-n", strconv.Itoa(harmN), "-g", gate)
@@ -434,10 +423,11 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Fatalf("waited 30 s for %s", what)
 }
 
-// dlclose (SPEC §9, rebuilding the probed file): a library dlclose'd,
-// rebuilt with its function moved and dlopen'ed again, 20 times, under
-// one daemon: its probes follow it, and remove with the library unloaded
-// writes nothing into the program.
+// dlclose (docs/engine.md, "Never harm the target": rebuilding the probed
+// file): a library dlclose'd, rebuilt with its function moved and
+// dlopen'ed again, 20 times (4 with -short), under one daemon: its probes
+// follow it, and remove with the library unloaded writes nothing into the
+// program.
 func harmDlclose(t *testing.T) {
 	dir := t.TempDir()
 	lib := filepath.Join(dir, "plug.so")
@@ -459,7 +449,7 @@ func harmDlclose(t *testing.T) {
 	}
 	probe := filepath.Join(dir, "plug.dpdf")
 	os.WriteFile(probe, []byte("name = "+lib+"\nmodtype = user\nvars = 1\noffset = plug\ninc lv,0\nexit 0\n"), 0o644)
-	const rounds, n = 20, 500
+	rounds, n := harmRounds(20, 4), 500
 	build(0)
 	sock, _ := harmDaemon(t, dir)
 	pid, wait := startPrinting(t, exec.Command(reload, lib, strconv.Itoa(rounds), strconv.Itoa(n), dir))

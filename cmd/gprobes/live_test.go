@@ -8,38 +8,18 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-)
 
-var hitsFixture struct {
-	once sync.Once
-	path string
-	err  error
-}
+	"github.com/gprobes/gprobes/internal/testkit"
+)
 
 // buildHits builds testdata/proc's fixture once per test binary.
 func buildHits(t *testing.T) string {
 	t.Helper()
-	need(t, "gcc")
-	hitsFixture.once.Do(func() {
-		dir, err := os.MkdirTemp("", "gprobes-cmd-")
-		if err != nil {
-			hitsFixture.err = err
-			return
-		}
-		hitsFixture.path = filepath.Join(dir, "hits")
-		src := "../../testdata/proc/"
-		if out, err := exec.Command("gcc", "-O1", "-g", "-pthread", "-o", hitsFixture.path, src+"hits.c", src+"funcs.S", "-ldl").CombinedOutput(); err != nil {
-			hitsFixture.err = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if hitsFixture.err != nil {
-		t.Fatal(hitsFixture.err)
-	}
-	return hitsFixture.path
+	src := "../../testdata/proc/"
+	return testkit.CC(t, "hits", "-O1", "-g", "-pthread", src+"hits.c", src+"funcs.S", "-ldl")
 }
 
 // startLooping starts the fixture looping and returns it with a reader of

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files (docs/cli.md, testdata/*.golden)")
@@ -33,17 +35,11 @@ func mustRun(t *testing.T, args ...string) string {
 	return out
 }
 
-// need fails under CI=true when a tool is missing, and skips otherwise.
+// need is testkit.Need: skip, or fail under CI=true, when a tool is
+// missing.
 func need(t *testing.T, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("CI=true and %s is missing: %v", tool, err)
-			}
-			t.Skipf("%s is missing", tool)
-		}
-	}
+	testkit.Need(t, tools...)
 }
 
 const examples = "../../testdata/examples"
@@ -302,7 +298,7 @@ func TestMain(m *testing.M) {
 	// a gprobes run in the test process that starts gprobes again (the
 	// guard of run --target pid:N) starts this binary: as gprobes
 	os.Setenv("GPROBES_TEST_MAIN", "1")
-	os.Exit(m.Run())
+	testkit.Main(m)
 }
 
 func TestFlagsAfterArguments(t *testing.T) {
@@ -361,10 +357,7 @@ int main(void) {
 	for (;;) pause();
 }
 `), 0o644)
-	bin := filepath.Join(dir, "prog")
-	if out, err := exec.Command("gcc", "-O0", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	bin := testkit.CC(t, "prog", "-O0", src)
 	cmd := exec.Command(bin)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -447,10 +440,7 @@ int main(void) {
 	return handle(&current) == 0;
 }
 `), 0o644)
-	bin := filepath.Join(dir, "prog")
-	if out, err := exec.Command("gcc", "-g", "-O0", "-Wl,--build-id", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	bin := testkit.CC(t, "prog", "-g", "-O0", "-Wl,--build-id", src)
 	layout, err := exec.Command(bin).Output()
 	if err != nil && len(layout) == 0 {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // Build is one lab's build: build.sh in Dir() prints, last, the folder of
@@ -106,7 +108,7 @@ func (b *Build) Available() error {
 	if len(cmds) == 0 {
 		return nil
 	}
-	if os.Geteuid() == 0 && (os.Getenv("CI") == "true" || os.Getenv("GPROBES_LAB_INSTALL") == "1") {
+	if os.Geteuid() == 0 && (testkit.CI() || os.Getenv("GPROBES_LAB_INSTALL") == "1") {
 		out, err := exec.Command("bash", filepath.Join(b.Dir(), "build.sh"), "--deps").CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("%s: installing host packages: %v\n%s", b.Name, err, out)
@@ -120,14 +122,15 @@ func (b *Build) Available() error {
 }
 
 // Require skips the test when the lab cannot run here, or fails it when
-// CI=true (in CI the lab must run).
+// CI=true (in CI the lab must run). With -short it always skips: the labs
+// boot VMs, and go test -short is the fast loop.
 func (b *Build) Require(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skipf("%s: boots a VM: not with -short", b.Name)
+	}
 	if err := b.Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		testkit.SkipOrFail(t, "%v", err)
 	}
 }
 
