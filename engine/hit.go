@@ -10,8 +10,9 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// thread is the engine's state of one thread: its machine (the temporary
-// log buffer of SPEC §3 is per thread) and an out-of-line step in flight.
+// thread is the engine's state of one thread: its machine (the RPN
+// machine's temporary log buffer is per thread) and an out-of-line step in
+// flight.
 type thread struct {
 	tid, space int
 	held       bool // stopped by the target at start, until Go
@@ -144,7 +145,7 @@ func (e *Engine) trap(th *thread) {
 			e.resume(th.tid, 0)
 			return
 		}
-		e.resume(th.tid, 5) // SIGTRAP of the program's own: deliver it
+		e.resume(th.tid, SigTrap) // the program's own: deliver it
 		return
 	}
 	th.regs[rpn.RegRIP] = addr
@@ -441,7 +442,7 @@ func (e *Engine) commitAll(th *thread, recs []Record) {
 		e.commit(r)
 	}
 	if detach {
-		e.detachSpace(th.space, 19) // SIGSTOP: left stopped for the debugger
+		e.detachSpace(th.space, SigStop) // left stopped for the debugger
 	}
 }
 

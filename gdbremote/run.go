@@ -293,9 +293,16 @@ func (c *Conn) stopped() {
 // returned.
 func (c *Conn) Running() bool { return c.running.Load() }
 
+// GDB signal numbers (gdb/signals.def) of the stop replies gprobes acts
+// on; for these two GDB's numbering is Linux's.
+const (
+	SigInt  = 2 // GDB_SIGNAL_INT: the stop of Interrupt
+	SigTrap = 5 // GDB_SIGNAL_TRAP: breakpoints and steps
+)
+
 // Stop is a stop reply.
 type Stop struct {
-	Signal   int    // GDB signal number: 5 (SIGTRAP) for breakpoints and steps, 2 (SIGINT) for Interrupt
+	Signal   int    // GDB signal number: SigTrap for breakpoints and steps, SigInt for Interrupt
 	Thread   Thread // the thread that stopped; zero when the stub does not say
 	Reason   string // "swbreak", "hwbreak", "watch", "rwatch", "awatch", "library", "fork", "vfork", "vforkdone", "exec", "clone", "create", or ""
 	Addr     uint64 // the data address of a watchpoint stop

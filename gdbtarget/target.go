@@ -171,7 +171,7 @@ func (t *Target) Wait() (engine.Event, error) {
 		t.byNum[tid] = st.Thread
 		t.threads = append(t.threads, st.Thread)
 	}
-	if kicked && t.noZ && t.pastMemBP(st.Thread) && st.Signal == 5 {
+	if kicked && t.noZ && t.pastMemBP(st.Thread) && st.Signal == gdbremote.SigTrap {
 		// gdbsx ignores ^C: this stop is a hit of an int3 of ours, and
 		// the vCPU is past it; the engine must take it as a trap. (The
 		// register read comes first on purpose: gdbsx read our ^C where
@@ -180,9 +180,9 @@ func (t *Target) Wait() (engine.Event, error) {
 		kicked = false
 	}
 	switch {
-	case st.Signal == 5 && !kicked:
+	case st.Signal == gdbremote.SigTrap && !kicked:
 		return engine.Event{Kind: engine.EvTrap, Tid: tid}, nil
-	case st.Signal == 5 || st.Signal == 2 || kicked:
+	case st.Signal == gdbremote.SigTrap || st.Signal == gdbremote.SigInt || kicked:
 		return engine.Event{Kind: engine.EvKick, Tid: tid}, nil
 	}
 	return engine.Event{Kind: engine.EvKick, Tid: tid}, nil
@@ -351,7 +351,7 @@ func (t *Target) Detach(tid, sig int) error {
 		return nil
 	}
 	t.detach = true
-	if sig == 19 {
+	if sig == engine.SigStop {
 		return t.conn.Close()
 	}
 	err := t.conn.Detach()

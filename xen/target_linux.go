@@ -21,14 +21,8 @@ type Options struct {
 	//   dr    debug registers only (at most four probe addresses);
 	//   int3  int3 bytes only;
 	//   int1  int1 bytes (0xf1, ICEBP) only.
-	// A debug-register breakpoint and the single-step are debug traps
-	// (#DB): Xen 4.17 pauses the domain and raises VIRQ_DEBUGGER, which
-	// wakes gprobes at once. An int3 pauses the domain silently (Xen keeps
-	// VIRQ_DEBUGGER for #DB), so while int3 probes are in, gprobes checks
-	// the domain's state every Poll. int1 is a #DB too, but under QEMU
-	// TCG (the lab) ICEBP in the PV kernel's ring 3 raises #GP and kills
-	// the guest; on hardware it is a #DB without privilege check, not
-	// verified yet.
+	// How gprobes learns of each kind of stop, and why auto is the
+	// default: the package's design note (doc.go).
 	Breakpoints string
 	// Poll is the interval of the state check while int3 probes are in
 	// (default 1 ms).
@@ -722,7 +716,7 @@ func (t *Target) Detach(tid, sig int) error {
 		return nil
 	}
 	t.detach = true
-	t.release(sig == 19) // SIGSTOP: stay paused, in debugging mode
+	t.release(sig == engine.SigStop) // stay paused, in debugging mode
 	return nil
 }
 

@@ -160,7 +160,7 @@ func rawLoop(vm *qemulab.VM, addr uint64, work func() (float64, error)) (float64
 				return
 			default:
 			}
-			if st.Signal != 5 {
+			if st.Signal != gdbremote.SigTrap {
 				continue
 			}
 			if err = conn.WriteReg(gdbremote.Thread{}, "rip", addr+uint64(in.Len)); err != nil {
