@@ -51,7 +51,8 @@ type Label struct {
 	Name string `parser:"@Label"`
 }
 
-// Instr is one instruction of SPEC §3 with its operands.
+// Instr is one instruction of the RPN machine (docs/language.md) with its
+// operands.
 type Instr struct {
 	Pos lexer.Position
 
