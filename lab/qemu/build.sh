@@ -35,58 +35,11 @@ declare -A CMD_PKG=(
 	[sha256sum]=coreutils [apt-get]=apt [dpkg-deb]=dpkg
 )
 
-log() { echo "qemulab: $*" >&2; }
-die() { echo "qemulab: error: $*" >&2; exit 1; }
-
-missing_pkgs() {
-	local c out=""
-	for c in "${!CMD_PKG[@]}"; do
-		command -v "$c" >/dev/null 2>&1 || out="$out ${CMD_PKG[$c]}"
-	done
-	[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || out="$out libc6-dev"
-	echo $out | tr ' ' '\n' | sort -u | tr '\n' ' '
-}
-
-apt_updated=
-apt_update() {
-	[ -n "$apt_updated" ] && return 0
-	[ "$(id -u)" = 0 ] || return 1
-	log "apt-get update"
-	apt-get update -qq >&2 || return 1
-	apt_updated=1
-}
-
-install_deps() {
-	local miss
-	miss=$(missing_pkgs)
-	[ -z "${miss// /}" ] && { log "host tools present"; return 0; }
-	[ "$(id -u)" = 0 ] || die "missing host tools; as root run: apt-get install -y --no-install-recommends $miss"
-	log "installing:$miss"
-	apt_update || true
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $miss >&2
-	miss=$(missing_pkgs)
-	[ -z "${miss// /}" ] || die "still missing after install: $miss"
-}
-
-case ${1:-} in
---deps) install_deps; exit 0 ;;
---check)
-	miss=$(missing_pkgs)
-	[ -z "${miss// /}" ] && exit 0
-	echo "missing host packages: $miss(as root: $0 --deps)"
-	exit 1
-	;;
-"") ;;
-*) die "usage: $0 [--deps|--check]" ;;
-esac
-
-install_deps
-mkdir -p "$LAB/debs" "$LAB/kernel"
-exec 9>"$LAB/.lock"
-flock 9
+NAME=qemulab
+# the host tools, --deps and --check, the lock, fetch: shared with the other lab
+source "$HERE/../labkit/lab.sh"
 
 # ---- inputs ------------------------------------------------------------
-pkg_known() { apt-cache show "$1" >/dev/null 2>&1; }
 list_kvers() {
 	apt-cache search --names-only '^linux-image-6\.1\.0-[0-9]+-amd64$' 2>/dev/null |
 		awk '{print $1}' | sed 's/^linux-image-//' | sort -V
@@ -105,19 +58,6 @@ if [ ! -e "$LAB/kernel/$KVER/.done" ] && ! pkg_known "$KPKG"; then
   Available: $(list_kvers | tr '\n' ' ')
   Set GPROBES_KVER to one of them (or GPROBES_KVER=latest), or bump KVER_DEFAULT in $0."
 fi
-
-fetch() { # fetch PKG -> path of its .deb under debs/
-	local pkg=$1 d=$LAB/debs f
-	f=$(ls "$d/${pkg}_"*.deb 2>/dev/null | head -1 || true)
-	if [ -z "$f" ]; then
-		pkg_known "$pkg" || apt_update || true
-		log "apt-get download $pkg"
-		(cd "$d" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >&2) ||
-			die "apt-get download $pkg failed"
-		f=$(ls "$d/${pkg}_"*.deb | head -1)
-	fi
-	echo "$f"
-}
 
 # ---- kernel: once per KVER --------------------------------------------
 K=$LAB/kernel/$KVER

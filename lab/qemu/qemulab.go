@@ -1,13 +1,14 @@
-// Package qemulab boots the gprobes QEMU lab guest for tests: a stock Debian
-// 6.1 kernel and a busybox initramfs with the gpwork workload, under
-// qemu-system-x86_64 -accel tcg, with QEMU's GDB stub on a free local port.
+// Package qemu boots the gprobes QEMU lab guest for tests (importers name
+// it qemulab): a stock Debian 6.1 kernel and a busybox initramfs with the
+// gpwork workload, under qemu-system-x86_64 -accel tcg, with QEMU's GDB
+// stub on a free local port.
 //
 // The guest's serial console is QEMU's stdio, connected to pipes: the guest
 // init prints "GPLAB READY", then runs one shell command per line it reads
 // and frames the result (see src/init). Artifacts are built by build.sh from
 // Debian packages and cached under $GPROBES_LAB (default
 // ~/.cache/gprobes-qemulab). See docs/qemu-lab.md.
-package qemulab
+package qemu
 
 import (
 	"bufio"

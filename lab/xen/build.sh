@@ -42,69 +42,10 @@ declare -A CMD_PKG=(
 	[ldd]=libc-bin [tar]=tar [xz]=xz-utils
 )
 
-log() { echo "xenlab: $*" >&2; }
-die() { echo "xenlab: error: $*" >&2; exit 1; }
-
-missing_pkgs() {
-	local c out=""
-	for c in "${!CMD_PKG[@]}"; do
-		command -v "$c" >/dev/null 2>&1 || out="$out ${CMD_PKG[$c]}"
-	done
-	[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || out="$out libc6-dev"
-	echo $out | tr ' ' '\n' | sort -u | tr '\n' ' '
-}
-
-apt_updated=
-apt_update() {
-	[ -n "$apt_updated" ] && return 0
-	[ "$(id -u)" = 0 ] || return 1
-	log "apt-get update"
-	apt-get update -qq >&2 || return 1
-	apt_updated=1
-}
-
-install_deps() {
-	local miss
-	miss=$(missing_pkgs)
-	[ -z "${miss// /}" ] && { log "host tools present"; return 0; }
-	[ "$(id -u)" = 0 ] || die "missing host tools; as root run: apt-get install -y --no-install-recommends $miss"
-	log "installing:$miss"
-	apt_update || true
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $miss >&2
-	miss=$(missing_pkgs)
-	[ -z "${miss// /}" ] || die "still missing after install: $miss"
-}
-
-case ${1:-} in
---deps) install_deps; exit 0 ;;
---check)
-	miss=$(missing_pkgs)
-	[ -z "${miss// /}" ] && exit 0
-	echo "missing host packages: $miss(as root: $0 --deps)"
-	exit 1
-	;;
-"") ;;
-*) die "usage: $0 [--deps|--check]" ;;
-esac
-
-install_deps
-mkdir -p "$LAB/debs" "$LAB/kernel"
-exec 9>"$LAB/.lock"
-flock 9
-
-pkg_known() { apt-cache show "$1" >/dev/null 2>&1; }
-fetch() { # fetch PKG -> path of its .deb (ours, or the QEMU lab's)
-	local pkg=$1 f
-	f=$(ls "$LAB/debs/${pkg}_"*.deb "$QLAB/debs/${pkg}_"*.deb 2>/dev/null | head -1 || true)
-	if [ -z "$f" ]; then
-		pkg_known "$pkg" || apt_update || true
-		log "apt-get download $pkg"
-		(cd "$LAB/debs" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >&2) ||
-			die "apt-get download $pkg failed"
-		f=$(ls "$LAB/debs/${pkg}_"*.deb | head -1)
-	fi
-	echo "$f"
-}
+NAME=xenlab
+DEB_ALSO=$QLAB/debs # fetch reuses the QEMU lab's downloads
+# the host tools, --deps and --check, the lock, fetch: shared with the other lab
+source "$HERE/../labkit/lab.sh"
 
 # ---- Xen packages (hypervisor config, toolstack, libraries) -------------
 XEN_PKGS="xen-hypervisor-$XENV-amd64 xen-utils-$XENV xen-utils-common xenstore-utils

@@ -1,4 +1,5 @@
-// Package xenlab boots the gprobes Xen lab for tests: Xen 4.17 rebuilt with
+// Package xen boots the gprobes Xen lab for tests (importers name it
+// xenlab, apart from the xen backend it exercises): Xen 4.17 rebuilt with
 // CONFIG_GDBSX, a Linux PV dom0 running from an initramfs with the xl
 // toolstack, and PV domUs running busybox and the gpwork workload, all under
 // qemu-system-x86_64 -accel tcg.
@@ -12,4 +13,4 @@
 // VM.Run("domu-run ..."). Artifacts are built by build.sh from Debian
 // packages and cached under $GPROBES_XENLAB (default
 // ~/.cache/gprobes-xenlab). See README.md.
-package xenlab
+package xen

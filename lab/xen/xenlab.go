@@ -1,4 +1,4 @@
-package xenlab
+package xen
 
 import (
 	"compress/gzip"
