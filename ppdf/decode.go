@@ -163,8 +163,9 @@ func looksLikeDPDF(data []byte) bool {
 	return false
 }
 
-// dpdfKeywords are the DPDF keywords of SPEC §2 that start a "key = value"
-// line (the spaced forms "pass count" and "max hits" included).
+// dpdfKeywords are the DPDF keywords (docs/language.md, "File structure")
+// that start a "key = value" line (the spaced forms "pass count" and "max
+// hits" included).
 var dpdfKeywords = []string{
 	"name", "modtype", "major", "jmpmax", "logmax", "dfltexit", "vars", "gvars", "arch",
 	"offset", "opcode", "minor", "pass count", "passcount", "pass_count",

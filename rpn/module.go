@@ -51,7 +51,7 @@ func (m ModType) String() string {
 	return fmt.Sprintf("modtype(%d)", uint8(m))
 }
 
-// Limits of the header keywords (SPEC §2).
+// Limits of the header keywords (docs/language.md, "Header keywords").
 const (
 	MaxJmpMax    = 65535
 	MaxLogMax    = 65536
