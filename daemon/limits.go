@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -324,10 +325,15 @@ func (s *Server) openError(spec string, err error) error {
 // is answered 503 and closed.
 type connLimiter struct {
 	net.Listener
-	max   int
-	mu    sync.Mutex
-	conns map[net.Conn]*connInfo
+	max      int
+	mu       sync.Mutex
+	conns    map[net.Conn]*connInfo
+	refusing atomic.Int32 // refusals being answered
 }
+
+// maxRefusing bounds the connections being answered 503 at once (each for
+// 2 s at most); past it a connection is closed without an answer.
+const maxRefusing = 64
 
 type connInfo struct {
 	busy  bool      // in a request
@@ -355,7 +361,15 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			}
 			if victim == nil {
 				l.mu.Unlock()
-				go refuse(c, l.max)
+				if l.refusing.Add(1) > maxRefusing {
+					c.Close() // a flood: no answer, no goroutine
+					l.refusing.Add(-1)
+					continue
+				}
+				go func() {
+					refuse(c, l.max)
+					l.refusing.Add(-1)
+				}()
 				continue
 			}
 			delete(l.conns, victim)

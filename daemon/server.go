@@ -73,8 +73,9 @@ type Server struct {
 	// target has its own lock for that (target.mu).
 	mu      sync.Mutex
 	targets map[string]*target
-	closing bool    // Shutdown has begun: no new target
-	sockID  *fileID // the socket we created, to remove only that one
+	closing bool           // Shutdown has begun: no new target
+	opens   sync.WaitGroup // targets being opened (Shutdown waits for them)
+	sockID  *fileID        // the socket we created, to remove only that one
 	gv      []uint64
 	gvLock  sync.Mutex
 	log     *LogWriter
@@ -188,6 +189,9 @@ func (s *Server) Shutdown() error {
 		return nil // done, or under way
 	}
 	s.closing = true
+	s.mu.Unlock()
+	s.opens.Wait() // an open under way ends, and sees closing: it lets its target go
+	s.mu.Lock()
 	all := make([]*target, 0, len(s.targets))
 	for _, t := range s.targets {
 		all = append(all, t)
@@ -397,6 +401,8 @@ func (s *Server) openTarget(spec, key string, exec, guest bool, open func() (eng
 	if !exec {
 		s.targets[key] = t
 	}
+	s.opens.Add(1)
+	defer s.opens.Done()
 	s.mu.Unlock()
 	eng, err := engine.Start(open, engine.Options{
 		Sink:    engine.SinkFunc(func(r *engine.Record) { s.log.Write(ptrLine(FromRecord(t.name, r))) }),
