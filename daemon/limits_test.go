@@ -411,9 +411,11 @@ func TestPPDFFieldEscapes(t *testing.T) {
 
 // The server closes connections that send nothing, send their headers or
 // body too slowly, or sit idle after a request; a log follower is kept
-// past all those timeouts and gets the records committed later.
+// past all those timeouts (the write timeout included: it bounds each
+// write, not the stream) and gets the records committed later.
 func TestSlowAndIdleConnectionsClosed(t *testing.T) {
-	lim := Limits{ReadHeaderTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, IdleTimeout: 500 * time.Millisecond}
+	lim := Limits{ReadHeaderTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, IdleTimeout: 500 * time.Millisecond,
+		WriteTimeout: 500 * time.Millisecond}
 	s, sock := testServer(t, lim)
 	const closeWithin = 15 * time.Second
 	dial := func() net.Conn {
@@ -487,26 +489,29 @@ func TestSlowAndIdleConnectionsClosed(t *testing.T) {
 	}
 	// (its body is not closed: that would read the endless stream; the
 	// connection is closed at cleanup)
-	got := make(chan string, 1)
+	got := make(chan string, 2)
 	go func() {
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), `"late"`) {
+			if strings.Contains(sc.Text(), `"late`) {
 				got <- sc.Text()
-				return
 			}
 		}
 		got <- fmt.Sprintf("cut off: %v", sc.Err())
 	}()
-	time.Sleep(3 * time.Second) // past every timeout above
-	s.log.Write(&LogLine{Time: time.Now(), Kind: "log", Target: "pid:1", Module: "late"})
-	select {
-	case l := <-got:
-		if !strings.Contains(l, `"module":"late"`) {
-			t.Errorf("the follower: %s", l)
+	// past every timeout above, twice: the stream is still open after
+	// the first record
+	for _, mod := range []string{"late1", "late2"} {
+		time.Sleep(2 * time.Second)
+		s.log.Write(&LogLine{Time: time.Now(), Kind: "log", Target: "pid:1", Module: mod})
+		select {
+		case l := <-got:
+			if !strings.Contains(l, `"module":"`+mod+`"`) {
+				t.Fatalf("the follower, waiting for %s: %s", mod, l)
+			}
+		case <-time.After(closeWithin):
+			t.Fatalf("the follower did not get %s", mod)
 		}
-	case <-time.After(closeWithin):
-		t.Fatal("the follower got no record")
 	}
 }
 
