@@ -20,11 +20,20 @@ import (
 // probes it concerns: a breakpoint that could not go back in after a step
 // turns its probes to refused, with the reason, never silently off.
 //
-// What stays in a backend: how a breakpoint is made (an int3 byte, a Z
-// packet, a debug register), and a backend's own memory of what it made
-// when that decides how to report a stop before the engine sees it
-// (gdbtarget: a vCPU past an int3 after ^C to gdbsx; xen: which debug
-// register fired). The engine's sets below decide what a stop means.
+// A backend that classifies stops before the engine sees them (gdbtarget:
+// a vCPU past an int3 after ^C to gdbsx) asks these books through
+// Owner (OwnerAware). What stays in a backend is how a breakpoint is made
+// (an int3 byte, a Z packet, a debug register) and what only it can know:
+// xen keeps, for breakpoints taken out, which mechanism each one used (a
+// byte, or a debug register), since it reads a stop differently for each.
+
+// owner is the engine's Owner for backends.
+type owner struct{ e *Engine }
+
+func (o owner) Ours(space int, addr uint64) bool {
+	sp := o.e.spaces[space]
+	return sp != nil && sp.ours(addr)
+}
 
 // space is one address space (a process, or a guest's kernel) and what
 // the engine put there.

@@ -140,6 +140,9 @@ func Start(open func() (Target, error), opts Options) (*Engine, error) {
 		}
 		e.tgt = tgt
 		e.os = tgt.OS()
+		if oa, ok := tgt.(OwnerAware); ok {
+			oa.SetOwner(owner{e})
+		}
 		if sps := tgt.Spaces(); len(sps) > 0 {
 			e.pid = sps[0]
 		}

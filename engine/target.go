@@ -22,7 +22,9 @@ import (
 //   - optional abilities a backend may have, found with a type assertion
 //     on the Target: Dumper (exit 3), XOLMapper (out-of-line slots in the
 //     target's memory), SymbolLoader (more symbol files after open, on
-//     the OS), SignalHolder (keep a signal back during a step).
+//     the OS), SignalHolder (keep a signal back during a step),
+//     OwnerAware (the engine's "is this trap ours?" for a backend that
+//     classifies stops itself).
 //
 // The engine owns everything else: the loop, the breakpoints and what is
 // ours (breakpoints.go), hits, steps, commits. A backend never runs probe
@@ -151,6 +153,23 @@ type XOLMapper interface {
 // guest kernel: every insert may bring its own).
 type SymbolLoader interface {
 	AddSymbols(paths []string) error
+}
+
+// Owner is the engine's answer to "is this trap ours?", from its books
+// (breakpoints.go): the same answer the engine gives itself.
+type Owner interface {
+	// Ours reports whether addr in space holds a breakpoint the engine
+	// planted, or held one until a stop there could still be on its way.
+	Ours(space int, addr uint64) bool
+}
+
+// OwnerAware is a backend that classifies stops itself, before the engine
+// sees them (a stub that ignores ^C stops past an int3), and asks the
+// engine's books instead of keeping its own record of what it took out.
+// The engine calls SetOwner once, before the first Wait; Ours is called
+// from the engine's loop only.
+type OwnerAware interface {
+	SetOwner(Owner)
 }
 
 // SignalHolder is implemented by a target that can keep a sent signal

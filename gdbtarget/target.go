@@ -58,14 +58,17 @@ type Target struct {
 	detach  bool
 	// memBP holds the breakpoints planted as int3 in guest memory, for a
 	// stub that has neither Z0 nor Z1 (gdbsx); a vCPU stops past them.
-	memBP   map[uint64]bool
-	memGone map[uint64]bool // taken out: a vCPU may have stopped past it
-	noZ     bool
+	memBP map[uint64]bool
+	// owner is the engine's record of what is ours, taken-out int3s
+	// included (a vCPU may have stopped past one)
+	owner engine.Owner
+	noZ   bool
 }
 
 var (
-	_ engine.Target = (*Target)(nil)
-	_ engine.Dumper = (*Target)(nil)
+	_ engine.Target     = (*Target)(nil)
+	_ engine.Dumper     = (*Target)(nil)
+	_ engine.OwnerAware = (*Target)(nil)
 )
 
 // Open returns an opener for engine.Start that connects to a stub at
@@ -196,7 +199,7 @@ func (t *Target) pastMemBP(th gdbremote.Thread) bool {
 		return false
 	}
 	rip, err := t.conn.RegValue(block, "rip")
-	return err == nil && (t.memBP[rip-1] || t.memGone[rip-1])
+	return err == nil && (t.memBP[rip-1] || t.ours(rip-1))
 }
 
 func (t *Target) firstTid() int {
@@ -420,10 +423,9 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 		return fmt.Errorf("the stub has no breakpoints (Z0, Z1) and int3 cannot be written at %#x: %w", addr, err)
 	}
 	if t.memBP == nil {
-		t.memBP, t.memGone = map[uint64]bool{}, map[uint64]bool{}
+		t.memBP = map[uint64]bool{}
 	}
 	t.memBP[addr] = true
-	delete(t.memGone, addr)
 	return nil
 }
 
@@ -441,18 +443,24 @@ func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 		return err
 	}
 	delete(t.memBP, addr)
-	t.memGone[addr] = true
 	return nil
 }
 
 // TrapPC: a stub stops a vCPU before the instruction; past an int3 that
 // gprobes wrote into memory itself.
 func (t *Target) TrapPC(tid int, rip uint64) uint64 {
-	if t.noZ && (t.memBP[rip-1] || t.memGone[rip-1]) {
+	if t.noZ && (t.memBP[rip-1] || t.ours(rip-1)) {
 		return rip - 1
 	}
 	return rip
 }
+
+// SetOwner: the engine answers which taken-out int3s were ours.
+func (t *Target) SetOwner(o engine.Owner) { t.owner = o }
+
+// ours reports whether the engine planted a breakpoint at addr, or took
+// one out that a vCPU may still have stopped past.
+func (t *Target) ours(addr uint64) bool { return t.owner != nil && t.owner.Ours(0, addr) }
 
 // OS: a Linux guest kernel (linuxkernel.Guest).
 func (t *Target) OS() engine.OS { return t.os }
