@@ -19,5 +19,6 @@
 // must be gathered by the caller's ptrace thread — the one OS thread that
 // attached the tracee, since Linux answers ptrace requests only from it —
 // never from the goroutine that calls Write, which itself makes no ptrace
-// call and may run anywhere.
+// call and may run anywhere. The package builds on every OS, but only a
+// Linux build writes cores: elsewhere Write returns ErrNotSupported.
 package coredump
