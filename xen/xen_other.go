@@ -38,8 +38,5 @@ func Open(dom int, opts Options) func() (engine.Target, error) {
 // Recover returns ErrNotSupported.
 func Recover() ([]string, error) { return nil, ErrNotSupported }
 
-// RecoverOwner returns ErrNotSupported.
-func RecoverOwner(owner int) ([]string, error) { return nil, ErrNotSupported }
-
 // RecoverOwner: nothing to put back where Xen cannot be probed.
 func RecoverOwner(owner int) ([]string, error) { return nil, ErrNotSupported }
