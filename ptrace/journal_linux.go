@@ -80,8 +80,8 @@ func procStart(pid int) (uint64, bool) {
 		return 0, false
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, false
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return 0, false // gone, or dead and not yet reaped
 	}
 	v, err := strconv.ParseUint(f[19], 10, 64)
 	return v, err == nil

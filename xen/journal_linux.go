@@ -64,8 +64,8 @@ func procStart(pid int) (uint64, bool) {
 		return 0, false
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, false
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return 0, false // gone, or dead and not yet reaped
 	}
 	v, err := strconv.ParseUint(f[19], 10, 64)
 	return v, err == nil
@@ -151,7 +151,14 @@ func readJournal(path string) (*journal, error) {
 // Recover puts back every domain left with breakpoints by a gprobes that
 // died (the journals of owners no longer running) and says what it did,
 // one line a domain. Journals of running owners are left alone.
-func Recover() ([]string, error) {
+func Recover() ([]string, error) { return recoverJournals(0) }
+
+// RecoverOwner puts back the domains of one owner that is dying: its
+// guard saw it go (cmd/gprobes guard.go), whether or not its process is
+// reaped yet.
+func RecoverOwner(owner int) ([]string, error) { return recoverJournals(owner) }
+
+func recoverJournals(owner int) ([]string, error) {
 	dir := journalDir()
 	paths, _ := filepath.Glob(filepath.Join(dir, "dom*.json"))
 	var out []string
@@ -163,7 +170,7 @@ func Recover() ([]string, error) {
 			errs = append(errs, err)
 			continue
 		}
-		if j.alive() {
+		if owner != 0 && j.Pid != owner || owner == 0 && j.alive() {
 			continue
 		}
 		if hv == nil {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -63,9 +62,7 @@ func guard(c *cli.Context, owner int) error {
 	for _, m := range msgs {
 		fmt.Fprintln(c.App.ErrWriter, "gprobes guard: "+m)
 	}
-	// Xen's recovery acts on the journals of owners gone for good
-	waitGoneProcess(owner, 10*time.Second)
-	if xm, xerr := xen.Recover(); len(xm) > 0 || xerr != nil {
+	if xm, xerr := xen.RecoverOwner(owner); len(xm) > 0 || xerr != nil {
 		for _, m := range xm {
 			fmt.Fprintln(c.App.ErrWriter, "gprobes guard: "+m)
 		}
@@ -78,16 +75,6 @@ func guard(c *cli.Context, owner int) error {
 		return cli.Exit("", 1)
 	}
 	return nil
-}
-
-// waitGoneProcess waits (at most d) until process pid no longer exists,
-// reaped by its parent.
-func waitGoneProcess(pid int, d time.Duration) {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if syscall.Kill(pid, 0) == syscall.ESRCH {
-			return
-		}
-	}
 }
 
 // recoverAll puts back what dead gprobes left in processes and Xen
