@@ -220,10 +220,10 @@ func TestXenNative(t *testing.T) {
 	// daemon with debug registers.
 	hangThenRecover := func(what, kill, recover string) {
 		t.Helper()
-		run(kill)
+		killed := run(kill + "; sleep 1; cat /tmp/run3.out /tmp/k.log 2>/dev/null; ps")
 		run(fmt.Sprintf("(domu-run -t 150 %d 'gpwork counts 1 /etc/gp-a /etc/gp-b' >/tmp/w.out 2>&1; echo rc=$? >>/tmp/w.out) & sleep 4", d1))
 		if out := run(fmt.Sprintf("xl list %d; cat /tmp/w.out", d1)); !regexp.MustCompile(`domu1\s+\d+\s+\d+\s+\d+\s+[-rb]*p`).MatchString(out) || strings.Contains(out, "rc=") {
-			t.Errorf("%s: domu1 should be paused at the probe of the dead gprobes:\n%s", what, out)
+			t.Errorf("%s: domu1 should be paused at the probe of the dead gprobes:\n%s\nthe kill and gprobes' output:\n%s", what, out, killed)
 		}
 		out := run(recover + "; sleep 4; cat /tmp/w.out; ls /run/gprobes/xen; xl list " + fmt.Sprint(d1))
 		if !strings.Contains(out, "put back after gprobes") || !strings.Contains(out, "write 1 ") || !strings.Contains(out, "rc=0") || strings.Contains(out, ".json") {
@@ -234,12 +234,27 @@ func TestXenNative(t *testing.T) {
 			t.Errorf("%s: domu1 after recovery: rc %d %v\n%s", what, rc, err, w)
 		}
 	}
-	hangThenRecover("int3 bytes, gprobes run killed, gprobes recover",
-		fmt.Sprintf("GPROBES_XEN_BREAKPOINTS=int3 gprobes run --target xen:%d %s /etc/gprobes/writes.dpdf >/tmp/run3.out 2>&1 & sleep 3; cat /run/gprobes/xen/dom%d.json; kill -9 $(pidof gprobes)", d1, syms, d1),
+	// every gprobes leaves a guard (gprobes recover --guard PID) that
+	// puts the domain back the moment its owner dies: killed first here,
+	// so the journal is what recovers; pidof names guards too, and which
+	// of the two a plain kill -9 reaches first is a race
+	guards := "for p in $(pidof gprobes); do grep -q -- --guard /proc/$p/cmdline && kill -9 $p; done; "
+	others := "for p in $(pidof gprobes); do grep -q -- --guard /proc/$p/cmdline || kill -9 $p; done"
+	hangThenRecover("int3 bytes, gprobes run and its guard killed, gprobes recover",
+		fmt.Sprintf("GPROBES_XEN_BREAKPOINTS=int3 gprobes run --target xen:%d %s /etc/gprobes/writes.dpdf >/tmp/run3.out 2>&1 & sleep 3; cat /run/gprobes/xen/dom%d.json; %s%s", d1, syms, d1, guards, others),
 		"gprobes recover")
-	hangThenRecover("debug registers, daemon killed, a daemon starting",
-		fmt.Sprintf("gprobes daemon --socket /tmp/k.sock --state /tmp/k >/tmp/k.log 2>&1 & sleep 1; gprobes insert --socket /tmp/k.sock --target xen:%d %s /etc/gprobes/writes.dpdf; kill -9 $(pidof gprobes)", d1, syms),
+	hangThenRecover("debug registers, daemon and its guard killed, a daemon starting",
+		fmt.Sprintf("gprobes daemon --socket /tmp/k.sock --state /tmp/k >/tmp/k.log 2>&1 & sleep 1; gprobes insert --socket /tmp/k.sock --target xen:%d %s /etc/gprobes/writes.dpdf; %s%s", d1, syms, guards, others),
 		"gprobes daemon --socket /tmp/k.sock --state /tmp/k >/tmp/k2.log 2>&1 & sleep 3; cat /tmp/k2.log")
+	// gprobes run killed, its guard alive: the domain is put back at once,
+	// and the workload never waits
+	out = run(fmt.Sprintf("GPROBES_XEN_BREAKPOINTS=int3 gprobes run --target xen:%d %s /etc/gprobes/writes.dpdf >/tmp/run4.out 2>&1 & sleep 3; %s; sleep 3; cat /tmp/run4.out; ls /run/gprobes/xen", d1, syms, others))
+	if !strings.Contains(out, "gprobes guard: xen:") || !strings.Contains(out, "put back after gprobes") || strings.Contains(out, ".json") {
+		t.Errorf("run killed, guard alive: the guard did not put domu1 back:\n%s", out)
+	}
+	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 1; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
+		t.Errorf("run killed, guard alive: domu1 after the guard: rc %d %v\n%s", rc, err, w)
+	}
 	run("kill $(pidof gprobes); sleep 1")
 }
 
