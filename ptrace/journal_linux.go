@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
+
+	"github.com/gprobes/gprobes/internal/procfs"
 )
 
 // A tracer killed with SIGKILL (or dead of a crash) leaves its int3 bytes
@@ -68,38 +69,13 @@ func journalPath(dir string, pid int) string {
 	return filepath.Join(dir, "pid"+strconv.Itoa(pid)+".json")
 }
 
-// procStart is a process's start time from /proc/PID/stat (field 22).
-func procStart(pid int) (uint64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return 0, false // gone, or dead and not yet reaped
-	}
-	v, err := strconv.ParseUint(f[19], 10, 64)
-	return v, err == nil
-}
-
-// running reports whether the process pid started at start still runs.
-func running(pid int, start uint64) bool {
-	st, ok := procStart(pid)
-	return ok && st == start
-}
-
 // journalOf returns the journal of a traced process, starting it.
 func (tg *Target) journalOf(pid int) *procJournal {
 	if pj := tg.journals[pid]; pj != nil {
 		return pj
 	}
-	start, _ := procStart(pid)
-	ownerStart, _ := procStart(os.Getpid())
+	start, _ := procfs.StartTime(pid)
+	ownerStart, _ := procfs.StartTime(os.Getpid())
 	pj := &procJournal{
 		j:     journal{Pid: pid, Start: start, Owner: os.Getpid(), OwnerStart: ownerStart},
 		bytes: map[uint64]savedByte{},
@@ -207,11 +183,11 @@ func (tg *Target) openJournals(pid int) error {
 	if err != nil {
 		return nil // none (an unreadable one is for recover to report)
 	}
-	if running(j.Owner, j.OwnerStart) {
+	if procfs.Running(j.Owner, j.OwnerStart) {
 		if j.Owner == os.Getpid() {
 			return nil
 		}
-		if running(j.Pid, j.Start) {
+		if procfs.Running(j.Pid, j.Start) {
 			return fmt.Errorf("attach %d: gprobes (pid %d) probes it already: remove its probes, or stop that gprobes", pid, j.Owner)
 		}
 		return nil
@@ -268,7 +244,7 @@ func RecoverDir(dir string, owner int) ([]string, error) {
 		if owner != 0 && j.Owner != owner {
 			continue
 		}
-		if owner == 0 && running(j.Owner, j.OwnerStart) {
+		if owner == 0 && procfs.Running(j.Owner, j.OwnerStart) {
 			continue
 		}
 		msg, err := recoverProcess(j)
@@ -286,7 +262,7 @@ func RecoverDir(dir string, owner int) ([]string, error) {
 // process: only where the byte is still an int3 and the same file is
 // mapped there.
 func recoverProcess(j *journal) (string, error) {
-	if !running(j.Pid, j.Start) {
+	if !procfs.Running(j.Pid, j.Start) {
 		return "the process is gone; nothing to put back", nil
 	}
 	maps, err := Maps(j.Pid)

@@ -8,7 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
+
+	"github.com/gprobes/gprobes/internal/procfs"
 )
 
 // A gprobes killed with SIGKILL (or dead of a crash) leaves its domain in
@@ -52,28 +53,9 @@ func journalPath(dir string, dom uint16) string {
 	return filepath.Join(dir, "dom"+strconv.Itoa(int(dom))+".json")
 }
 
-// procStart is a process's start time from /proc/PID/stat (field 22).
-func procStart(pid int) (uint64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return 0, false // gone, or dead and not yet reaped
-	}
-	v, err := strconv.ParseUint(f[19], 10, 64)
-	return v, err == nil
-}
-
 // alive reports whether the journal's owner still runs.
 func (j *journal) alive() bool {
-	st, ok := procStart(j.Pid)
+	st, ok := procfs.StartTime(j.Pid)
 	return ok && st == j.Start
 }
 
@@ -122,7 +104,7 @@ func (t *Target) openJournal(info DomainInfo) error {
 		fmt.Fprintf(os.Stderr, "gprobes: xen:%d: %s\n", t.dom, msg)
 		os.Remove(journalPath(dir, t.dom))
 	}
-	start, _ := procStart(os.Getpid())
+	start, _ := procfs.StartTime(os.Getpid())
 	t.journalDir = dir
 	t.journal = &journal{Dom: t.dom, Handle: hex.EncodeToString(info.Handle[:]), Pid: os.Getpid(), Start: start, PausedBefore: info.Paused()}
 	return t.writeJournal()

@@ -1,0 +1,43 @@
+package procfs
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStartTime(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc is Linux's")
+	}
+	st, ok := StartTime(os.Getpid())
+	if !ok || st == 0 || !Running(os.Getpid(), st) || Running(os.Getpid(), st+1) {
+		t.Fatalf("StartTime(self) = %d %v", st, ok)
+	}
+	// a child that exited and is not reaped yet is a zombie: gone
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && strings.HasPrefix(string(b[i+1:]), " Z") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the child never became a zombie")
+		}
+	}
+	if _, ok := StartTime(pid); ok {
+		t.Errorf("a zombie (pid %d) counts as running", pid)
+	}
+	cmd.Wait()
+	if _, ok := StartTime(pid); ok {
+		t.Errorf("a reaped process (pid %d) counts as running", pid)
+	}
+}
