@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -25,21 +24,8 @@ func startDaemonWith(t *testing.T, args ...string) (string, *exec.Cmd) {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "d.sock")
-	exe, _ := os.Executable()
-	d := exec.Command(exe, append([]string{"daemon", "--socket", sock, "--state", filepath.Join(dir, "state")}, args...)...)
-	d.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Process.Signal(syscall.SIGTERM); d.Wait() })
-	for i := 0; i < 200; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			return sock, d
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("the daemon did not create its socket")
-	return "", nil
+	d, _ := daemonProcess(t, sock, filepath.Join(dir, "state"), args...)
+	return sock, d
 }
 
 // neverAnswers is a GDB stub that accepts connections and says nothing.

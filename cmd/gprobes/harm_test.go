@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -264,22 +263,7 @@ func harmSigkill(t *testing.T, fx harmFixture) {
 func harmDaemon(t *testing.T, dir string) (string, *exec.Cmd) {
 	t.Helper()
 	sock := filepath.Join(dir, "d.sock")
-	exe, _ := os.Executable()
-	d := exec.Command(exe, "daemon", "--socket", sock, "--state", filepath.Join(dir, "state"))
-	d.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
-	out := &lockedBuffer{}
-	d.Stdout, d.Stderr = out, out
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Process.Signal(syscall.SIGTERM); d.Wait() })
-	waitFor(t, func() bool {
-		c, err := net.Dial("unix", sock)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, "the daemon's socket")
+	d, _ := daemonProcess(t, sock, filepath.Join(dir, "state"))
 	return sock, d
 }
 

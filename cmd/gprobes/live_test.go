@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -238,27 +239,39 @@ func TestRunCommand(t *testing.T) {
 	}
 }
 
-// startDaemon runs "gprobes daemon" on a socket of its own.
-func startDaemon(t *testing.T) (sock, state string) {
+// daemonProcess runs "gprobes daemon" (this test binary as gprobes) on
+// sock with its state in state and more flags, collects its output, stops
+// it with SIGTERM when the test ends, and returns once it answers on its
+// socket. Every daemon-starting helper of this package uses it.
+func daemonProcess(t *testing.T, sock, state string, flags ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
-	dir := t.TempDir()
-	sock = filepath.Join(dir, "d.sock")
-	state = filepath.Join(dir, "state")
 	exe, _ := os.Executable()
-	d := exec.Command(exe, "daemon", "--socket", sock, "--state", state)
+	d := exec.Command(exe, append([]string{"daemon", "--socket", sock, "--state", state}, flags...)...)
 	d.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
+	out := &lockedBuffer{}
+	d.Stdout, d.Stderr = out, out
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Process.Signal(syscall.SIGTERM); d.Wait() })
-	for i := 0; i < 200; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			return sock, state
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return d, out
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(end) {
+			t.Fatalf("the daemon does not answer on %s:\n%s", sock, out)
+		}
 	}
-	t.Fatal("the daemon did not create its socket")
-	return
+}
+
+// startDaemon runs "gprobes daemon" on a socket of its own.
+func startDaemon(t *testing.T) (sock, state string) {
+	t.Helper()
+	dir := t.TempDir()
+	sock, state = filepath.Join(dir, "d.sock"), filepath.Join(dir, "state")
+	daemonProcess(t, sock, state)
+	return sock, state
 }
 
 // Two targets in one daemon, gprobes log --follow, getvars --reset.

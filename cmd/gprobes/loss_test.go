@@ -90,23 +90,8 @@ func (l *lockedBuffer) String() string {
 func startDaemonIn(t *testing.T, state string, flags ...string) (string, *lockedBuffer) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "d.sock")
-	exe, _ := os.Executable()
-	d := exec.Command(exe, append([]string{"daemon", "--socket", sock, "--state", state}, flags...)...)
-	d.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
-	out := &lockedBuffer{}
-	d.Stdout, d.Stderr = out, out
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Process.Signal(syscall.SIGTERM); d.Wait() })
-	for i := 0; i < 200; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			return sock, out
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("the daemon did not create its socket:\n%s", out)
-	return "", nil
+	_, out := daemonProcess(t, sock, state, flags...)
+	return sock, out
 }
 
 // waitingHits starts the fixture making n calls of each function once it
