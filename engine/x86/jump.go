@@ -92,7 +92,11 @@ func PlanJump(fn []byte, fnAddr, addr uint64, mode int) JumpPlan {
 		return JumpPlan{Reason: fmt.Sprintf("%#x is inside `%s` at %#x (%d bytes), not an instruction boundary", addr, in.String(), in.Addr, in.Len)}
 	}
 	if left := fnEnd - addr; left < JumpLen {
-		return JumpPlan{Reason: fmt.Sprintf("the function ends %d bytes after the probe", left)}
+		unit := "bytes"
+		if left == 1 {
+			unit = "byte"
+		}
+		return JumpPlan{Reason: fmt.Sprintf("the function ends %d %s after the probe", left, unit)}
 	}
 
 	var p JumpPlan

@@ -1,6 +1,9 @@
 package x86
 
 import (
+	"os"
+	"regexp"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -418,6 +421,80 @@ func checkPlan(t *testing.T, fn []byte, fnAddr, addr uint64, mode int, p JumpPla
 			t.Fatalf("accepted, but a branch lands at %#x", to)
 		}
 	}
+}
+
+// TestPlanJumpLibc plans a jump at the entry of every sized function of
+// libc's .dynsym and at every instruction of those up to 512 bytes: every
+// plan satisfies checkPlan, and no accepted plan covers the target of a
+// Branch-class instruction as Decode and Insn.Target see it (a second path
+// to the targets PlanJump finds with the structural decoder alone). The
+// log shows why the others were refused (docs/x86.md quotes it).
+func TestPlanJumpLibc(t *testing.T) {
+	needAMD64(t)
+	const libc = "/lib/x86_64-linux-gnu/libc.so.6"
+	if _, err := os.Stat(libc); err != nil {
+		t.Skipf("%s: %v", libc, err)
+	}
+	fns := functions(t, libc, true)
+	if testing.Short() {
+		fns = fns[:200]
+	}
+	addrs := regexp.MustCompile("0x[0-9a-f]+|`[^`]*`|[0-9]+ bytes")
+	entry, every := map[string]int{}, map[string]int{}
+	nEntry, nEvery := 0, 0
+	for _, f := range fns {
+		var targets []uint64
+		var starts []uint64
+		for pc := 0; pc < len(f.code); {
+			in, err := Decode(f.code[pc:], f.start+uint64(pc), 64)
+			if err != nil {
+				break
+			}
+			if in.Class == Branch {
+				targets = append(targets, in.Target())
+			}
+			starts = append(starts, in.Addr)
+			pc += in.Len
+		}
+		for i, addr := range starts {
+			if i > 0 && len(f.code) > 512 {
+				break
+			}
+			p := PlanJump(f.code, f.start, addr, 64)
+			checkPlan(t, f.code, f.start, addr, 64, p)
+			if p.OK() {
+				for _, to := range targets {
+					if InsideCovered(p, addr, to) {
+						t.Fatalf("%s: jump at %#x accepted, but a branch lands at %#x", f.name, addr, to)
+					}
+				}
+			}
+			why := addrs.ReplaceAllString(p.Reason, "X")
+			if i == 0 {
+				entry[why]++
+				nEntry++
+			}
+			every[why]++
+			nEvery++
+		}
+	}
+	show := func(what string, m map[string]int, n int) {
+		t.Logf("%s: %d", what, n)
+		var ks []string
+		for k := range m {
+			ks = append(ks, k)
+		}
+		sort.Slice(ks, func(i, j int) bool { return m[ks[i]] > m[ks[j]] || m[ks[i]] == m[ks[j]] && ks[i] < ks[j] })
+		for _, k := range ks {
+			label := k
+			if k == "" {
+				label = "(accepted)"
+			}
+			t.Logf("%7d %5.1f%%  %s", m[k], 100*float64(m[k])/float64(n), label)
+		}
+	}
+	show("function entries", entry, nEntry)
+	show("every instruction of functions up to 512 bytes", every, nEvery)
 }
 
 func TestCoveredRange(t *testing.T) {
