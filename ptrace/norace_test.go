@@ -1,0 +1,5 @@
+//go:build !race
+
+package ptrace_test
+
+const raceBuild = false

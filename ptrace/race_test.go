@@ -1,0 +1,6 @@
+//go:build race
+
+package ptrace_test
+
+// raceBuild: the race detector slows the engine several times over.
+const raceBuild = true
