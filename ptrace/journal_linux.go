@@ -1,7 +1,6 @@
 package ptrace
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,7 +8,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/gprobes/gprobes/internal/procfs"
+	"github.com/gprobes/gprobes/internal/recovery"
 )
 
 // A tracer killed with SIGKILL (or dead of a crash) leaves its int3 bytes
@@ -74,8 +73,8 @@ func (tg *Target) journalOf(pid int) *procJournal {
 	if pj := tg.journals[pid]; pj != nil {
 		return pj
 	}
-	start, _ := procfs.StartTime(pid)
-	ownerStart, _ := procfs.StartTime(os.Getpid())
+	start, _ := recovery.StartTime(pid)
+	ownerStart, _ := recovery.StartTime(os.Getpid())
 	pj := &procJournal{
 		j:     journal{Pid: pid, Start: start, Owner: os.Getpid(), OwnerStart: ownerStart},
 		bytes: map[uint64]savedByte{},
@@ -149,16 +148,7 @@ func (pj *procJournal) write() error {
 		pj.j.Bytes = append(pj.j.Bytes, b)
 	}
 	sort.Slice(pj.j.Bytes, func(i, k int) bool { return pj.j.Bytes[i].Addr < pj.j.Bytes[k].Addr })
-	b, err := json.Marshal(&pj.j)
-	if err != nil {
-		return err
-	}
-	tmp := pj.path + ".new"
-	if err = os.WriteFile(tmp, b, 0o600); err == nil {
-		err = os.Rename(tmp, pj.path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := recovery.Write(pj.path, &pj.j); err != nil {
 		return fmt.Errorf("journal of process %d (what `gprobes recover` would need if gprobes died): %w", pj.j.Pid, err)
 	}
 	return nil
@@ -183,11 +173,11 @@ func (tg *Target) openJournals(pid int) error {
 	if err != nil {
 		return nil // none (an unreadable one is for recover to report)
 	}
-	if procfs.Running(j.Owner, j.OwnerStart) {
+	if recovery.Running(j.Owner, j.OwnerStart) {
 		if j.Owner == os.Getpid() {
 			return nil
 		}
-		if procfs.Running(j.Pid, j.Start) {
+		if recovery.Running(j.Pid, j.Start) {
 			return fmt.Errorf("attach %d: gprobes (pid %d) probes it already: remove its probes, or stop that gprobes", pid, j.Owner)
 		}
 		return nil
@@ -202,15 +192,8 @@ func (tg *Target) openJournals(pid int) error {
 }
 
 func readJournal(path string) (*journal, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var j journal
-	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &j, nil
+	return &j, recovery.Read(path, &j)
 }
 
 // Recover puts back every process left with int3 bytes by a gprobes that
@@ -244,7 +227,7 @@ func RecoverDir(dir string, owner int) ([]string, error) {
 		if owner != 0 && j.Owner != owner {
 			continue
 		}
-		if owner == 0 && procfs.Running(j.Owner, j.OwnerStart) {
+		if owner == 0 && recovery.Running(j.Owner, j.OwnerStart) {
 			continue
 		}
 		msg, err := recoverProcess(j)
@@ -262,7 +245,7 @@ func RecoverDir(dir string, owner int) ([]string, error) {
 // process: only where the byte is still an int3 and the same file is
 // mapped there.
 func recoverProcess(j *journal) (string, error) {
-	if !procfs.Running(j.Pid, j.Start) {
+	if !recovery.Running(j.Pid, j.Start) {
 		return "the process is gone; nothing to put back", nil
 	}
 	maps, err := Maps(j.Pid)

@@ -2,14 +2,13 @@ package xen
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 
-	"github.com/gprobes/gprobes/internal/procfs"
+	"github.com/gprobes/gprobes/internal/recovery"
 )
 
 // A gprobes killed with SIGKILL (or dead of a crash) leaves its domain in
@@ -55,7 +54,7 @@ func journalPath(dir string, dom uint16) string {
 
 // alive reports whether the journal's owner still runs.
 func (j *journal) alive() bool {
-	st, ok := procfs.StartTime(j.Pid)
+	st, ok := recovery.StartTime(j.Pid)
 	return ok && st == j.Start
 }
 
@@ -71,16 +70,7 @@ func (t *Target) writeJournal() error {
 	for a := range t.bps {
 		j.Bytes = append(j.Bytes, savedByte{Addr: a, Orig: t.orig[a]})
 	}
-	b, err := json.Marshal(j)
-	if err != nil {
-		return err
-	}
-	p := journalPath(t.journalDir, t.dom)
-	tmp := p + ".new"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
+	if err := recovery.Write(journalPath(t.journalDir, t.dom), j); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
 	return nil
@@ -104,7 +94,7 @@ func (t *Target) openJournal(info DomainInfo) error {
 		fmt.Fprintf(os.Stderr, "gprobes: xen:%d: %s\n", t.dom, msg)
 		os.Remove(journalPath(dir, t.dom))
 	}
-	start, _ := procfs.StartTime(os.Getpid())
+	start, _ := recovery.StartTime(os.Getpid())
 	t.journalDir = dir
 	t.journal = &journal{Dom: t.dom, Handle: hex.EncodeToString(info.Handle[:]), Pid: os.Getpid(), Start: start, PausedBefore: info.Paused()}
 	return t.writeJournal()
@@ -119,15 +109,8 @@ func (t *Target) closeJournal() {
 }
 
 func readJournal(path string) (*journal, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var j journal
-	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &j, nil
+	return &j, recovery.Read(path, &j)
 }
 
 // Recover puts back every domain left with breakpoints by a gprobes that

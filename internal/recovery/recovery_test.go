@@ -1,4 +1,4 @@
-package procfs
+package recovery
 
 import (
 	"fmt"
@@ -39,5 +39,24 @@ func TestStartTime(t *testing.T) {
 	cmd.Wait()
 	if _, ok := StartTime(pid); ok {
 		t.Errorf("a reaped process (pid %d) counts as running", pid)
+	}
+}
+
+func TestWriteRead(t *testing.T) {
+	path := t.TempDir() + "/j.json"
+	type rec struct{ A, B int }
+	if err := Write(path, rec{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	var got rec
+	if err := Read(path, &got); err != nil || got != (rec{1, 2}) {
+		t.Fatalf("Read: %+v %v", got, err)
+	}
+	if _, err := os.Stat(path + ".new"); err == nil {
+		t.Error("the temporary file is left behind")
+	}
+	os.WriteFile(path, []byte("{"), 0o600)
+	if err := Read(path, &got); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("a torn journal: %v", err)
 	}
 }
