@@ -1,0 +1,94 @@
+package jit
+
+// Layout says where the compiled code finds the shared state it works on:
+// absolute addresses in the target process (the pad's data region, a
+// memfd mapped by the process and by gprobes; package pad places them).
+type Layout struct {
+	LV    uint64 // the module's local variables, Vars words
+	GV    uint64 // the global variables, rpn.MaxGVars words
+	Probe uint64 // this probe's Counters
+	// Clock converts the time stamp counter to nanoseconds for push ts:
+	// ns = NS0 + ((rdtsc - TSC0) * Mult) >> Shift (128-bit product).
+	Clock uint64
+	// Threads is the thread table for push procid: ThreadSlots entries
+	// of {tid uint32, index uint32}, open addressing, first probe at
+	// (tid * 0x9e3779b1 >> 32-ThreadBits) & (ThreadSlots-1), linear after
+	// that; an empty slot (tid 0) ends the search. A tid not found is an
+	// invalid-operand exception.
+	Threads uint64
+	// FSGSBase: the kernel lets user code run rdfsbase/rdgsbase
+	// (AT_HWCAP2 bit 1). Without it push r,fs_base/gs_base is an
+	// invalid-operand exception.
+	FSGSBase bool
+}
+
+// Thread table geometry (Layout.Threads).
+const (
+	ThreadBits  = 12
+	ThreadSlots = 1 << ThreadBits
+)
+
+// Counters is one probe's run-time state in the data region, updated by
+// every thread that runs the probe. The layout is fixed: the compiled
+// code addresses the fields by offset, gprobes reads them for query.
+type Counters struct {
+	Hits     uint64 // every arrival at the probe, skipped ones included
+	Skipped  uint64 // pass count not reached, disabled, or max hits passed
+	Runs     uint64 // program executions
+	Faults   uint64 // executions that ended in an exception
+	Disabled uint64 // non-zero: max hits reached or rem executed
+	_        [3]uint64
+}
+
+// Clock is the layout at Layout.Clock.
+type Clock struct {
+	TSC0, NS0, Mult, Shift uint64
+}
+
+// What the compiled code returns in eax.
+const (
+	ResultNone      = 0
+	ResultCommit    = 1
+	ResultException = 2
+)
+
+// Unsupported is why a probe cannot be compiled; the probe stays on the
+// int3 route and query shows Reason.
+type Unsupported struct{ Reason string }
+
+func (u *Unsupported) Error() string { return "not compiled for a jump pad: " + u.Reason }
+
+// Fixup maps a memory-access instruction of the compiled code to the code
+// that handles its fault; both are byte offsets from the start of Code.
+type Fixup struct{ At, Handler uint32 }
+
+// Code is one compiled probe.
+type Code struct {
+	Bytes  []byte
+	Fixups []Fixup
+}
+
+// The scratch area's header (rbx on entry). The pad writes OffTSC (the
+// hit's time stamp counter, read once per hit: push ts and the record's
+// time agree) and zeroes OffPid/OffTid before the call; the compiled code
+// fills the rest for ResultCommit and ResultException and may cache the
+// pid and tid it fetched (getpid/gettid) there, for the pad's record.
+const (
+	OffExit       = 0  // u8 exit facility (1, 2; 1 for rem)
+	OffException  = 1  // u8 rpn.Exception
+	OffTruncated  = 2  // u8 non-zero: the program logged more than logmax
+	OffPadFlag    = 3  // u8 the pad's own
+	OffMajor      = 4  // u16
+	OffMinor      = 6  // u16
+	OffPC         = 8  // u32 byte offset of the faulting RPN instruction
+	OffLogLen     = 12 // u32 bytes in the log
+	OffAddr       = 16 // u64 fault address for invalid-address
+	OffTSC        = 24 // u64 rdtsc at the hit, written by the pad
+	OffPid        = 32 // u64 0 until fetched
+	OffTid        = 40 // u64 0 until fetched
+	OffPadScratch = 48 // 16 bytes, the pad's own
+	OffLog        = 64 // the log, logmax bytes; the compiled code's own state follows
+)
+
+// StackUse is the stack the compiled code may use below rsp.
+const StackUse = 512
