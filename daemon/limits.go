@@ -32,6 +32,9 @@ type Limits struct {
 	// StubTimeout bounds connecting to a GDB stub, its handshake and each
 	// of its replies (default gdbremote.DefaultTimeout).
 	StubTimeout time.Duration
+	// Route is engine.RouteAuto (jump pads in processes where safe) or
+	// engine.RouteInt3.
+	Route string
 
 	ReadHeaderTimeout time.Duration // request line and headers
 	ReadTimeout       time.Duration // the whole request, body included

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/internal/shm"
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/targets"
@@ -77,6 +78,7 @@ type Server struct {
 	opens   sync.WaitGroup // targets being opened (Shutdown waits for them)
 	sockID  *fileID        // the socket we created, to remove only that one
 	gv      []uint64
+	gvMem   *shm.Mem
 	gvLock  sync.Mutex
 	log     *LogWriter
 	state   string
@@ -115,8 +117,16 @@ func New(socket, state string, logOpts ...LogOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{targets: map[string]*target{}, gv: make([]uint64, rpn.MaxGVars), log: lw, state: state,
-		socket: socket, started: time.Now()}, nil
+	s := &Server{targets: map[string]*target{}, log: lw, state: state, socket: socket, started: time.Now()}
+	// the global variables in shared memory: jump pads in the processes
+	// probed map the same words (engine.Options.GVMem)
+	if m, err := shm.Create("gprobes-gv", rpn.MaxGVars*8); err == nil {
+		s.gvMem = m
+		s.gv = m.Words(0, rpn.MaxGVars)
+	} else {
+		s.gv = make([]uint64, rpn.MaxGVars)
+	}
+	return s, nil
 }
 
 // Listen creates the socket, mode 0600. A stale socket left by a daemon
@@ -408,7 +418,9 @@ func (s *Server) openTarget(spec, key string, exec, guest bool, open func() (eng
 		Sink:    engine.SinkFunc(func(r *engine.Record) { s.log.Write(ptrLine(FromRecord(t.name, r))) }),
 		DumpDir: filepath.Join(s.state, "dumps"),
 		GV:      s.gv,
+		GVMem:   s.gvMem,
 		GVLock:  &s.gvLock,
+		Route:   s.Limits.Route,
 	})
 	s.mu.Lock()
 	if err != nil {
@@ -648,7 +660,7 @@ func (s *Server) Probes(module string) []TargetProbe {
 		for _, p := range t.eng.Query() {
 			if module == "" || p.Module == module {
 				lost, slost := s.log.Lost(name, p.Module, p.Minor)
-				out = append(out, TargetProbe{Target: name, ProbeInfo: p, Lost: lost, SyslogLost: slost})
+				out = append(out, TargetProbe{Target: name, ProbeInfo: p, Lost: lost + p.Lost, SyslogLost: slost})
 			}
 		}
 	}

@@ -45,7 +45,8 @@ type space struct {
 	xol        []*xolArea
 	rendezvous uint64
 	detached   bool
-	noXOL      bool // the target cannot map out-of-line slots
+	noXOL      bool       // the target cannot map out-of-line slots
+	jump       *jumpState // jump pads (jump.go), nil until a probe tries one
 }
 
 // breakpoint is a physical breakpoint: one address, its original
@@ -183,6 +184,29 @@ func (e *Engine) forked(child, parent int) {
 		sp.xol = append(sp.xol, &c)
 	}
 	sp.rendezvous = ps.rendezvous
+	if pj := ps.jump; pj != nil {
+		// the same pads (its memory is a copy) and the same region
+		// (shared memory is shared across fork): records carry their
+		// thread, so the child's are told apart
+		cj := &jumpState{rg: pj.rg, sites: map[uint64]*jumpSite{}, pads: append([]*builtPad{}, pj.pads...),
+			held: append([]uint64{}, pj.held...), no: pj.no, holding: map[int]bool{}}
+		for _, a := range pj.areas {
+			c := *a
+			cj.areas = append(cj.areas, &c)
+		}
+		for addr, s := range pj.sites {
+			c := *s
+			c.probes = append([]*probe{}, s.probes...)
+			cj.sites[addr] = &c
+			for _, p := range s.probes {
+				p.in[child] = addr
+			}
+		}
+		if cj.rg != nil {
+			cj.rg.refs++
+		}
+		sp.jump = cj
+	}
 }
 
 // prepareSlot gives a breakpoint its out-of-line slot and writes the

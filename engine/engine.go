@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/engine/x86"
+	"github.com/gprobes/gprobes/internal/shm"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -62,6 +63,13 @@ type Options struct {
 	// Warn receives problems that concern no single command (a step the
 	// engine could not fix up); nil drops them.
 	Warn func(msg string)
+	// Route is RouteAuto (jump pads where safe) or RouteInt3.
+	Route string
+	// GVMem is the shared memory behind GV (shm.Mem.Words), so that
+	// jump pads share the global variables with every other target: nil
+	// when GV is nil (the engine makes its own) or plain memory (then
+	// no pads).
+	GVMem *shm.Mem
 }
 
 // Engine drives one Target.
@@ -78,7 +86,12 @@ type Engine struct {
 	modules []*Module // insertion order
 	gv      []uint64
 	gvLock  sync.Locker
-	closing bool
+	gvShm   *shm.Mem
+	js      *jumpShared
+	// commitMu orders the Sink's calls from the loop and from the
+	// drain of the jump pads' rings
+	commitMu sync.Mutex
+	closing  bool
 	// events a target reported while the engine stopped a thread for its
 	// own purposes: handled before waiting for new ones
 	pendingEvents []Event
@@ -116,8 +129,16 @@ func (nopLock) Unlock() {}
 func Start(open func() (Target, error), opts Options) (*Engine, error) {
 	e := &Engine{opts: opts, cmds: make(chan func(), 16), done: make(chan struct{}), goneCh: make(chan struct{}), ended: make(chan struct{}), detachedTid: map[int]bool{},
 		spaces: map[int]*space{}, threads: map[int]*thread{}, gv: opts.GV, gvLock: opts.GVLock}
+	e.js = &jumpShared{regions: map[*region]bool{}, threads: map[int][2]int{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if e.gv == nil {
-		e.gv = make([]uint64, rpn.MaxGVars)
+		if m, err := shm.Create("gprobes-gv", rpn.MaxGVars*8); err == nil {
+			e.gvShm = m
+			e.gv = m.Words(0, rpn.MaxGVars)
+		} else {
+			e.gv = make([]uint64, rpn.MaxGVars)
+		}
+	} else if opts.GVMem != nil {
+		e.gvShm = opts.GVMem
 	}
 	if e.gvLock == nil {
 		e.gvLock = nopLock{}
@@ -308,9 +329,15 @@ func (e *Engine) handle(ev Event) {
 			e.stepDone(th)
 			return
 		}
+		if e.padTrap(th) {
+			return
+		}
 		e.trap(th)
 	case EvSignal:
 		th := e.thread(ev.Tid, ev.Space)
+		if th.step == nil && e.padSignal(th, ev) {
+			return
+		}
 		if th.step != nil {
 			if ev.Async && th.heldSigs < maxHeldSigs && e.holdSignal(th) {
 				// the instruction has not run yet: step it, then let
@@ -326,10 +353,12 @@ func (e *Engine) handle(ev Event) {
 		e.resumeQuiet(ev.Tid)
 	case EvNewThread:
 		e.thread(ev.Tid, ev.Space)
+		e.jumpThread(ev.Tid, ev.Space)
 		e.resume(ev.Tid, 0)
 	case EvNewSpace:
 		e.forked(ev.Space, ev.Parent)
 		e.thread(ev.Tid, ev.Space)
+		e.jumpThread(ev.Tid, ev.Space)
 		e.resume(ev.Tid, 0)
 	case EvExec:
 		// the exec'ing thread is the only one left, with the process's
@@ -342,6 +371,7 @@ func (e *Engine) handle(ev Event) {
 		}
 		e.thread(ev.Tid, ev.Space)
 		e.execed(ev.Space)
+		e.jumpThread(ev.Tid, ev.Space)
 		e.resume(ev.Tid, 0)
 	case EvThreadExit:
 		delete(e.threads, ev.Tid)
@@ -436,7 +466,10 @@ type ProbeInfo struct {
 	Hits     uint64     `json:"hits"`
 	Skipped  uint64     `json:"skipped"`
 	Faults   uint64     `json:"faults"`
-	Spaces   int        `json:"spaces"` // address spaces it is inserted in
+	// Lost is how many records the target could not hand over (a jump
+	// pad's ring was full)
+	Lost   uint64 `json:"lost,omitempty"`
+	Spaces int    `json:"spaces"` // address spaces it is inserted in
 }
 
 // Query lists every probe of every module, in insertion order.
@@ -445,7 +478,9 @@ func (e *Engine) Query() []ProbeInfo {
 	e.do(func() {
 		for _, m := range e.modules {
 			for _, p := range m.probes {
-				out = append(out, p.info())
+				info := p.info()
+				e.jumpCounters(p, &info)
+				out = append(out, info)
 			}
 		}
 	})
@@ -516,15 +551,25 @@ func (e *Engine) Close() (Final, error) {
 	var f Final
 	var err error
 	if e.do(func() {
+		// the states as they were; the counts and variables once the
+		// jump pads are out and their rings drained
+		var probes []*probe
+		for _, m := range e.modules {
+			for _, p := range m.probes {
+				f.Probes = append(f.Probes, p.info())
+				probes = append(probes, p)
+			}
+		}
+		err = e.detachAll()
+		e.stopJump()
+		for i, p := range probes {
+			e.jumpCounters(p, &f.Probes[i])
+		}
 		e.gvLock.Lock()
 		for _, m := range e.modules {
 			f.Vars = append(f.Vars, ModuleVars{Name: m.name, LV: append([]uint64{}, m.lv...), GV: append([]uint64{}, e.gv[:m.gvars]...)})
-			for _, p := range m.probes {
-				f.Probes = append(f.Probes, p.info())
-			}
 		}
 		e.gvLock.Unlock()
-		err = e.detachAll()
 		e.closing = true
 	}) != nil {
 		return Final{}, nil // already stopped
@@ -590,8 +635,12 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 	e.pendingEvents = keep
 	sp := e.spaces[spID]
 	var errs []error
-	// restore the code first, so nothing hits an int3 from now on
+	// restore the code first, so nothing hits an int3 or enters a pad
+	// from now on
 	if sp != nil {
+		if err := e.takeOutJumps(sp); err != nil {
+			errs = append(errs, err)
+		}
 		if err := e.takeOutAll(sp); err != nil {
 			errs = append(errs, err)
 		}

@@ -448,7 +448,9 @@ func (e *Engine) commitAll(th *thread, recs []Record) {
 
 func (e *Engine) commit(r *Record) {
 	if e.opts.Sink != nil {
+		e.commitMu.Lock()
 		e.opts.Sink.Commit(r)
+		e.commitMu.Unlock()
 	}
 }
 

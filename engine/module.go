@@ -30,6 +30,7 @@ type probe struct {
 	state  ProbeState
 	reason string
 	how    string
+	lost   uint64 // records a jump pad's ring dropped, from regions gone
 	addr   uint64
 	in     map[int]uint64 // space -> address where it is inserted
 }
@@ -43,7 +44,7 @@ func (p *probe) info() ProbeInfo {
 		st = StateDisabled
 	}
 	return ProbeInfo{Module: p.mod.name, Minor: d.Minor, Location: d.Loc.Text, Address: p.addr, State: st,
-		Reason: p.reason, How: p.how, Hits: p.st.Hits, Skipped: p.st.Skipped, Faults: p.st.Faults, Spaces: len(p.in)}
+		Reason: p.reason, How: p.how, Hits: p.st.Hits, Skipped: p.st.Skipped, Faults: p.st.Faults, Lost: p.lost, Spaces: len(p.in)}
 }
 
 // instance is a compiled module placed in one space: its relocated program
@@ -314,7 +315,16 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 		refuse(StateRefused, "%#x (%s) is not in an executable mapping of %s", addr, d.Loc.Text, inst.key)
 		return
 	}
+	if sp.jump != nil && sp.jump.sites[addr] != nil {
+		if why := e.joinJump(sp, p, addr); why == "" {
+			return
+		} else {
+			refuse(StateRefused, "another probe's jump pad is at %#x and this one cannot join it: %s", addr, why)
+			return
+		}
+	}
 	bp := sp.bps[addr]
+	var jumpWhy string
 	if bp == nil {
 		code := make([]byte, 16)
 		if err := e.readOriginal(sp, addr, code); err != nil {
@@ -338,6 +348,14 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 			refuse(StateRefused, "cannot probe `%s` at %#x: %s", insn.String(), addr, insn.Why)
 			return
 		}
+		if jumpWhy = e.tryJump(sp, inst, p, addr); jumpWhy == "" {
+			site := sp.jump.sites[addr]
+			site.probes = []*probe{p}
+			p.in[sp.id] = addr
+			p.state, p.reason = StateActive, ""
+			p.how = "jump"
+			return
+		}
 		bp = &breakpoint{addr: addr, insn: insn}
 		if err := e.prepareSlot(sp, bp); err != nil && insn.Class != x86.Emulate && insn.Class != x86.Branch && !errors.Is(err, ErrNoXOL) {
 			refuse(StateRefused, "%v", err)
@@ -355,6 +373,9 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 	p.in[sp.id] = addr
 	p.state, p.reason = StateActive, ""
 	p.how = howName(bp.insn.Class)
+	if jumpWhy != "" && e.opts.Route != RouteInt3 && !e.os.Kernel() {
+		p.how = "int3 " + p.how + ": " + jumpWhy
+	}
 }
 
 func howName(c x86.Class) string {
@@ -551,6 +572,9 @@ func (e *Engine) unplace(sp *space, addr uint64, p *probe) error {
 	if sp == nil {
 		return nil
 	}
+	if sp.jump != nil && sp.jump.sites[addr] != nil {
+		return e.unplaceJump(sp, addr, p)
+	}
 	bp := sp.bps[addr]
 	if bp == nil {
 		return nil
@@ -572,6 +596,7 @@ func (e *Engine) unplace(sp *space, addr uint64, p *probe) error {
 func (e *Engine) execed(id int) {
 	old := e.spaces[id]
 	if old != nil {
+		e.dropJump(old, true)
 		for _, bp := range old.bps {
 			for _, p := range bp.probes {
 				delete(p.in, id)
@@ -622,6 +647,7 @@ func (e *Engine) spaceExit(id int, how string) {
 			delete(p.in, id)
 		}
 	}
+	e.dropJump(sp, false)
 	delete(e.spaces, id)
 	if len(e.spaces) == 0 {
 		e.targetGone("process " + how)

@@ -17,7 +17,7 @@
 //     the frame into the registers). fs_base/gs_base are read with
 //     rdfsbase/rdgsbase when Layout.FSGSBase says the kernel allows them;
 //     segment registers with mov from the segment register.
-//   - rbx: the hit's scratch area, ScratchSize(logmax) bytes, 16-byte
+//   - rbx: the hit's scratch area, ScratchSize(logmax) bytes, 8-byte
 //     aligned, on the thread's stack; its header (Off* constants) is what
 //     the pad reads after the call to build the record.
 //   - rsp: 16-byte aligned, with at least StackUse bytes free below it.

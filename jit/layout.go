@@ -12,9 +12,10 @@ type Layout struct {
 	Clock uint64
 	// Threads is the thread table for push procid: ThreadSlots entries
 	// of {tid uint32, index uint32}, open addressing, first probe at
-	// (tid * 0x9e3779b1 >> 32-ThreadBits) & (ThreadSlots-1), linear after
-	// that; an empty slot (tid 0) ends the search. A tid not found is an
-	// invalid-operand exception.
+	// uint32(tid*0x9e3779b1) >> (32-ThreadBits) (a 32-bit product), then
+	// linear, wrapping; an empty slot (tid 0) ends the search, a tombstone
+	// (tid 0xffffffff) does not. A tid not found is an invalid-operand
+	// exception.
 	Threads uint64
 	// FSGSBase: the kernel lets user code run rdfsbase/rdgsbase
 	// (AT_HWCAP2 bit 1). Without it push r,fs_base/gs_base is an
@@ -37,7 +38,8 @@ type Counters struct {
 	Runs     uint64 // program executions
 	Faults   uint64 // executions that ended in an exception
 	Disabled uint64 // non-zero: max hits reached or rem executed
-	_        [3]uint64
+	Lost     uint64 // records the pad could not commit: the ring was full (the pad counts it)
+	_        [2]uint64
 }
 
 // Clock is the layout at Layout.Clock.
@@ -92,3 +94,4 @@ const (
 
 // StackUse is the stack the compiled code may use below rsp.
 const StackUse = 512
+

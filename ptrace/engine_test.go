@@ -80,6 +80,19 @@ func start(t *testing.T, args ...string) *run {
 func startWrapped(t *testing.T, wrap func(engine.Target) engine.Target, args ...string) *run {
 	t.Helper()
 	needFixture(t)
+	return startWith(t, startConfig{wrap: wrap, path: fixture.hits}, args...)
+}
+
+// startConfig says what startWith runs, and how.
+type startConfig struct {
+	wrap  func(engine.Target) engine.Target
+	path  string // the program
+	route string // engine.Options.Route
+}
+
+func startWith(t *testing.T, cfg startConfig, args ...string) *run {
+	t.Helper()
+	wrap := cfg.wrap
 	r := &run{t: t, exit: make(chan int, 8)}
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -89,9 +102,9 @@ func startWrapped(t *testing.T, wrap func(engine.Target) engine.Target, args ...
 	r.out = bufio.NewScanner(pr)
 	r.pipeW = pw
 	r.stdin = inW
-	argv := append([]string{fixture.hits}, args...)
+	argv := append([]string{cfg.path}, args...)
 	var mainPid int
-	open := ptrace.Exec(fixture.hits, argv, os.Environ(), "", inR, pw, os.Stderr)
+	open := ptrace.Exec(cfg.path, argv, os.Environ(), "", inR, pw, os.Stderr)
 	if wrap != nil {
 		inner := open
 		open = func() (engine.Target, error) {
@@ -114,7 +127,8 @@ func startWrapped(t *testing.T, wrap func(engine.Target) engine.Target, args ...
 				r.exit <- code
 			}
 		},
-		Warn: func(msg string) { t.Log("engine:", msg) },
+		Warn:  func(msg string) { t.Log("engine:", msg) },
+		Route: cfg.route,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -54,6 +54,9 @@ type savedByte struct {
 	// address may hold another program's code, which is left alone
 	Dev   string `json:"dev"`
 	Inode uint64 `json:"inode"`
+	// a jump pad's jump (issue 11): Code was written over Was
+	Code []byte `json:"code,omitempty"`
+	Was  []byte `json:"was,omitempty"`
 }
 
 // procJournal is the live journal of one traced process.
@@ -90,6 +93,25 @@ func (tg *Target) journalAdd(pid int, addr uint64, orig byte) error {
 		return nil
 	}
 	sb := savedByte{Addr: addr, Orig: orig}
+	if maps, err := Maps(pid); err == nil {
+		for _, m := range maps {
+			if addr >= m.Start && addr < m.End {
+				sb.Dev, sb.Inode = m.Dev, m.Inode
+				break
+			}
+		}
+	}
+	pj := tg.journalOf(pid)
+	pj.bytes[addr] = sb
+	return pj.write()
+}
+
+// journalPatch records a jump about to be written at addr over was.
+func (tg *Target) journalPatch(pid int, addr uint64, code, was []byte) error {
+	if tg.journalDir == "" {
+		return nil
+	}
+	sb := savedByte{Addr: addr, Orig: was[0], Code: append([]byte(nil), code...), Was: append([]byte(nil), was...)}
 	if maps, err := Maps(pid); err == nil {
 		for _, m := range maps {
 			if addr >= m.Start && addr < m.End {
@@ -257,9 +279,14 @@ func recoverProcess(j *journal) (string, error) {
 		return "", err
 	}
 	defer mem.Close()
-	restored, other := 0, 0
+	restored, other, jumps := 0, 0, 0
 	var errs []error
+	var pending []savedByte
 	for _, b := range j.Bytes {
+		if len(b.Code) > 0 {
+			pending = append(pending, b)
+			continue
+		}
 		same := false
 		for _, m := range maps {
 			if b.Addr >= m.Start && b.Addr < m.End {
@@ -286,7 +313,17 @@ func recoverProcess(j *journal) (string, error) {
 		}
 		restored++
 	}
-	msg := fmt.Sprintf("put back after gprobes %d died with probes in: %d of %d int3 bytes restored", j.Owner, restored, len(j.Bytes))
+	if len(pending) > 0 {
+		n, err := restoreJumps(j.Pid, maps, pending)
+		jumps += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	msg := fmt.Sprintf("put back after gprobes %d died with probes in: %d of %d int3 bytes restored", j.Owner, restored, len(j.Bytes)-len(pending))
+	if len(pending) > 0 {
+		msg += fmt.Sprintf(", %d of %d jumps to pads", jumps, len(pending))
+	}
 	if other > 0 {
 		msg += fmt.Sprintf(" (%d restored already or no longer that file's code)", other)
 	}

@@ -47,6 +47,27 @@ func (tg *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 	return tg.journalRemove(space, addr)
 }
 
+// Patch writes a jump pad's jump (every thread stopped by the engine),
+// journaled first as InsertBreakpoint's int3.
+func (tg *Target) Patch(space int, addr uint64, code, orig []byte) error {
+	if err := tg.journalPatch(space, addr, code, orig); err != nil {
+		return err
+	}
+	if err := tg.WriteMem(space, addr, code); err != nil {
+		tg.journalRemove(space, addr)
+		return err
+	}
+	return nil
+}
+
+// Unpatch writes the original bytes back over a jump, then journals it.
+func (tg *Target) Unpatch(space int, addr uint64, orig []byte) error {
+	if err := tg.WriteMem(space, addr, orig); err != nil {
+		return err
+	}
+	return tg.journalRemove(space, addr)
+}
+
 // TrapPC: an int3 stops the thread after itself.
 func (tg *Target) TrapPC(tid int, rip uint64) uint64 { return rip - 1 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -347,6 +348,55 @@ func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
 		tg.t.InjectSyscall(tid, entry, sysMunmap, addr, size)
 	}
 	return first, nil
+}
+
+// MapShared maps gprobes' memfd fd (size bytes) into the process, read
+// and write, shared: thread tid (stopped) opens it through
+// /proc/<gprobes>/fd/<fd> and maps it, with system calls injected at the
+// program's entry point; the process keeps the mapping, not the
+// descriptor. Opening another process's descriptor needs ptrace rights
+// over it: a process of the same user, or root's. The path is written on
+// the thread's stack below its red zone, where nothing lives.
+func (tg *Target) MapShared(space, tid int, fd int, size uint64) (uint64, error) {
+	aux, err := Auxv(space)
+	if err != nil {
+		return 0, fmt.Errorf("read auxv: %w", err)
+	}
+	entry := aux[AtEntry]
+	if entry == 0 {
+		return 0, errors.New("no entry point in auxv")
+	}
+	var regs engine.Regs
+	if err := tg.GetRegs(tid, &regs); err != nil {
+		return 0, err
+	}
+	path := fmt.Sprintf("/proc/%d/fd/%d\x00", os.Getpid(), fd)
+	at := (regs[rpn.RegRSP] - 4096) &^ 15
+	if err := tg.WriteMem(space, at, []byte(path)); err != nil {
+		return 0, fmt.Errorf("write the path for openat: %w", err)
+	}
+	const (
+		sysOpenat = 257
+		sysClose  = 3
+		sysMmap   = 9
+		atFDCWD   = ^uint64(99) // -100
+	)
+	tfd, err := tg.t.InjectSyscall(tid, entry, sysOpenat, atFDCWD, at, uint64(unix.O_RDWR|unix.O_CLOEXEC), 0)
+	if err != nil {
+		return 0, err
+	}
+	if int64(tfd) < 0 {
+		return 0, fmt.Errorf("the process cannot open gprobes' shared memory (%s): %w", strings.TrimSuffix(path, "\x00"), unix.Errno(-int64(tfd)))
+	}
+	addr, err := tg.t.InjectSyscall(tid, entry, sysMmap, 0, size, uint64(unix.PROT_READ|unix.PROT_WRITE), uint64(unix.MAP_SHARED), tfd, 0)
+	tg.t.InjectSyscall(tid, entry, sysClose, tfd)
+	if err != nil {
+		return 0, err
+	}
+	if int64(addr) < 0 && int64(addr) > -4096 {
+		return 0, fmt.Errorf("map gprobes' shared memory in the process: %w", unix.Errno(-int64(addr)))
+	}
+	return addr, nil
 }
 
 // Dump writes an ELF core of the process: every thread is stopped for the

@@ -59,6 +59,7 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			&cli.StringFlag{Name: "state", EnvVars: []string{"GPROBES_STATE"}, Usage: "state `DIR` for the log and dumps (default: /var/lib/gprobes as root, $XDG_STATE_HOME/gprobes otherwise)"},
 			&cli.StringFlag{Name: "log-max-size", Value: "64MiB", Usage: "rotate log.jsonl before it grows past `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB); 0 never rotates"},
 			&cli.IntFlag{Name: "log-keep", Value: daemon.DefaultLogKeep, Usage: "keep `N` rotated log files, log.jsonl.1 (the newest) to log.jsonl.N"},
+			routeFlag(),
 			&cli.StringFlag{Name: "max-module", Value: "64MiB", Usage: "refuse to insert a module (PPDF) larger than `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB; at most 4GiB)"},
 			&cli.DurationFlag{Name: "stub-timeout", Value: 30 * time.Second, Usage: "give up on a GDB stub that does not answer within `DURATION`: connecting, the handshake, each reply"},
 		},
@@ -86,7 +87,11 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
-			srv.Limits = daemon.Limits{MaxModule: maxModule, StubTimeout: c.Duration("stub-timeout")}
+			route, err := routeOf(c)
+			if err != nil {
+				return err
+			}
+			srv.Limits = daemon.Limits{MaxModule: maxModule, StubTimeout: c.Duration("stub-timeout"), Route: route}
 			if err := srv.Listen(); err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
@@ -392,6 +397,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary (with -o, the records still go to the file)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the records to `FILE` as JSON lines (each written before the probed thread resumes) instead of printing them; a record the file cannot take is counted, the summary says how many, and gprobes exits with status 74"},
 			&cli.StringFlag{Name: "dumps", Value: ".", Usage: "`DIR` for the core dumps of exit 3"},
+			routeFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
@@ -457,7 +463,12 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	var buf []byte
 	exitCode := -1
 	var mainPid int
+	route, err := routeOf(c)
+	if err != nil {
+		return err
+	}
 	eng, err := engine.Start(open, engine.Options{
+		Route: route,
 		Sink: engine.SinkFunc(func(r *engine.Record) {
 			if quiet {
 				return
@@ -525,7 +536,10 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	}
 	var tps []daemon.TargetProbe
 	for _, p := range probes {
-		tps = append(tps, daemon.TargetProbe{Target: label, ProbeInfo: p, Lost: recOut.lost.Of("", p.Module, p.Minor)})
+		tps = append(tps, daemon.TargetProbe{Target: label, ProbeInfo: p, Lost: recOut.lost.Of("", p.Module, p.Minor) + p.Lost})
+		if p.Lost > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "gprobes: probe %s (minor %d): %d records lost in the process (its jump pads' ring was full)\n", p.Location, p.Minor, p.Lost)
+		}
 	}
 	printProbes(out, tps)
 	if err != nil && !errors.Is(err, os.ErrProcessDone) {
@@ -570,5 +584,21 @@ func printLosses(w io.Writer, cmd string, file, sys daemon.LossSummary) {
 	}
 	if sys.Records > 0 {
 		fmt.Fprintf(w, "gprobes: %s: records syslog did not get: %s\n", cmd, sys)
+	}
+}
+
+// routeFlag is --route, for run and the daemon.
+func routeFlag() cli.Flag {
+	return &cli.StringFlag{Name: "route", Value: "auto", Usage: "how probes in processes run: `auto` (in the process through a jump pad where that is safe, an int3 trap to gprobes elsewhere) or int3 (a trap for every hit)"}
+}
+
+func routeOf(c *cli.Context) (string, error) {
+	switch r := c.String("route"); r {
+	case "auto", "":
+		return engine.RouteAuto, nil
+	case "int3":
+		return engine.RouteInt3, nil
+	default:
+		return "", cli.Exit(fmt.Sprintf("--route %q: auto or int3", r), 2)
 	}
 }

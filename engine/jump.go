@@ -1,0 +1,840 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gprobes/gprobes/engine/x86"
+	"github.com/gprobes/gprobes/internal/shm"
+	"github.com/gprobes/gprobes/internal/tsc"
+	"github.com/gprobes/gprobes/jit"
+	"github.com/gprobes/gprobes/pad"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Jump pads (issue 11; docs/engine.md, "Jump pads"): on a process, a probe
+// whose instructions a 5-byte jump may cover runs in the thread that hits
+// it, in a pad gprobes writes into the process, with no trap. The engine
+// keeps everything else: it places pads (threads stopped), turns a fault
+// in a pad into what the program would have seen, holds signals that
+// arrive while a thread is inside one, and drains the records the pads
+// commit into their region's ring. Any probe it cannot put on a jump
+// stays on the int3 route, and query says why.
+
+// JumpHost is a target that can take jump pads: a process.
+type JumpHost interface {
+	XOLMapper
+	// MapShared maps gprobes' memfd into the space, read-write and
+	// shared, using stopped thread tid; it returns the address.
+	MapShared(space, tid int, fd int, size uint64) (uint64, error)
+	// Patch writes code over orig at addr (every thread stopped),
+	// journaled first so that a recovery can put orig back; Unpatch puts
+	// orig back.
+	Patch(space int, addr uint64, code, orig []byte) error
+	Unpatch(space int, addr uint64, orig []byte) error
+}
+
+// Route values of Options.Route.
+const (
+	RouteAuto = ""     // jump pads where safe, int3 elsewhere
+	RouteInt3 = "int3" // int3 everywhere
+)
+
+// region is a data region (pad package): one per process image, shared
+// by a fork child with its parent.
+type region struct {
+	mem    *shm.Mem
+	ring   *pad.Ring
+	addr   uint64 // in the process
+	gv     uint64 // the global variables' mapping in the process
+	cal    tsc.Cal
+	sites  []siteRef // by site number: whose counters and records
+	lvNext int       // next free word of the region's lv area
+	lvAt   map[*Module]int
+	refs   int // spaces using it
+}
+
+type siteRef struct {
+	p    *probe
+	addr uint64
+}
+
+// jumpSite is a probe address covered by a jump.
+type jumpSite struct {
+	addr   uint64
+	plan   x86.JumpPlan
+	orig   []byte // the covered bytes as they were
+	pad    *builtPad
+	probes []*probe
+	sites  []uint32
+}
+
+// builtPad is a pad written into a space. Pads are never freed: a thread
+// may be inside one long after its probe went (a removal under load).
+type builtPad struct {
+	at, end uint64
+	p       *pad.Pad
+	site    *jumpSite
+}
+
+// jumpState is a space's jump books.
+type jumpState struct {
+	rg    *region
+	sites map[uint64]*jumpSite
+	pads  []*builtPad // sorted by at
+	areas []*xolArea
+	held  []uint64 // the held byte of each area
+	// no says why this space cannot have pads ("" until tried)
+	no string
+	// holding counts threads with a signal held until they leave a pad
+	holding map[int]bool
+}
+
+// jumpMu guards what the drain goroutine shares with the loop: the
+// regions' site tables and the records' thread table.
+type jumpShared struct {
+	mu      sync.Mutex
+	regions map[*region]bool
+	threads map[int][2]int // tid -> pid, index: records name them
+	stop    chan struct{}
+	done    chan struct{}
+	started bool
+}
+
+func (e *Engine) jumpSpace(sp *space) *jumpState {
+	if sp.jump == nil {
+		sp.jump = &jumpState{sites: map[uint64]*jumpSite{}, holding: map[int]bool{}}
+	}
+	return sp.jump
+}
+
+// padAt returns the pad containing pc in a space, or nil.
+func (sp *space) padAt(pc uint64) *builtPad {
+	if sp.jump == nil {
+		return nil
+	}
+	ps := sp.jump.pads
+	i := sort.Search(len(ps), func(i int) bool { return ps[i].end > pc })
+	if i < len(ps) && ps[i].at <= pc {
+		return ps[i]
+	}
+	return nil
+}
+
+// tryJump puts probe p at addr on the jump route. It returns "" when the
+// probe is in, else why not (the probe then goes on the int3 route).
+func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) string {
+	if e.opts.Route == RouteInt3 {
+		return "--route int3"
+	}
+	host, ok := e.tgt.(JumpHost)
+	if !ok || e.os.Kernel() {
+		return "the target takes no jump pads"
+	}
+	js := e.jumpSpace(sp)
+	if js.no != "" {
+		return js.no
+	}
+	if len(sp.bps) > 0 {
+		if bp := sp.bps[addr]; bp != nil {
+			return "an int3 probe is at this address already"
+		}
+	}
+	// what the jump covers, from the function's original code
+	set := inst.ld.Symbols
+	if set == nil {
+		return "no symbols to find the function's bounds"
+	}
+	link := addr - inst.bias
+	fn, ok := set.SymbolAt(link)
+	if !ok || fn.Size == 0 || fn.Size > 1<<20 {
+		return "no function symbol with a size covers the address"
+	}
+	start := fn.Addr + inst.bias
+	code := make([]byte, fn.Size)
+	if err := e.readOriginal(sp, start, code); err != nil {
+		return fmt.Sprintf("read %s: %v", fn.Name, err)
+	}
+	plan := x86.PlanJump(code, start, addr, 64)
+	if !plan.OK() {
+		return plan.Reason
+	}
+	last := &plan.Covered[len(plan.Covered)-1]
+	for i := range plan.Covered {
+		in := &plan.Covered[i]
+		if i == len(plan.Covered)-1 && in.Class == x86.Branch {
+			break // relocated, and emulated for a thread leaving with a signal held
+		}
+		if _, err := x86.RelocateForPad(in, addr); err != nil {
+			return err.Error()
+		}
+		if r, _ := x86.RelocateForPad(in, addr); r.Exits {
+			return fmt.Sprintf("`%s` ends the covered bytes with a return or an indirect jump", last.String())
+		}
+	}
+	lo, hi := x86.CoveredRange(plan, addr)
+	for a := range sp.bps {
+		if a >= addr && a < hi {
+			return fmt.Sprintf("another breakpoint (%#x) is inside the covered bytes", a)
+		}
+	}
+	for a, s := range js.sites {
+		if a < hi && a+uint64(s.plan.Len) > addr {
+			return fmt.Sprintf("the jump of the probe at %#x overlaps", a)
+		}
+	}
+	_ = lo
+	rg, why := e.ensureRegion(sp, host)
+	if why != "" {
+		return why
+	}
+	site := &jumpSite{addr: addr, plan: plan}
+	site.orig = make([]byte, plan.Len)
+	for i, in := range plan.Covered {
+		_ = i
+		copy(site.orig[in.Addr-addr:], in.Bytes)
+	}
+	if why := e.buildPad(sp, host, rg, site, append(site.probes, p)); why != "" {
+		return why
+	}
+	// every thread stopped; none inside the covered bytes
+	stopped, err := e.stopAll(sp.id)
+	defer e.resumeStopped(stopped)
+	if err != nil {
+		return fmt.Sprintf("stop the threads: %v", err)
+	}
+	for _, tid := range e.tgt.Threads(sp.id) {
+		var r Regs
+		if e.tgt.GetRegs(tid, &r) != nil {
+			continue
+		}
+		if pc := r[rpn.RegRIP]; x86.InsideCovered(plan, addr, pc) {
+			return fmt.Sprintf("thread %d is inside the covered bytes (at %#x)", tid, pc)
+		}
+	}
+	jmp := x86.JmpTo(addr, site.pad.at)
+	if len(jmp) != x86.JumpLen {
+		return "the pad is beyond ±2 GiB of the probe"
+	}
+	patch := make([]byte, plan.Len)
+	copy(patch, jmp)
+	for i := x86.JumpLen; i < len(patch); i++ {
+		patch[i] = 0xcc // never run: nothing lands there
+	}
+	if err := host.Patch(sp.id, addr, patch, site.orig); err != nil {
+		return fmt.Sprintf("write the jump: %v", err)
+	}
+	js.sites[addr] = site
+	return ""
+}
+
+// buildPad compiles the probes of a site, builds their pad and writes it;
+// site.pad is the new pad. The jump is the caller's to write.
+func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, probes []*probe) string {
+	js := sp.jump
+	var pps []pad.Probe
+	var sites []uint32
+	for _, p := range probes {
+		inst := sp.inst[p.src]
+		if inst == nil {
+			return "the probe's module is not in this space"
+		}
+		if int(p.src.LogMax) > pad.MaxLog {
+			return fmt.Sprintf("logmax %d is more than a ring slot holds (%d)", p.src.LogMax, pad.MaxLog)
+		}
+		n := e.siteFor(rg, p, site.addr)
+		if n < 0 {
+			return fmt.Sprintf("the region serves %d probes at most", pad.MaxProbes)
+		}
+		lv, why := e.lvFor(rg, p.mod)
+		if why != "" {
+			return why
+		}
+		code, err := jit.Compile(inst.prog, p.idx, jit.Layout{
+			LV: lv, GV: rg.gv, Probe: rg.addr + pad.OffCounters + uint64(n)*64,
+			Clock: rg.addr + pad.OffClock, Threads: rg.addr + pad.OffThreads,
+		})
+		if err != nil {
+			var u *jit.Unsupported
+			if errors.As(err, &u) {
+				return u.Reason
+			}
+			return err.Error()
+		}
+		pps = append(pps, pad.Probe{Code: code, Site: uint32(n), LogMax: int(p.src.LogMax)})
+		sites = append(sites, uint32(n))
+	}
+	// build once to learn the size, then at its address
+	trial, err := pad.Build(pad.Spec{At: site.addr, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, Held: site.addr})
+	if err != nil {
+		return err.Error()
+	}
+	area, held, at, err := e.padSpace(sp, host, site.addr, uint64(len(trial.Code)))
+	if err != nil {
+		return fmt.Sprintf("map the pad's area: %v", err)
+	}
+	_ = area
+	built, err := pad.Build(pad.Spec{At: at, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, Held: held})
+	if err != nil {
+		return err.Error()
+	}
+	if err := e.tgt.WriteMem(sp.id, at, built.Code); err != nil {
+		return fmt.Sprintf("write the pad: %v", err)
+	}
+	bpad := &builtPad{at: at, end: at + uint64(len(built.Code)), p: built, site: site}
+	js.pads = append(js.pads, bpad)
+	sort.Slice(js.pads, func(i, j int) bool { return js.pads[i].at < js.pads[j].at })
+	site.pad = bpad
+	site.probes = append([]*probe{}, probes...)
+	site.sites = sites
+	return ""
+}
+
+// padSpace finds room for a pad of size bytes within reach of addr. Each
+// area starts with its held byte.
+func (e *Engine) padSpace(sp *space, host JumpHost, addr, size uint64) (*xolArea, uint64, uint64, error) {
+	js := sp.jump
+	size = (size + 15) &^ 15
+	for i, a := range js.areas {
+		if a.used+size <= a.size && near(a.base, addr) {
+			at := a.base + a.used
+			a.used += size
+			return a, js.held[i], at, nil
+		}
+	}
+	const areaSize = 256 << 10
+	if size > areaSize-64 {
+		return nil, 0, 0, fmt.Errorf("a pad of %d bytes", size)
+	}
+	var base uint64
+	err := e.withStoppedThread(sp.id, func(tid int) error {
+		var err error
+		base, err = host.AllocXOL(sp.id, tid, addr, areaSize)
+		return err
+	})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if !near(base, addr) {
+		return nil, 0, 0, fmt.Errorf("no memory within ±2 GiB of %#x", addr)
+	}
+	a := &xolArea{base: base, size: areaSize, used: 64 + size}
+	js.areas = append(js.areas, a)
+	js.held = append(js.held, base)
+	return a, base, base + 64, nil
+}
+
+// ensureRegion maps the space's data region, and the global variables,
+// into the process.
+func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
+	js := sp.jump
+	if js.rg != nil {
+		return js.rg, ""
+	}
+	gvm := e.gvMem()
+	if gvm == nil {
+		js.no = "the global variables are not in shared memory"
+		return nil, js.no
+	}
+	mem, err := shm.Create(fmt.Sprintf("gprobes-pads-%d", sp.id), pad.RegionSize)
+	if err != nil {
+		js.no = err.Error()
+		return nil, js.no
+	}
+	pad.InitRegion(mem.Bytes)
+	var addr, gv uint64
+	err = e.withStoppedThread(sp.id, func(tid int) error {
+		var err error
+		if addr, err = host.MapShared(sp.id, tid, mem.FD, uint64(len(mem.Bytes))); err != nil {
+			return err
+		}
+		gv, err = host.MapShared(sp.id, tid, gvm.FD, uint64(len(gvm.Bytes)))
+		return err
+	})
+	if err != nil {
+		mem.Close()
+		js.no = err.Error()
+		return nil, js.no
+	}
+	rg := &region{mem: mem, ring: pad.NewRing(mem.Bytes), addr: addr, gv: gv, lvAt: map[*Module]int{}, refs: 1}
+	if cal, ok := e.calibrate(); ok {
+		rg.cal = cal
+		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffClock:], cal.TSC0)
+		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffClock+8:], cal.NS0)
+		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffClock+16:], cal.Mult)
+		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffClock+24:], cal.Shift)
+	}
+	js.rg = rg
+	e.jmu().mu.Lock()
+	e.js.regions[rg] = true
+	for _, tid := range e.tgt.Threads(sp.id) {
+		e.noteThread(tid, sp.id)
+	}
+	e.js.mu.Unlock()
+	e.startDrain()
+	return rg, ""
+}
+
+var (
+	calOnce sync.Once
+	calVal  tsc.Cal
+	calOK   bool
+)
+
+// calibrate measures the time stamp counter once per gprobes process.
+func (e *Engine) calibrate() (tsc.Cal, bool) {
+	calOnce.Do(func() { calVal, calOK = tsc.Calibrate(20 * time.Millisecond) })
+	return calVal, calOK
+}
+
+// siteFor gives probe p at addr its counters (site number) in a region.
+func (e *Engine) siteFor(rg *region, p *probe, addr uint64) int {
+	e.jmu().mu.Lock()
+	defer e.js.mu.Unlock()
+	for i, s := range rg.sites {
+		if s.p == p && s.addr == addr {
+			return i
+		}
+	}
+	if len(rg.sites) >= pad.MaxProbes {
+		return -1
+	}
+	rg.sites = append(rg.sites, siteRef{p: p, addr: addr})
+	return len(rg.sites) - 1
+}
+
+// lvFor places a module's local variables in a region: the module's lv
+// becomes that memory, shared by its pads and its int3 hits.
+func (e *Engine) lvFor(rg *region, m *Module) (uint64, string) {
+	if off, ok := rg.lvAt[m]; ok {
+		return rg.addr + uint64(off), ""
+	}
+	n := len(m.lv)
+	if rg.lvNext+n > pad.LVWords {
+		return 0, "the region's local variables are full"
+	}
+	off := pad.OffLV + rg.lvNext*8
+	rg.lvNext += n
+	words := rg.mem.Words(off, n)
+	copy(words, m.lv)
+	m.lv = words
+	rg.lvAt[m] = off
+	return rg.addr + uint64(off), ""
+}
+
+// gvMem returns the shared memory behind the global variables.
+func (e *Engine) gvMem() *shm.Mem {
+	return e.gvShm
+}
+
+func (e *Engine) jmu() *jumpShared {
+	return e.js
+}
+
+// noteThread enters a thread in the records' table and in its region's
+// thread table (push procid). Called with e.js.mu held.
+func (e *Engine) noteThread(tid, spID int) {
+	idx := e.tgt.ThreadIndex(tid)
+	e.js.threads[tid] = [2]int{spID, idx}
+	if sp := e.spaces[spID]; sp != nil && sp.jump != nil && sp.jump.rg != nil {
+		pad.SetThread(sp.jump.rg.mem.Bytes, tid, idx)
+	}
+}
+
+// startDrain starts the goroutine that drains the regions' rings.
+func (e *Engine) startDrain() {
+	if e.js.started {
+		return
+	}
+	e.js.started = true
+	go func() {
+		defer close(e.js.done)
+		idle := 0
+		for {
+			n := e.drain()
+			select {
+			case <-e.js.stop:
+				e.drain()
+				return
+			default:
+			}
+			if n > 0 {
+				idle = 0
+				continue
+			}
+			// back off to 1 ms while nothing comes: a ring of 1 MiB
+			// holds 16384 records of two words, a millisecond of a
+			// hot probe's hits in several threads
+			idle = min(idle+1, 20)
+			time.Sleep(time.Duration(idle) * 50 * time.Microsecond)
+		}
+	}()
+}
+
+// drain commits every record the rings hold. It runs on the drain
+// goroutine, and on the loop at the end.
+func (e *Engine) drain() int {
+	e.js.mu.Lock()
+	defer e.js.mu.Unlock()
+	n := 0
+	for rg := range e.js.regions {
+		n += rg.ring.Drain(func(r *pad.Record) {
+			if int(r.Site) >= len(rg.sites) {
+				return
+			}
+			ref := rg.sites[r.Site]
+			p := ref.p
+			d := p.def()
+			rec := Record{Time: rg.cal.Time(r.TSC), Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,
+				Location: d.Loc.Text, Address: ref.addr, Tid: int(r.Tid), Exit: r.Exit, Truncated: r.Truncated}
+			if t, ok := e.js.threads[int(r.Tid)]; ok {
+				rec.Pid, rec.CPU = t[0], t[1]
+			}
+			if r.Exception != 0 {
+				rec.Kind = "exception"
+				rec.Exception = rpn.Exception(r.Exception).String()
+				rec.PC = r.PC
+				rec.Exit = 0
+				if pos, ok := p.src.LineFor(r.PC); ok {
+					rec.Line = p.src.PosString(pos)
+				}
+			} else {
+				if r.Exit == rpn.ExitTrace {
+					rec.Kind = "trace"
+				}
+				rec.Data = append([]byte(nil), r.Data...)
+			}
+			e.commit(&rec)
+		})
+	}
+	return n
+}
+
+// stopJump stops the drain goroutine after a last drain.
+func (e *Engine) stopJump() {
+	if e.js.started {
+		close(e.js.stop)
+		<-e.js.done
+		e.js.started = false
+	}
+}
+
+// jumpCounters adds what the pads counted to a probe's info.
+func (e *Engine) jumpCounters(p *probe, info *ProbeInfo) {
+	e.js.mu.Lock()
+	defer e.js.mu.Unlock()
+	for rg := range e.js.regions {
+		for i, s := range rg.sites {
+			if s.p != p {
+				continue
+			}
+			c := pad.LoadCounters(pad.CountersAt(rg.mem.Bytes, i))
+			info.Hits += c.Hits
+			info.Skipped += c.Skipped
+			info.Faults += c.Faults
+			info.Lost += c.Lost
+			if c.Disabled != 0 && info.State == StateActive {
+				info.State = StateDisabled
+			}
+		}
+	}
+}
+
+// stopAll stops every running thread of a space; it returns those it
+// stopped (resumeStopped lets them go). Threads that stopped for an event
+// of their own have it queued and are handled as usual.
+func (e *Engine) stopAll(spID int) ([]int, error) {
+	var quiet []int
+	for _, tid := range e.tgt.Threads(spID) {
+		if e.tgt.IsStopped(tid) {
+			continue
+		}
+		evs, err := e.tgt.StopThread(tid)
+		if err != nil {
+			continue // it exited
+		}
+		if len(evs) == 0 {
+			quiet = append(quiet, tid)
+		} else {
+			e.pendingEvents = append(e.pendingEvents, evs...)
+		}
+	}
+	return quiet, nil
+}
+
+func (e *Engine) resumeStopped(tids []int) {
+	for _, tid := range tids {
+		if e.tgt.IsStopped(tid) {
+			e.fail(e.tgt.Resume(tid, 0), "resume thread %d", tid)
+		}
+	}
+}
+
+// unplaceJump takes probe p off the jump site at addr: the pad is rebuilt
+// without it, or the original code goes back when it was the last. The
+// old pad stays mapped: a thread may still be inside it.
+func (e *Engine) unplaceJump(sp *space, addr uint64, p *probe) error {
+	js := sp.jump
+	site := js.sites[addr]
+	if site == nil {
+		return nil
+	}
+	var keep []*probe
+	for _, q := range site.probes {
+		if q != p {
+			keep = append(keep, q)
+		}
+	}
+	if sp.detached {
+		delete(js.sites, addr)
+		return nil
+	}
+	host := e.tgt.(JumpHost)
+	stopped, _ := e.stopAll(sp.id)
+	defer e.resumeStopped(stopped)
+	if len(keep) > 0 {
+		if why := e.buildPad(sp, host, js.rg, site, keep); why == "" {
+			jmp := x86.JmpTo(addr, site.pad.at)
+			if len(jmp) == x86.JumpLen {
+				patch := append([]byte(nil), site.orig...)
+				copy(patch, jmp)
+				for i := x86.JumpLen; i < len(patch); i++ {
+					patch[i] = 0xcc
+				}
+				return host.Patch(sp.id, addr, patch, site.orig)
+			}
+		}
+		// could not rebuild: the others go too (query says removed)
+	}
+	delete(js.sites, addr)
+	return host.Unpatch(sp.id, addr, site.orig)
+}
+
+// takeOutJumps puts the original code back at every jump site of a space
+// (detach); the pads stay, for the threads inside them.
+func (e *Engine) takeOutJumps(sp *space) error {
+	if sp.jump == nil {
+		return nil
+	}
+	host, _ := e.tgt.(JumpHost)
+	var errs []error
+	// signals held for threads inside pads go in as they leave: now
+	for tid := range sp.jump.holding {
+		if th := e.threads[tid]; th != nil {
+			e.releaseSignals(th)
+		}
+	}
+	clear(sp.jump.holding)
+	if !sp.detached && len(sp.jump.held) > 0 {
+		e.setHeld(sp, 0)
+	}
+	for addr, site := range sp.jump.sites {
+		if !sp.detached && host != nil {
+			if err := host.Unpatch(sp.id, addr, site.orig); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		delete(sp.jump.sites, addr)
+	}
+	return errors.Join(errs...)
+}
+
+// padSignal handles a signal for a thread whose rip is in a pad. It
+// reports whether it did.
+func (e *Engine) padSignal(th *thread, ev Event) bool {
+	sp := e.spaces[th.space]
+	if sp == nil || sp.jump == nil || len(sp.jump.pads) == 0 {
+		return false
+	}
+	var r Regs
+	if e.tgt.GetRegs(th.tid, &r) != nil {
+		return false
+	}
+	pc := r[rpn.RegRIP]
+	bp := sp.padAt(pc)
+	if bp == nil {
+		return false
+	}
+	if !ev.Async {
+		if h, ok := bp.p.Fixups[pc]; ok {
+			// a probe's memory access faulted: its program raises
+			// invalid-address, the process never sees the fault
+			r[rpn.RegRIP] = h
+			e.fail(e.tgt.SetRegs(th.tid, &r), "send thread %d to the fault handler of its pad", th.tid)
+			e.resume(th.tid, 0)
+			return true
+		}
+		if orig, ok := bp.p.Displaced[pc]; ok {
+			if orig == bp.site.addr {
+				// the first covered instruction faulted: its handler
+				// sees the original address (and a return runs it again
+				// there, the probe included, as on the int3 route)
+				r[rpn.RegRIP] = orig
+				e.fail(e.tgt.SetRegs(th.tid, &r), "put thread %d back on %#x", th.tid, orig)
+			}
+			e.resume(th.tid, ev.Sig)
+			return true
+		}
+		e.warn(fmt.Sprintf("signal %d in the pad of %#x at %#x: delivered there", ev.Sig, bp.site.addr, pc))
+		e.resume(th.tid, ev.Sig)
+		return true
+	}
+	// an asynchronous signal: held until the thread leaves the pad
+	h, ok := e.tgt.(SignalHolder)
+	if !ok || th.heldSigs >= maxHeldSigs {
+		e.resume(th.tid, ev.Sig)
+		return true
+	}
+	if err := h.Hold(th.tid); err != nil {
+		e.warn(fmt.Sprintf("a signal for thread %d inside a pad is delivered there: %v", th.tid, err))
+		e.resume(th.tid, ev.Sig)
+		return true
+	}
+	th.heldSigs++
+	sp.jump.holding[th.tid] = true
+	e.setHeld(sp, 1)
+	e.resume(th.tid, 0)
+	return true
+}
+
+// setHeld sets or clears the held byte of every pad area of a space.
+func (e *Engine) setHeld(sp *space, v byte) {
+	for _, a := range sp.jump.held {
+		e.fail(e.tgt.WriteMem(sp.id, a, []byte{v}), "set the pads' held flag")
+	}
+}
+
+// padTrap handles the int3 of a pad, where a thread with a signal held
+// leaves: the thread goes on outside the pad, then gets its signals.
+func (e *Engine) padTrap(th *thread) bool {
+	sp := e.spaces[th.space]
+	if sp == nil || sp.jump == nil || len(sp.jump.pads) == 0 {
+		return false
+	}
+	if err := e.tgt.GetRegs(th.tid, &th.regs); err != nil {
+		return false
+	}
+	pc := th.regs[rpn.RegRIP]
+	bp := sp.padAt(pc - 1)
+	if bp == nil || bp.p.Trap != pc-1 {
+		return false
+	}
+	site := bp.site
+	last := &site.plan.Covered[len(site.plan.Covered)-1]
+	if orig, ok := bp.p.Displaced[pc]; ok && orig == last.Addr && last.Class == x86.Branch {
+		th.regs[rpn.RegRIP] = last.Addr
+		x86.EmulateBranch(last, &th.regs, mem{e, th.space})
+	} else {
+		th.regs[rpn.RegRIP] = bp.p.Ret
+	}
+	e.fail(e.tgt.SetRegs(th.tid, &th.regs), "move thread %d out of its pad", th.tid)
+	if sp.jump.holding[th.tid] {
+		delete(sp.jump.holding, th.tid)
+		if len(sp.jump.holding) == 0 {
+			e.setHeld(sp, 0)
+		}
+		e.releaseSignals(th)
+	}
+	e.resume(th.tid, 0)
+	return true
+}
+
+// joinJump adds probe p to the jump site at addr: a new pad with every
+// probe there, and the jump pointed at it (threads stopped).
+func (e *Engine) joinJump(sp *space, p *probe, addr uint64) string {
+	site := sp.jump.sites[addr]
+	host := e.tgt.(JumpHost)
+	if why := e.buildPad(sp, host, sp.jump.rg, site, append(append([]*probe{}, site.probes...), p)); why != "" {
+		return why
+	}
+	if why := e.repoint(sp, host, site); why != "" {
+		return why
+	}
+	p.in[sp.id] = addr
+	p.state, p.reason = StateActive, ""
+	p.how = "jump"
+	return ""
+}
+
+// repoint writes the jump of a site to its (new) pad, every thread
+// stopped.
+func (e *Engine) repoint(sp *space, host JumpHost, site *jumpSite) string {
+	jmp := x86.JmpTo(site.addr, site.pad.at)
+	if len(jmp) != x86.JumpLen {
+		return "the pad is beyond ±2 GiB of the probe"
+	}
+	patch := append([]byte(nil), site.orig...)
+	copy(patch, jmp)
+	for i := x86.JumpLen; i < len(patch); i++ {
+		patch[i] = 0xcc
+	}
+	stopped, _ := e.stopAll(sp.id)
+	defer e.resumeStopped(stopped)
+	if err := host.Patch(sp.id, site.addr, patch, site.orig); err != nil {
+		return fmt.Sprintf("write the jump: %v", err)
+	}
+	return ""
+}
+
+// dropJump forgets a space's jump books when its image is gone (exec:
+// its probes go back to pending, to be placed in the new image; exit).
+// The region goes when no space uses it: its last records are committed,
+// its counts folded into the probes', its variables copied out.
+func (e *Engine) dropJump(sp *space, exec bool) {
+	js := sp.jump
+	if js == nil {
+		return
+	}
+	for _, site := range js.sites {
+		for _, p := range site.probes {
+			delete(p.in, sp.id)
+			if exec && len(p.in) == 0 && p.state == StateActive {
+				p.state = StatePending
+			}
+		}
+	}
+	sp.jump = nil
+	rg := js.rg
+	if rg == nil {
+		return
+	}
+	if rg.refs--; rg.refs > 0 {
+		return
+	}
+	e.drain()
+	e.js.mu.Lock()
+	defer e.js.mu.Unlock()
+	for i, s := range rg.sites {
+		c := pad.LoadCounters(pad.CountersAt(rg.mem.Bytes, i))
+		s.p.st.Hits += c.Hits
+		s.p.st.Skipped += c.Skipped
+		s.p.st.Runs += c.Runs
+		s.p.st.Faults += c.Faults
+		s.p.lost += c.Lost
+		if c.Disabled != 0 {
+			s.p.st.Disabled = true
+		}
+	}
+	for m, off := range rg.lvAt {
+		if len(m.lv) > 0 && &m.lv[0] == &rg.mem.Words(off, 1)[0] {
+			m.lv = append([]uint64(nil), m.lv...)
+		}
+	}
+	delete(e.js.regions, rg)
+	rg.mem.Close()
+}
+
+// jumpThread enters a new thread in the records' table once the engine
+// has pads anywhere.
+func (e *Engine) jumpThread(tid, spID int) {
+	if !e.js.started {
+		return
+	}
+	e.js.mu.Lock()
+	e.noteThread(tid, spID)
+	e.js.mu.Unlock()
+}

@@ -1,0 +1,182 @@
+// Package pad builds jump pads: the code gprobes writes into a process
+// so that a probe runs in the thread that hits it, with no trap (issue 11;
+// docs/engine.md, "Jump pads"), and the data region the pads share with
+// gprobes: counters, local variables, the clock, the thread table and the
+// ring of committed records.
+package pad
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gprobes/gprobes/jit"
+)
+
+// The data region, one per process (a fork child shares its parent's: the
+// mapping is MAP_SHARED), at offsets from its start. Records carry the
+// thread id, so whose they are is known.
+const (
+	OffMagic    = 0
+	OffRingSize = 8   // u64 bytes of ring
+	OffHead     = 64  // u64 bytes ever reserved by the pads (producers, lock cmpxchg)
+	OffTail     = 128 // u64 bytes ever consumed by gprobes
+	OffLost     = 192 // u64 records dropped: the ring was full
+	OffClock    = 256 // jit.Clock
+	OffCounters = 4096
+	MaxProbes   = 1024 // probes (sites × probes there) one region serves
+	OffLV       = OffCounters + MaxProbes*64
+	LVWords     = 8192
+	OffThreads  = OffLV + LVWords*8
+	OffRing     = OffThreads + jit.ThreadSlots*8
+
+	Magic = 0x3244415042505247 // "GPRBPAD2"
+
+	// RingSize is the ring's bytes: a record takes its header and its
+	// log rounded to 8, 64 bytes for two logged words (16384 of them).
+	RingSize = 1 << 20
+
+	// A record: a header word (its length in bytes, committed and
+	// padding flags), then the fields, then the log.
+	recSite   = 8
+	recTid    = 12
+	recTSC    = 16
+	recHdr    = 24 // exit, exception, truncated, -, major u16, minor u16
+	recPC     = 32
+	recLogLen = 36
+	recAddr   = 40
+	recData   = 48
+
+	committed = 1 << 63
+	padding   = 1 << 62
+
+	// MaxLog is the largest logmax a probe on the jump route may have.
+	MaxLog = 4096
+
+	RegionSize = OffRing + RingSize
+)
+
+// InitRegion prepares a new region's bytes.
+func InitRegion(b []byte) {
+	binary.LittleEndian.PutUint64(b[OffMagic:], Magic)
+	binary.LittleEndian.PutUint64(b[OffRingSize:], RingSize)
+}
+
+// Record is one record a pad committed, as the ring holds it.
+type Record struct {
+	Site      uint32
+	Tid       uint32
+	TSC       uint64
+	Exit      uint8
+	Exception uint8
+	Truncated bool
+	Major     uint16
+	Minor     uint16
+	PC        uint32
+	Addr      uint64
+	Data      []byte // valid until the next Drain
+}
+
+// Ring is gprobes' end of a region's ring: the only consumer. The pads
+// reserve space with a lock cmpxchg on the head (refusing, and counting
+// the record lost, when head - tail would pass RingSize), write the
+// record, then its header word with the committed flag. A record never
+// wraps: one that would is preceded by a padding record to the end.
+type Ring struct {
+	b   []byte
+	rec Record
+}
+
+// NewRing reads the ring of the region b (gprobes' mapping).
+func NewRing(b []byte) *Ring { return &Ring{b: b} }
+
+func word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
+
+// Lost is the number of records the pads dropped because the ring was full.
+func (r *Ring) Lost() uint64 { return atomic.LoadUint64(word(r.b, OffLost)) }
+
+// Drain hands every committed record to f, oldest first, and frees its
+// space (zeroed: a header word is 0 until its record is committed); it
+// stops at the first record not committed yet. It returns how many.
+func (r *Ring) Drain(f func(*Record)) int {
+	n := 0
+	tail := atomic.LoadUint64(word(r.b, OffTail))
+	for {
+		pos := int(tail % RingSize)
+		hw := word(r.b, OffRing+pos)
+		h := atomic.LoadUint64(hw)
+		if h&committed == 0 {
+			break
+		}
+		ln := int(h & 0xffffffff)
+		if ln < 8 || ln%8 != 0 || pos+ln > RingSize {
+			// cannot happen with our pads; never read past the ring
+			ln = RingSize - pos
+		} else if h&padding == 0 {
+			s := r.b[OffRing+pos : OffRing+pos+ln]
+			rec := &r.rec
+			rec.Site = binary.LittleEndian.Uint32(s[recSite:])
+			rec.Tid = binary.LittleEndian.Uint32(s[recTid:])
+			rec.TSC = binary.LittleEndian.Uint64(s[recTSC:])
+			rec.Exit = s[recHdr]
+			rec.Exception = s[recHdr+1]
+			rec.Truncated = s[recHdr+2] != 0
+			rec.Major = binary.LittleEndian.Uint16(s[recHdr+4:])
+			rec.Minor = binary.LittleEndian.Uint16(s[recHdr+6:])
+			rec.PC = binary.LittleEndian.Uint32(s[recPC:])
+			dl := int(binary.LittleEndian.Uint32(s[recLogLen:]))
+			if dl > ln-recData {
+				dl = max(ln-recData, 0)
+			}
+			rec.Addr = binary.LittleEndian.Uint64(s[recAddr:])
+			rec.Data = append(rec.Data[:0], s[recData:recData+dl]...)
+			f(rec)
+			n++
+		}
+		clear(r.b[OffRing+pos+8 : OffRing+pos+ln])
+		atomic.StoreUint64(hw, 0)
+		tail += uint64(ln)
+		atomic.StoreUint64(word(r.b, OffTail), tail)
+	}
+	return n
+}
+
+// CountersAt returns the counters of probe slot i of the region.
+func CountersAt(b []byte, i int) *jit.Counters {
+	return (*jit.Counters)(unsafe.Pointer(&b[OffCounters+i*64]))
+}
+
+// LoadCounters reads counters atomically, field by field.
+func LoadCounters(c *jit.Counters) jit.Counters {
+	return jit.Counters{
+		Hits:     atomic.LoadUint64(&c.Hits),
+		Skipped:  atomic.LoadUint64(&c.Skipped),
+		Runs:     atomic.LoadUint64(&c.Runs),
+		Faults:   atomic.LoadUint64(&c.Faults),
+		Disabled: atomic.LoadUint64(&c.Disabled),
+		Lost:     atomic.LoadUint64(&c.Lost),
+	}
+}
+
+// SetThread enters tid with its index in the region's thread table (push
+// procid); index < 0 takes it out.
+func SetThread(b []byte, tid, index int) {
+	h := uint64(uint32(tid)*0x9e3779b1) >> (32 - jit.ThreadBits)
+	for i := 0; i < jit.ThreadSlots; i++ {
+		off := OffThreads + int((h+uint64(i))&(jit.ThreadSlots-1))*8
+		w := word(b, off)
+		v := atomic.LoadUint64(w)
+		t := uint32(v)
+		if t == uint32(tid) || t == 0 {
+			if index < 0 {
+				if t == uint32(tid) {
+					// keep the chain: a tombstone no tid matches
+					atomic.StoreUint64(w, 0xffffffff)
+				}
+				return
+			}
+			atomic.StoreUint64(w, uint64(uint32(tid))|uint64(uint32(index))<<32)
+			return
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package ptrace
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// restoreJumps puts the original code back over the jumps to pads a dead
+// gprobes left in a process. A jump is several bytes, which a running
+// thread could fetch half-written: every thread is stopped first
+// (PTRACE_SEIZE, PTRACE_INTERRUPT), once the dead tracer's attachment is
+// gone (the kernel detaches its tracees as it exits). A thread inside a
+// pad goes on there and jumps back to the original code; the pads stay
+// mapped. Where the threads cannot be stopped the jumps stay, and the
+// pads keep running the probes: records are counted lost once the ring
+// is full, and the process runs on (docs/engine.md).
+func restoreJumps(pid int, maps []Mapping, jumps []savedByte) (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	deadline := time.Now().Add(2 * time.Second)
+	seized := map[int]bool{}
+	defer func() {
+		for tid := range seized {
+			unix.PtraceDetach(tid)
+		}
+	}()
+	for {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return 0, err
+		}
+		more := false
+		for _, ent := range ents {
+			tid, err := strconv.Atoi(ent.Name())
+			if err != nil || seized[tid] {
+				continue
+			}
+			more = true
+			if err := unix.PtraceSeize(tid); err != nil {
+				if errors.Is(err, unix.EPERM) && time.Now().Before(deadline) {
+					// still traced by the dying gprobes
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				if errors.Is(err, unix.ESRCH) {
+					continue
+				}
+				return 0, fmt.Errorf("stop thread %d to put the jumps back: %w", tid, err)
+			}
+			seized[tid] = true
+			if err := unix.PtraceInterrupt(tid); err != nil {
+				return 0, err
+			}
+			var ws unix.WaitStatus
+			if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil {
+				return 0, err
+			}
+		}
+		if !more {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the threads of %d could not all be stopped", pid)
+		}
+	}
+	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer mem.Close()
+	n := 0
+	var errs []error
+	for _, b := range jumps {
+		same := false
+		for _, m := range maps {
+			if b.Addr >= m.Start && b.Addr < m.End {
+				same = m.Dev == b.Dev && m.Inode == b.Inode
+				break
+			}
+		}
+		if !same {
+			continue
+		}
+		cur := make([]byte, len(b.Code))
+		if _, err := mem.ReadAt(cur, int64(b.Addr)); err != nil || !bytes.Equal(cur, b.Code) {
+			continue
+		}
+		if _, err := mem.WriteAt(b.Was, int64(b.Addr)); err != nil {
+			errs = append(errs, fmt.Errorf("%#x: %w", b.Addr, err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
