@@ -92,6 +92,9 @@ type jumpState struct {
 	no string
 	// holding counts threads with a signal held until they leave a pad
 	holding map[int]bool
+	// int3Only: addresses where a probe that cannot run in a pad moved
+	// the others to an int3, and why
+	int3Only map[uint64]string
 }
 
 // jumpMu guards what the drain goroutine shares with the loop: the
@@ -107,7 +110,7 @@ type jumpShared struct {
 
 func (e *Engine) jumpSpace(sp *space) *jumpState {
 	if sp.jump == nil {
-		sp.jump = &jumpState{sites: map[uint64]*jumpSite{}, holding: map[int]bool{}}
+		sp.jump = &jumpState{sites: map[uint64]*jumpSite{}, holding: map[int]bool{}, int3Only: map[uint64]string{}}
 	}
 	return sp.jump
 }
@@ -138,6 +141,9 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 	js := e.jumpSpace(sp)
 	if js.no != "" {
 		return js.no
+	}
+	if why := js.int3Only[addr]; why != "" {
+		return why
 	}
 	if len(sp.bps) > 0 {
 		if bp := sp.bps[addr]; bp != nil {
@@ -242,6 +248,9 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		inst := sp.inst[p.src]
 		if inst == nil {
 			return "the probe's module is not in this space"
+		}
+		if p.def().LogOnFault {
+			return "logonfault = yes: the record of a faulting step is the int3 route's"
 		}
 		if int(p.src.LogMax) > pad.MaxLog {
 			return fmt.Sprintf("logmax %d is more than a ring slot holds (%d)", p.src.LogMax, pad.MaxLog)
@@ -725,7 +734,7 @@ func (e *Engine) padTrap(th *thread) bool {
 	}
 	site := bp.site
 	last := &site.plan.Covered[len(site.plan.Covered)-1]
-	if orig, ok := bp.p.Displaced[pc]; ok && orig == last.Addr && last.Class == x86.Branch {
+	if orig, ok := bp.p.Displaced[bp.p.Final]; ok && orig == last.Addr && last.Class == x86.Branch {
 		th.regs[rpn.RegRIP] = last.Addr
 		x86.EmulateBranch(last, &th.regs, mem{e, th.space})
 	} else {
@@ -837,4 +846,24 @@ func (e *Engine) jumpThread(tid, spID int) {
 	e.js.mu.Lock()
 	e.noteThread(tid, spID)
 	e.js.mu.Unlock()
+}
+
+// demoteJump takes the jump at addr out (every thread stopped; the pad
+// stays for threads inside it) and returns the probes that were there,
+// no longer placed: the caller puts them on an int3, where a probe that
+// cannot run in a pad joins them.
+func (e *Engine) demoteJump(sp *space, addr uint64, why string) ([]*probe, error) {
+	js := sp.jump
+	site := js.sites[addr]
+	stopped, _ := e.stopAll(sp.id)
+	defer e.resumeStopped(stopped)
+	if err := e.tgt.(JumpHost).Unpatch(sp.id, addr, site.orig); err != nil {
+		return nil, err
+	}
+	delete(js.sites, addr)
+	js.int3Only[addr] = "shares its address with a probe that cannot run in a pad (" + why + ")"
+	for _, q := range site.probes {
+		delete(q.in, sp.id)
+	}
+	return site.probes, nil
 }

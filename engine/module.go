@@ -316,11 +316,21 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 		return
 	}
 	if sp.jump != nil && sp.jump.sites[addr] != nil {
-		if why := e.joinJump(sp, p, addr); why == "" {
+		why := e.joinJump(sp, p, addr)
+		if why == "" {
 			return
-		} else {
-			refuse(StateRefused, "another probe's jump pad is at %#x and this one cannot join it: %s", addr, why)
+		}
+		// it cannot run in a pad: the probes there move to an int3,
+		// in their order, and this one joins them
+		moved, err := e.demoteJump(sp, addr, why)
+		if err != nil {
+			refuse(StateRefused, "the jump pad at %#x could not make way for an int3: %v", addr, err)
 			return
+		}
+		for _, q := range moved {
+			if qi := sp.inst[q.src]; qi != nil {
+				e.placeProbe(sp, qi, q)
+			}
 		}
 	}
 	bp := sp.bps[addr]

@@ -74,8 +74,8 @@ type Pad struct {
 	// Displaced maps the pad address of each relocated covered
 	// instruction to its original address.
 	Displaced map[uint64]uint64
-	Final     uint64 // the address after the int3 of a thread leaving with a signal held
-	Trap      uint64 // the int3's address
+	Final     uint64 // where the last covered instruction (if it transfers control) or the jump back is
+	Trap      uint64 // the int3 a thread leaving with a signal held stops at
 	Ret       uint64 // where the jump back goes (probe address + covered length)
 	StackUse  int    // bytes below the thread's rsp the pad uses
 }
@@ -251,8 +251,13 @@ func Build(s Spec) (*Pad, error) {
 		e.emit(r.Code...)
 	}
 
-	// post: rsp = orig + delta; scratch_0 = orig - redZone - frameSize + sc0
-	pendingFromRSP := -int64(redZone+frameSize) + sc0 + jit.OffPadScratch - delta
+	// post: the flags are the covered instructions' (a cmp covered, a jcc
+	// after it): kept on the stack, below the red zone, while the pad
+	// looks at its own bytes. rsp = orig + delta - 136 then;
+	// scratch_0 = orig - redZone - frameSize + sc0
+	e.emit(0x48, 0x8d, 0x64, 0x24, 0x80) // lea -128(%rsp),%rsp
+	e.emit(0x9c)                         // pushfq
+	pendingFromRSP := -int64(redZone+frameSize) + sc0 + jit.OffPadScratch - delta + redZone + 8
 	e.mem32(0, []byte{0x80}, 7, 4, pendingFromRSP) // cmpb $0,pending(%rsp)
 	e.emit(0)
 	e.rel([]byte{0x0f, 0x85}, "commit")
@@ -261,9 +266,10 @@ func Build(s Spec) (*Pad, error) {
 	e.emit(0x80, 0x3d)
 	e.i32(int64(s.Held - (e.pc() + 5)))
 	e.emit(0)
-	e.emit(0x74, 0x01) // je final (skip the int3)
-	p.Trap = e.pc()
-	e.emit(0xcc)
+	e.rel([]byte{0x0f, 0x85}, "trap")
+	e.emit(0x9d)                                           // popfq
+	e.emit(0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00) // lea 128(%rsp),%rsp
+	e.label("final")
 	p.Final = e.pc()
 	if last != nil {
 		r, err := x86.RelocateForPad(lastIn, e.pc())
@@ -279,10 +285,17 @@ func Build(s Spec) (*Pad, error) {
 		e.emit(x86.JmpTo(e.pc(), p.Ret)...)
 	}
 
-	// commit: after the covered instructions
+	// trap: a thread leaving with a signal held stops at the int3
+	e.label("trap")
+	e.emit(0x9d)                                           // popfq
+	e.emit(0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00) // lea 128(%rsp),%rsp
+	p.Trap = e.pc()
+	e.emit(0xcc)
+	e.rel([]byte{0xe9}, "final")
+
+	// commit: after the covered instructions; the flags are pushed
+	// already, below the red zone
 	e.label("commit")
-	e.emit(0x48, 0x8d, 0x64, 0x24, 0x80) // lea -128(%rsp),%rsp
-	e.emit(0x9c)                         // pushfq
 	e.emit(0x50, 0x53, 0x51, 0x52, 0x56, 0x57, 0x55)
 	for r := byte(0); r < 8; r++ {
 		e.emit(0x41, 0x50+r)
@@ -312,8 +325,6 @@ func Build(s Spec) (*Pad, error) {
 		}
 	}
 	e.emit(0x5d, 0x5f, 0x5e, 0x5a, 0x59, 0x5b, 0x58)
-	e.emit(0x9d)
-	e.emit(0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00) // lea 128(%rsp),%rsp
 	e.rel([]byte{0xe9}, "cont")
 
 	e.label("ring")

@@ -283,9 +283,17 @@ exit 0
 var callsPerRound = []uint64{1, 2, 2, 1, 1, 1, 1, 1, 1}
 
 // Exact hit counts on every kind of displaced instruction, and the
-// program computes exactly what it computes unprobed.
+// program computes exactly what it computes unprobed: on the int3 route
+// (every way of running the displaced instruction), and on the default
+// route (jump pads where they fit, int3 elsewhere).
 func TestExactHitCounts(t *testing.T) {
-	r := start(t, "-n", "1000")
+	t.Run("int3", func(t *testing.T) { exactHitCounts(t, engine.RouteInt3) })
+	t.Run("auto", func(t *testing.T) { exactHitCounts(t, engine.RouteAuto) })
+}
+
+func exactHitCounts(t *testing.T, route string) {
+	needFixture(t)
+	r := startWith(t, startConfig{path: fixture.hits, route: route}, "-n", "1000")
 	infos := r.insert(compile(t, countAll))
 	hows := map[string]bool{}
 	for _, p := range infos {
@@ -313,7 +321,11 @@ func TestExactHitCounts(t *testing.T) {
 			t.Errorf("query: %s has %d hits", p.Location, p.Hits)
 		}
 	}
-	for _, how := range []string{"emulate", "branch", "boost", "step"} {
+	want := []string{"emulate", "branch", "boost", "step"}
+	if route == engine.RouteAuto {
+		want = []string{"jump"}
+	}
+	for _, how := range want {
 		if !hows[how] {
 			t.Errorf("no probe ran its instruction by %s: %v", how, hows)
 		}

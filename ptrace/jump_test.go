@@ -104,7 +104,7 @@ func TestJumpKinds(t *testing.T) {
 					}
 				}
 			}
-			if len(tids) != threads {
+			if q.Lost == 0 && len(tids) != threads {
 				t.Errorf("records from %d threads, want %d", len(tids), threads)
 			}
 			t.Logf("%d records, %d lost", len(recs), q.Lost)
