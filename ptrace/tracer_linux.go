@@ -400,6 +400,15 @@ func (t *Tracer) Wait() (Event, error) {
 		return ev, nil
 	}
 	for {
+		if len(t.threads) == 0 {
+			// every tracee is gone. Waiting on would block for good
+			// when this OS thread has a child that is no tracee: the
+			// guard (`recover --guard`) may have been started from the
+			// thread the engine's goroutine locked later, and an
+			// attached process that exited left run --target waiting
+			// (and deaf to Ctrl-C) forever
+			return Event{}, ErrNoTracees
+		}
 		var ws unix.WaitStatus
 		tid, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD, nil)
 		if err == unix.EINTR {

@@ -352,7 +352,9 @@ func probesIn(pid int) bool {
 	defer mem.Close()
 	var c [1]byte
 	_, err = mem.ReadAt(c[:], int64(base+off))
-	return err == nil && c[0] == 0xcc
+	// f_lock starts with a lock prefix (f0): an int3 (cc) or a jump to a
+	// pad (e9) there is gprobes'
+	return err == nil && (c[0] == 0xcc || c[0] == 0xe9)
 }
 
 // guardOf finds the guard a daemon started.
