@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gprobes/gprobes/engine/x86"
@@ -36,6 +37,9 @@ type JumpHost interface {
 	// orig back.
 	Patch(space int, addr uint64, code, orig []byte) error
 	Unpatch(space int, addr uint64, orig []byte) error
+	// TIDOffset says where, from its fs_base, stopped thread tid keeps
+	// its own id (0: nowhere gprobes trusts; the pads ask the kernel).
+	TIDOffset(space, tid int) uint64
 }
 
 // Route values of Options.Route.
@@ -361,6 +365,7 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		if addr, err = host.MapShared(sp.id, tid, mem.FD, uint64(len(mem.Bytes))); err != nil {
 			return err
 		}
+		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffTCBTid:], host.TIDOffset(sp.id, tid))
 		gv, err = host.MapShared(sp.id, tid, gvm.FD, uint64(len(gvm.Bytes)))
 		return err
 	})
@@ -842,6 +847,15 @@ func (e *Engine) dropJump(sp *space, exec bool) {
 func (e *Engine) jumpThread(tid, spID int) {
 	if !e.js.started {
 		return
+	}
+	if sp := e.spaces[spID]; sp != nil && sp.jump != nil && sp.jump.rg != nil {
+		// a thread that does not keep its id where the pads read it:
+		// from now on they ask the kernel
+		w := sp.jump.rg.mem.Word(pad.OffTCBTid)
+		if off := atomic.LoadUint64(w); off != 0 && e.tgt.(JumpHost).TIDOffset(spID, tid) != off {
+			atomic.StoreUint64(w, 0)
+			e.warn(fmt.Sprintf("thread %d does not keep its id in its thread control block: the jump pads of process %d ask the kernel from now on (gettid, slower)", tid, spID))
+		}
 	}
 	e.js.mu.Lock()
 	e.noteThread(tid, spID)

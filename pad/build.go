@@ -184,13 +184,30 @@ func Build(s Spec) (*Pad, error) {
 	e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTSC)     // mov %rax,OffTSC(%rbx)
 	e.mem32(0, []byte{0xc6}, 0, 3, jit.OffPadScratch) // movb $0,pending(%rbx)
 	e.emit(0)
+	// the thread's id from its thread control block when gprobes found
+	// it there (OffTCBTid), else 0: fetched with gettid when needed
+	e.emit(0x31, 0xc0) // xor %eax,%eax
+	e.emit(0x48, 0xb9) // movabs $region+OffTCBTid,%rcx
+	e.u64(s.Region + OffTCBTid)
+	e.emit(0x48, 0x8b, 0x09) // mov (%rcx),%rcx
+	e.emit(0x48, 0x85, 0xc9) // test %rcx,%rcx
+	e.rel([]byte{0x0f, 0x84}, "notcb")
+	e.emit(0xf3, 0x48, 0x0f, 0xae, 0xc2) // rdfsbase %rdx
+	e.emit(0x48, 0x85, 0xd2)             // test %rdx,%rdx
+	e.rel([]byte{0x0f, 0x84}, "notcb")
+	tcbLoad := e.pc()
+	e.emit(0x8b, 0x04, 0x0a) // mov (%rdx,%rcx),%eax: a fault goes to notcb
+	e.label("notcb")
+	p.Fixups[tcbLoad] = 0 // set once notcb's address is known
+	e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffPadScratch+8) // mov %rax,tid(scratch_0)
 	for i := range s.Probes {
 		e.mem32(0x48, []byte{0x8d}, 3, 5, sc0+int64(offs[i])) // lea scratch_i(%rbp),%rbx
 		// tsc from scratch_0: rax is the program's to clobber
 		e.mem32(0x48, []byte{0x8b}, 0, 5, sc0+jit.OffTSC) // mov sc0+OffTSC(%rbp),%rax
 		e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTSC)     // mov %rax,OffTSC(%rbx)
-		e.emit(0x31, 0xc0)                                // xor %eax,%eax
+		e.emit(0x31, 0xc0) // xor %eax,%eax
 		e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffPid)
+		e.mem32(0x48, []byte{0x8b}, 0, 5, sc0+jit.OffPadScratch+8) // the tid, or 0
 		e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTid)
 		e.rel([]byte{0xe8}, fmt.Sprintf("prog%d", i))  // call prog_i
 		e.mem32(0, []byte{0x88}, 0, 3, jit.OffPadFlag) // mov %al,OffPadFlag(%rbx)
@@ -344,6 +361,7 @@ func Build(s Spec) (*Pad, error) {
 	if err := e.resolve(); err != nil {
 		return nil, err
 	}
+	p.Fixups[tcbLoad] = s.At + uint64(e.labels["notcb"])
 	p.Code = e.b
 	return p, nil
 }

@@ -23,6 +23,13 @@ const (
 	OffTail     = 128 // u64 bytes ever consumed by gprobes
 	OffLost     = 192 // u64 records dropped: the ring was full
 	OffClock    = 256 // jit.Clock
+	// OffTCBTid: where in its thread control block (from fs_base) a
+	// thread finds its own id, 0 when the pads must ask the kernel
+	// (gettid, 160 ns a record on the reference machine). gprobes sets it
+	// where every thread it checked holds its id there (glibc's struct
+	// pthread: 0x2d0) and rdfsbase is allowed; it clears it when a
+	// thread does not.
+	OffTCBTid = 320
 	OffCounters = 4096
 	MaxProbes   = 1024 // probes (sites × probes there) one region serves
 	OffLV       = OffCounters + MaxProbes*64

@@ -11,6 +11,7 @@ import (
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -109,5 +110,146 @@ func TestJumpKinds(t *testing.T) {
 			}
 			t.Logf("%d records, %d lost", len(recs), q.Lost)
 		})
+	}
+}
+
+// Faults on the jump route: a probe's read through a bad pointer is an
+// invalid-address record and the process never sees it; a good read
+// logs; the first covered instruction faulting (f_load on a NULL string)
+// reaches the program's own SIGSEGV handler at the original address,
+// which recovers, and the hit's record is dropped as on the int3 route.
+func TestJumpFaults(t *testing.T) {
+	needFixture(t)
+	r := startWith(t, startConfig{path: fixture.hits}, "-n", "100", "-x", "4")
+	infos := r.insert(compile(t, `name = FIXTURE
+modtype = user
+offset = f_load
+minor = 1
+push r,rdi
+log 1
+exit 1
+offset = f_push
+minor = 2
+push r,rdi
+push mrf,8
+log 1
+exit 1
+offset = f_push
+minor = 3
+push r,rsp
+push mrf,8
+log 1
+exit 1
+`))
+	for _, p := range infos {
+		if p.How != "jump" {
+			t.Fatalf("probe %s minor %d: how %q (%s)", p.Location, p.Minor, p.How, p.Reason)
+		}
+	}
+	r.eng.Release()
+	lines := r.finish()
+	out := strings.Join(lines, "\n")
+	if !strings.Contains(out, "faults 4 recovered 4") {
+		t.Fatalf("the program did not recover from its own faults: %v", lines)
+	}
+	if got, want := checksums(lines), checksums(unprobed(t, "-n", "100")); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("probed output %v, unprobed %v", got, want)
+	}
+	// work() calls f_load twice a round (once through f_icall) and
+	// f_push twice (once through f_call)
+	if n := len(r.records(1)); n != 200 {
+		t.Errorf("%d records at f_load, want 200 (the 4 faulting calls' records dropped)", n)
+	}
+	bad := r.records(2)
+	if len(bad) != 200 {
+		t.Fatalf("%d records of the bad read, want 200", len(bad))
+	}
+	for _, rec := range bad {
+		if rec.Kind != "exception" || rec.Exception != "invalid-address" || rec.Line == "" {
+			t.Fatalf("bad read: %+v, want an invalid-address exception with its line", rec)
+		}
+	}
+	good := r.records(3)
+	if len(good) != 200 {
+		t.Fatalf("%d records of the good read, want 200", len(good))
+	}
+	for _, rec := range good {
+		if rec.Kind != "log" || len(rec.Data) != 8 || binary.LittleEndian.Uint64(rec.Data) == 0 {
+			t.Fatalf("good read: %+v", rec)
+		}
+	}
+	for _, q := range r.eng.Query() {
+		want := uint64(200)
+		if q.Minor == 1 {
+			want = 204
+		}
+		if q.Hits != want {
+			t.Errorf("query: minor %d has %d hits, want %d", q.Minor, q.Hits, want)
+		}
+		if q.Minor == 2 && q.Faults != 200 {
+			t.Errorf("query: minor 2 has %d faults, want 200", q.Faults)
+		}
+	}
+}
+
+// Signals on the jump route: a 100 us timer fires while threads run
+// through pads; a signal that comes inside a pad waits until the thread
+// leaves it, then arrives with its own siginfo; every count is exact and
+// the program computes what it computes unprobed.
+func TestJumpSignals(t *testing.T) {
+	needFixture(t)
+	hc := &holdCounter{}
+	r := startWith(t, startConfig{path: fixture.hits, wrap: func(tg engine.Target) engine.Target {
+		hc.Target = tg.(*ptrace.Target)
+		return hc
+	}}, "-n", "20000", "-a", "100")
+	infos := r.insert(compile(t, `name = FIXTURE
+modtype = user
+vars = 4
+offset = f_push
+inc lv,0
+push r,rdi
+log 1
+exit 1
+offset = f_rip
+inc lv,1
+exit 0
+offset = f_call
+inc lv,2
+exit 0
+offset = f_step
+inc lv,3
+exit 0
+`))
+	for _, p := range infos {
+		if p.How != "jump" {
+			t.Fatalf("probe %s: how %q (%s)", p.Location, p.How, p.Reason)
+		}
+	}
+	r.eng.Release()
+	lines := r.finish()
+	lv, _, _ := r.eng.Vars(fixture.hits, false)
+	// f_push is called by f_call too
+	for i, want := range []uint64{40000, 20000, 20000, 20000} {
+		if lv[i] != want {
+			t.Errorf("lv %d = %d, want %d", i, lv[i], want)
+		}
+	}
+	if got, want := checksums(lines), checksums(unprobed(t, "-n", "20000")); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("output %v, unprobed %v", got, want)
+	}
+	var alarms, tkill int
+	for _, l := range lines {
+		fmt.Sscanf(l, "alarms %d tkill %d", &alarms, &tkill)
+	}
+	t.Logf("%d alarms, %d held inside a pad", alarms, hc.held.Load())
+	if alarms == 0 {
+		t.Fatal("no alarm fired: the test proves nothing")
+	}
+	if tkill != 0 {
+		t.Errorf("%d of %d alarms reached the handler with the resent signal's siginfo", tkill, alarms)
+	}
+	if q := r.eng.Query()[0]; uint64(len(r.records(0)))+q.Lost != 40000 {
+		t.Errorf("%d records + %d lost, want 40000", len(r.records(0)), q.Lost)
 	}
 }

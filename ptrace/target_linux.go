@@ -399,6 +399,35 @@ func (tg *Target) MapShared(space, tid int, fd int, size uint64) (uint64, error)
 	return addr, nil
 }
 
+// TIDOffset says where stopped thread tid finds its own id from its
+// fs_base, for jump pads: glibc's struct pthread keeps it at 0x2d0. It
+// returns 0 (ask the kernel) unless the thread's memory holds the id
+// there and the kernel lets user code run rdfsbase (AT_HWCAP2's FSGSBASE
+// bit).
+func (tg *Target) TIDOffset(space, tid int) uint64 {
+	const (
+		atHWCAP2 = 26
+		fsgsbase = 1 << 1
+		glibcTID = 0x2d0
+	)
+	aux, err := Auxv(space)
+	if err != nil || aux[atHWCAP2]&fsgsbase == 0 {
+		return 0
+	}
+	var r engine.Regs
+	if tg.GetRegs(tid, &r) != nil || r[rpn.RegFSBase] == 0 {
+		return 0
+	}
+	var b [4]byte
+	if tg.ReadMem(space, r[rpn.RegFSBase]+glibcTID, b[:]) != nil {
+		return 0
+	}
+	if int(uint32(b[0])|uint32(b[1])<<8|uint32(b[2])<<16|uint32(b[3])<<24) != tid {
+		return 0
+	}
+	return glibcTID
+}
+
 // Dump writes an ELF core of the process: every thread is stopped for the
 // time of the dump, then goes on.
 func (tg *Target) Dump(space, tid int, dir string) (string, error) {
