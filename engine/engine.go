@@ -367,6 +367,7 @@ func (e *Engine) handle(ev Event) {
 		for tid, th := range e.threads {
 			if th.space == ev.Space || tid == ev.Tid {
 				delete(e.threads, tid)
+				e.jumpThreadGone(tid)
 			}
 		}
 		e.thread(ev.Tid, ev.Space)
@@ -375,8 +376,10 @@ func (e *Engine) handle(ev Event) {
 		e.resume(ev.Tid, 0)
 	case EvThreadExit:
 		delete(e.threads, ev.Tid)
+		e.jumpThreadGone(ev.Tid)
 	case EvSpaceExit:
 		delete(e.threads, ev.Tid)
+		e.jumpThreadGone(ev.Tid)
 		if e.opts.OnExit != nil {
 			e.opts.OnExit(ev.Space, ev.Exit, ev.Code)
 		}

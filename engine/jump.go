@@ -60,6 +60,12 @@ type region struct {
 	lvNext int       // next free word of the region's lv area
 	lvAt   map[*Module]int
 	refs   int // spaces using it
+	// tcbOff is where its threads keep their id (pad.OffTCBTid), as
+	// checked when the region was made; odd are the threads that do not
+	// (a vfork child shares its parent's thread control block): while
+	// there is one, the pads ask the kernel
+	tcbOff uint64
+	odd    map[int]bool
 }
 
 type siteRef struct {
@@ -359,13 +365,14 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		return nil, js.no
 	}
 	pad.InitRegion(mem.Bytes)
-	var addr, gv uint64
+	var addr, gv, tcbOff uint64
 	err = e.withStoppedThread(sp.id, func(tid int) error {
 		var err error
 		if addr, err = host.MapShared(sp.id, tid, mem.FD, uint64(len(mem.Bytes))); err != nil {
 			return err
 		}
-		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffTCBTid:], host.TIDOffset(sp.id, tid))
+		tcbOff = host.TIDOffset(sp.id, tid)
+		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffTCBTid:], tcbOff)
 		gv, err = host.MapShared(sp.id, tid, gvm.FD, uint64(len(gvm.Bytes)))
 		return err
 	})
@@ -374,7 +381,8 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		js.no = err.Error()
 		return nil, js.no
 	}
-	rg := &region{mem: mem, ring: pad.NewRing(mem.Bytes), addr: addr, gv: gv, lvAt: map[*Module]int{}, refs: 1}
+	rg := &region{mem: mem, ring: pad.NewRing(mem.Bytes), addr: addr, gv: gv, lvAt: map[*Module]int{}, refs: 1,
+		tcbOff: tcbOff, odd: map[int]bool{}}
 	if cal, ok := e.calibrate(); ok {
 		rg.cal = cal
 		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffClock:], cal.TSC0)
@@ -849,12 +857,12 @@ func (e *Engine) jumpThread(tid, spID int) {
 		return
 	}
 	if sp := e.spaces[spID]; sp != nil && sp.jump != nil && sp.jump.rg != nil {
-		// a thread that does not keep its id where the pads read it:
-		// from now on they ask the kernel
-		w := sp.jump.rg.mem.Word(pad.OffTCBTid)
-		if off := atomic.LoadUint64(w); off != 0 && e.tgt.(JumpHost).TIDOffset(spID, tid) != off {
-			atomic.StoreUint64(w, 0)
-			e.warn(fmt.Sprintf("thread %d does not keep its id in its thread control block: the jump pads of process %d ask the kernel from now on (gettid, slower)", tid, spID))
+		// a thread that does not keep its id where the pads read it (a
+		// vfork child): they ask the kernel while it lives
+		rg := sp.jump.rg
+		if rg.tcbOff != 0 && e.tgt.(JumpHost).TIDOffset(spID, tid) != rg.tcbOff {
+			rg.odd[tid] = true
+			atomic.StoreUint64(rg.mem.Word(pad.OffTCBTid), 0)
 		}
 	}
 	e.js.mu.Lock()
@@ -880,4 +888,23 @@ func (e *Engine) demoteJump(sp *space, addr uint64, why string) ([]*probe, error
 		delete(q.in, sp.id)
 	}
 	return site.probes, nil
+}
+
+// jumpThreadGone: a thread exited or exec'd; when the last thread that
+// did not keep its id in its thread control block is gone, the pads read
+// it there again.
+func (e *Engine) jumpThreadGone(tid int) {
+	if !e.js.started {
+		return
+	}
+	e.js.mu.Lock()
+	defer e.js.mu.Unlock()
+	for rg := range e.js.regions {
+		if rg.odd[tid] {
+			delete(rg.odd, tid)
+			if len(rg.odd) == 0 {
+				atomic.StoreUint64(rg.mem.Word(pad.OffTCBTid), rg.tcbOff)
+			}
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/internal/shm"
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
@@ -88,6 +89,8 @@ type startConfig struct {
 	wrap  func(engine.Target) engine.Target
 	path  string // the program
 	route string // engine.Options.Route
+	gv    *shm.Mem
+	gvMu  sync.Locker
 }
 
 func startWith(t *testing.T, cfg startConfig, args ...string) *run {
@@ -127,8 +130,11 @@ func startWith(t *testing.T, cfg startConfig, args ...string) *run {
 				r.exit <- code
 			}
 		},
-		Warn:  func(msg string) { t.Log("engine:", msg) },
-		Route: cfg.route,
+		Warn:   func(msg string) { t.Log("engine:", msg) },
+		Route:  cfg.route,
+		GV:     gvWords(cfg.gv),
+		GVMem:  cfg.gv,
+		GVLock: cfg.gvMu,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -828,4 +834,11 @@ func TestDataAddressRefused(t *testing.T) {
 	}
 	r.eng.Release()
 	r.finish()
+}
+
+func gvWords(m *shm.Mem) []uint64 {
+	if m == nil {
+		return nil
+	}
+	return m.Words(0, rpn.MaxGVars)
 }

@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/internal/shm"
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
@@ -251,5 +253,87 @@ exit 0
 	}
 	if q := r.eng.Query()[0]; uint64(len(r.records(0)))+q.Lost != 40000 {
 		t.Errorf("%d records + %d lost, want 40000", len(r.records(0)), q.Lost)
+	}
+}
+
+// fork on the jump route: the child runs the pads it inherited, both
+// processes' records come through the ring they share, each with its
+// own pid; counts and results are exact in both.
+func TestJumpFork(t *testing.T) {
+	needFixture(t)
+	r := startWith(t, startConfig{path: fixture.hits}, "-n", "300", "-f")
+	infos := r.insert(compile(t, `name = FIXTURE
+modtype = user
+vars = 1
+offset = f_rip
+inc lv,0
+push r,rdi
+log 1
+exit 1
+`))
+	if infos[0].How != "jump" {
+		t.Fatalf("how %q: %s", infos[0].How, infos[0].Reason)
+	}
+	r.eng.Release()
+	lines := r.finish()
+	if got, want := checksums(lines), checksums(unprobed(t, "-n", "300", "-f")); strings.Join(sorted(got), "|") != strings.Join(sorted(want), "|") {
+		t.Errorf("output %v, unprobed %v", got, want)
+	}
+	lv, _, _ := r.eng.Vars(fixture.hits, false)
+	if lv[0] != 600 {
+		t.Errorf("lv 0 = %d, want 600 (parent and child)", lv[0])
+	}
+	byPid := map[int]int{}
+	for _, rec := range r.records(0) {
+		byPid[rec.Pid]++
+	}
+	var childPid int
+	for _, l := range lines {
+		var pid int
+		if n, _ := fmt.Sscanf(l, "child %d", &pid); n == 1 {
+			childPid = pid
+		}
+	}
+	if byPid[r.eng.Pid()] != 300 || byPid[childPid] != 300 || len(byPid) != 2 {
+		t.Errorf("records by pid %v, want 300 from %d (parent) and 300 from %d (child)", byPid, r.eng.Pid(), childPid)
+	}
+}
+
+// The global variables are one memory for every target of a daemon: two
+// processes under two engines, their pads and their int3 probes (logonfault
+// keeps f_boost's on the int3 route) incrementing the same gv, count
+// exactly together.
+func TestJumpSharedGV(t *testing.T) {
+	needFixture(t)
+	gv, err := shm.Create("test-gv", rpn.MaxGVars*8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gv.Close() }) // after the engines' (cleanups run last first)
+	var mu sync.Mutex
+	const src = `name = FIXTURE
+modtype = user
+gvars = 1
+offset = f_rip
+inc gv,0
+exit 0
+offset = f_boost
+logonfault = yes
+inc gv,0
+exit 0
+`
+	a := startWith(t, startConfig{path: fixture.hits, gv: gv, gvMu: &mu}, "-n", "5000")
+	b := startWith(t, startConfig{path: fixture.hits, gv: gv, gvMu: &mu}, "-n", "7000")
+	ia, ib := a.insert(compile(t, src)), b.insert(compile(t, src))
+	if ia[0].How != "jump" || ib[0].How != "jump" || ia[1].How == "jump" {
+		t.Fatalf("routes: %q %q %q (want jump, jump, and int3 for f_boost, logonfault)", ia[0].How, ib[0].How, ia[1].How)
+	}
+	a.eng.Release()
+	b.eng.Release()
+	a.finish()
+	b.finish()
+	_, g, _ := a.eng.Vars(fixture.hits, false)
+	if want := uint64(2 * (5000 + 7000)); g[0] != want {
+		t.Errorf("gv 0 = %d, want %d: f_rip and f_boost of both processes", g[0], want)
 	}
 }
