@@ -3,6 +3,7 @@ package rpn
 import (
 	"encoding/binary"
 	"math/bits"
+	"sync/atomic"
 )
 
 // Env is the machine's only window on the world: the target's registers,
@@ -385,9 +386,9 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 		case OpMoveLVI:
 			lv[in.b] = s[tos]
 		case OpIncLVI:
-			lv[in.b] = (lv[in.b] + 1) & mask
+			addVar(&lv[in.b], 1, mask)
 		case OpDecLVI:
-			lv[in.b] = (lv[in.b] - 1) & mask
+			addVar(&lv[in.b], ^uint64(0), mask)
 		case OpPushGVI:
 			tos = (tos + 1) & sm
 			s[tos] = gv[in.b]
@@ -397,9 +398,9 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 		case OpMoveGVI:
 			gv[in.b] = s[tos]
 		case OpIncGVI:
-			gv[in.b] = (gv[in.b] + 1) & mask
+			addVar(&gv[in.b], 1, mask)
 		case OpDecGVI:
-			gv[in.b] = (gv[in.b] - 1) & mask
+			addVar(&gv[in.b], ^uint64(0), mask)
 		case OpPushLV, OpPopLV, OpMoveLV, OpIncLV, OpDecLV,
 			OpPushGV, OpPopGV, OpMoveGV, OpIncGV, OpDecGV:
 			vars, op := lv[:mod.Vars], in.op
@@ -428,10 +429,10 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 				vars[idx] = s[tos]
 			case OpIncLV:
 				tos = (tos - 1) & sm
-				vars[idx] = (vars[idx] + 1) & mask
+				addVar(&vars[idx], 1, mask)
 			case OpDecLV:
 				tos = (tos - 1) & sm
-				vars[idx] = (vars[idx] - 1) & mask
+				addVar(&vars[idx], ^uint64(0), mask)
 			}
 
 		case OpAdd:
@@ -585,6 +586,23 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 	}
 fault:
 	m.res = Result{Outcome: OutcomeException, Exception: ex, PC: p.pcs[pc-1], Addr: faultAddr, Major: major, Minor: minor}
+}
+
+// addVar adds d to a variable atomically: jump pads in the processes
+// probed (package jit) change the same words with lock-prefixed
+// instructions while the machine runs, and a plain read-modify-write here
+// lost their increments (TestJumpSharedGV).
+func addVar(p *uint64, d, mask uint64) {
+	if mask == ^uint64(0) {
+		atomic.AddUint64(p, d)
+		return
+	}
+	for {
+		old := atomic.LoadUint64(p)
+		if atomic.CompareAndSwapUint64(p, old, (old+d)&mask) {
+			return
+		}
+	}
 }
 
 // shift applies shl, shr, sar, rol or ror (kind 0..4) to x at the word
