@@ -15,8 +15,9 @@
 //     probe, RSP the thread's rsp before the pad touched it, RIP the probe
 //     address. `push r` reads a slot, `pop r` writes one (the pad restores
 //     the frame into the registers). fs_base/gs_base are read with
-//     rdfsbase/rdgsbase when Layout.FSGSBase says the kernel allows them;
-//     segment registers with mov from the segment register.
+//     rdfsbase/rdgsbase when Layout.FSGSBase says the kernel allows them,
+//     else with arch_prctl; segment registers with mov from the segment
+//     register.
 //   - rbx: the hit's scratch area, ScratchSize(logmax) bytes, 8-byte
 //     aligned, on the thread's stack; its header (Off* constants) is what
 //     the pad reads after the call to build the record.
@@ -56,6 +57,10 @@
 //
 // Compile returns an *Unsupported error (its Reason in a few words, for
 // `query`'s HOW column) for programs the pad cannot run: exit 3 and exit
-// 4 (they need the tracer), pop r of rip or rsp, pop u. Those probes stay
-// on the int3 route.
+// 4 (they need the tracer), pop r of rip, rsp, fs_base or gs_base (the
+// pad restores none of them), pop u. Those probes stay on the int3 route.
+//
+// compile.go describes the code: its register allocation, the RPN stack
+// in the scratch area (ScratchSize), the counters under concurrency, and
+// what each fault handler does.
 package jit

@@ -76,6 +76,7 @@ type harness struct {
 	fsBase   uint64
 	gsBase   uint64
 	maps     []mapping
+	stats    map[string]int // outcomes seen, for the random test's log
 }
 
 type mapping struct{ lo, hi uint64 }
@@ -325,6 +326,15 @@ type probeRun struct {
 	st   rpn.ProbeState
 	lv   []uint64
 	gv   []uint64
+	done bool
+}
+
+// close unmaps the code (also done when the test ends).
+func (r *probeRun) close() {
+	if !r.done {
+		r.done = true
+		r.x.Close()
+	}
 }
 
 // start compiles probe 0 of p and resets counters, variables and the
@@ -343,8 +353,8 @@ func (h *harness) start(p *rpn.Program) (*probeRun, error) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.t.Cleanup(func() { x.Close() })
 	r := &probeRun{h: h, p: p, code: code, x: x, lv: make([]uint64, rpn.MaxVars), gv: make([]uint64, rpn.MaxGVars)}
+	h.t.Cleanup(r.close)
 	*h.counters() = jit.Counters{}
 	for i := range r.lv {
 		r.lv[i] = h.word()
@@ -396,6 +406,15 @@ func (r *probeRun) hit(s hitSetup) string {
 	res := r.mach.Run(r.p, 0, &r.st, r.lv, r.gv, e)
 	if e.err != nil {
 		h.t.Fatalf("%v\n%s", e.err, r.p.Listing(0))
+	}
+	if h.stats != nil {
+		k := res.Outcome.String()
+		if res.Outcome == rpn.OutcomeException {
+			k += " " + res.Exception.String()
+		} else if res.Log != nil {
+			k += " with a record"
+		}
+		h.stats[k]++
 	}
 	want := *res
 	if res.Log != nil {

@@ -18,8 +18,9 @@ type Layout struct {
 	// exception.
 	Threads uint64
 	// FSGSBase: the kernel lets user code run rdfsbase/rdgsbase
-	// (AT_HWCAP2 bit 1). Without it push r,fs_base/gs_base is an
-	// invalid-operand exception.
+	// (AT_HWCAP2 bit 1). Without it push r,fs_base/gs_base asks the
+	// kernel (arch_prctl ARCH_GET_FS/GS, a system call per read); only
+	// if that fails is it an invalid-operand exception.
 	FSGSBase bool
 }
 
@@ -94,4 +95,3 @@ const (
 
 // StackUse is the stack the compiled code may use below rsp.
 const StackUse = 512
-

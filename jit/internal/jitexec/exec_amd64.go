@@ -96,6 +96,29 @@ func (c *Code) CallAt(off int, frame, scratch uintptr) uint32 {
 	return r
 }
 
+// Stack is a stack for CallOn: one per goroutine calling at once.
+type Stack struct{ mem []byte }
+
+// NewStack maps a stack of StackSize bytes.
+func NewStack() (*Stack, error) {
+	m, err := unix.Mmap(-1, 0, StackSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		return nil, err
+	}
+	return &Stack{m}, nil
+}
+
+// Close unmaps the stack.
+func (s *Stack) Close() error { return unix.Munmap(s.mem) }
+
+// CallOn runs the code from its first byte on stack s, without the fault
+// handling of Catch (a fault is the Go runtime's, and fatal): any number
+// of goroutines may run the same code at once, each with its own stack,
+// frame and scratch area.
+func (c *Code) CallOn(s *Stack, frame, scratch uintptr) uint32 {
+	return call(c.Addr(), frame, scratch, uintptr(unsafe.Pointer(&s.mem[0]))+StackSize)
+}
+
 // Close unmaps the code and its stack.
 func (c *Code) Close() error {
 	err := unix.Munmap(c.text)
