@@ -40,6 +40,10 @@ type JumpHost interface {
 	// TIDOffset says where, from its fs_base, stopped thread tid keeps
 	// its own id (0: nowhere gprobes trusts; the pads ask the kernel).
 	TIDOffset(space, tid int) uint64
+	// JournalHeld records the held byte of a pad area at addr, so that a
+	// recovery clears it: left at 1 with no tracer, every thread
+	// leaving a pad would stop on its int3 and die of SIGTRAP.
+	JournalHeld(space int, addr uint64) error
 }
 
 // Route values of Options.Route.
@@ -164,6 +168,11 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 	set := inst.ld.Symbols
 	if set == nil {
 		return "no symbols to find the function's bounds"
+	}
+	if _, err := set.Lookup("runtime.morestack"); err == nil {
+		// goroutine stacks start at 8 KiB and the runtime moves them:
+		// no room below rsp for a pad's state (about 2.5 KiB)
+		return "Go code: goroutine stacks are too small for a pad's state"
 	}
 	link := addr - inst.bias
 	fn, ok := set.SymbolAt(link)
@@ -340,6 +349,9 @@ func (e *Engine) padSpace(sp *space, host JumpHost, addr, size uint64) (*xolArea
 	}
 	if !near(base, addr) {
 		return nil, 0, 0, fmt.Errorf("no memory within ±2 GiB of %#x", addr)
+	}
+	if err := host.JournalHeld(sp.id, base); err != nil {
+		return nil, 0, 0, err
 	}
 	a := &xolArea{base: base, size: areaSize, used: 64 + size}
 	js.areas = append(js.areas, a)
@@ -651,8 +663,13 @@ func (e *Engine) takeOutJumps(sp *space) error {
 		}
 	}
 	clear(sp.jump.holding)
-	if !sp.detached && len(sp.jump.held) > 0 {
-		e.setHeld(sp, 0)
+	if !sp.detached && host != nil {
+		// the held bytes at 0, and out of the journal
+		for _, a := range sp.jump.held {
+			if err := host.Unpatch(sp.id, a, []byte{0}); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	for addr, site := range sp.jump.sites {
 		if !sp.detached && host != nil {

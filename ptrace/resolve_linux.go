@@ -68,6 +68,13 @@ func (tg *Target) Unpatch(space int, addr uint64, orig []byte) error {
 	return tg.journalRemove(space, addr)
 }
 
+// JournalHeld journals a pad area's held byte: set (1) while gprobes
+// holds a signal for a thread inside a pad, it is put back to 0 by a
+// recovery (journal_linux.go) if gprobes dies meanwhile.
+func (tg *Target) JournalHeld(space int, addr uint64) error {
+	return tg.journalPatch(space, addr, []byte{1}, []byte{0})
+}
+
 // TrapPC: an int3 stops the thread after itself.
 func (tg *Target) TrapPC(tid int, rip uint64) uint64 { return rip - 1 }
 
