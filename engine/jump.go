@@ -44,6 +44,8 @@ type JumpHost interface {
 	// recovery clears it: left at 1 with no tracer, every thread
 	// leaving a pad would stop on its int3 and die of SIGTRAP.
 	JournalHeld(space int, addr uint64) error
+	// FSGSBase reports whether the space's code may run rdfsbase.
+	FSGSBase(space int) bool
 }
 
 // Route values of Options.Route.
@@ -285,6 +287,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		code, err := jit.Compile(inst.prog, p.idx, jit.Layout{
 			LV: lv, GV: rg.gv, Probe: rg.addr + pad.OffCounters + uint64(n)*64,
 			Clock: rg.addr + pad.OffClock, Threads: rg.addr + pad.OffThreads,
+			FSGSBase: host.FSGSBase(sp.id),
 		})
 		if err != nil {
 			var u *jit.Unsupported

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
@@ -335,5 +336,50 @@ exit 0
 	_, g, _ := a.eng.Vars(fixture.hits, false)
 	if want := uint64(2 * (5000 + 7000)); g[0] != want {
 		t.Errorf("gv 0 = %d, want %d: f_rip and f_boost of both processes", g[0], want)
+	}
+}
+
+// System values in a pad are the int3 route's: pid, tid, procid (the
+// thread's index, as the record's cpu), ts (the hit's time, as the
+// record's), fs_base; 4 threads.
+func TestJumpSystemValues(t *testing.T) {
+	needFixture(t)
+	before := time.Now()
+	r := startWith(t, startConfig{path: fixture.hits}, "-n", "50", "-t", "4")
+	infos := r.insert(compile(t, `name = FIXTURE
+modtype = user
+offset = f_rip
+push pid
+push tid
+push procid
+push ts
+push r,fs_base
+log 5
+exit 1
+`))
+	if infos[0].How != "jump" {
+		t.Fatalf("how %q: %s", infos[0].How, infos[0].Reason)
+	}
+	r.eng.Release()
+	r.finish()
+	after := time.Now()
+	recs := r.records(0)
+	if len(recs) != 200 {
+		t.Fatalf("%d records, want 200", len(recs))
+	}
+	tids := map[int]bool{}
+	for _, rec := range recs {
+		w := func(i int) uint64 { return binary.LittleEndian.Uint64(rec.Data[8*i:]) }
+		if int(w(0)) != r.eng.Pid() || int(w(1)) != rec.Tid || int(w(2)) != rec.CPU || w(4) == 0 {
+			t.Fatalf("pid %d tid %d procid %d fs_base %#x; record pid %d tid %d cpu %d", w(0), w(1), w(2), w(4), rec.Pid, rec.Tid, rec.CPU)
+		}
+		ts := time.Unix(0, int64(w(3)))
+		if ts.Before(before) || ts.After(after) || ts.Sub(rec.Time).Abs() > time.Microsecond {
+			t.Fatalf("push ts %v, record time %v, run from %v to %v", ts, rec.Time, before, after)
+		}
+		tids[rec.Tid] = true
+	}
+	if len(tids) != 4 {
+		t.Errorf("records from %d threads, want 4", len(tids))
 	}
 }

@@ -399,6 +399,17 @@ func (tg *Target) MapShared(space, tid int, fd int, size uint64) (uint64, error)
 	return addr, nil
 }
 
+// FSGSBase reports whether the kernel lets the process's code run
+// rdfsbase and rdgsbase (AT_HWCAP2's FSGSBASE bit).
+func (tg *Target) FSGSBase(space int) bool {
+	const (
+		atHWCAP2 = 26
+		fsgsbase = 1 << 1
+	)
+	aux, err := Auxv(space)
+	return err == nil && aux[atHWCAP2]&fsgsbase != 0
+}
+
 // TIDOffset says where stopped thread tid finds its own id from its
 // fs_base, for jump pads: glibc's struct pthread keeps it at 0x2d0. It
 // returns 0 (ask the kernel) unless the thread's memory holds the id
@@ -410,8 +421,7 @@ func (tg *Target) TIDOffset(space, tid int) uint64 {
 		fsgsbase = 1 << 1
 		glibcTID = 0x2d0
 	)
-	aux, err := Auxv(space)
-	if err != nil || aux[atHWCAP2]&fsgsbase == 0 {
+	if !tg.FSGSBase(space) {
 		return 0
 	}
 	var r engine.Regs
