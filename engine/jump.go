@@ -190,20 +190,20 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 	if !plan.OK() {
 		return plan.Reason
 	}
-	last := &plan.Covered[len(plan.Covered)-1]
 	for i := range plan.Covered {
 		in := &plan.Covered[i]
 		if i == len(plan.Covered)-1 && in.Class == x86.Branch {
 			break // relocated, and emulated for a thread leaving with a signal held
 		}
-		if _, err := x86.RelocateForPad(in, addr); err != nil {
+		r, err := x86.RelocateForPad(in, addr)
+		if err != nil {
 			return err.Error()
 		}
-		if r, _ := x86.RelocateForPad(in, addr); r.Exits {
-			return fmt.Sprintf("`%s` ends the covered bytes with a return or an indirect jump", last.String())
+		if r.Exits {
+			return fmt.Sprintf("`%s` ends the covered bytes with a return or an indirect jump", in.String())
 		}
 	}
-	lo, hi := x86.CoveredRange(plan, addr)
+	_, hi := x86.CoveredRange(plan, addr)
 	for a := range sp.bps {
 		if a >= addr && a < hi {
 			return fmt.Sprintf("another breakpoint (%#x) is inside the covered bytes", a)
@@ -214,15 +214,13 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 			return fmt.Sprintf("the jump of the probe at %#x overlaps", a)
 		}
 	}
-	_ = lo
 	rg, why := e.ensureRegion(sp, host)
 	if why != "" {
 		return why
 	}
 	site := &jumpSite{addr: addr, plan: plan}
 	site.orig = make([]byte, plan.Len)
-	for i, in := range plan.Covered {
-		_ = i
+	for _, in := range plan.Covered {
 		copy(site.orig[in.Addr-addr:], in.Bytes)
 	}
 	if why := e.buildPad(sp, host, rg, site, append(site.probes, p)); why != "" {
@@ -304,11 +302,10 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 	if err != nil {
 		return err.Error()
 	}
-	area, held, at, err := e.padSpace(sp, host, site.addr, uint64(len(trial.Code)))
+	held, at, err := e.padSpace(sp, host, site.addr, uint64(len(trial.Code)))
 	if err != nil {
 		return fmt.Sprintf("map the pad's area: %v", err)
 	}
-	_ = area
 	built, err := pad.Build(pad.Spec{At: at, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, Held: held})
 	if err != nil {
 		return err.Error()
@@ -327,39 +324,39 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 
 // padSpace finds room for a pad of size bytes within reach of addr. Each
 // area starts with its held byte.
-func (e *Engine) padSpace(sp *space, host JumpHost, addr, size uint64) (*xolArea, uint64, uint64, error) {
+func (e *Engine) padSpace(sp *space, host JumpHost, addr, size uint64) (held, at uint64, err error) {
 	js := sp.jump
 	size = (size + 15) &^ 15
 	for i, a := range js.areas {
 		if a.used+size <= a.size && near(a.base, addr) {
 			at := a.base + a.used
 			a.used += size
-			return a, js.held[i], at, nil
+			return js.held[i], at, nil
 		}
 	}
 	const areaSize = 256 << 10
 	if size > areaSize-64 {
-		return nil, 0, 0, fmt.Errorf("a pad of %d bytes", size)
+		return 0, 0, fmt.Errorf("a pad of %d bytes", size)
 	}
 	var base uint64
-	err := e.withStoppedThread(sp.id, func(tid int) error {
+	err = e.withStoppedThread(sp.id, func(tid int) error {
 		var err error
 		base, err = host.AllocXOL(sp.id, tid, addr, areaSize)
 		return err
 	})
 	if err != nil {
-		return nil, 0, 0, err
+		return 0, 0, err
 	}
 	if !near(base, addr) {
-		return nil, 0, 0, fmt.Errorf("no memory within ±2 GiB of %#x", addr)
+		return 0, 0, fmt.Errorf("no memory within ±2 GiB of %#x", addr)
 	}
 	if err := host.JournalHeld(sp.id, base); err != nil {
-		return nil, 0, 0, err
+		return 0, 0, err
 	}
 	a := &xolArea{base: base, size: areaSize, used: 64 + size}
 	js.areas = append(js.areas, a)
 	js.held = append(js.held, base)
-	return a, base, base + 64, nil
+	return base, base + 64, nil
 }
 
 // ensureRegion maps the space's data region, and the global variables,
@@ -903,7 +900,7 @@ func (e *Engine) demoteJump(sp *space, addr uint64, why string) ([]*probe, error
 		return nil, err
 	}
 	delete(js.sites, addr)
-	js.int3Only[addr] = "shares its address with a probe that cannot run in a pad (" + why + ")"
+	js.int3Only[addr] = why
 	for _, q := range site.probes {
 		delete(q.in, sp.id)
 	}
@@ -927,4 +924,18 @@ func (e *Engine) jumpThreadGone(tid int) {
 			}
 		}
 	}
+}
+
+// jumpCovering returns the jump site whose covered bytes hold addr past
+// their first, or nil.
+func (e *Engine) jumpCovering(sp *space, addr uint64) *jumpSite {
+	if sp.jump == nil {
+		return nil
+	}
+	for a, site := range sp.jump.sites {
+		if addr > a && addr < a+uint64(site.plan.Len) {
+			return site
+		}
+	}
+	return nil
 }

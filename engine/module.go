@@ -315,6 +315,20 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 		refuse(StateRefused, "%#x (%s) is not in an executable mapping of %s", addr, d.Loc.Text, inst.key)
 		return
 	}
+	if site := e.jumpCovering(sp, addr); site != nil {
+		// inside another probe's jump: that one moves to an int3, so
+		// that this one's int3 does not land in the jump's bytes
+		moved, err := e.demoteJump(sp, site.addr, fmt.Sprintf("another probe (at %#x) is inside the bytes its jump would cover", addr))
+		if err != nil {
+			refuse(StateRefused, "the jump pad at %#x could not make way for an int3: %v", site.addr, err)
+			return
+		}
+		for _, q := range moved {
+			if qi := sp.inst[q.src]; qi != nil {
+				e.placeProbe(sp, qi, q)
+			}
+		}
+	}
 	if sp.jump != nil && sp.jump.sites[addr] != nil {
 		why := e.joinJump(sp, p, addr)
 		if why == "" {
@@ -322,7 +336,7 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 		}
 		// it cannot run in a pad: the probes there move to an int3,
 		// in their order, and this one joins them
-		moved, err := e.demoteJump(sp, addr, why)
+		moved, err := e.demoteJump(sp, addr, "shares its address with a probe that cannot run in a pad ("+why+")")
 		if err != nil {
 			refuse(StateRefused, "the jump pad at %#x could not make way for an int3: %v", addr, err)
 			return
@@ -447,6 +461,17 @@ patch:
 	for a, bp := range sp.bps {
 		if a >= addr && a < addr+uint64(len(p)) {
 			p[a-addr] = bp.insn.Bytes[0]
+		}
+	}
+	if sp.jump != nil {
+		// the bytes a jump covers
+		end := addr + uint64(len(p))
+		for a, site := range sp.jump.sites {
+			for i, b := range site.orig {
+				if x := a + uint64(i); x >= addr && x < end {
+					p[x-addr] = b
+				}
+			}
 		}
 	}
 	return nil
@@ -733,6 +758,23 @@ func (e *Engine) unmapped(sp *space) {
 			continue // cannot tell: leave it
 		}
 		delete(sp.inst, src)
+		if sp.jump != nil {
+			for addr, site := range sp.jump.sites {
+				if inst.ld.Exec != nil && !inst.ld.Exec(addr) {
+					continue
+				}
+				// the code is gone with its jump: nothing to write back
+				// (the pads stay)
+				for _, p := range site.probes {
+					delete(p.in, sp.id)
+					if len(p.in) == 0 && p.state == StateActive {
+						p.state = StatePending
+					}
+				}
+				delete(sp.jump.sites, addr)
+				delete(sp.jump.int3Only, addr)
+			}
+		}
 		for addr, bp := range sp.bps {
 			if bp.internal != nil || (inst.ld.Exec != nil && !inst.ld.Exec(addr)) {
 				continue

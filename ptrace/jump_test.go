@@ -383,3 +383,38 @@ exit 1
 		t.Errorf("records from %d threads, want 4", len(tids))
 	}
 }
+
+// A probe inside the bytes another probe's jump covers moves that one to
+// an int3 (an int3 in the middle of a jump would break it): both count
+// exactly, and the program computes what it computes unprobed.
+func TestJumpInsideJump(t *testing.T) {
+	needFixture(t)
+	r := startWith(t, startConfig{path: fixture.hits}, "-n", "1000", "-t", "2")
+	infos := r.insert(compile(t, `name = FIXTURE
+modtype = user
+vars = 2
+offset = f_push
+minor = 1
+inc lv,0
+exit 0
+offset = f_push+1
+minor = 2
+inc lv,1
+exit 0
+`))
+	q := r.eng.Query()
+	if infos[1].State != engine.StateActive || !strings.HasPrefix(q[0].How, "int3") {
+		t.Fatalf("f_push: %q, f_push+1: %s %q (%s): want the first moved to an int3", q[0].How, infos[1].State, infos[1].How, infos[1].Reason)
+	}
+	r.eng.Release()
+	lines := r.finish()
+	if got, want := checksums(lines), checksums(unprobed(t, "-n", "1000", "-t", "2")); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("output %v, unprobed %v", got, want)
+	}
+	lv, _, _ := r.eng.Vars(fixture.hits, false)
+	// f_push is called by f_call too: 2 calls a round, 2 threads
+	if lv[0] != 4000 || lv[1] != 4000 {
+		t.Errorf("lv %v, want 4000 each", lv)
+	}
+	t.Logf("f_push: %s; f_push+1: %s", q[0].How, q[1].How)
+}
