@@ -722,9 +722,36 @@ func (e *Engine) padSignal(th *thread, ev Event) bool {
 		e.resume(th.tid, ev.Sig)
 		return true
 	}
-	// an asynchronous signal: held until the thread leaves the pad
+	// an asynchronous signal
+	if pc >= bp.p.Popf && pc < bp.p.FinalEnd {
+		// past the held check: the pad's state is gone and the
+		// registers are the thread's (but for popfq and the red zone's
+		// lea, done here): move the thread out, deliver there
+		th.regs = r
+		if pc == bp.p.Popf {
+			var f [8]byte
+			if e.tgt.ReadMem(th.space, r[rpn.RegRSP], f[:]) != nil {
+				e.resume(th.tid, ev.Sig)
+				return true
+			}
+			th.regs[rpn.RegRFLAGS] = binary.LittleEndian.Uint64(f[:])
+			th.regs[rpn.RegRSP] += 8
+			pc = bp.p.Lea
+		}
+		if pc == bp.p.Lea {
+			th.regs[rpn.RegRSP] += 128
+		}
+		e.leavePad(th, bp)
+		e.resume(th.tid, ev.Sig)
+		return true
+	}
+	// anywhere before: held until the thread leaves the pad (it stops
+	// at the pad's int3, the held flag set)
 	h, ok := e.tgt.(SignalHolder)
-	if !ok || th.heldSigs >= maxHeldSigs {
+	if !ok || th.heldSigs >= maxPadHeldSigs {
+		// the handler's frame may land on the pad's state: a record of
+		// this hit may be lost, uncounted
+		e.warn(fmt.Sprintf("signal %d for thread %d inside the pad of %#x: more than %d held, delivered there", ev.Sig, th.tid, bp.site.addr, maxPadHeldSigs))
 		e.resume(th.tid, ev.Sig)
 		return true
 	}
@@ -762,15 +789,7 @@ func (e *Engine) padTrap(th *thread) bool {
 	if bp == nil || bp.p.Trap != pc-1 {
 		return false
 	}
-	site := bp.site
-	last := &site.plan.Covered[len(site.plan.Covered)-1]
-	if orig, ok := bp.p.Displaced[bp.p.Final]; ok && orig == last.Addr && last.Class == x86.Branch {
-		th.regs[rpn.RegRIP] = last.Addr
-		x86.EmulateBranch(last, &th.regs, mem{e, th.space})
-	} else {
-		th.regs[rpn.RegRIP] = bp.p.Ret
-	}
-	e.fail(e.tgt.SetRegs(th.tid, &th.regs), "move thread %d out of its pad", th.tid)
+	e.leavePad(th, bp)
 	if sp.jump.holding[th.tid] {
 		delete(sp.jump.holding, th.tid)
 		if len(sp.jump.holding) == 0 {
@@ -938,4 +957,25 @@ func (e *Engine) jumpCovering(sp *space, addr uint64) *jumpSite {
 		}
 	}
 	return nil
+}
+
+// maxPadHeldSigs bounds the signals held for a thread inside pads: a
+// thread that leaves a pad and enters another before a resent signal
+// arrives has it held again.
+const maxPadHeldSigs = 256
+
+// leavePad moves a thread that is at its pad's Final (registers all its
+// own) out of the pad: it runs the last covered instruction when that is
+// a jmp, jcc or call (emulated), else goes to the code after the covered
+// bytes. A handler delivered then sees an address of the program's.
+func (e *Engine) leavePad(th *thread, bp *builtPad) {
+	site := bp.site
+	last := &site.plan.Covered[len(site.plan.Covered)-1]
+	if orig, ok := bp.p.Displaced[bp.p.Final]; ok && orig == last.Addr && last.Class == x86.Branch {
+		th.regs[rpn.RegRIP] = last.Addr
+		x86.EmulateBranch(last, &th.regs, mem{e, th.space})
+	} else {
+		th.regs[rpn.RegRIP] = bp.p.Ret
+	}
+	e.fail(e.tgt.SetRegs(th.tid, &th.regs), "move thread %d out of its pad", th.tid)
 }

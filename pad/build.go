@@ -75,7 +75,12 @@ type Pad struct {
 	// instruction to its original address.
 	Displaced map[uint64]uint64
 	Final     uint64 // where the last covered instruction (if it transfers control) or the jump back is
+	FinalEnd  uint64 // the end of that code
 	Trap      uint64 // the int3 a thread leaving with a signal held stops at
+	// Popf and Lea are the two instructions between the held check and
+	// Final: a thread stopped there leaves without passing the check
+	// again (gprobes finishes them for it: popfq, then rsp += 128)
+	Popf, Lea uint64
 	Ret       uint64 // where the jump back goes (probe address + covered length)
 	StackUse  int    // bytes below the thread's rsp the pad uses
 }
@@ -284,7 +289,9 @@ func Build(s Spec) (*Pad, error) {
 	e.i32(int64(s.Held - (e.pc() + 5)))
 	e.emit(0)
 	e.rel([]byte{0x0f, 0x85}, "trap")
-	e.emit(0x9d)                                           // popfq
+	p.Popf = e.pc()
+	e.emit(0x9d) // popfq
+	p.Lea = e.pc()
 	e.emit(0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00) // lea 128(%rsp),%rsp
 	e.label("final")
 	p.Final = e.pc()
@@ -301,6 +308,7 @@ func Build(s Spec) (*Pad, error) {
 	} else {
 		e.emit(x86.JmpTo(e.pc(), p.Ret)...)
 	}
+	p.FinalEnd = e.pc()
 
 	// trap: a thread leaving with a signal held stops at the int3
 	e.label("trap")

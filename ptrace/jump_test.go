@@ -389,7 +389,7 @@ exit 1
 // exactly, and the program computes what it computes unprobed.
 func TestJumpInsideJump(t *testing.T) {
 	needFixture(t)
-	r := startWith(t, startConfig{path: fixture.hits}, "-n", "1000", "-t", "2")
+	r := startWith(t, startConfig{path: fixture.hits}, "-n", "1000")
 	infos := r.insert(compile(t, `name = FIXTURE
 modtype = user
 vars = 2
@@ -408,13 +408,13 @@ exit 0
 	}
 	r.eng.Release()
 	lines := r.finish()
-	if got, want := checksums(lines), checksums(unprobed(t, "-n", "1000", "-t", "2")); strings.Join(got, "|") != strings.Join(want, "|") {
+	if got, want := checksums(lines), checksums(unprobed(t, "-n", "1000")); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("output %v, unprobed %v", got, want)
 	}
 	lv, _, _ := r.eng.Vars(fixture.hits, false)
-	// f_push is called by f_call too: 2 calls a round, 2 threads
-	if lv[0] != 4000 || lv[1] != 4000 {
-		t.Errorf("lv %v, want 4000 each", lv)
+	// f_push is called by f_call too: 2 calls a round
+	if lv[0] != 2000 || lv[1] != 2000 {
+		t.Errorf("lv %v, want 2000 each", lv)
 	}
 	t.Logf("f_push: %s; f_push+1: %s", q[0].How, q[1].How)
 }
