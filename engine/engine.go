@@ -573,6 +573,7 @@ func (e *Engine) Close() (Final, error) {
 			f.Vars = append(f.Vars, ModuleVars{Name: m.name, LV: append([]uint64{}, m.lv...), GV: append([]uint64{}, e.gv[:m.gvars]...)})
 		}
 		e.gvLock.Unlock()
+		e.closeJump()
 		e.closing = true
 	}) != nil {
 		return Final{}, nil // already stopped

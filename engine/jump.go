@@ -866,6 +866,13 @@ func (e *Engine) dropJump(sp *space, exec bool) {
 	e.drain()
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
+	e.releaseRegion(rg)
+}
+
+// releaseRegion folds a region's counts into its probes', copies its
+// variables out and unmaps it. Called with e.js.mu held, the ring
+// drained.
+func (e *Engine) releaseRegion(rg *region) {
 	for i, s := range rg.sites {
 		c := pad.LoadCounters(pad.CountersAt(rg.mem.Bytes, i))
 		s.p.st.Hits += c.Hits
@@ -978,4 +985,34 @@ func (e *Engine) leavePad(th *thread, bp *builtPad) {
 		th.regs[rpn.RegRIP] = bp.p.Ret
 	}
 	e.fail(e.tgt.SetRegs(th.tid, &th.regs), "move thread %d out of its pad", th.tid)
+}
+
+// closeJump releases every region and the global variables' memory the
+// engine made (Close: the target is let go).
+func (e *Engine) closeJump() {
+	e.js.mu.Lock()
+	for rg := range e.js.regions {
+		e.releaseRegion(rg)
+	}
+	e.js.mu.Unlock()
+	if e.gvShm != nil && e.opts.GVMem == nil {
+		e.gv = append([]uint64(nil), e.gv...)
+		e.gvShm.Close()
+		e.gvShm = nil
+	}
+}
+
+// moveToInt3 takes the jump at addr out and puts the probes that were
+// there on an int3, in their order, with why as the reason (query's HOW).
+func (e *Engine) moveToInt3(sp *space, addr uint64, why string) error {
+	moved, err := e.demoteJump(sp, addr, why)
+	if err != nil {
+		return err
+	}
+	for _, q := range moved {
+		if qi := sp.inst[q.src]; qi != nil {
+			e.placeProbe(sp, qi, q)
+		}
+	}
+	return nil
 }

@@ -318,15 +318,9 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 	if site := e.jumpCovering(sp, addr); site != nil {
 		// inside another probe's jump: that one moves to an int3, so
 		// that this one's int3 does not land in the jump's bytes
-		moved, err := e.demoteJump(sp, site.addr, fmt.Sprintf("another probe (at %#x) is inside the bytes its jump would cover", addr))
-		if err != nil {
+		if err := e.moveToInt3(sp, site.addr, fmt.Sprintf("another probe (at %#x) is inside the bytes its jump would cover", addr)); err != nil {
 			refuse(StateRefused, "the jump pad at %#x could not make way for an int3: %v", site.addr, err)
 			return
-		}
-		for _, q := range moved {
-			if qi := sp.inst[q.src]; qi != nil {
-				e.placeProbe(sp, qi, q)
-			}
 		}
 	}
 	if sp.jump != nil && sp.jump.sites[addr] != nil {
@@ -336,15 +330,9 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 		}
 		// it cannot run in a pad: the probes there move to an int3,
 		// in their order, and this one joins them
-		moved, err := e.demoteJump(sp, addr, "shares its address with a probe that cannot run in a pad ("+why+")")
-		if err != nil {
+		if err := e.moveToInt3(sp, addr, "shares its address with a probe that cannot run in a pad ("+why+")"); err != nil {
 			refuse(StateRefused, "the jump pad at %#x could not make way for an int3: %v", addr, err)
 			return
-		}
-		for _, q := range moved {
-			if qi := sp.inst[q.src]; qi != nil {
-				e.placeProbe(sp, qi, q)
-			}
 		}
 	}
 	bp := sp.bps[addr]
