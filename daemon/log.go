@@ -169,9 +169,12 @@ type LogWriter struct {
 	rotateErr string
 	rotateTry time.Time
 	lost      Losses // records not in the file
-	sys       *syslog.Writer
-	sysq      chan LogLine
-	sysLost   Losses // records syslog missed
+	// TargetLost, when set, counts the records the targets dropped
+	// (jump pads' full rings): log's lost line reports it
+	TargetLost func() uint64
+	sys        *syslog.Writer
+	sysq       chan LogLine
+	sysLost    Losses // records syslog missed
 }
 
 // OpenLog opens (creating) the log file in dir. A partial line at its end,
@@ -483,7 +486,7 @@ func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flus
 		}
 	}
 	var pos int64
-	var reported [3]uint64
+	var reported [4]uint64
 	var reportedAt time.Time
 	var skipped uint64 // rotated files deleted before this reader got to them
 	for {
@@ -531,10 +534,14 @@ func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flus
 			continue
 		}
 		lost, slost := w.lost.Summary(), w.sysLost.Summary()
-		now := [3]uint64{lost.Records, slost.Records, skipped}
+		var inTargets uint64
+		if w.TargetLost != nil {
+			inTargets = w.TargetLost()
+		}
+		now := [4]uint64{lost.Records, slost.Records, skipped, inTargets}
 		pending := now != reported
 		if pending && (!follow || time.Since(reportedAt) >= time.Second) {
-			b, _ := json.Marshal(LostLine{Time: time.Now(), Kind: "lost", Lost: lost, SyslogLost: slost, RotatedAway: skipped})
+			b, _ := json.Marshal(LostLine{Time: time.Now(), Kind: "lost", Lost: lost, SyslogLost: slost, RotatedAway: skipped, InTargets: inTargets})
 			if _, err := out.Write(append(b, '\n')); err != nil {
 				return err
 			}

@@ -116,4 +116,8 @@ type LostLine struct {
 	// deleted before it got to them (their records were written, not
 	// lost, but this stream does not have them).
 	RotatedAway uint64 `json:"rotated_away,omitempty"`
+	// InTargets is how many records the targets themselves dropped: the
+	// rings of jump pads that were full (engine.Engine.Lost), counted per
+	// probe in query's LOST column
+	InTargets uint64 `json:"in_targets,omitempty"`
 }

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -79,13 +80,15 @@ type Server struct {
 	sockID  *fileID        // the socket we created, to remove only that one
 	gv      []uint64
 	gvMem   *shm.Mem
-	gvLock  sync.Mutex
-	log     *LogWriter
-	state   string
-	socket  string
-	ln      net.Listener
-	http    *http.Server
-	started time.Time
+	// lostClosed: records the jump pads of targets closed since dropped
+	lostClosed atomic.Uint64
+	gvLock     sync.Mutex
+	log        *LogWriter
+	state      string
+	socket     string
+	ln         net.Listener
+	http       *http.Server
+	started    time.Time
 }
 
 // target is one target of the daemon. While it is being opened (ptrace
@@ -118,6 +121,7 @@ func New(socket, state string, logOpts ...LogOptions) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{targets: map[string]*target{}, log: lw, state: state, socket: socket, started: time.Now()}
+	lw.TargetLost = s.targetLost
 	// the global variables in shared memory: jump pads in the processes
 	// probed map the same words (engine.Options.GVMem)
 	if m, err := shm.Create("gprobes-gv", rpn.MaxGVars*8); err == nil {
@@ -468,6 +472,7 @@ func (s *Server) closeTarget(t *target) {
 	if _, err := t.eng.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "gprobes daemon: detach %s: %v\n", t.name, err)
 	}
+	s.lostClosed.Add(t.eng.Lost())
 	t.closed = true
 	s.mu.Lock()
 	if s.targets[t.name] == t {
@@ -714,4 +719,18 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// targetLost counts the records the targets dropped (their jump pads'
+// full rings), those of targets closed since included: log's lost line.
+func (s *Server) targetLost() uint64 {
+	n := s.lostClosed.Load()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.targets {
+		if t.eng != nil {
+			n += t.eng.Lost()
+		}
+	}
+	return n
 }

@@ -122,6 +122,8 @@ type jumpShared struct {
 	stop    chan struct{}
 	done    chan struct{}
 	started bool
+	// lostGone: records dropped by the rings of regions released since
+	lostGone uint64
 }
 
 func (e *Engine) jumpSpace(sp *space) *jumpState {
@@ -557,6 +559,18 @@ func (e *Engine) stopJump() {
 	}
 }
 
+// Lost is how many records the jump pads of the target dropped because
+// their ring was full. Any goroutine may call it.
+func (e *Engine) Lost() uint64 {
+	e.js.mu.Lock()
+	defer e.js.mu.Unlock()
+	n := e.js.lostGone
+	for rg := range e.js.regions {
+		n += rg.ring.Lost()
+	}
+	return n
+}
+
 // jumpCounters adds what the pads counted to a probe's info.
 func (e *Engine) jumpCounters(p *probe, info *ProbeInfo) {
 	e.js.mu.Lock()
@@ -884,6 +898,7 @@ func (e *Engine) releaseRegion(rg *region) {
 			s.p.st.Disabled = true
 		}
 	}
+	e.js.lostGone += rg.ring.Lost()
 	for m, off := range rg.lvAt {
 		if len(m.lv) > 0 && &m.lv[0] == &rg.mem.Words(off, 1)[0] {
 			m.lv = append([]uint64(nil), m.lv...)

@@ -369,6 +369,9 @@ func logCommand() *cli.Command {
 				return err
 			}, func(l *daemon.LostLine) error {
 				printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
+				if l.InTargets > 0 {
+					fmt.Fprintf(c.App.ErrWriter, "gprobes: log: %d records lost in the processes probed (their jump pads' rings were full; query's LOST column says which probes)\n", l.InTargets)
+				}
 				if l.RotatedAway > 0 {
 					fmt.Fprintf(c.App.ErrWriter, "gprobes: log: fell behind: %d rotated log files were deleted before they could be read (the daemon's --log-keep)\n", l.RotatedAway)
 				}
