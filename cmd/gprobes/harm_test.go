@@ -2,11 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,12 +20,15 @@ import (
 )
 
 // TestNeverHarm is docs/engine.md's "Never harm the target" tried as a
-// user would (issue 9): a 4-thread program whose first probed instruction
-// is a lock add on a global (stepped out of line), with exec, detach under
-// load, a rebuilt binary and a daemon killed with SIGKILL, each at least 20
-// rounds (with -short, each way once: harmRounds). Every round checks the
-// program's own result (it exits 1 when a count is off, dies when an int3
-// is left behind or planted mid-instruction) and the hits.
+// user would (issues 9 and 11): a 4-thread program whose first probed
+// instruction is a lock add on a global (a jump pad's covered
+// instruction, or stepped out of line on the int3 route), with exec,
+// detach under load, a rebuilt binary and a daemon killed with SIGKILL
+// (probes not yet hit, and threads running through the pads), each at
+// least 20 rounds (with -short, each way once: harmRounds). Every round
+// checks the program's own result (it exits 1 when a count is off, dies
+// when an int3 is left behind or planted mid-instruction) and the hits or
+// the route. The rounds log their times (go test -v).
 func TestNeverHarm(t *testing.T) {
 	need(t, "gcc")
 	fx := buildHarm(t)
@@ -49,8 +55,8 @@ type harmFixture struct {
 	harm, launcher string
 }
 
-// harmProbe counts f_lock (lock add, stepped) in lv 0 and f_push
-// (emulated) in lv 1.
+// harmProbe counts f_lock (lock add: stepped on the int3 route) in lv 0
+// and f_push (emulated there) in lv 1; both go on jumps by default.
 func harmProbe(t *testing.T, dir, prog string) string {
 	t.Helper()
 	p := filepath.Join(dir, "harm.dpdf")
@@ -142,23 +148,30 @@ func harmExec(t *testing.T, fx harmFixture) {
 	}
 }
 
-// detach (issue 9.2): probes taken out while 4 threads run the stepped
-// lock add: remove, SIGTERM to the daemon, Ctrl-C of run --target pid:N.
+// detach (issue 9.2): probes taken out while 4 threads run through them:
+// remove, SIGTERM to the daemon, Ctrl-C of run --target pid:N. On the jump
+// route a thread goes through a pad in tens of nanoseconds, so a fixture
+// with a fixed count would be over before the detach: this one runs until
+// the test creates its stop file, and each round checks its 4 threads are
+// still calling both before and after the detach (the detach really came
+// mid-run), and that the code is the file's again.
 func harmDetach(t *testing.T, fx harmFixture) {
 	probe := harmProbe(t, t.TempDir(), fx.harm)
+	times := roundTimes{}
 	for round := 0; round < harmRounds(21, 3); round++ {
+		start := time.Now()
 		dir := t.TempDir()
-		gate, started := filepath.Join(dir, "gate"), filepath.Join(dir, "started")
-		// long enough under probes that the detach comes mid-run
-		cmd := exec.Command(fx.harm, "-t", strconv.Itoa(harmThreads), "-n", "20000", "-g", gate, "-s", started)
-		pid, wait := startPrinting(t, cmd)
-		target := fmt.Sprintf("pid:%d", pid)
+		h := startHarmRunning(t, fx.harm, dir)
+		target := fmt.Sprintf("pid:%d", h.pid)
 		how := []string{"remove", "sigterm", "ctrl-c"}[round%3]
+		what := fmt.Sprintf("detach by %s, round %d", how, round)
 		switch how {
 		case "remove", "sigterm":
 			sock, d := harmDaemon(t, dir)
 			mustRun(t, "insert", "--socket", sock, "--target", target, probe)
-			openAndWait(t, gate, started)
+			openAndWait(t, h.gate, h.started)
+			checkJumps(t, sock, fx.harm, what)
+			h.mustBeRunning(t, what+", before it")
 			if how == "remove" {
 				mustRun(t, "remove", "--socket", sock, "--all")
 			} else {
@@ -174,18 +187,30 @@ func harmDetach(t *testing.T, fx harmFixture) {
 			if err := r.Start(); err != nil {
 				t.Fatal(err)
 			}
-			// in once run reports its probe (query would need a daemon)
-			waitFor(t, func() bool { return probesIn(pid) }, "run's int3s in the fixture")
-			openAndWait(t, gate, started)
+			// in once both jumps are (query would need a daemon)
+			waitFor(t, func() bool { return allProbesIn(h.pid) }, "run's probes in the fixture")
+			openAndWait(t, h.gate, h.started)
+			h.mustBeRunning(t, what+", before it")
 			r.Process.Signal(syscall.SIGINT)
 			if err := r.Wait(); err != nil {
-				t.Fatalf("round %d: run after Ctrl-C: %v\n%s", round, err, rout.String())
+				t.Fatalf("%s: run after Ctrl-C: %v\n%s", what, err, rout.String())
+			}
+			sum := summaryProbes(rout.String(), fx.harm)
+			for _, loc := range []string{"f_lock", "f_push"} {
+				if p := sum[loc]; p.how != "jump" || p.hits == 0 {
+					t.Fatalf("%s: %s went in by %q with %d hits, want jump and hits\n%s", what, loc, p.how, p.hits, rout.String())
+				}
 			}
 		}
-		if code, out := wait(); code != 0 {
-			t.Fatalf("detach by %s, round %d: the program's own check failed: exit %d\n%s", how, round, code, out)
+		h.mustBeRunning(t, what+", after it")
+		if err := codeIntact(h.pid); err != nil {
+			h.stopAndWait()
+			t.Fatalf("%s: %v", what, err)
 		}
+		h.finish(t, what)
+		times.add(how, time.Since(start))
 	}
+	times.log(t)
 }
 
 // rebuild (issue 9.3): one daemon, the program rebuilt at the same path
@@ -215,12 +240,19 @@ func harmRebuild(t *testing.T, fx harmFixture) {
 	}
 }
 
-// sigkill (issue 9.4): the daemon killed with SIGKILL while its probes
-// are in a process and not yet hit; put back by the guard, by gprobes
-// recover (the guard killed too), or by the next daemon as it starts.
+// sigkill (issue 9.4): the daemon killed with SIGKILL with its probes in
+// a process; put back by the guard, by gprobes recover (the guard killed
+// too), or by the next daemon as it starts. First with the probes not yet
+// hit, then (issue 11) with the 4 threads running through the pads: the
+// jumps go back while the threads run (recovery stops every thread
+// first), the pads meanwhile run with nobody draining them, and the
+// program must finish with its own totals exact and exit 0.
 func harmSigkill(t *testing.T, fx harmFixture) {
 	probe := harmProbe(t, t.TempDir(), fx.harm)
+	ways := []string{"guard", "recover", "next daemon"}
+	times := roundTimes{}
 	for round := 0; round < harmRounds(21, 3); round++ {
+		start := time.Now()
 		dir := t.TempDir()
 		gate := filepath.Join(dir, "gate")
 		cmd := exec.Command(fx.harm, "-t", strconv.Itoa(harmThreads), "-n", strconv.Itoa(harmN), "-g", gate)
@@ -228,34 +260,214 @@ func harmSigkill(t *testing.T, fx harmFixture) {
 		sock, d := harmDaemon(t, dir)
 		mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", pid), probe)
 		if !probesIn(pid) {
-			t.Fatal("no int3 in the fixture after insert")
+			t.Fatal("no probe in the fixture after insert")
 		}
-		how := []string{"guard", "recover", "next daemon"}[round%3]
-		guard := guardOf(t, d.Process.Pid)
-		if how != "guard" {
-			syscall.Kill(guard, syscall.SIGKILL)
-		}
-		d.Process.Kill()
-		d.Wait()
-		switch how {
-		case "guard":
-			waitFor(t, func() bool { return !probesIn(pid) }, "the guard to put the bytes back")
-		case "recover":
-			time.Sleep(50 * time.Millisecond)
-			if !probesIn(pid) {
-				t.Fatal("the bytes went back with no guard and no recover: the test proves nothing")
-			}
-			mustRun(t, "recover")
-		case "next daemon":
-			harmDaemon(t, t.TempDir())
-		}
+		how := ways[round%3]
+		killDaemon(t, d, how, pid)
 		if probesIn(pid) {
-			t.Fatalf("round %d (%s): int3 bytes still in the fixture", round, how)
+			t.Fatalf("round %d (%s): probe bytes still in the fixture", round, how)
+		}
+		if err := codeIntact(pid); err != nil {
+			t.Fatalf("round %d (%s): %v", round, how, err)
 		}
 		os.WriteFile(gate, nil, 0o644)
 		if code, out := wait(); code != 0 {
 			t.Fatalf("sigkill round %d (%s): exit %d\n%s", round, how, code, out)
 		}
+		times.add("not hit, "+how, time.Since(start))
+	}
+	for round := 0; round < harmRounds(21, 3); round++ {
+		start := time.Now()
+		dir := t.TempDir()
+		h := startHarmRunning(t, fx.harm, dir)
+		sock, d := harmDaemon(t, dir)
+		mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", h.pid), probe)
+		how := ways[round%3]
+		what := fmt.Sprintf("sigkill under load round %d (%s)", round, how)
+		openAndWait(t, h.gate, h.started)
+		checkJumps(t, sock, fx.harm, what)
+		h.mustBeRunning(t, what+", before the kill")
+		killDaemon(t, d, how, h.pid)
+		h.mustBeRunning(t, what+", after the jumps went back")
+		if probesIn(h.pid) {
+			h.stopAndWait()
+			t.Fatalf("%s: a jump is still in the fixture", what)
+		}
+		if err := codeIntact(h.pid); err != nil {
+			h.stopAndWait()
+			t.Fatalf("%s: %v", what, err)
+		}
+		h.finish(t, what)
+		times.add("running, "+how, time.Since(start))
+	}
+	times.log(t)
+}
+
+// killDaemon kills daemon d with SIGKILL (and its guard first unless how
+// is "guard") and waits until its probes in process pid went back the way
+// how says.
+func killDaemon(t *testing.T, d *exec.Cmd, how string, pid int) {
+	t.Helper()
+	guard := guardOf(t, d.Process.Pid)
+	if how != "guard" {
+		syscall.Kill(guard, syscall.SIGKILL)
+	}
+	d.Process.Kill()
+	d.Wait()
+	switch how {
+	case "guard":
+		waitFor(t, func() bool { return !probesIn(pid) }, "the guard to put the bytes back")
+	case "recover":
+		time.Sleep(50 * time.Millisecond)
+		if !probesIn(pid) {
+			t.Fatal("the bytes went back with no guard and no recover: the test proves nothing")
+		}
+		mustRun(t, "recover")
+	case "next daemon":
+		// it recovers once it listens: the socket answers before
+		dir := t.TempDir()
+		_, out := daemonProcess(t, filepath.Join(dir, "d.sock"), filepath.Join(dir, "state"))
+		for end := time.Now().Add(10 * time.Second); probesIn(pid); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("the next daemon left the probes in for 10 s:\n%s", out)
+			}
+		}
+	}
+}
+
+// harmRunning is the fixture of the rounds that act while its threads run
+// through the probes: it waits for gate, creates started once its 4
+// threads made their first calls, and calls until stop exists.
+type harmRunning struct {
+	pid                 int
+	wait                func() (int, string)
+	gate, started, stop string
+}
+
+func startHarmRunning(t *testing.T, prog, dir string, wrap ...string) *harmRunning {
+	t.Helper()
+	h := &harmRunning{gate: filepath.Join(dir, "gate"), started: filepath.Join(dir, "started"), stop: filepath.Join(dir, "stop")}
+	args := append(append([]string(nil), wrap...), prog, "-t", strconv.Itoa(harmThreads), "-n", "1000000000000", "-g", h.gate, "-s", h.started, "-e", h.stop)
+	h.pid, h.wait = startPrinting(t, exec.Command(args[0], args[1:]...))
+	return h
+}
+
+// running is how many of the fixture's threads other than main are alive.
+func (h *harmRunning) running() int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", h.pid))
+	if err != nil {
+		return 0
+	}
+	if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.pid)); strings.Contains(string(st), ") Z ") {
+		return 0
+	}
+	return len(ents) - 1
+}
+
+// mustBeRunning fails unless the 4 threads are still calling (stop not
+// created yet, so only a death ends them).
+func (h *harmRunning) mustBeRunning(t *testing.T, what string) {
+	t.Helper()
+	if n := h.running(); n != harmThreads {
+		code, out := h.stopAndWait()
+		t.Fatalf("%s: %d of the fixture's %d threads running; it exited %d\n%s", what, n, harmThreads, code, out)
+	}
+}
+
+// stopAndWait stops the fixture (its gate opened too, were it still
+// closed) and returns its exit status and output.
+func (h *harmRunning) stopAndWait() (int, string) {
+	os.WriteFile(h.stop, nil, 0o644)
+	os.WriteFile(h.gate, nil, 0o644)
+	return h.wait()
+}
+
+// finish lets the threads run a moment on the original code, stops them
+// and checks the program's own verdict: exit 0, every count exact.
+func (h *harmRunning) finish(t *testing.T, what string) string {
+	t.Helper()
+	time.Sleep(10 * time.Millisecond)
+	code, out := h.stopAndWait()
+	total, want, ok := harmTotal(out)
+	if code != 0 || !ok || total != want || want == 0 {
+		t.Fatalf("%s: the program's own check: exit %d\n%s", what, code, out)
+	}
+	return out
+}
+
+// harmTotal parses the fixture's last line, "total T want W ...".
+func harmTotal(out string) (total, want int64, ok bool) {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 4 && f[0] == "total" && f[2] == "want" {
+			total, err1 := strconv.ParseInt(f[1], 10, 64)
+			want, err2 := strconv.ParseInt(f[3], 10, 64)
+			return total, want, err1 == nil && err2 == nil
+		}
+	}
+	return 0, 0, false
+}
+
+// checkJumps fails unless query says both probes went in on the jump
+// route and are being hit.
+func checkJumps(t *testing.T, sock, module, what string) {
+	t.Helper()
+	q := queryProbes(t, sock, module)
+	for _, minor := range []uint16{1, 2} {
+		if p := q[minor]; p.How != "jump" || p.Hits == 0 {
+			t.Fatalf("%s: probe %d went in by %q with %d hits, want jump and hits (%+v)", what, minor, p.How, p.Hits, q)
+		}
+	}
+}
+
+// summaryProbes reads the HOW and HITS columns of run's probe table, by
+// location.
+func summaryProbes(out, module string) map[string]struct {
+	how  string
+	hits uint64
+} {
+	m := map[string]struct {
+		how  string
+		hits uint64
+	}{}
+	head := -1
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 7 && f[0] == "TARGET" {
+			head = 0
+			continue
+		}
+		if head < 0 || len(f) < 8 || f[1] != module {
+			continue
+		}
+		// HOW other than jump is "int3 CLASS: why": its first word is
+		// enough to fail on, the hits are then not read
+		p := m[f[3]]
+		p.how = f[6]
+		p.hits, _ = strconv.ParseUint(f[7], 10, 64)
+		m[f[3]] = p
+	}
+	return m
+}
+
+type roundTimes map[string][]time.Duration
+
+func (r roundTimes) add(way string, d time.Duration) { r[way] = append(r[way], d) }
+
+func (r roundTimes) log(t *testing.T) {
+	ways := make([]string, 0, len(r))
+	for w := range r {
+		ways = append(ways, w)
+	}
+	sort.Strings(ways)
+	for _, w := range ways {
+		var sum, max time.Duration
+		for _, d := range r[w] {
+			sum += d
+			if d > max {
+				max = d
+			}
+		}
+		t.Logf("%s: %d rounds, mean %v, max %v", w, len(r[w]), (sum / time.Duration(len(r[w]))).Round(time.Millisecond), max.Round(time.Millisecond))
 	}
 }
 
@@ -319,11 +531,12 @@ func openAndWait(t *testing.T, gate, started string) {
 	time.Sleep(30 * time.Millisecond)
 }
 
-// probesIn reports whether f_lock's first byte in process pid is an int3.
-func probesIn(pid int) bool {
+// harmCode reads the bytes of f_lock and f_push in process pid and in
+// the file it runs (through /proc/PID/exe: the same inode).
+func harmCode(pid int) (mem, file map[string][]byte, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
-		return false
+		return nil, nil, err
 	}
 	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	var base uint64
@@ -335,26 +548,81 @@ func probesIn(pid int) bool {
 			break
 		}
 	}
-	out, err := exec.Command("nm", exe).Output()
-	if err != nil || base == 0 {
-		return false
+	if base == 0 {
+		return nil, nil, fmt.Errorf("%s is not mapped in %d", exe, pid)
 	}
-	var off uint64
-	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && f[2] == "f_lock" {
-			off, _ = strconv.ParseUint(f[0], 16, 64)
+	ef, err := elf.Open(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ef.Close()
+	syms, err := ef.Symbols()
+	if err != nil {
+		return nil, nil, err
+	}
+	text := ef.Section(".text")
+	code, err := text.Data()
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer m.Close()
+	mem, file = map[string][]byte{}, map[string][]byte{}
+	for _, s := range syms {
+		if (s.Name != "f_lock" && s.Name != "f_push") || s.Value < text.Addr || s.Value+s.Size > text.Addr+text.Size {
+			continue
+		}
+		file[s.Name] = code[s.Value-text.Addr : s.Value-text.Addr+s.Size]
+		mem[s.Name] = make([]byte, s.Size)
+		if _, err := m.ReadAt(mem[s.Name], int64(base+s.Value)); err != nil {
+			return nil, nil, err
 		}
 	}
-	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
-	if err != nil {
-		return false
+	if len(mem) != 2 {
+		return nil, nil, fmt.Errorf("f_lock or f_push not found in %s", exe)
 	}
-	defer mem.Close()
-	var c [1]byte
-	_, err = mem.ReadAt(c[:], int64(base+off))
-	// f_lock starts with a lock prefix (f0): an int3 (cc) or a jump to a
-	// pad (e9) there is gprobes'
-	return err == nil && (c[0] == 0xcc || c[0] == 0xe9)
+	return mem, file, nil
+}
+
+// probesOf reports how many of f_lock and f_push in process pid start
+// with gprobes' bytes: an int3 (cc) or a jump to a pad (e9) where the
+// program has a lock prefix (f0) and a push (55).
+func probesOf(pid int) int {
+	mem, _, err := harmCode(pid)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, b := range mem {
+		if b[0] == 0xcc || b[0] == 0xe9 {
+			n++
+		}
+	}
+	return n
+}
+
+// probesIn reports whether a probe is in f_lock or f_push.
+func probesIn(pid int) bool { return probesOf(pid) > 0 }
+
+// allProbesIn reports whether both are.
+func allProbesIn(pid int) bool { return probesOf(pid) == 2 }
+
+// codeIntact checks f_lock and f_push are in process pid as in its file,
+// every byte (a jump's covered bytes included).
+func codeIntact(pid int) error {
+	mem, file, err := harmCode(pid)
+	if err != nil {
+		return err
+	}
+	for name, b := range mem {
+		if !bytes.Equal(b, file[name]) {
+			return fmt.Errorf("%s in the process is % x, in its file % x", name, b, file[name])
+		}
+	}
+	return nil
 }
 
 // guardOf finds the guard a daemon started.
@@ -382,19 +650,31 @@ func guardOf(t *testing.T, owner int) int {
 // queryHits returns the hits of a module's probes by minor.
 func queryHits(t *testing.T, sock, module string) map[uint16]uint64 {
 	t.Helper()
-	var q struct {
-		Probes []struct {
-			Minor uint16
-			Hits  uint64
-		}
+	m := map[uint16]uint64{}
+	for minor, p := range queryProbes(t, sock, module) {
+		m[minor] = p.Hits
 	}
+	return m
+}
+
+// harmQueried is a probe as query --json gives it.
+type harmQueried struct {
+	Minor uint16
+	Hits  uint64
+	How   string // jump, or "int3 CLASS: why"
+}
+
+// queryProbes returns a module's probes by minor.
+func queryProbes(t *testing.T, sock, module string) map[uint16]harmQueried {
+	t.Helper()
+	var q struct{ Probes []harmQueried }
 	out := mustRun(t, "query", "--socket", sock, module, "--json")
 	if err := json.Unmarshal([]byte(out), &q); err != nil {
 		t.Fatalf("query: %v\n%s", err, out)
 	}
-	m := map[uint16]uint64{}
+	m := map[uint16]harmQueried{}
 	for _, p := range q.Probes {
-		m[p.Minor] = p.Hits
+		m[p.Minor] = p
 	}
 	return m
 }

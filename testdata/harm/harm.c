@@ -3,18 +3,23 @@
 // checks its own result, so a probe that ran an instruction twice, or a
 // breakpoint left behind, shows as a wrong total or a death.
 //
-//   harm [-t THREADS] [-n N] [-g FILE] [-s FILE]
+//   harm [-t THREADS] [-n N] [-g FILE] [-s FILE] [-e FILE]
 //     -t T     threads (default 4)
 //     -n N     calls of each function per thread (default 1000000)
 //     -g FILE  wait until FILE exists before calling anything (a gate the
 //              test opens once the probes, or the kill, are in place)
 //     -s FILE  create FILE once every thread has made its first call
 //              (the test knows the probes are being hit)
+//     -e FILE  stop calling once FILE exists (then -n is only a bound):
+//              the test decides when the threads stop, however fast the
+//              probes are, so what it does to the probes comes mid-run
 //
 // Prints "total T want W" and exits 0 when every count is exact, 1 when
-// not. f_lock's first instruction is a lock-prefixed read-modify-write of
-// a global (single-stepped out of line), f_rip's a RIP-relative load
-// (emulated), f_push's a push (emulated).
+// not: want is the calls the threads made (T*N without -e), and every
+// f_push must return three times its argument. f_lock's first
+// instruction is a lock-prefixed read-modify-write of a global
+// (single-stepped out of line on the int3 route), f_rip's a RIP-relative
+// load (emulated), f_push's a push (emulated).
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,49 +32,67 @@ long f_rip(void);
 long f_push(long);
 extern long total, ripcount;
 
-static long n = 1000000;
+static long n = 1000000, threads = 4;
 static const char *started;
-static volatile int first;
+static volatile int first, stopping, finished;
+static long calls[64], wrong[64];
 
 static void *work(void *arg) {
-	for (long i = 0; i < n; i++) {
+	long me = (long)arg, i;
+	for (i = 0; i < n && !stopping; i++) {
 		f_lock();
-		f_push(i);
-		if (i == 0 && __sync_add_and_fetch(&first, 1) == (long)arg && started) {
+		if (f_push(i) != 3 * i) wrong[me]++;
+		if (i == 0 && __sync_add_and_fetch(&first, 1) == threads && started) {
 			FILE *f = fopen(started, "w");
 			if (f) fclose(f);
 		}
 	}
+	calls[me] = i;
+	__sync_add_and_fetch(&finished, 1);
 	return NULL;
 }
 
+static int exists(const char *path) {
+	struct stat st;
+	return stat(path, &st) == 0;
+}
+
+static void nap(void) {
+	struct timespec ts = {0, 1000000};
+	nanosleep(&ts, NULL);
+}
+
 int main(int argc, char **argv) {
-	long threads = 4;
-	const char *gate = NULL;
+	const char *gate = NULL, *stop = NULL;
 	int c;
-	while ((c = getopt(argc, argv, "t:n:g:s:")) != -1) {
+	while ((c = getopt(argc, argv, "t:n:g:s:e:")) != -1) {
 		switch (c) {
 		case 't': threads = atol(optarg); break;
 		case 'n': n = atol(optarg); break;
 		case 'g': gate = optarg; break;
 		case 's': started = optarg; break;
+		case 'e': stop = optarg; break;
 		default: return 2;
 		}
 	}
 	if (threads < 1 || threads > 64) return 2;
 	printf("pid %d\n", getpid());
 	fflush(stdout);
-	struct stat st;
-	while (gate && stat(gate, &st) != 0) {
-		struct timespec ts = {0, 1000000};
-		nanosleep(&ts, NULL);
-	}
+	while (gate && !exists(gate)) nap();
 	pthread_t tids[64];
-	for (long i = 0; i < threads; i++) pthread_create(&tids[i], NULL, work, (void *)threads);
+	for (long i = 0; i < threads; i++) pthread_create(&tids[i], NULL, work, (void *)i);
+	if (stop) {
+		while (finished < threads && !exists(stop)) nap();
+		stopping = 1;
+	}
 	for (long i = 0; i < threads; i++) pthread_join(tids[i], NULL);
 	for (long i = 0; i < 1000; i++) f_rip();
-	long want = threads * n;
-	printf("total %ld want %ld rip %ld\n", total, want, ripcount);
+	long want = 0, bad = 0;
+	for (long i = 0; i < threads; i++) {
+		want += calls[i];
+		bad += wrong[i];
+	}
+	printf("total %ld want %ld rip %ld wrong %ld\n", total, want, ripcount, bad);
 	fflush(stdout);
-	return total == want && ripcount == 1000 ? 0 : 1;
+	return total == want && ripcount == 1000 && bad == 0 ? 0 : 1;
 }
