@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"syscall"
 
 	"github.com/gprobes/gprobes/internal/recovery"
 )
@@ -26,16 +27,26 @@ import (
 // debugger killed the same way), and a thread the tracer had stopped in
 // the middle of a hit. docs/engine.md gives the figures.
 
-// DefaultJournalDir holds the journals unless GPROBES_PROC_JOURNAL names
-// another folder. /run is cleared at boot, which ends every process.
+// DefaultJournalDir holds root's journals unless GPROBES_PROC_JOURNAL
+// names another folder. /run is cleared at boot, which ends every process.
 const DefaultJournalDir = "/run/gprobes/proc"
 
-// JournalDir is the folder of the process journals.
+// JournalDir is the folder of the process journals: GPROBES_PROC_JOURNAL,
+// else root's DefaultJournalDir; another user (who may probe their own
+// processes: issue 11) cannot write /run, and keeps them in
+// $XDG_RUNTIME_DIR/gprobes/proc (also cleared at boot), else in
+// /tmp/gprobes-UID/proc. `gprobes recover` run by that user finds them.
 func JournalDir() string {
 	if d := os.Getenv("GPROBES_PROC_JOURNAL"); d != "" {
 		return d
 	}
-	return DefaultJournalDir
+	if os.Geteuid() == 0 {
+		return DefaultJournalDir
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "gprobes", "proc")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("gprobes-%d", os.Geteuid()), "proc")
 }
 
 // journal is what one tracer changed in one process.
@@ -185,6 +196,11 @@ func (tg *Target) openJournals(pid int) error {
 	dir := JournalDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("journal folder: %w", err)
+	}
+	// a folder in /tmp could be another user's, or a link to one: the
+	// journals say what to write into processes
+	if st, err := os.Lstat(dir); err != nil || !st.IsDir() || st.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) || st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("journal folder %s: not a folder of this user's that only it can write (set GPROBES_PROC_JOURNAL)", dir)
 	}
 	tg.journalDir = dir
 	if pid == 0 {

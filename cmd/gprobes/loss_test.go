@@ -186,7 +186,10 @@ func TestDaemonFullDisk(t *testing.T) {
 	hits := buildHits(t)
 	state := mountTmpfs(t, "64k")
 	filler := fill(t, state, 40<<10)
-	sock, dout := startDaemonIn(t, state)
+	// the int3 route: each record is written before its thread goes on,
+	// so every one the disk refused is counted there (on the jump route
+	// some would be counted lost in the process's ring instead)
+	sock, dout := startDaemonIn(t, state, "--route", "int3")
 	probe := pushProbe(t)
 	const n = 20000
 	pidA, runA := waitingHits(t, hits, n/2)

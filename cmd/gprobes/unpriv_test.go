@@ -20,8 +20,9 @@ import (
 // Under root (CI) gprobes and the fixture run as nobody (uid and gid
 // 65534, no groups, no capabilities: setpriv); otherwise as the user
 // running the test. gprobes is this test binary (GPROBES_TEST_MAIN=1)
-// copied where that user can run it, with HOME, TMPDIR and
-// GPROBES_PROC_JOURNAL in a folder of its own and no other environment.
+// copied where that user can run it, with HOME and TMPDIR in a folder of
+// its own and no other environment (the journals go to gprobes' default
+// for a user: $TMPDIR/gprobes-UID/proc).
 // Both ways of probing a process are tried: run -- PROG (gprobes starts
 // it) and run --target pid:N (a process of the same user, running). Each
 // checks exit 0, HOW jump and exact HITS for both probes in the run
@@ -149,22 +150,23 @@ func unprivileged(t *testing.T) *unprivilegedUser {
 			break
 		}
 	}
-	home, journal := filepath.Join(u.dir, "home"), filepath.Join(u.dir, "journal")
-	for _, d := range []string{home, journal} {
+	home := filepath.Join(u.dir, "home")
+	for _, d := range []string{home} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if u.wrap != nil {
 		// the user owns its folder: the fixture creates its started file
-		for _, d := range []string{u.dir, home, journal} {
+		for _, d := range []string{u.dir, home} {
 			if err := os.Chown(d, u.uid, u.uid); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	u.env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "TMPDIR=" + home,
-		"GPROBES_PROC_JOURNAL=" + journal, "GPROBES_TEST_MAIN=1"}
+	// no GPROBES_PROC_JOURNAL: the journals go where gprobes puts a
+	// user's by default ($TMPDIR/gprobes-UID/proc without XDG_RUNTIME_DIR)
+	u.env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "TMPDIR=" + home, "GPROBES_TEST_MAIN=1"}
 	return u
 }
 
