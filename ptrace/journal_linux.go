@@ -100,39 +100,29 @@ func (tg *Target) journalOf(pid int) *procJournal {
 
 // journalAdd records an int3 about to be written at addr over orig.
 func (tg *Target) journalAdd(pid int, addr uint64, orig byte) error {
-	if tg.journalDir == "" {
-		return nil
-	}
-	sb := savedByte{Addr: addr, Orig: orig}
-	if maps, err := Maps(pid); err == nil {
-		for _, m := range maps {
-			if addr >= m.Start && addr < m.End {
-				sb.Dev, sb.Inode = m.Dev, m.Inode
-				break
-			}
-		}
-	}
-	pj := tg.journalOf(pid)
-	pj.bytes[addr] = sb
-	return pj.write()
+	return tg.journalEntry(pid, savedByte{Addr: addr, Orig: orig})
 }
 
 // journalPatch records a jump about to be written at addr over was.
 func (tg *Target) journalPatch(pid int, addr uint64, code, was []byte) error {
+	return tg.journalEntry(pid, savedByte{Addr: addr, Orig: was[0], Code: append([]byte(nil), code...), Was: append([]byte(nil), was...)})
+}
+
+// journalEntry records sb, with the file mapped at its address.
+func (tg *Target) journalEntry(pid int, sb savedByte) error {
 	if tg.journalDir == "" {
 		return nil
 	}
-	sb := savedByte{Addr: addr, Orig: was[0], Code: append([]byte(nil), code...), Was: append([]byte(nil), was...)}
 	if maps, err := Maps(pid); err == nil {
 		for _, m := range maps {
-			if addr >= m.Start && addr < m.End {
+			if sb.Addr >= m.Start && sb.Addr < m.End {
 				sb.Dev, sb.Inode = m.Dev, m.Inode
 				break
 			}
 		}
 	}
 	pj := tg.journalOf(pid)
-	pj.bytes[addr] = sb
+	pj.bytes[sb.Addr] = sb
 	return pj.write()
 }
 
@@ -279,6 +269,17 @@ func RecoverDir(dir string, owner int) ([]string, error) {
 	return out, errors.Join(errs...)
 }
 
+// sameFile reports whether the file journaled for b is still the one
+// mapped at its address.
+func sameFile(maps []Mapping, b savedByte) bool {
+	for _, m := range maps {
+		if b.Addr >= m.Start && b.Addr < m.End {
+			return m.Dev == b.Dev && m.Inode == b.Inode
+		}
+	}
+	return false
+}
+
 // recoverProcess writes back the original bytes a dead owner left in a
 // process: only where the byte is still an int3 and the same file is
 // mapped there.
@@ -303,14 +304,7 @@ func recoverProcess(j *journal) (string, error) {
 			pending = append(pending, b)
 			continue
 		}
-		same := false
-		for _, m := range maps {
-			if b.Addr >= m.Start && b.Addr < m.End {
-				same = m.Dev == b.Dev && m.Inode == b.Inode
-				break
-			}
-		}
-		if !same {
+		if !sameFile(maps, b) {
 			other++ // unmapped, or another file there now (exec, dlclose)
 			continue
 		}

@@ -78,14 +78,7 @@ func restoreJumps(pid int, maps []Mapping, jumps []savedByte) (int, error) {
 	n := 0
 	var errs []error
 	for _, b := range jumps {
-		same := false
-		for _, m := range maps {
-			if b.Addr >= m.Start && b.Addr < m.End {
-				same = m.Dev == b.Dev && m.Inode == b.Inode
-				break
-			}
-		}
-		if !same {
+		if !sameFile(maps, b) {
 			continue
 		}
 		cur := make([]byte, len(b.Code))

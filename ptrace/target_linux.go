@@ -314,16 +314,25 @@ func (tg *Target) IsStopped(tid int) bool {
 	return th != nil && th.Stopped
 }
 
-// AllocXOL maps an executable area near addr by making thread tid call
-// mmap from the program's entry point (code no thread runs again).
-func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
+// injectAt is where gprobes injects system calls into a process: its
+// entry point, code no thread runs again.
+func injectAt(space int) (uint64, error) {
 	aux, err := Auxv(space)
 	if err != nil {
 		return 0, fmt.Errorf("read auxv: %w", err)
 	}
-	entry := aux[AtEntry]
-	if entry == 0 {
+	if aux[AtEntry] == 0 {
 		return 0, errors.New("no entry point in auxv")
+	}
+	return aux[AtEntry], nil
+}
+
+// AllocXOL maps an executable area near addr by making thread tid call
+// mmap from the program's entry point (code no thread runs again).
+func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
+	entry, err := injectAt(space)
+	if err != nil {
+		return 0, err
 	}
 	const (
 		sysMmap   = 9
@@ -358,13 +367,9 @@ func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
 // over it: a process of the same user, or root's. The path is written on
 // the thread's stack below its red zone, where nothing lives.
 func (tg *Target) MapShared(space, tid int, fd int, size uint64) (uint64, error) {
-	aux, err := Auxv(space)
+	entry, err := injectAt(space)
 	if err != nil {
-		return 0, fmt.Errorf("read auxv: %w", err)
-	}
-	entry := aux[AtEntry]
-	if entry == 0 {
-		return 0, errors.New("no entry point in auxv")
+		return 0, err
 	}
 	var regs engine.Regs
 	if err := tg.GetRegs(tid, &regs); err != nil {
