@@ -46,6 +46,8 @@ type JumpHost interface {
 	JournalHeld(space int, addr uint64) error
 	// FSGSBase reports whether the space's code may run rdfsbase.
 	FSGSBase(space int) bool
+	// ShadowStack reports whether the space runs with CET shadow stacks.
+	ShadowStack(space int) bool
 }
 
 // Route values of Options.Route.
@@ -194,6 +196,11 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 	}
 	for i := range plan.Covered {
 		in := &plan.Covered[i]
+		if in.Class == x86.Branch && len(in.Bytes) > 0 && in.Bytes[0] == 0xe8 && host.ShadowStack(sp.id) {
+			// a relocated call pushes the return address itself: the
+			// callee's ret would not find it on the shadow stack
+			return "a call among the covered instructions, in a process with shadow stacks"
+		}
 		if i == len(plan.Covered)-1 && in.Class == x86.Branch {
 			break // relocated, and emulated for a thread leaving with a signal held
 		}

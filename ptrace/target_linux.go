@@ -404,6 +404,21 @@ func (tg *Target) MapShared(space, tid int, fd int, size uint64) (uint64, error)
 	return addr, nil
 }
 
+// ShadowStack reports whether a thread of the process runs with a
+// shadow stack (CET: "shstk" in /proc/PID/status's x86_Thread_features).
+func (tg *Target) ShadowStack(space int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", space))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "x86_Thread_features:") && strings.Contains(l, "shstk") {
+			return true
+		}
+	}
+	return false
+}
+
 // FSGSBase reports whether the kernel lets the process's code run
 // rdfsbase and rdgsbase (AT_HWCAP2's FSGSBASE bit).
 func (tg *Target) FSGSBase(space int) bool {
