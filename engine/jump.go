@@ -1038,3 +1038,25 @@ func (e *Engine) moveToInt3(sp *space, addr uint64, why string) error {
 	}
 	return nil
 }
+
+// retryTCB checks again, at ld.so's rendezvous, where the threads of a
+// region made before libc set them up (an exec'd program's probes go in
+// at its first instruction, fs_base still 0) keep their ids: from then on
+// the pads read them there instead of asking the kernel (gettid, half of
+// a hit's cost). Only with the one thread stopped here in the process:
+// the others could not be checked.
+func (e *Engine) retryTCB(sp *space, tid int) {
+	if sp.jump == nil || sp.jump.rg == nil {
+		return
+	}
+	rg := sp.jump.rg
+	if rg.tcbOff != 0 || len(e.tgt.Threads(sp.id)) != 1 || rg.refs != 1 {
+		return
+	}
+	if off := e.tgt.(JumpHost).TIDOffset(sp.id, tid); off != 0 {
+		rg.tcbOff = off
+		if len(rg.odd) == 0 {
+			atomic.StoreUint64(rg.mem.Word(pad.OffTCBTid), off)
+		}
+	}
+}

@@ -726,6 +726,7 @@ func (e *Engine) rendezvousHandler(sp *space) func(*thread) {
 		if s := e.spaces[id]; s != nil {
 			e.unmapped(s)
 			e.placeAll(s)
+			e.retryTCB(s, th.tid)
 		}
 	}
 }
