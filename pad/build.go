@@ -203,14 +203,14 @@ func Build(s Spec) (*Pad, error) {
 	tcbLoad := e.pc()
 	e.emit(0x8b, 0x04, 0x0a) // mov (%rdx,%rcx),%eax: a fault goes to notcb
 	e.label("notcb")
-	p.Fixups[tcbLoad] = 0 // set once notcb's address is known
+	p.Fixups[tcbLoad] = 0                                  // set once notcb's address is known
 	e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffPadScratch+8) // mov %rax,tid(scratch_0)
 	for i := range s.Probes {
 		e.mem32(0x48, []byte{0x8d}, 3, 5, sc0+int64(offs[i])) // lea scratch_i(%rbp),%rbx
 		// tsc from scratch_0: rax is the program's to clobber
 		e.mem32(0x48, []byte{0x8b}, 0, 5, sc0+jit.OffTSC) // mov sc0+OffTSC(%rbp),%rax
 		e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTSC)     // mov %rax,OffTSC(%rbx)
-		e.emit(0x31, 0xc0) // xor %eax,%eax
+		e.emit(0x31, 0xc0)                                // xor %eax,%eax
 		e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffPid)
 		e.mem32(0x48, []byte{0x8b}, 0, 5, sc0+jit.OffPadScratch+8) // the tid, or 0
 		e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTid)

@@ -29,7 +29,7 @@ const (
 	// where every thread it checked holds its id there (glibc's struct
 	// pthread: 0x2d0) and rdfsbase is allowed; it clears it when a
 	// thread does not.
-	OffTCBTid = 320
+	OffTCBTid   = 320
 	OffCounters = 4096
 	MaxProbes   = 1024 // probes (sites × probes there) one region serves
 	OffLV       = OffCounters + MaxProbes*64
