@@ -418,3 +418,35 @@ exit 0
 	}
 	t.Logf("f_push: %s; f_push+1: %s", q[0].How, q[1].How)
 }
+
+// vfork on the jump route: the child shares the parent's memory, pads and
+// thread control block; its hits count and its records carry its own pid
+// (the pads ask the kernel for thread ids while it lives).
+func TestJumpVfork(t *testing.T) {
+	prog := testkit.CC(t, "vfork", "-O2", "../testdata/jump/vfork.c")
+	r := startWith(t, startConfig{path: prog}, "1000")
+	infos := r.insert(compileFor(t, prog, "name = PROGRAM\nmodtype = user\nvars = 1\noffset = probed\ninc lv,0\npush r,rdi\nlog 1\nexit 1\n"))
+	if infos[0].How != "jump" {
+		t.Fatalf("how %q: %s", infos[0].How, infos[0].Reason)
+	}
+	r.eng.Release()
+	lines := r.finish()
+	var parent, child, bad, status int
+	for _, l := range lines {
+		fmt.Sscanf(l, "parent %d child %d bad %d status %d", &parent, &child, &bad, &status)
+	}
+	if parent == 0 || child == 0 || bad != 0 || status != 0 {
+		t.Fatalf("the program: %q", lines)
+	}
+	lv, _, _ := r.eng.Vars(prog, false)
+	if lv[0] != 3000 {
+		t.Errorf("lv 0 = %d, want 3000", lv[0])
+	}
+	byPid := map[int]int{}
+	for _, rec := range r.records(0) {
+		byPid[rec.Pid]++
+	}
+	if byPid[parent] != 2000 || byPid[child] != 1000 {
+		t.Errorf("records by pid %v, want 2000 of %d (parent), 1000 of %d (vfork child)", byPid, parent, child)
+	}
+}
