@@ -35,6 +35,8 @@ type Limits struct {
 	// Route is engine.RouteAuto (jump pads in processes where safe) or
 	// engine.RouteInt3.
 	Route string
+	// RingSize is engine.Options.RingSize for every target.
+	RingSize int
 
 	ReadHeaderTimeout time.Duration // request line and headers
 	ReadTimeout       time.Duration // the whole request, body included

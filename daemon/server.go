@@ -419,12 +419,13 @@ func (s *Server) openTarget(spec, key string, exec, guest bool, open func() (eng
 	defer s.opens.Done()
 	s.mu.Unlock()
 	eng, err := engine.Start(open, engine.Options{
-		Sink:    engine.SinkFunc(func(r *engine.Record) { s.log.Write(ptrLine(FromRecord(t.name, r))) }),
-		DumpDir: filepath.Join(s.state, "dumps"),
-		GV:      s.gv,
-		GVMem:   s.gvMem,
-		GVLock:  &s.gvLock,
-		Route:   s.Limits.Route,
+		Sink:     engine.SinkFunc(func(r *engine.Record) { s.log.Write(ptrLine(FromRecord(t.name, r))) }),
+		DumpDir:  filepath.Join(s.state, "dumps"),
+		GV:       s.gv,
+		GVMem:    s.gvMem,
+		GVLock:   &s.gvLock,
+		Route:    s.Limits.Route,
+		RingSize: s.Limits.RingSize,
 	})
 	s.mu.Lock()
 	if err != nil {

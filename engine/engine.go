@@ -43,6 +43,15 @@ type Record struct {
 // must not block for long: the traced thread waits for it.
 type Sink interface{ Commit(*Record) }
 
+// BatchSink is a Sink that also takes the records a jump pad's ring gave
+// up at once (a drain of it), in order: they were committed in the process
+// already, so nothing waits for them, and a writer may write them in one
+// go (gprobes run -o: one write for the batch instead of one a record).
+type BatchSink interface {
+	Sink
+	CommitBatch([]*Record)
+}
+
 // SinkFunc adapts a function to a Sink.
 type SinkFunc func(*Record)
 
@@ -65,6 +74,10 @@ type Options struct {
 	Warn func(msg string)
 	// Route is RouteAuto (jump pads where safe) or RouteInt3.
 	Route string
+	// RingSize is the bytes of each process's ring of jump-pad records
+	// (0: pad.DefaultRingSize; a power of two, pad.MinRingSize to
+	// pad.MaxRingSize)
+	RingSize int
 	// GVMem is the shared memory behind GV (shm.Mem.Words), so that
 	// jump pads share the global variables with every other target: nil
 	// when GV is nil (the engine makes its own) or plain memory (then

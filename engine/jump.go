@@ -59,15 +59,16 @@ const (
 // region is a data region (pad package): one per process image, shared
 // by a fork child with its parent.
 type region struct {
-	mem    *shm.Mem
-	ring   *pad.Ring
-	addr   uint64 // in the process
-	gv     uint64 // the global variables' mapping in the process
-	cal    tsc.Cal
-	sites  []siteRef // by site number: whose counters and records
-	lvNext int       // next free word of the region's lv area
-	lvAt   map[*Module]int
-	refs   int // spaces using it
+	mem      *shm.Mem
+	ring     *pad.Ring
+	ringSize int
+	addr     uint64 // in the process
+	gv       uint64 // the global variables' mapping in the process
+	cal      tsc.Cal
+	sites    []siteRef // by site number: whose counters and records
+	lvNext   int       // next free word of the region's lv area
+	lvAt     map[*Module]int
+	refs     int // spaces using it
 	// tcbOff is where its threads keep their id (pad.OffTCBTid), as
 	// checked when the region was made; odd are the threads that do not
 	// (a vfork child shares its parent's thread control block): while
@@ -126,6 +127,7 @@ type jumpShared struct {
 	started bool
 	// lostGone: records dropped by the rings of regions released since
 	lostGone uint64
+	batch    []*Record // a BatchSink's, being filled
 }
 
 func (e *Engine) jumpSpace(sp *space) *jumpState {
@@ -307,7 +309,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		sites = append(sites, uint32(n))
 	}
 	// build once to learn the size, then at its address
-	trial, err := pad.Build(pad.Spec{At: site.addr, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, Held: site.addr})
+	trial, err := pad.Build(pad.Spec{At: site.addr, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: site.addr})
 	if err != nil {
 		return err.Error()
 	}
@@ -315,7 +317,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 	if err != nil {
 		return fmt.Sprintf("map the pad's area: %v", err)
 	}
-	built, err := pad.Build(pad.Spec{At: at, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, Held: held})
+	built, err := pad.Build(pad.Spec{At: at, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: held})
 	if err != nil {
 		return err.Error()
 	}
@@ -380,12 +382,16 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		js.no = "the global variables are not in shared memory"
 		return nil, js.no
 	}
-	mem, err := shm.Create(fmt.Sprintf("gprobes-pads-%d", sp.id), pad.RegionSize)
+	ringSize := e.opts.RingSize
+	if ringSize == 0 {
+		ringSize = pad.DefaultRingSize
+	}
+	mem, err := shm.Create(fmt.Sprintf("gprobes-pads-%d", sp.id), pad.RegionSize(ringSize))
 	if err != nil {
 		js.no = err.Error()
 		return nil, js.no
 	}
-	pad.InitRegion(mem.Bytes)
+	pad.InitRegion(mem.Bytes, ringSize)
 	var addr, gv, tcbOff uint64
 	err = e.withStoppedThread(sp.id, func(tid int) error {
 		var err error
@@ -402,7 +408,7 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		js.no = err.Error()
 		return nil, js.no
 	}
-	rg := &region{mem: mem, ring: pad.NewRing(mem.Bytes), addr: addr, gv: gv, lvAt: map[*Module]int{}, refs: 1,
+	rg := &region{mem: mem, ring: pad.NewRing(mem.Bytes), ringSize: ringSize, addr: addr, gv: gv, lvAt: map[*Module]int{}, refs: 1,
 		tcbOff: tcbOff, odd: map[int]bool{}}
 	if cal, ok := e.calibrate(); ok {
 		rg.cal = cal
@@ -519,42 +525,74 @@ func (e *Engine) startDrain() {
 }
 
 // drain commits every record the rings hold. It runs on the drain
-// goroutine, and on the loop at the end.
+// goroutine, and on the loop at the end. A BatchSink gets each ring's
+// records in batches of up to drainBatch.
 func (e *Engine) drain() int {
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
+	bs, batched := e.opts.Sink.(BatchSink)
 	n := 0
 	for rg := range e.js.regions {
 		n += rg.ring.Drain(func(r *pad.Record) {
 			if int(r.Site) >= len(rg.sites) {
 				return
 			}
-			ref := rg.sites[r.Site]
-			p := ref.p
-			d := p.def()
-			rec := Record{Time: rg.cal.Time(r.TSC), Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,
-				Location: d.Loc.Text, Address: ref.addr, Tid: int(r.Tid), Exit: r.Exit, Truncated: r.Truncated}
-			if t, ok := e.js.threads[int(r.Tid)]; ok {
-				rec.Pid, rec.CPU = t[0], t[1]
+			rec := e.ringRecord(rg, r)
+			if !batched {
+				e.commit(rec)
+				return
 			}
-			if r.Exception != 0 {
-				rec.Kind = "exception"
-				rec.Exception = rpn.Exception(r.Exception).String()
-				rec.PC = r.PC
-				rec.Exit = 0
-				if pos, ok := p.src.LineFor(r.PC); ok {
-					rec.Line = p.src.PosString(pos)
-				}
-			} else {
-				if r.Exit == rpn.ExitTrace {
-					rec.Kind = "trace"
-				}
-				rec.Data = append([]byte(nil), r.Data...)
+			e.js.batch = append(e.js.batch, rec)
+			if len(e.js.batch) == drainBatch {
+				e.flushBatch(bs)
 			}
-			e.commit(&rec)
 		})
+		if batched {
+			e.flushBatch(bs)
+		}
 	}
 	return n
+}
+
+// drainBatch is the most records a BatchSink gets at once.
+const drainBatch = 1024
+
+func (e *Engine) flushBatch(bs BatchSink) {
+	if len(e.js.batch) == 0 {
+		return
+	}
+	e.commitMu.Lock()
+	bs.CommitBatch(e.js.batch)
+	e.commitMu.Unlock()
+	clear(e.js.batch)
+	e.js.batch = e.js.batch[:0]
+}
+
+// ringRecord makes the record of what a pad committed.
+func (e *Engine) ringRecord(rg *region, r *pad.Record) *Record {
+	ref := rg.sites[r.Site]
+	p := ref.p
+	d := p.def()
+	rec := &Record{Time: rg.cal.Time(r.TSC), Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,
+		Location: d.Loc.Text, Address: ref.addr, Tid: int(r.Tid), Exit: r.Exit, Truncated: r.Truncated}
+	if t, ok := e.js.threads[int(r.Tid)]; ok {
+		rec.Pid, rec.CPU = t[0], t[1]
+	}
+	if r.Exception != 0 {
+		rec.Kind = "exception"
+		rec.Exception = rpn.Exception(r.Exception).String()
+		rec.PC = r.PC
+		rec.Exit = 0
+		if pos, ok := p.src.LineFor(r.PC); ok {
+			rec.Line = p.src.PosString(pos)
+		}
+	} else {
+		if r.Exit == rpn.ExitTrace {
+			rec.Kind = "trace"
+		}
+		rec.Data = append([]byte(nil), r.Data...)
+	}
+	return rec
 }
 
 // stopJump stops the drain goroutine after a last drain.

@@ -63,7 +63,9 @@ type Spec struct {
 	Covered []x86.Insn // what PlanJump found the jump covers
 	Probes  []Probe
 	Region  uint64 // the data region's address in the process
-	Held    uint64 // the byte gprobes sets while it holds a signal for a thread in a pad
+	// RingSize is its ring's (pad.RegionSize, a power of two)
+	RingSize int
+	Held     uint64 // the byte gprobes sets while it holds a signal for a thread in a pad
 }
 
 // Pad is a built pad.
@@ -142,6 +144,9 @@ func scratchSize(logmax int) int { return (jit.ScratchSize(logmax) + 15) &^ 15 }
 func Build(s Spec) (*Pad, error) {
 	if len(s.Covered) == 0 || len(s.Probes) == 0 {
 		return nil, fmt.Errorf("pad: nothing to build")
+	}
+	if s.RingSize < MinRingSize || s.RingSize > MaxRingSize || s.RingSize&(s.RingSize-1) != 0 {
+		return nil, fmt.Errorf("pad: a ring of %d bytes (a power of two from %d to %d)", s.RingSize, MinRingSize, MaxRingSize)
 	}
 	covered := 0
 	for _, in := range s.Covered {
@@ -353,7 +358,7 @@ func Build(s Spec) (*Pad, error) {
 	e.rel([]byte{0xe9}, "cont")
 
 	e.label("ring")
-	ring(e, s.Region)
+	ring(e, s.Region, s.RingSize)
 
 	for i, pr := range s.Probes {
 		for len(e.b)%16 != 0 {
@@ -402,7 +407,7 @@ func isUncond(in *x86.Insn) bool {
 // its header word with the committed flag (a plain store: x86 keeps the
 // stores in order). In: rbx = scratch, r12d = site. Clobbers rax, rcx,
 // rdx, rsi, rdi, r8-r11 and the flags.
-func ring(e *emitter, region uint64) {
+func ring(e *emitter, region uint64, size int) {
 	// tid: cached by the program, else gettid
 	e.mem32(0x48, []byte{0x8b}, 0, 3, jit.OffTid) // mov OffTid(%rbx),%rax
 	e.emit(0x48, 0x85, 0xc0)                      // test %rax,%rax
@@ -426,14 +431,14 @@ func ring(e *emitter, region uint64) {
 	e.mem32(0x48, []byte{0x8b}, 0, 6, OffHead) // mov OffHead(%rsi),%rax   h
 	e.emit(0x48, 0x89, 0xc2)                   // mov %rax,%rdx
 	e.emit(0x48, 0x81, 0xe2)                   // and $RingSize-1,%rdx     pos
-	e.u32(RingSize - 1)
+	e.u32(uint32(size - 1))
 	e.emit(0x4d, 0x89, 0xca)       // mov %r9,%r10                  need = len
 	e.emit(0x4e, 0x8d, 0x1c, 0x0a) // lea (%rdx,%r9),%r11
 	e.emit(0x49, 0x81, 0xfb)       // cmp $RingSize,%r11
-	e.u32(RingSize)
+	e.u32(uint32(size))
 	e.emit(0x76, 12)   // jbe fits (over 12 bytes)
 	e.emit(0x41, 0xba) // mov $RingSize,%r10d           6
-	e.u32(RingSize)
+	e.u32(uint32(size))
 	e.emit(0x49, 0x29, 0xd2) // sub %rdx,%r10                    3
 	e.emit(0x4d, 0x01, 0xca) // add %r9,%r10                     3
 	// fits:
@@ -441,7 +446,7 @@ func ring(e *emitter, region uint64) {
 	e.emit(0x4d, 0x89, 0xc3)                   // mov %r8,%r11
 	e.mem32(0x4c, []byte{0x2b}, 3, 6, OffTail) // sub OffTail(%rsi),%r11  used
 	e.emit(0x49, 0x81, 0xfb)                   // cmp $RingSize,%r11
-	e.u32(RingSize)
+	e.u32(uint32(size))
 	e.rel([]byte{0x0f, 0x87}, "full")                // ja full
 	e.emit(0xf0)                                     // lock
 	e.mem32(0x4c, []byte{0x0f, 0xb1}, 0, 6, OffHead) // cmpxchg %r8,OffHead(%rsi)
@@ -452,7 +457,7 @@ func ring(e *emitter, region uint64) {
 	e.emit(0x74, 24)         // je nopad (over 24 bytes)
 	// a padding record from pos to the ring's end
 	e.emit(0xb9) // mov $RingSize,%ecx                       5
-	e.u32(RingSize)
+	e.u32(uint32(size))
 	e.emit(0x48, 0x29, 0xd1)             // sub %rdx,%rcx          3
 	e.emit(0x48, 0x0f, 0xba, 0xe9, 0x3f) // bts $63,%rcx           5
 	e.emit(0x48, 0x0f, 0xba, 0xe9, 0x3e) // bts $62,%rcx           5

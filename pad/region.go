@@ -39,9 +39,13 @@ const (
 
 	Magic = 0x3244415042505247 // "GPRBPAD2"
 
-	// RingSize is the ring's bytes: a record takes its header and its
-	// log rounded to 8, 64 bytes for two logged words (16384 of them).
-	RingSize = 1 << 20
+	// DefaultRingSize is the ring's bytes unless gprobes is told
+	// otherwise (--ring): a record takes its header and its log rounded to
+	// 8, 64 bytes for two logged words (16384 of them in 1 MiB). A ring's
+	// size is a power of two from MinRingSize to MaxRingSize.
+	DefaultRingSize = 1 << 20
+	MinRingSize     = 64 << 10
+	MaxRingSize     = 1 << 30
 
 	// A record: a header word (its length in bytes, committed and
 	// padding flags), then the fields, then the log.
@@ -59,14 +63,15 @@ const (
 
 	// MaxLog is the largest logmax a probe on the jump route may have.
 	MaxLog = 4096
-
-	RegionSize = OffRing + RingSize
 )
 
-// InitRegion prepares a new region's bytes.
-func InitRegion(b []byte) {
+// RegionSize is the size of a region whose ring has ring bytes.
+func RegionSize(ring int) int { return OffRing + ring }
+
+// InitRegion prepares a new region's bytes (RegionSize(ring) of them).
+func InitRegion(b []byte, ring int) {
 	binary.LittleEndian.PutUint64(b[OffMagic:], Magic)
-	binary.LittleEndian.PutUint64(b[OffRingSize:], RingSize)
+	binary.LittleEndian.PutUint64(b[OffRingSize:], uint64(ring))
 }
 
 // Record is one record a pad committed, as the ring holds it.
@@ -90,12 +95,16 @@ type Record struct {
 // record, then its header word with the committed flag. A record never
 // wraps: one that would is preceded by a padding record to the end.
 type Ring struct {
-	b   []byte
-	rec Record
+	b    []byte
+	size int
+	rec  Record
 }
 
-// NewRing reads the ring of the region b (gprobes' mapping).
-func NewRing(b []byte) *Ring { return &Ring{b: b} }
+// NewRing reads the ring of the region b (gprobes' mapping, made by
+// InitRegion).
+func NewRing(b []byte) *Ring {
+	return &Ring{b: b, size: int(binary.LittleEndian.Uint64(b[OffRingSize:]))}
+}
 
 func word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
 
@@ -109,16 +118,16 @@ func (r *Ring) Drain(f func(*Record)) int {
 	n := 0
 	tail := atomic.LoadUint64(word(r.b, OffTail))
 	for {
-		pos := int(tail % RingSize)
+		pos := int(tail % uint64(r.size))
 		hw := word(r.b, OffRing+pos)
 		h := atomic.LoadUint64(hw)
 		if h&committed == 0 {
 			break
 		}
 		ln := int(h & 0xffffffff)
-		if ln < 8 || ln%8 != 0 || pos+ln > RingSize {
+		if ln < 8 || ln%8 != 0 || pos+ln > r.size {
 			// cannot happen with our pads; never read past the ring
-			ln = RingSize - pos
+			ln = r.size - pos
 		} else if h&padding == 0 {
 			s := r.b[OffRing+pos : OffRing+pos+ln]
 			rec := &r.rec

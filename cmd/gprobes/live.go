@@ -18,6 +18,7 @@ import (
 
 	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/pad"
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/targets"
@@ -59,7 +60,7 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			&cli.StringFlag{Name: "state", EnvVars: []string{"GPROBES_STATE"}, Usage: "state `DIR` for the log and dumps (default: /var/lib/gprobes as root, $XDG_STATE_HOME/gprobes otherwise)"},
 			&cli.StringFlag{Name: "log-max-size", Value: "64MiB", Usage: "rotate log.jsonl before it grows past `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB); 0 never rotates"},
 			&cli.IntFlag{Name: "log-keep", Value: daemon.DefaultLogKeep, Usage: "keep `N` rotated log files, log.jsonl.1 (the newest) to log.jsonl.N"},
-			routeFlag(),
+			routeFlag(), ringFlag(),
 			&cli.StringFlag{Name: "max-module", Value: "64MiB", Usage: "refuse to insert a module (PPDF) larger than `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB; at most 4GiB)"},
 			&cli.DurationFlag{Name: "stub-timeout", Value: 30 * time.Second, Usage: "give up on a GDB stub that does not answer within `DURATION`: connecting, the handshake, each reply"},
 		},
@@ -91,7 +92,11 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			if err != nil {
 				return err
 			}
-			srv.Limits = daemon.Limits{MaxModule: maxModule, StubTimeout: c.Duration("stub-timeout"), Route: route}
+			ring, err := ringOf(c)
+			if err != nil {
+				return err
+			}
+			srv.Limits = daemon.Limits{MaxModule: maxModule, StubTimeout: c.Duration("stub-timeout"), Route: route, RingSize: ring}
 			if err := srv.Listen(); err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
@@ -400,7 +405,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary (with -o, the records still go to the file)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the records to `FILE` as JSON lines (each written before the probed thread resumes) instead of printing them; a record the file cannot take is counted, the summary says how many, and gprobes exits with status 74"},
 			&cli.StringFlag{Name: "dumps", Value: ".", Usage: "`DIR` for the core dumps of exit 3"},
-			routeFlag(),
+			routeFlag(), ringFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			args := c.Args().Slice()
@@ -463,30 +468,21 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	asJSON := c.Bool("json") || c.String("output") != ""
 	quiet := c.Bool("quiet") && c.String("output") == ""
 	var mu sync.Mutex
-	var buf []byte
 	exitCode := -1
 	var mainPid int
 	route, err := routeOf(c)
 	if err != nil {
 		return err
 	}
+	ring, err := ringOf(c)
+	if err != nil {
+		return err
+	}
 	eng, err := engine.Start(open, engine.Options{
-		Route: route,
-		Sink: engine.SinkFunc(func(r *engine.Record) {
-			if quiet {
-				return
-			}
-			l := daemon.FromRecord(target, r)
-			mu.Lock()
-			defer mu.Unlock()
-			if asJSON {
-				buf = append(l.AppendJSON(buf[:0]), '\n')
-			} else {
-				buf = append(append(buf[:0], l.Text()...), '\n')
-			}
-			recOut.write(buf, r.Module, r.Minor)
-		}),
-		DumpDir: c.String("dumps"),
+		Route:    route,
+		RingSize: ring,
+		Sink:     &runSink{target: target, quiet: quiet, asJSON: asJSON, out: recOut, mu: &mu},
+		DumpDir:  c.String("dumps"),
 		OnExit: func(space int, how string, code int) {
 			if space == mainPid {
 				exitCode = code
@@ -604,4 +600,17 @@ func routeOf(c *cli.Context) (string, error) {
 	default:
 		return "", cli.Exit(fmt.Sprintf("--route %q: auto or int3", r), 2)
 	}
+}
+
+// ringFlag is --ring, for run and the daemon.
+func ringFlag() cli.Flag {
+	return &cli.StringFlag{Name: "ring", Value: "1MiB", Usage: "the ring of records each probed process's jump pads commit to, `SIZE` (a power of two from 64KiB to 1GiB): a record of two logged words takes 64 bytes; records that come faster than gprobes writes them wait there, and are counted lost once it is full"}
+}
+
+func ringOf(c *cli.Context) (int, error) {
+	n, err := parseSize(c.String("ring"))
+	if err != nil || n < pad.MinRingSize || n > pad.MaxRingSize || n&(n-1) != 0 {
+		return 0, cli.Exit(fmt.Sprintf("--ring %q: a power of two from 64KiB to 1GiB", c.String("ring")), 2)
+	}
+	return int(n), nil
 }

@@ -6,8 +6,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gprobes/gprobes/daemon"
+	"github.com/gprobes/gprobes/engine"
 )
 
 // exitLost is the exit status of gprobes run when records could not be
@@ -81,4 +83,84 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q: a number of bytes, or with k, M or G (KiB, MiB, GiB)", s)
 	}
 	return n * mult, nil
+}
+
+// runSink formats gprobes run's records (JSON lines or text) for its
+// output: one write a record from the int3 route, before the thread goes
+// on; one write a batch from a jump pad's ring (engine.BatchSink), which
+// is what lets the writer keep up with more of a hot probe's records.
+type runSink struct {
+	target        string
+	quiet, asJSON bool
+	out           *recordOutput
+	mu            *sync.Mutex
+	buf           []byte
+	ends          []int
+}
+
+func (s *runSink) line(r *engine.Record) {
+	l := daemon.FromRecord(s.target, r)
+	if s.asJSON {
+		s.buf = l.AppendJSON(s.buf)
+	} else {
+		s.buf = append(s.buf, l.Text()...)
+	}
+	s.buf = append(s.buf, '\n')
+}
+
+func (s *runSink) Commit(r *engine.Record) {
+	if s.quiet {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buf = s.buf[:0]
+	s.line(r)
+	s.out.write(s.buf, r.Module, r.Minor)
+}
+
+func (s *runSink) CommitBatch(recs []*engine.Record) {
+	if s.quiet {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buf, s.ends = s.buf[:0], s.ends[:0]
+	for _, r := range recs {
+		s.line(r)
+		s.ends = append(s.ends, len(s.buf))
+	}
+	s.out.writeBatch(s.buf, s.ends, recs)
+}
+
+// writeBatch writes records, line i ending at ends[i] in b, with one
+// write: those that did not go in whole are counted lost, and the part of
+// one that did is taken back out.
+func (o *recordOutput) writeBatch(b []byte, ends []int, recs []*engine.Record) {
+	if o.torn {
+		if _, err := o.w.Write([]byte{'\n'}); err != nil {
+			for _, r := range recs {
+				o.lost.Add("", r.Module, r.Minor, err)
+			}
+			return
+		}
+		o.torn = false
+	}
+	n, err := o.w.Write(b)
+	if err == nil && n != len(b) {
+		err = io.ErrShortWrite
+	}
+	start := 0
+	for i, end := range ends {
+		switch {
+		case end <= n:
+			o.written++
+		default:
+			if start < n {
+				o.cut(n - start) // part of this one got in
+			}
+			o.lost.Add("", recs[i].Module, recs[i].Minor, err)
+		}
+		start = end
+	}
 }
