@@ -1,0 +1,89 @@
+package pad
+
+import (
+	"testing"
+
+	"golang.org/x/arch/x86/x86asm"
+
+	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/engine/x86"
+	"github.com/gprobes/gprobes/jit"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// A pad decodes instruction by instruction from its first byte to its
+// programs; its landmarks are where the engine looks for them: the int3
+// a thread with a signal held stops at, the popfq and lea after the held
+// check, the jump back to the code after the covered bytes, the fixup of
+// the thread-id load.
+func TestBuildLandmarks(t *testing.T) {
+	const addr, at, region = 0x401000, 0x501040, 0x7f0000000000
+	fn := []byte{0x55, 0x48, 0x89, 0xe5, 0x48, 0x8d, 0x04, 0x7f, 0x5d, 0xc3} // push; mov; lea; pop; ret
+	plan := x86.PlanJump(fn, addr, addr, 64)
+	if !plan.OK() {
+		t.Fatal(plan.Reason)
+	}
+	f, err := dpdf.ParseSource("t.dpdf", []byte("name = t\nmodtype = user\nvars = 1\noffset = 0x401000\ninc lv,0\npush r,rdi\nlog 1\nexit 1\n"), dpdf.Options{NoPreprocessor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := rpn.Load(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := jit.Compile(prog, 0, jit.Layout{LV: region + OffLV, GV: region + 0x100000, Probe: region + OffCounters, Clock: region + OffClock, Threads: region + OffThreads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Build(Spec{At: at, Addr: addr, Covered: plan.Covered, Probes: []Probe{{Code: code, LogMax: 1024}}, Region: region, RingSize: DefaultRingSize, Held: at - 0x40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Ret != addr+8 {
+		t.Errorf("ret %#x, want %#x (push, mov, lea covered)", p.Ret, addr+8)
+	}
+	seen := map[uint64]string{}
+	pc := uint64(at)
+	for off := 0; pc < p.FinalEnd; {
+		in, err := x86asm.Decode(p.Code[off:], 64)
+		if err != nil {
+			t.Fatalf("at %#x: %v", pc, err)
+		}
+		seen[pc] = x86asm.GNUSyntax(in, pc, nil)
+		off += in.Len
+		pc += uint64(in.Len)
+	}
+	for a, want := range map[uint64]string{p.Popf: "popfq", p.Lea: "lea 0x80(%rsp),%rsp", p.Final: "jmpq 0x401008"} {
+		if seen[a] != want {
+			t.Errorf("at %#x: %q, want %q", a, seen[a], want)
+		}
+	}
+	if p.Code[p.Trap-at] != 0xcc {
+		t.Errorf("no int3 at the trap %#x", p.Trap)
+	}
+	for a := range p.Displaced {
+		if _, ok := seen[a]; !ok {
+			t.Errorf("displaced instruction at %#x is not on an instruction boundary of the pad", a)
+		}
+	}
+	if len(p.Displaced) != 3 {
+		t.Errorf("%d displaced instructions, want 3", len(p.Displaced))
+	}
+	fixed := 0
+	for from, to := range p.Fixups {
+		if from < at || from >= at+uint64(len(p.Code)) || to < at || to >= at+uint64(len(p.Code)) {
+			t.Errorf("fixup %#x -> %#x outside the pad", from, to)
+		}
+		if seen[from] == "mov (%rdx,%rcx),%eax" {
+			fixed++
+		}
+	}
+	if fixed != 1 {
+		t.Errorf("the thread-id load has %d fixups, want 1", fixed)
+	}
+}
+
