@@ -86,4 +86,3 @@ func TestBuildLandmarks(t *testing.T) {
 		t.Errorf("the thread-id load has %d fixups, want 1", fixed)
 	}
 }
-
