@@ -142,7 +142,7 @@ func (nopLock) Unlock() {}
 func Start(open func() (Target, error), opts Options) (*Engine, error) {
 	e := &Engine{opts: opts, cmds: make(chan func(), 16), done: make(chan struct{}), goneCh: make(chan struct{}), ended: make(chan struct{}), detachedTid: map[int]bool{},
 		spaces: map[int]*space{}, threads: map[int]*thread{}, gv: opts.GV, gvLock: opts.GVLock}
-	e.js = &jumpShared{regions: map[*region]bool{}, threads: map[int][2]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	e.js = &jumpShared{regions: map[*region]bool{}, threads: map[int][2]int{}, exited: map[int]exitedThread{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if e.gv == nil {
 		if m, err := shm.Create("gprobes-gv", rpn.MaxGVars*8); err == nil {
 			e.gvShm = m

@@ -128,7 +128,18 @@ type jumpShared struct {
 	// lostGone: records dropped by the rings of regions released since
 	lostGone uint64
 	batch    []*Record // a BatchSink's, being filled
+	// exited threads the rings' records may still name
+	exited  map[int]exitedThread
+	exitSeq uint64
 }
+
+type exitedThread struct {
+	pid, index int
+	seq        uint64
+}
+
+// keepExited is how many exited threads the records' table remembers.
+const keepExited = 4096
 
 func (e *Engine) jumpSpace(sp *space) *jumpState {
 	if sp.jump == nil {
@@ -577,6 +588,8 @@ func (e *Engine) ringRecord(rg *region, r *pad.Record) *Record {
 		Location: d.Loc.Text, Address: ref.addr, Tid: int(r.Tid), Exit: r.Exit, Truncated: r.Truncated}
 	if t, ok := e.js.threads[int(r.Tid)]; ok {
 		rec.Pid, rec.CPU = t[0], t[1]
+	} else if x, ok := e.js.exited[int(r.Tid)]; ok {
+		rec.Pid, rec.CPU = x.pid, x.index
 	}
 	if r.Exception != 0 {
 		rec.Kind = "exception"
@@ -993,15 +1006,30 @@ func (e *Engine) demoteJump(sp *space, addr uint64, why string) ([]*probe, error
 	return site.probes, nil
 }
 
-// jumpThreadGone: a thread exited or exec'd; when the last thread that
-// did not keep its id in its thread control block is gone, the pads read
-// it there again.
+// jumpThreadGone: a thread exited or exec'd: it moves to the exited
+// threads the records still name (the last keepExited of them); when the
+// last thread that did not keep its id in its thread control block is
+// gone, the pads read it there again.
 func (e *Engine) jumpThreadGone(tid int) {
 	if !e.js.started {
 		return
 	}
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
+	// its records may still be in a ring, behind another thread's not
+	// committed yet: it stays known a while
+	if t, ok := e.js.threads[tid]; ok {
+		delete(e.js.threads, tid)
+		e.js.exited[tid] = exitedThread{pid: t[0], index: t[1], seq: e.js.exitSeq}
+		e.js.exitSeq++
+		if len(e.js.exited) > 2*keepExited {
+			for k, x := range e.js.exited {
+				if x.seq+keepExited < e.js.exitSeq {
+					delete(e.js.exited, k)
+				}
+			}
+		}
+	}
 	for rg := range e.js.regions {
 		if rg.odd[tid] {
 			delete(rg.odd, tid)
