@@ -1,0 +1,1670 @@
+package bpf
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Kind is where a compiled program attaches, which fixes its eBPF program
+// type and what its context holds.
+type Kind uint8
+
+const (
+	// KindTracepoint: BPF_PROG_TYPE_TRACEPOINT (link.Tracepoint); the
+	// context is the event's record, there are no registers.
+	KindTracepoint Kind = iota
+	// KindRawTracepoint: BPF_PROG_TYPE_RAW_TRACEPOINT; the context is the
+	// tracepoint's arguments, there are no registers.
+	KindRawTracepoint
+	// KindKprobe: BPF_PROG_TYPE_KPROBE at a kernel address; the context is
+	// the kernel's pt_regs at the probe (regs->ip is the probe address + 1,
+	// as after an int3).
+	KindKprobe
+	// KindUprobe: BPF_PROG_TYPE_KPROBE on a uprobe; the context is the
+	// user pt_regs at the probe, memory is the process's.
+	KindUprobe
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindTracepoint:
+		return "tracepoint"
+	case KindRawTracepoint:
+		return "raw tracepoint"
+	case KindKprobe:
+		return "kprobe"
+	case KindUprobe:
+		return "uprobe"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+func (k Kind) progType() ebpf.ProgramType {
+	switch k {
+	case KindRawTracepoint:
+		return ebpf.RawTracepoint
+	case KindKprobe, KindUprobe:
+		return ebpf.Kprobe
+	}
+	return ebpf.TracePoint
+}
+
+// Names by which a program refers to the maps when Options.Maps does not
+// give them (asm references, for a CollectionSpec to resolve).
+const (
+	MapScratch  = "gprobes_scratch"
+	MapRing     = "gprobes_ring"
+	MapCounters = "gprobes_counters"
+	MapLV       = "gprobes_lv"
+	MapGV       = "gprobes_gv"
+)
+
+// Options are what Compile needs besides the program.
+type Options struct {
+	// Maps the program uses; nil (or a nil field): the program refers to
+	// the map by its name (MapScratch ...).
+	Maps *Maps
+	// Probe is the probe's slot in the counters map and the probe id in
+	// its records.
+	Probe uint32
+	Kind  Kind
+	// PID and TID, when not zero, restrict the probe to one process or
+	// thread (ids in the root PID namespace): the program returns at once
+	// for others, which are not hits of the probe at all.
+	PID, TID uint32
+	// Name of the eBPF program (at most 15 characters); "gp_PROBE" if empty.
+	Name string
+}
+
+// Compiled is one probe compiled to eBPF, with what is needed to map the
+// verifier's complaints back to the RPN program.
+type Compiled struct {
+	Spec *ebpf.ProgramSpec
+	// Loop is true when the program runs in loop mode (bpf_loop; doc.go).
+	Loop bool
+	p    *rpn.Program
+	pi   int
+	rpn  []int // raw eBPF offset -> RPN instruction index (absolute), -1 for glue
+}
+
+// Compile compiles probe pi of p to an eBPF program. It returns an
+// *Unsupported error for a program eBPF cannot run with the machine's
+// semantics.
+func Compile(p *rpn.Program, pi int, o Options) (*ebpf.ProgramSpec, error) {
+	c, err := CompileProbe(p, pi, o)
+	if err != nil {
+		return nil, err
+	}
+	return c.Spec, nil
+}
+
+// Registers. r1-r5 are arguments and temporaries (a helper call clobbers
+// them and r0); r6-r9 survive calls.
+const (
+	rScratch = asm.R6 // the CPU's scratch value
+	rTOS     = asm.R7 // the TOS index 0..31 (dynamic stack)
+	rLogN    = asm.R8 // the log length 0..logmax
+	rJumps   = asm.R9 // jumps left (straight mode, when counted); ctx in the prologue
+)
+
+// Slots of the eBPF stack (r10 - N), in each function's own frame.
+const (
+	fpKey  = -8  // u32 key of the scratch lookup
+	fpAddr = -16 // an address kept across a helper call
+	fpN    = -24 // a length kept across a helper call
+	fpCut  = -32 // log str: the length was cut to the room left
+	fpByte = -40 // one byte read
+)
+
+type compiler struct {
+	p      *rpn.Program
+	mod    *rpn.Module
+	pr     *rpn.Probe
+	pi     int
+	o      Options
+	a      assembler
+	first  int
+	n      int
+	is32   bool
+	w      int
+	logmax int32
+	user   bool // memory is a process's (uprobe, user module)
+	names  map[uint32]string
+
+	// analysis
+	hasCalls, cyclic, loopMode bool
+	countJumps                 bool // straight mode: the jump budget is checked at run time
+	needScratch, usesTS        bool
+	regs                       []rpn.Reg // ctx registers push r reads, canonical
+	static                     bool
+	reach                      []bool
+	depth                      []int
+	needZero                   uint32
+	d                          int
+
+	labels    []label // per RPN instruction
+	blockID   map[int]int
+	blocks    []int // block id -> instruction
+	stubs     []func()
+	exStubs   map[[2]int]label
+	lCommit   label // main: r8 the log length; header filled but for the hit's identity
+	lExcept   label // main: the header holds the exception
+	lDone     label // return 0
+	lSkip     label // count skipped, return 0
+	inCB      bool  // emitting the loop callback
+	mapRefErr error
+}
+
+// CompileProbe is Compile returning the mapping the verifier's errors need
+// (Compiled.Load).
+func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
+	if pi < 0 || pi >= p.NumProbes() {
+		return nil, fmt.Errorf("bpf: no probe %d (the program has %d)", pi, p.NumProbes())
+	}
+	mod := p.Module()
+	c := &compiler{
+		p:       p,
+		mod:     mod,
+		pr:      &mod.Probes[pi],
+		pi:      pi,
+		o:       o,
+		first:   p.Entry(pi),
+		n:       p.End(pi) - p.Entry(pi),
+		is32:    p.WordSize() == 4,
+		w:       p.WordSize(),
+		logmax:  int32(mod.LogMax),
+		user:    o.Kind == KindUprobe || mod.ModType == rpn.ModUser,
+		exStubs: map[[2]int]label{},
+	}
+	c.a.cur = -1
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	c.analyze()
+	c.names = listing(p, pi)
+	c.labels = make([]label, c.n)
+	for i := range c.labels {
+		c.labels[i] = c.a.newLabel()
+	}
+	c.lCommit, c.lExcept, c.lDone, c.lSkip = c.a.newLabel(), c.a.newLabel(), c.a.newLabel(), c.a.newLabel()
+
+	c.mainFunc()
+	if c.loopMode {
+		c.callback()
+	}
+	if c.mapRefErr != nil {
+		return nil, c.mapRefErr
+	}
+	if err := c.a.finish(); err != nil {
+		return nil, err
+	}
+	name := o.Name
+	if name == "" {
+		name = fmt.Sprintf("gp_%d", o.Probe)
+	}
+	spec := &ebpf.ProgramSpec{
+		Name:         name,
+		Type:         o.Kind.progType(),
+		Instructions: c.a.ins,
+		License:      "GPL",
+	}
+	off, total := c.a.raw()
+	m := make([]int, total)
+	for i := range c.a.ins {
+		for r := off[i]; r < off[i+1]; r++ {
+			m[r] = -1
+			if c.a.rpn[i] >= 0 {
+				m[r] = c.first + c.a.rpn[i]
+			}
+		}
+	}
+	return &Compiled{Spec: spec, Loop: c.loopMode, p: p, pi: pi, rpn: m}, nil
+}
+
+// listing maps the byte offset of each instruction of probe pi to its
+// disassembly, for the line info the verifier prints.
+func listing(p *rpn.Program, pi int) map[uint32]string {
+	out := map[uint32]string{}
+	for _, l := range strings.Split(p.Listing(pi), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		if f[0] == "=>" {
+			f = f[1:]
+		}
+		pc, err := strconv.ParseUint(f[0], 16, 32)
+		if err != nil {
+			continue
+		}
+		out[uint32(pc)] = strings.Join(f[1:], " ")
+	}
+	return out
+}
+
+func (c *compiler) insn(i int) rpn.Insn { return c.p.Insn(c.first + i) }
+func (c *compiler) pc(i int) uint32     { return c.p.PC(c.first + i) }
+
+func (c *compiler) unsupported(i int, format string, args ...any) error {
+	pc := c.pc(i)
+	return &Unsupported{Probe: c.pi, PC: pc, HasPC: true, Where: position(c.mod, pc), Reason: fmt.Sprintf(format, args...)}
+}
+
+// pt_regs on x86-64: the offset of each register a kprobe's or uprobe's
+// context (and bpf_task_pt_regs) holds.
+var ptRegs = map[rpn.Reg]int16{
+	rpn.RegR15: 0, rpn.RegR14: 8, rpn.RegR13: 16, rpn.RegR12: 24, rpn.RegRBP: 32, rpn.RegRBX: 40,
+	rpn.RegR11: 48, rpn.RegR10: 56, rpn.RegR9: 64, rpn.RegR8: 72, rpn.RegRAX: 80, rpn.RegRCX: 88,
+	rpn.RegRDX: 96, rpn.RegRSI: 104, rpn.RegRDI: 112, rpn.RegRIP: 128, rpn.RegCS: 136,
+	rpn.RegRFLAGS: 144, rpn.RegRSP: 152, rpn.RegSS: 160,
+}
+
+// check refuses what eBPF cannot do, and notes what the program uses.
+func (c *compiler) check() error {
+	seen := map[rpn.Reg]bool{}
+	for i := 0; i < c.n; i++ {
+		in := c.insn(i)
+		switch in.Op {
+		case rpn.OpExit:
+			switch in.A {
+			case rpn.ExitDump:
+				return c.unsupported(i, "exit 3: a dump needs the probed task stopped, and an eBPF program cannot stop it or write a core")
+			case rpn.ExitDebugger:
+				return c.unsupported(i, "exit 4: handing the kernel to a debugger cannot be done from an eBPF program")
+			}
+		case rpn.OpPopMrf:
+			return c.unsupported(i, "pop mrf: eBPF programs cannot write kernel memory (bpf_probe_write_user writes only user memory and taints the kernel)")
+		case rpn.OpPopR:
+			return c.unsupported(i, "pop r: eBPF programs cannot change the registers of the probed code")
+		case rpn.OpPopU:
+			return c.unsupported(i, "pop u: eBPF programs cannot change the task's user-mode registers")
+		case rpn.OpPushIO, rpn.OpPopIO:
+			return c.unsupported(i, "%s: eBPF programs have no port IO", in.Op)
+		case rpn.OpVfyRW:
+			return c.unsupported(i, "vfy_rw: an eBPF program can test that memory reads, not that it could be written")
+		case rpn.OpPushR:
+			r := rpn.Reg(in.B)
+			switch c.o.Kind {
+			case KindTracepoint, KindRawTracepoint:
+				return c.unsupported(i, "push r,%s: a %s has no probed instruction and so no registers (push u reads the task's user-mode registers)", r, c.o.Kind)
+			}
+			if _, ok := ptRegs[r.Canonical()]; !ok {
+				return c.unsupported(i, "push r,%s: the probe's pt_regs do not hold %s", r, r.Canonical())
+			}
+			if !seen[r.Canonical()] {
+				seen[r.Canonical()] = true
+				c.regs = append(c.regs, r.Canonical())
+			}
+		case rpn.OpPushU:
+			r := rpn.Reg(in.B)
+			if _, ok := ptRegs[r.Canonical()]; !ok {
+				return c.unsupported(i, "push u,%s: the task's saved user pt_regs do not hold %s", r, r.Canonical())
+			}
+		case rpn.OpCall, rpn.OpRet:
+			c.hasCalls = true
+		case rpn.OpPushTS:
+			c.usesTS = true
+		}
+		if in.Op >= rpn.Opcode(rpn.OpPopIO+1) || in.Op == rpn.OpInvalid {
+			return c.unsupported(i, "%s: not compiled to eBPF yet", in.Op)
+		}
+		switch in.Op {
+		case rpn.OpNop, rpn.OpJmp, rpn.OpAbort, rpn.OpIncLVI, rpn.OpDecLVI, rpn.OpIncGVI, rpn.OpDecGVI,
+			rpn.OpSetMajI, rpn.OpSetMinI:
+		case rpn.OpExit:
+			if in.A != rpn.ExitNone {
+				c.needScratch = true
+			}
+		default:
+			c.needScratch = true
+		}
+	}
+	return nil
+}
+
+// successors of instruction i (relative indices); calls are not followed.
+func (c *compiler) succ(i int) []int {
+	in := c.insn(i)
+	var s []int
+	if !ends(in.Op) {
+		s = append(s, i+1)
+	}
+	if in.Op.IsJump() && in.Op != rpn.OpCall {
+		s = append(s, int(in.C)-c.first)
+	}
+	return s
+}
+
+func ends(op rpn.Opcode) bool {
+	switch op {
+	case rpn.OpJmp, rpn.OpRet, rpn.OpExit, rpn.OpAbort, rpn.OpRem:
+		return true
+	}
+	return false
+}
+
+// analyze chooses the mode (doc.go) and the stack addressing.
+func (c *compiler) analyze() {
+	// a cycle in the jumps?
+	color := make([]uint8, c.n)
+	var visit func(i int)
+	visit = func(i int) {
+		color[i] = 1
+		for _, j := range c.succ(i) {
+			switch color[j] {
+			case 0:
+				visit(j)
+			case 1:
+				c.cyclic = true
+			}
+		}
+		color[i] = 2
+	}
+	visit(0)
+	c.loopMode = c.cyclic || c.hasCalls
+	if c.loopMode {
+		c.needScratch = true
+	} else {
+		// the most jumps any path takes: without a cycle it is known
+		best := make([]int, c.n)
+		done := make([]bool, c.n)
+		var most func(i int) int
+		most = func(i int) int {
+			if done[i] {
+				return best[i]
+			}
+			in := c.insn(i)
+			b := 0
+			if !ends(in.Op) {
+				b = most(i + 1)
+			}
+			if in.Op.IsJump() {
+				b = max(b, 1+most(int(in.C)-c.first))
+			}
+			best[i], done[i] = b, true
+			return b
+		}
+		if most(0) > int(c.mod.JmpMax) {
+			c.countJumps = true
+			c.needScratch = true
+		}
+	}
+	c.stackAnalysis()
+}
+
+// stackEffect: entries read (from the TOS down), change of the TOS index,
+// entries written (from the new TOS down). As jit's.
+func stackEffect(in rpn.Insn) (reads, delta, writes int) {
+	switch in.Op {
+	case rpn.OpJz, rpn.OpJnz, rpn.OpJlt, rpn.OpJle, rpn.OpJgt, rpn.OpJge:
+		return 1, 0, 0
+	case rpn.OpLoop:
+		return 1, 0, 1
+	case rpn.OpLogN:
+		return int(in.A), -int(in.A), 0
+	case rpn.OpRos:
+		return 0, -int(in.A), 0
+	case rpn.OpLogStr, rpn.OpLogMrf, rpn.OpPopMrf, rpn.OpPopIO, rpn.OpPopLV, rpn.OpPopGV:
+		return 2, -2, 0
+	case rpn.OpSetMaj, rpn.OpSetMin, rpn.OpPopLP, rpn.OpPopLVI, rpn.OpPopGVI, rpn.OpPopR, rpn.OpPopU,
+		rpn.OpIncLV, rpn.OpDecLV, rpn.OpIncGV, rpn.OpDecGV:
+		return 1, -1, 0
+	case rpn.OpMoveLVI, rpn.OpMoveGVI:
+		return 1, 0, 0
+	case rpn.OpMoveLV, rpn.OpMoveGV:
+		return 2, -1, 0
+	case rpn.OpPushLP, rpn.OpPushLVI, rpn.OpPushGVI, rpn.OpPushR, rpn.OpPushU, rpn.OpPushD,
+		rpn.OpPushPID, rpn.OpPushTID, rpn.OpPushProcID, rpn.OpPushTask, rpn.OpPushTS:
+		return 0, 1, 1
+	case rpn.OpPushLV, rpn.OpPushGV, rpn.OpNot, rpn.OpNeg,
+		rpn.OpShlI, rpn.OpShrI, rpn.OpSarI, rpn.OpRolI, rpn.OpRorI,
+		rpn.OpVfyR, rpn.OpVfyRW, rpn.OpPushMrf, rpn.OpPushIO:
+		return 1, 0, 1
+	case rpn.OpAdd, rpn.OpSub, rpn.OpMul, rpn.OpAnd, rpn.OpOr, rpn.OpXor,
+		rpn.OpShl, rpn.OpShr, rpn.OpSar, rpn.OpRol, rpn.OpRor:
+		return 2, -1, 1
+	case rpn.OpDiv, rpn.OpIDiv, rpn.OpXchg:
+		return 2, 0, 2
+	case rpn.OpPop:
+		return 0, -1, 0
+	case rpn.OpDup:
+		return 1, 1, 1
+	}
+	return 0, 0, 0
+}
+
+// stackAnalysis: static-stack mode when the program has no call and every
+// instruction is reached with one TOS index (jit/compile.go, analyze):
+// each stack access is then at a constant offset, and only the slots read
+// before written are zeroed at the hit.
+func (c *compiler) stackAnalysis() {
+	c.needZero = ^uint32(0)
+	if c.hasCalls {
+		return
+	}
+	type state struct {
+		d     int
+		known uint32
+		ok    bool
+	}
+	st := make([]state, c.n)
+	st[0] = state{ok: true}
+	work := []int{0}
+	var need uint32
+	for len(work) > 0 {
+		i := work[len(work)-1]
+		work = work[:len(work)-1]
+		s := st[i]
+		r, delta, w := stackEffect(c.insn(i))
+		for k := 0; k < r; k++ {
+			bit := uint32(1) << ((s.d - k) & 31)
+			if s.known&bit == 0 {
+				need |= bit
+				s.known |= bit
+			}
+		}
+		d := (s.d + delta) & 31
+		for k := 0; k < w; k++ {
+			s.known |= 1 << ((d - k) & 31)
+		}
+		for _, j := range c.succ(i) {
+			t := &st[j]
+			switch {
+			case !t.ok:
+				*t = state{d: d, known: s.known, ok: true}
+				work = append(work, j)
+			case t.d != d:
+				return
+			case t.known&s.known != t.known:
+				t.known &= s.known
+				work = append(work, j)
+			}
+		}
+	}
+	c.static = true
+	c.needZero = need
+	c.reach = make([]bool, c.n)
+	c.depth = make([]int, c.n)
+	for i, s := range st {
+		c.reach[i], c.depth[i] = s.ok, s.d
+	}
+}
+
+// ---- maps
+
+func (c *compiler) mapRef(dst asm.Register, name string, m *ebpf.Map, value bool, off uint32) {
+	var in asm.Instruction
+	if value {
+		in = asm.LoadMapValue(dst, 0, off)
+	} else {
+		in = asm.LoadMapPtr(dst, 0)
+	}
+	if m != nil {
+		if err := in.AssociateMap(m); err != nil && c.mapRefErr == nil {
+			c.mapRefErr = err
+		}
+	} else {
+		in = in.WithReference(name)
+	}
+	c.a.emit(in)
+}
+
+func (c *compiler) maps() *Maps {
+	if c.o.Maps == nil {
+		return &Maps{}
+	}
+	return c.o.Maps
+}
+
+// counters loads into dst the address of field off of the probe's counters.
+func (c *compiler) counters(dst asm.Register, off int) {
+	c.mapRef(dst, MapCounters, c.maps().Counters, true, uint32(GlobalsSize+int(c.o.Probe)*CountersSize+off))
+}
+
+func (c *compiler) globals(dst asm.Register, off int) {
+	c.mapRef(dst, MapCounters, c.maps().Counters, true, uint32(off))
+}
+
+func (c *compiler) varsBase(dst asm.Register, gv bool, off int) {
+	if gv {
+		c.mapRef(dst, MapGV, c.maps().GV, true, uint32(off))
+	} else {
+		c.mapRef(dst, MapLV, c.maps().LV, true, uint32(off))
+	}
+}
+
+// ---- small emitters
+
+func (c *compiler) emit(ins ...asm.Instruction) { c.a.emit(ins...) }
+
+// fetchAdd: src = atomic fetch-and-add(*(dst+off), src). cilium/ebpf
+// v0.22.0 drops the BPF_FETCH flag when it marshals an atomic (it takes
+// the immediate before it sets it), so the immediate is set here.
+func fetchAdd(dst, src asm.Register, size asm.Size, off int16) asm.Instruction {
+	in := asm.FetchAdd.Mem(dst, src, size, off)
+	in.Constant = int64(asm.FetchAdd >> 8)
+	return in
+}
+
+func atomicAdd(dst, src asm.Register, size asm.Size, off int16) asm.Instruction {
+	return asm.AddAtomic.Mem(dst, src, size, off)
+}
+
+// movImm64 loads any 64-bit constant.
+func movImm64(dst asm.Register, v uint64) asm.Instruction {
+	if int64(v) == int64(int32(v)) {
+		return asm.Mov.Imm(dst, int32(v))
+	}
+	return asm.LoadImm(dst, int64(v), asm.DWord)
+}
+
+func hdr(off int) int16 { return int16(offHeader + off) }
+
+// slot is the base register and offset of stack entry k below the TOS;
+// in dynamic mode the address is computed into tmp.
+func (c *compiler) slot(k int, tmp asm.Register) (asm.Register, int16) {
+	if c.static {
+		return rScratch, int16(offStack + ((c.d-k)&31)*8)
+	}
+	c.emit(asm.Mov.Reg(tmp, rTOS))
+	if k&31 != 0 {
+		c.emit(asm.Add.Imm(tmp, int32(-k)), asm.And.Imm(tmp, 31))
+	}
+	c.emit(asm.LSh.Imm(tmp, 3), asm.Add.Reg(tmp, rScratch))
+	return tmp, offStack
+}
+
+func (c *compiler) load(dst asm.Register, k int, tmp asm.Register) {
+	b, off := c.slot(k, tmp)
+	c.emit(asm.LoadMem(dst, b, off, asm.DWord))
+}
+
+func (c *compiler) store(k int, src, tmp asm.Register) {
+	b, off := c.slot(k, tmp)
+	c.emit(asm.StoreMem(b, off, src, asm.DWord))
+}
+
+// slotPtr computes the address of stack entry k into dst.
+func (c *compiler) slotPtr(k int, dst asm.Register) {
+	b, off := c.slot(k, dst)
+	if b != dst {
+		c.emit(asm.Mov.Reg(dst, b))
+	}
+	c.emit(asm.Add.Imm(dst, int32(off)))
+}
+
+func (c *compiler) adjust(delta int) {
+	if c.static {
+		c.d = (c.d + delta) & 31
+		return
+	}
+	if delta&31 != 0 {
+		c.emit(asm.Add.Imm(rTOS, int32(delta)), asm.And.Imm(rTOS, 31))
+	}
+}
+
+func (c *compiler) push(src asm.Register) {
+	c.adjust(1)
+	c.store(0, src, asm.R5)
+}
+
+// maskW masks r to the word width (32-bit modules).
+func (c *compiler) maskW(r asm.Register) {
+	if c.is32 {
+		c.emit(asm.Mov.Reg32(r, r))
+	}
+}
+
+// clampLog bounds the log length for the verifier, and marks the log
+// truncated when a write went past logmax.
+func (c *compiler) clampLog(truncate bool) {
+	ok := c.a.newLabel()
+	c.a.jmpImm(asm.JLE, rLogN, c.logmax, ok, false)
+	c.emit(asm.Mov.Imm(rLogN, c.logmax))
+	if truncate {
+		c.emit(asm.StoreImm(rScratch, hdr(HdrTruncated), 1, asm.Byte))
+	}
+	c.a.bind(ok)
+}
+
+// later queues out-of-line code, emitted after the body of the current
+// function, with the TOS index of now.
+func (c *compiler) later(f func()) label {
+	l := c.a.newLabel()
+	d, cur := c.d, c.a.cur
+	c.stubs = append(c.stubs, func() {
+		c.d, c.a.cur = d, cur
+		c.a.bind(l)
+		f()
+	})
+	return l
+}
+
+func (c *compiler) flushStubs() {
+	for len(c.stubs) > 0 {
+		f := c.stubs[0]
+		c.stubs = c.stubs[1:]
+		f()
+	}
+}
+
+// raise returns the label of code raising ex at instruction i, address 0.
+func (c *compiler) raise(ex rpn.Exception, i int) label {
+	k := [2]int{int(ex), i}
+	if l, ok := c.exStubs[k]; ok {
+		return l
+	}
+	l := c.later(func() {
+		c.emit(asm.Mov.Imm(asm.R1, 0))
+		c.raiseTail(ex, i)
+	})
+	c.exStubs[k] = l
+	return l
+}
+
+// raiseAddr returns the label of code raising invalid-address at
+// instruction i with the address kept at fpAddr.
+func (c *compiler) raiseAddr(i int) label {
+	return c.later(func() {
+		c.emit(asm.LoadMem(asm.R1, asm.R10, fpAddr, asm.DWord))
+		c.raiseTail(rpn.ExInvalidAddress, i)
+	})
+}
+
+// raiseTail: r1 the address.
+func (c *compiler) raiseTail(ex rpn.Exception, i int) {
+	c.emit(
+		asm.StoreMem(rScratch, hdr(HdrAddr), asm.R1, asm.DWord),
+		asm.StoreImm(rScratch, hdr(HdrException), int64(ex), asm.Byte),
+		asm.StoreImm(rScratch, hdr(HdrPC), int64(c.pc(i)), asm.Word),
+	)
+	c.stop(statusException, c.lExcept)
+}
+
+// stop ends the program: in the main function by jumping to l, in the
+// loop callback by setting the status and returning 1.
+func (c *compiler) stop(status int32, l label) {
+	if !c.inCB {
+		c.a.ja(l)
+		return
+	}
+	if status == statusCommit {
+		c.emit(asm.StoreMem(rScratch, offLogN, rLogN, asm.DWord))
+	}
+	c.emit(
+		asm.StoreImm(rScratch, offStatus, int64(status), asm.DWord),
+		asm.Mov.Imm(asm.R0, 1),
+		asm.Return(),
+	)
+}
+
+// probeRead calls bpf_probe_read_{kernel,user}[_str] with r1 dst, r2 size,
+// r3 src: user memory for a process's probe; for a kernel probe chosen
+// by the address, the user half of x86-64's address space (below
+// 1<<47) being the current task's.
+func (c *compiler) probeRead(str bool) {
+	kfn, ufn := asm.FnProbeReadKernel, asm.FnProbeReadUser
+	if str {
+		kfn, ufn = asm.FnProbeReadKernelStr, asm.FnProbeReadUserStr
+	}
+	if c.user {
+		c.emit(ufn.Call())
+		return
+	}
+	user, after := c.a.newLabel(), c.a.newLabel()
+	c.emit(asm.Mov.Reg(asm.R0, asm.R3), asm.RSh.Imm(asm.R0, 47))
+	c.a.jmpImm(asm.JEq, asm.R0, 0, user, false)
+	c.emit(kfn.Call())
+	c.a.ja(after)
+	c.a.bind(user)
+	c.emit(ufn.Call())
+	c.a.bind(after)
+}
+
+// ---- the functions
+
+var (
+	typLong = &btf.Int{Name: "long", Size: 8, Encoding: btf.Signed}
+	typPtr  = &btf.Pointer{Target: &btf.Void{}}
+)
+
+func (c *compiler) funcStart(name string, linkage btf.FuncLinkage, params []btf.FuncParam) {
+	fn := &btf.Func{Name: name, Linkage: linkage, Type: &btf.FuncProto{Return: typLong, Params: params}}
+	c.a.note(name)
+	c.a.emit(btf.WithFuncMetadata(asm.Mov.Imm(asm.R0, 0).WithSymbol(name), fn))
+}
+
+// lookupScratch sets r6 to this CPU's scratch value, or jumps to fail.
+func (c *compiler) lookupScratch(fail label) {
+	if perCPU(int(c.logmax)) {
+		c.emit(asm.StoreImm(asm.R10, fpKey, 0, asm.Word))
+	} else {
+		c.emit(asm.FnGetSmpProcessorId.Call(), asm.StoreMem(asm.R10, fpKey, asm.R0, asm.Word))
+	}
+	c.mapRef(asm.R1, MapScratch, c.maps().Scratch, false, 0)
+	c.emit(asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, fpKey), asm.FnMapLookupElem.Call())
+	c.a.jmpImm(asm.JEq, asm.R0, 0, fail, false)
+	c.emit(asm.Mov.Reg(rScratch, asm.R0))
+}
+
+func (c *compiler) mainFunc() {
+	a := &c.a
+	pr := c.pr
+	c.funcStart(progName(c.o), btf.GlobalFunc, []btf.FuncParam{{Name: "ctx", Type: typPtr}})
+	a.note("prologue")
+	c.emit(asm.Mov.Reg(rJumps, asm.R1)) // the context, until the registers are copied
+
+	// a hit of another process or thread is not a hit of this probe
+	if c.o.PID != 0 || c.o.TID != 0 {
+		c.emit(asm.FnGetCurrentPidTgid.Call())
+		if c.o.TID != 0 {
+			c.emit(asm.Mov.Reg32(asm.R1, asm.R0))
+			a.jmpImm(asm.JNE, asm.R1, int32(c.o.TID), c.lDone, true)
+		}
+		if c.o.PID != 0 {
+			c.emit(asm.Mov.Reg(asm.R1, asm.R0), asm.RSh.Imm(asm.R1, 32))
+			a.jmpImm(asm.JNE, asm.R1, int32(c.o.PID), c.lDone, true)
+		}
+	}
+
+	// counters, pass count, max hits (jit/compile.go, prologue)
+	c.counters(asm.R1, 0)
+	c.emit(asm.LoadMem(asm.R2, asm.R1, cntDisabled, asm.DWord))
+	a.jmpImm(asm.JNE, asm.R2, 0, c.lSkip, false)
+	if pr.PassCount > 0 {
+		c.emit(asm.Mov.Imm(asm.R0, 1), fetchAdd(asm.R1, asm.R0, asm.DWord, cntHits), asm.Add.Imm(asm.R0, 1))
+		c.emit(movImm64(asm.R2, pr.PassCount))
+		a.jmpReg(asm.JLE, asm.R0, asm.R2, c.lSkip)
+	}
+	if pr.MaxHits > 0 {
+		c.emit(asm.Mov.Imm(asm.R0, 1), fetchAdd(asm.R1, asm.R0, asm.DWord, cntRuns), asm.Add.Imm(asm.R0, 1))
+		c.emit(movImm64(asm.R2, pr.MaxHits))
+		run := a.newLabel()
+		a.jmpReg(asm.JLT, asm.R0, asm.R2, run)
+		over := c.later(func() {
+			// another CPU made run MaxHits meanwhile: not a run
+			c.counters(asm.R1, 0)
+			c.emit(asm.Mov.Imm(asm.R0, -1), atomicAdd(asm.R1, asm.R0, asm.DWord, cntRuns))
+			a.ja(c.lSkip)
+		})
+		a.jmpReg(asm.JGT, asm.R0, asm.R2, over)
+		c.emit(asm.Mov.Imm(asm.R0, 1), asm.StoreMem(asm.R1, cntDisabled, asm.R0, asm.DWord))
+		a.bind(run)
+	} else {
+		c.emit(asm.Mov.Imm(asm.R0, 1), atomicAdd(asm.R1, asm.R0, asm.DWord, cntRuns))
+	}
+
+	if c.needScratch {
+		c.lookupScratch(c.lDone)
+		// the header: major, minor; exit, exception, truncated, flags; pc; addr
+		c.emit(
+			asm.StoreImm(rScratch, hdr(HdrMajor), int64(uint32(c.mod.Major)|uint32(pr.Minor)<<16), asm.Word),
+			asm.StoreImm(rScratch, hdr(HdrExit), 0, asm.Word),
+			asm.StoreImm(rScratch, hdr(HdrPC), 0, asm.Word),
+			asm.Mov.Imm(asm.R1, 0),
+			asm.StoreMem(rScratch, hdr(HdrAddr), asm.R1, asm.DWord),
+			asm.Mov.Imm(rLogN, 0),
+		)
+		for _, r := range c.regs {
+			c.emit(asm.LoadMem(asm.R1, rJumps, ptRegs[r], asm.DWord))
+			if r == rpn.RegRIP && c.o.Kind == KindKprobe {
+				c.emit(asm.Add.Imm(asm.R1, -1)) // regs->ip is past the int3
+			}
+			c.emit(asm.StoreMem(rScratch, int16(offRegs+int(r)*8), asm.R1, asm.DWord))
+		}
+		if c.usesTS {
+			c.timestamp()
+		}
+		if c.needZero != 0 {
+			c.emit(asm.Mov.Imm(asm.R1, 0))
+			for s := range 32 {
+				if c.needZero&(1<<s) != 0 {
+					c.emit(asm.StoreMem(rScratch, int16(offStack+s*8), asm.R1, asm.DWord))
+				}
+			}
+		}
+		if !c.static {
+			c.emit(asm.Mov.Imm(rTOS, 0))
+		}
+		if c.countJumps {
+			c.emit(asm.Mov.Imm(rJumps, int32(c.mod.JmpMax)))
+		}
+	}
+
+	if c.loopMode {
+		c.startLoop()
+	} else {
+		c.body()
+	}
+	c.flushStubs()
+	c.tails()
+}
+
+// timestamp stores the hit's time in the header: CLOCK_MONOTONIC plus the
+// offset to Unix time the loader keeps in the globals.
+func (c *compiler) timestamp() {
+	c.emit(asm.FnKtimeGetNs.Call())
+	c.globals(asm.R1, offClockDelta)
+	c.emit(
+		asm.LoadMem(asm.R1, asm.R1, 0, asm.DWord),
+		asm.Add.Reg(asm.R0, asm.R1),
+		asm.StoreMem(rScratch, hdr(HdrTS), asm.R0, asm.DWord),
+	)
+}
+
+// tails: commit, exception, skip, done (main function).
+func (c *compiler) tails() {
+	a := &c.a
+	a.cur = -1
+	if c.needScratch {
+		a.bind(c.lExcept)
+		a.note("exception")
+		c.counters(asm.R1, cntFaults)
+		c.emit(
+			asm.Mov.Imm(asm.R2, 1),
+			atomicAdd(asm.R1, asm.R2, asm.DWord, 0),
+			asm.Mov.Imm(rLogN, 0),
+			asm.StoreImm(rScratch, hdr(HdrExit), 0, asm.Byte),
+			asm.StoreImm(rScratch, hdr(HdrTruncated), 0, asm.Byte),
+			asm.StoreImm(rScratch, hdr(HdrFlags), 0, asm.Byte),
+		)
+		a.bind(c.lCommit)
+		a.note("commit")
+		c.clampLog(false)
+		c.emit(
+			asm.StoreMem(rScratch, hdr(HdrLogLen), rLogN, asm.Word),
+			asm.StoreImm(rScratch, hdr(HdrProbe), int64(c.o.Probe), asm.Word),
+			asm.FnGetSmpProcessorId.Call(),
+			asm.StoreMem(rScratch, hdr(HdrCPU), asm.R0, asm.Word),
+			asm.FnGetCurrentPidTgid.Call(),
+			asm.StoreMem(rScratch, hdr(HdrTID), asm.R0, asm.DWord), // tid, then pid
+		)
+		if !c.usesTS {
+			c.timestamp()
+		}
+		c.mapRef(asm.R1, MapRing, c.maps().Ring, false, 0)
+		c.emit(
+			asm.Mov.Reg(asm.R2, rScratch),
+			asm.Add.Imm(asm.R2, offHeader),
+			asm.Mov.Reg(asm.R3, rLogN),
+			asm.Add.Imm(asm.R3, HeaderSize),
+			asm.Mov.Imm(asm.R4, 0),
+			asm.FnRingbufOutput.Call(),
+		)
+		a.jmpImm(asm.JEq, asm.R0, 0, c.lDone, false)
+		c.counters(asm.R1, cntLost)
+		c.emit(asm.Mov.Imm(asm.R2, 1), atomicAdd(asm.R1, asm.R2, asm.DWord, 0))
+		a.ja(c.lDone)
+	}
+	a.bind(c.lSkip)
+	a.note("skipped")
+	c.counters(asm.R1, cntSkipped)
+	c.emit(asm.Mov.Imm(asm.R2, 1), atomicAdd(asm.R1, asm.R2, asm.DWord, 0))
+	a.bind(c.lDone)
+	c.emit(asm.Mov.Imm(asm.R0, 0), asm.Return())
+}
+
+func progName(o Options) string {
+	if o.Name != "" {
+		return o.Name
+	}
+	return fmt.Sprintf("gp_%d", o.Probe)
+}
+
+// ---- loop mode
+
+// startLoop runs the callback with bpf_loop, then acts on the status it
+// left. Every iteration runs from a block start to a taken jump (or ret);
+// the callback checks the jump budget itself, so the iterations bpf_loop
+// allows (jmpmax jumps, as many rets, the first block) are never all used.
+func (c *compiler) startLoop() {
+	a := &c.a
+	c.blockID = map[int]int{0: 0}
+	c.blocks = []int{0}
+	for i := 0; i < c.n; i++ {
+		if c.static && !c.reach[i] {
+			continue
+		}
+		in := c.insn(i)
+		var t []int
+		if in.Op.IsJump() {
+			t = append(t, int(in.C)-c.first)
+		}
+		if in.Op == rpn.OpCall {
+			t = append(t, i+1)
+		}
+		for _, j := range t {
+			if _, ok := c.blockID[j]; !ok {
+				c.blockID[j] = -1
+			}
+		}
+	}
+	for i := 1; i < c.n; i++ { // ids in instruction order
+		if _, ok := c.blockID[i]; ok {
+			c.blockID[i] = len(c.blocks)
+			c.blocks = append(c.blocks, i)
+		}
+	}
+	c.emit(
+		asm.Mov.Imm(asm.R1, 0),
+		asm.StoreMem(rScratch, offLogN, asm.R1, asm.DWord),
+		asm.StoreMem(rScratch, offTOS, asm.R1, asm.DWord),
+		asm.StoreMem(rScratch, offDepth, asm.R1, asm.DWord),
+		asm.StoreMem(rScratch, offBlock, asm.R1, asm.DWord),
+		asm.StoreMem(rScratch, offStatus, asm.R1, asm.DWord),
+		asm.Mov.Imm(asm.R1, int32(c.mod.JmpMax)),
+		asm.StoreMem(rScratch, offJumps, asm.R1, asm.DWord),
+		asm.Mov.Imm(asm.R1, int32(2*c.mod.JmpMax+2)),
+		asm.Instruction{OpCode: asm.LoadImmOp(asm.DWord), Dst: asm.R2, Src: asm.PseudoFunc, Constant: -1}.WithReference(cbName(c.o)),
+		asm.Mov.Imm(asm.R3, 0),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnLoop.Call(),
+		asm.LoadMem(asm.R1, rScratch, offStatus, asm.DWord),
+	)
+	a.jmpImm(asm.JEq, asm.R1, statusNone, c.lDone, false)
+	a.jmpImm(asm.JEq, asm.R1, statusException, c.lExcept, false)
+	commit := a.newLabel()
+	a.jmpImm(asm.JEq, asm.R1, statusCommit, commit, false)
+	// never: the callback stops on every path before bpf_loop runs out
+	c.emit(asm.Mov.Imm(asm.R1, 0))
+	c.raiseTail(rpn.ExMaxJumps, 0)
+	a.bind(commit)
+	c.emit(asm.LoadMem(rLogN, rScratch, offLogN, asm.DWord))
+	a.ja(c.lCommit)
+}
+
+func cbName(o Options) string { return progName(o) + "_cb" }
+
+// callback is the loop body: static long cb(u64 index, void *ctx).
+func (c *compiler) callback() {
+	a := &c.a
+	c.inCB = true
+	c.exStubs = map[[2]int]label{}
+	a.cur = -1
+	c.funcStart(cbName(c.o), btf.StaticFunc, []btf.FuncParam{{Name: "index", Type: typLong}, {Name: "ctx", Type: typPtr}})
+	out := a.newLabel()
+	c.lookupScratch(out)
+	c.emit(asm.LoadMem(rLogN, rScratch, offLogN, asm.DWord))
+	c.clampLog(false)
+	if !c.static {
+		c.emit(asm.LoadMem(rTOS, rScratch, offTOS, asm.DWord), asm.And.Imm(rTOS, 31))
+	}
+	c.emit(asm.LoadMem(asm.R1, rScratch, offBlock, asm.DWord))
+	c.dispatch(0, len(c.blocks))
+	a.bind(out)
+	c.emit(asm.Mov.Imm(asm.R0, 1), asm.Return())
+	c.body()
+	c.flushStubs()
+}
+
+// dispatch jumps to the block whose id r1 holds, for ids lo..hi-1: a
+// binary search.
+func (c *compiler) dispatch(lo, hi int) {
+	a := &c.a
+	if hi-lo <= 3 {
+		for id := lo; id < hi; id++ {
+			a.jmpImm(asm.JEq, asm.R1, int32(id), c.labels[c.blocks[id]], false)
+		}
+		return
+	}
+	mid := (lo + hi) / 2
+	right := a.newLabel()
+	a.jmpImm(asm.JGE, asm.R1, int32(mid), right, false)
+	c.dispatch(lo, mid)
+	c.emit(asm.Mov.Imm(asm.R0, 1), asm.Return())
+	a.bind(right)
+	c.dispatch(mid, hi)
+}
+
+// ---- the body
+
+func (c *compiler) body() {
+	for i := 0; i < c.n; i++ {
+		if c.static {
+			if !c.reach[i] {
+				continue
+			}
+			c.d = c.depth[i]
+		}
+		c.a.cur = i
+		c.a.bind(c.labels[i])
+		if s, ok := c.names[c.pc(i)]; ok {
+			c.a.note(fmt.Sprintf("%#04x %s", c.pc(i), s))
+		}
+		c.insnBody(i)
+	}
+	c.a.cur = -1
+}
+
+// jumpTo takes a jump from instruction i to instruction t.
+func (c *compiler) jumpTo(i, t int) {
+	a := &c.a
+	if !c.inCB {
+		if c.countJumps {
+			a.jmpImm(asm.JEq, rJumps, 0, c.raise(rpn.ExMaxJumps, i), false)
+			c.emit(asm.Add.Imm(rJumps, -1))
+		}
+		a.ja(c.labels[t])
+		return
+	}
+	c.emit(asm.LoadMem(asm.R1, rScratch, offJumps, asm.DWord))
+	a.jmpImm(asm.JEq, asm.R1, 0, c.raise(rpn.ExMaxJumps, i), false)
+	c.emit(asm.Add.Imm(asm.R1, -1), asm.StoreMem(rScratch, offJumps, asm.R1, asm.DWord))
+	c.next(c.blockID[t])
+}
+
+// next ends a loop iteration: the next one runs block id.
+func (c *compiler) next(id int) {
+	c.emit(asm.Mov.Imm(asm.R1, int32(id)))
+	c.nextReg(asm.R1)
+}
+
+func (c *compiler) nextReg(r asm.Register) {
+	c.emit(asm.StoreMem(rScratch, offBlock, r, asm.DWord), asm.StoreMem(rScratch, offLogN, rLogN, asm.DWord))
+	if !c.static {
+		c.emit(asm.StoreMem(rScratch, offTOS, rTOS, asm.DWord))
+	}
+	c.emit(asm.Mov.Imm(asm.R0, 0), asm.Return())
+}
+
+var condJump = map[rpn.Opcode]asm.JumpOp{
+	rpn.OpJz: asm.JEq, rpn.OpJnz: asm.JNE, rpn.OpJlt: asm.JSLT,
+	rpn.OpJle: asm.JSLE, rpn.OpJgt: asm.JSGT, rpn.OpJge: asm.JSGE,
+}
+
+var notJump = map[asm.JumpOp]asm.JumpOp{
+	asm.JEq: asm.JNE, asm.JNE: asm.JEq, asm.JSLT: asm.JSGE,
+	asm.JSGE: asm.JSLT, asm.JSLE: asm.JSGT, asm.JSGT: asm.JSLE,
+}
+
+// commit ends the program with a record.
+func (c *compiler) commit(exit uint8) {
+	c.emit(asm.StoreImm(rScratch, hdr(HdrExit), int64(exit), asm.Byte))
+	c.stop(statusCommit, c.lCommit)
+}
+
+func (c *compiler) insnBody(i int) {
+	a := &c.a
+	in := c.insn(i)
+	r0, r1, r2, r3, r4, r5 := asm.R0, asm.R1, asm.R2, asm.R3, asm.R4, asm.R5
+	alu := func(op asm.ALUOp, w32 bool, dst, src asm.Register) {
+		if w32 {
+			c.emit(op.Reg32(dst, src))
+		} else {
+			c.emit(op.Reg(dst, src))
+		}
+	}
+	aluI := func(op asm.ALUOp, w32 bool, dst asm.Register, v int32) {
+		if w32 {
+			c.emit(op.Imm32(dst, v))
+		} else {
+			c.emit(op.Imm(dst, v))
+		}
+	}
+	switch in.Op {
+	case rpn.OpNop:
+
+	case rpn.OpJmp:
+		c.jumpTo(i, int(in.C)-c.first)
+	case rpn.OpJz, rpn.OpJnz, rpn.OpJlt, rpn.OpJle, rpn.OpJgt, rpn.OpJge:
+		op := condJump[in.Op]
+		t := int(in.C) - c.first
+		c.load(r1, 0, r4)
+		if !c.inCB && !c.countJumps {
+			a.jmpImm(op, r1, 0, c.labels[t], c.is32)
+			break
+		}
+		skip := a.newLabel()
+		a.jmpImm(notJump[op], r1, 0, skip, c.is32)
+		c.jumpTo(i, t)
+		a.bind(skip)
+	case rpn.OpLoop:
+		c.load(r1, 0, r4)
+		aluI(asm.Sub, c.is32, r1, 1)
+		c.store(0, r1, r4)
+		t := int(in.C) - c.first
+		if !c.inCB && !c.countJumps {
+			a.jmpImm(asm.JNE, r1, 0, c.labels[t], false)
+			break
+		}
+		skip := a.newLabel()
+		a.jmpImm(asm.JEq, r1, 0, skip, false)
+		c.jumpTo(i, t)
+		a.bind(skip)
+	case rpn.OpCall:
+		c.emit(asm.LoadMem(r1, rScratch, offDepth, asm.DWord))
+		a.jmpImm(asm.JGE, r1, rpn.MaxCallDepth, c.raise(rpn.ExCallDepth, i), false)
+		c.emit(asm.LoadMem(r2, rScratch, offJumps, asm.DWord))
+		a.jmpImm(asm.JEq, r2, 0, c.raise(rpn.ExMaxJumps, i), false)
+		c.emit(
+			asm.Add.Imm(r2, -1),
+			asm.StoreMem(rScratch, offJumps, r2, asm.DWord),
+			asm.Mov.Reg(r3, r1),
+			asm.LSh.Imm(r3, 3),
+			asm.Add.Reg(r3, rScratch),
+			asm.Mov.Imm(r2, int32(c.blockID[i+1])),
+			asm.StoreMem(r3, offCalls, r2, asm.DWord),
+			asm.Add.Imm(r1, 1),
+			asm.StoreMem(rScratch, offDepth, r1, asm.DWord),
+		)
+		c.next(c.blockID[int(in.C)-c.first])
+	case rpn.OpRet:
+		c.emit(asm.LoadMem(r1, rScratch, offDepth, asm.DWord))
+		bad := c.raise(rpn.ExCallDepth, i)
+		a.jmpImm(asm.JEq, r1, 0, bad, false)
+		a.jmpImm(asm.JGT, r1, rpn.MaxCallDepth, bad, false) // never: for the verifier
+		c.emit(
+			asm.Add.Imm(r1, -1),
+			asm.StoreMem(rScratch, offDepth, r1, asm.DWord),
+			asm.LSh.Imm(r1, 3),
+			asm.Add.Reg(r1, rScratch),
+			asm.LoadMem(r2, r1, offCalls, asm.DWord),
+		)
+		c.nextReg(r2)
+
+	case rpn.OpExit:
+		if in.A == rpn.ExitNone {
+			c.stop(statusNone, c.lDone)
+		} else {
+			c.commit(in.A)
+		}
+	case rpn.OpAbort:
+		c.stop(statusNone, c.lDone)
+	case rpn.OpRem:
+		c.counters(r1, cntDisabled)
+		c.emit(
+			asm.Mov.Imm(r2, 1),
+			asm.StoreMem(r1, 0, r2, asm.DWord),
+			asm.StoreImm(rScratch, hdr(HdrFlags), FlagRem, asm.Byte),
+		)
+		c.commit(rpn.ExitLog)
+
+	case rpn.OpLogN:
+		n := int(in.A)
+		c.emit(asm.Mov.Reg(r3, rScratch), asm.Add.Reg(r3, rLogN))
+		for j := 0; j < n; j++ {
+			c.load(r1, n-1-j, r4)
+			c.emit(asm.StoreMem(r3, int16(offLog+j*c.w), r1, c.size()))
+		}
+		c.emit(asm.Add.Imm(rLogN, int32(n*c.w)))
+		c.clampLog(true)
+		c.adjust(-n)
+	case rpn.OpLogStr:
+		c.logStr(i)
+	case rpn.OpLogMrf:
+		c.logMrf(i)
+	case rpn.OpLogLV, rpn.OpLogGV:
+		n := int(in.C)
+		c.varsBase(r2, in.Op == rpn.OpLogGV, int(in.B)*8)
+		c.emit(asm.Mov.Reg(r3, rScratch), asm.Add.Reg(r3, rLogN))
+		for j := 0; j < n; j++ {
+			c.emit(
+				asm.LoadMem(r1, r2, int16(j*8), asm.DWord),
+				asm.StoreMem(r3, int16(offLog+j*c.w), r1, c.size()),
+			)
+		}
+		c.emit(asm.Add.Imm(rLogN, int32(n*c.w)))
+		c.clampLog(true)
+	case rpn.OpSetMajI:
+		c.emit(asm.StoreImm(rScratch, hdr(HdrMajor), int64(in.B), asm.Half))
+	case rpn.OpSetMinI:
+		c.emit(asm.StoreImm(rScratch, hdr(HdrMinor), int64(in.B), asm.Half))
+	case rpn.OpSetMaj, rpn.OpSetMin:
+		c.load(r1, 0, r4)
+		c.adjust(-1)
+		a.jmpImm(asm.JGT, r1, 0xffff, c.raise(rpn.ExInvalidOperand, i), false)
+		off := hdr(HdrMajor)
+		if in.Op == rpn.OpSetMin {
+			off = hdr(HdrMinor)
+		}
+		c.emit(asm.StoreMem(rScratch, off, r1, asm.Half))
+	case rpn.OpPushLP:
+		c.push(rLogN)
+	case rpn.OpPopLP:
+		c.load(r1, 0, r4)
+		c.adjust(-1)
+		a.jmpReg(asm.JGT, r1, rLogN, c.raise(rpn.ExInvalidOperand, i))
+		c.emit(asm.Mov.Reg(rLogN, r1))
+		c.clampLog(false)
+
+	case rpn.OpPushLVI, rpn.OpPushGVI:
+		c.varsBase(r2, in.Op == rpn.OpPushGVI, int(in.B)*8)
+		c.emit(asm.LoadMem(r1, r2, 0, asm.DWord))
+		c.push(r1)
+	case rpn.OpPopLVI, rpn.OpPopGVI, rpn.OpMoveLVI, rpn.OpMoveGVI:
+		c.load(r1, 0, r4)
+		c.varsBase(r2, in.Op == rpn.OpPopGVI || in.Op == rpn.OpMoveGVI, int(in.B)*8)
+		c.emit(asm.StoreMem(r2, 0, r1, asm.DWord))
+		if in.Op == rpn.OpPopLVI || in.Op == rpn.OpPopGVI {
+			c.adjust(-1)
+		}
+	case rpn.OpIncLVI, rpn.OpIncGVI, rpn.OpDecLVI, rpn.OpDecGVI:
+		c.varsBase(r2, in.Op == rpn.OpIncGVI || in.Op == rpn.OpDecGVI, int(in.B)*8)
+		by := int32(1)
+		if in.Op == rpn.OpDecLVI || in.Op == rpn.OpDecGVI {
+			by = -1
+		}
+		c.incVar(r2, by)
+	case rpn.OpPushLV, rpn.OpPopLV, rpn.OpMoveLV, rpn.OpIncLV, rpn.OpDecLV,
+		rpn.OpPushGV, rpn.OpPopGV, rpn.OpMoveGV, rpn.OpIncGV, rpn.OpDecGV:
+		c.indexedVar(i, in.Op)
+
+	case rpn.OpAdd, rpn.OpSub, rpn.OpMul:
+		op := map[rpn.Opcode]asm.ALUOp{rpn.OpAdd: asm.Add, rpn.OpSub: asm.Sub, rpn.OpMul: asm.Mul}[in.Op]
+		c.load(r1, 0, r4)
+		c.load(r2, 1, r5)
+		alu(op, c.is32, r2, r1)
+		c.store(1, r2, r5)
+		c.adjust(-1)
+	case rpn.OpAnd, rpn.OpOr, rpn.OpXor:
+		op := map[rpn.Opcode]asm.ALUOp{rpn.OpAnd: asm.And, rpn.OpOr: asm.Or, rpn.OpXor: asm.Xor}[in.Op]
+		c.load(r1, 0, r4)
+		c.load(r2, 1, r5)
+		alu(op, false, r2, r1) // never masked, as the machine
+		c.store(1, r2, r5)
+		c.adjust(-1)
+	case rpn.OpDiv, rpn.OpIDiv:
+		c.load(r1, 0, r4)
+		c.load(r2, 1, r5)
+		if in.Op == rpn.OpIDiv && c.is32 {
+			c.emit(asm.LSh.Imm(r1, 32), asm.ArSh.Imm(r1, 32), asm.LSh.Imm(r2, 32), asm.ArSh.Imm(r2, 32))
+		}
+		a.jmpImm(asm.JEq, r1, 0, c.raise(rpn.ExDivideByZero, i), false)
+		div, mod := asm.Div, asm.Mod
+		if in.Op == rpn.OpIDiv {
+			// BPF's sdiv/smod: MinInt64 / -1 is MinInt64, remainder 0, as Go
+			div, mod = asm.SDiv, asm.SMod
+		}
+		c.emit(asm.Mov.Reg(r3, r2), div.Reg(r2, r1), mod.Reg(r3, r1))
+		if in.Op == rpn.OpIDiv {
+			c.maskW(r2)
+			c.maskW(r3)
+		}
+		c.store(0, r2, r4)
+		c.store(1, r3, r5)
+	case rpn.OpNot:
+		c.load(r1, 0, r4)
+		aluI(asm.Xor, c.is32, r1, -1)
+		c.store(0, r1, r4)
+	case rpn.OpNeg:
+		c.load(r1, 0, r4)
+		if c.is32 {
+			c.emit(asm.Neg.Imm32(r1, 0))
+		} else {
+			c.emit(asm.Neg.Imm(r1, 0))
+		}
+		c.store(0, r1, r4)
+	case rpn.OpShlI, rpn.OpShrI, rpn.OpSarI, rpn.OpRolI, rpn.OpRorI:
+		c.load(r1, 0, r4)
+		c.shiftImm(in.Op, r1, int32(in.A))
+		c.store(0, r1, r4)
+	case rpn.OpShl, rpn.OpShr, rpn.OpSar, rpn.OpRol, rpn.OpRor:
+		c.load(r2, 0, r4) // the count
+		c.load(r1, 1, r5)
+		c.shiftReg(in.Op, r1, r2)
+		c.store(1, r1, r5)
+		c.adjust(-1)
+
+	case rpn.OpVfyR:
+		c.load(r3, 0, r4)
+		c.emit(asm.Mov.Reg(r1, asm.R10), asm.Add.Imm(r1, fpByte), asm.Mov.Imm(r2, 1))
+		c.probeRead(false)
+		ok := a.newLabel()
+		c.emit(asm.Mov.Imm(r1, 0))
+		a.jmpImm(asm.JEq, r0, 0, ok, false)
+		c.emit(asm.Mov.Imm(r1, 1))
+		a.bind(ok)
+		c.store(0, r1, r4)
+
+	case rpn.OpPop:
+		c.adjust(-1)
+	case rpn.OpDup:
+		c.load(r1, 0, r4)
+		c.push(r1)
+	case rpn.OpXchg:
+		c.load(r1, 0, r4)
+		c.load(r2, 1, r5)
+		c.store(0, r2, r4)
+		c.store(1, r1, r5)
+	case rpn.OpRos:
+		c.adjust(-int(in.A))
+
+	case rpn.OpPushR:
+		r := rpn.Reg(in.B)
+		c.emit(asm.LoadMem(r1, rScratch, int16(offRegs+int(r.Canonical())*8), asm.DWord))
+		if r.Is32() {
+			c.emit(asm.Mov.Reg32(r1, r1))
+		}
+		c.maskW(r1)
+		c.push(r1)
+	case rpn.OpPushU:
+		r := rpn.Reg(in.B)
+		c.emit(asm.FnGetCurrentTaskBtf.Call(), asm.Mov.Reg(r1, r0), asm.FnTaskPtRegs.Call())
+		c.emit(asm.LoadMem(r1, r0, ptRegs[r.Canonical()], asm.DWord))
+		if r.Is32() {
+			c.emit(asm.Mov.Reg32(r1, r1))
+		}
+		c.maskW(r1)
+		c.push(r1)
+
+	case rpn.OpPushD:
+		c.emit(movImm64(r1, in.Imm))
+		c.push(r1)
+	case rpn.OpPushMrf:
+		c.load(r3, 0, r4)
+		c.emit(asm.StoreMem(asm.R10, fpAddr, r3, asm.DWord))
+		c.slotPtr(0, r1)
+		if in.A < 8 {
+			c.emit(asm.Mov.Imm(r2, 0), asm.StoreMem(r1, 0, r2, asm.DWord))
+		}
+		c.emit(asm.Mov.Imm(r2, int32(in.A)))
+		c.probeRead(false)
+		a.jmpImm(asm.JNE, r0, 0, c.raiseAddr(i), false)
+
+	case rpn.OpPushPID, rpn.OpPushTID:
+		c.emit(asm.FnGetCurrentPidTgid.Call())
+		if in.Op == rpn.OpPushPID {
+			c.emit(asm.RSh.Imm(r0, 32))
+		} else {
+			c.emit(asm.Mov.Reg32(r0, r0))
+		}
+		c.push(r0)
+	case rpn.OpPushProcID:
+		c.emit(asm.FnGetSmpProcessorId.Call())
+		c.push(r0)
+	case rpn.OpPushTask:
+		c.emit(asm.FnGetCurrentTask.Call())
+		c.maskW(r0)
+		c.push(r0)
+	case rpn.OpPushTS:
+		c.emit(asm.LoadMem(r1, rScratch, hdr(HdrTS), asm.DWord))
+		c.maskW(r1)
+		c.push(r1)
+
+	default:
+		// refused by check
+		panic(fmt.Sprintf("bpf: %v not handled", in.Op))
+	}
+}
+
+// size is the eBPF size of a word.
+func (c *compiler) size() asm.Size {
+	if c.is32 {
+		return asm.Word
+	}
+	return asm.DWord
+}
+
+// incVar adds by to the variable at r2, atomically. A 32-bit module's
+// variable is (v+by) & 0xffffffff: an atomic add to its low half, then
+// its high half cleared (not atomic with the add: the high half is only
+// ever set by a 64-bit module sharing the gv).
+func (c *compiler) incVar(base asm.Register, by int32) {
+	c.emit(asm.Mov.Imm(asm.R1, by))
+	if !c.is32 {
+		c.emit(atomicAdd(base, asm.R1, asm.DWord, 0))
+		return
+	}
+	c.emit(
+		atomicAdd(base, asm.R1, asm.Word, 0),
+		asm.StoreImm(base, 4, 0, asm.Word),
+	)
+}
+
+// indexedVar: push/pop/move/inc/dec lv and gv with the index on the stack.
+func (c *compiler) indexedVar(i int, op rpn.Opcode) {
+	a := &c.a
+	gv := op >= rpn.OpPushGV
+	n := c.mod.Vars
+	if gv {
+		n = c.mod.GVars
+		op -= rpn.OpPushGV - rpn.OpPushLV
+	}
+	r1, r2, r3, r4, r5 := asm.R1, asm.R2, asm.R3, asm.R4, asm.R5
+	bad := c.raise(rpn.ExInvalidOperand, i)
+	// r3 = &vars[r3], after the check
+	addr := func() {
+		a.jmpImm(asm.JGE, r3, int32(n), bad, false)
+		c.emit(asm.LSh.Imm(r3, 3))
+		c.varsBase(r2, gv, 0)
+		c.emit(asm.Add.Reg(r3, r2))
+	}
+	switch op {
+	case rpn.OpPushLV: // i PUSH LV lv[i]
+		c.load(r3, 0, r4)
+		addr()
+		c.emit(asm.LoadMem(r1, r3, 0, asm.DWord))
+		c.store(0, r1, r4)
+	case rpn.OpPopLV: // i x POP LV
+		c.load(r3, 1, r5)
+		addr()
+		c.load(r1, 0, r4)
+		c.emit(asm.StoreMem(r3, 0, r1, asm.DWord))
+		c.adjust(-2)
+	case rpn.OpMoveLV: // x i MOVE LV x
+		c.load(r3, 0, r4)
+		addr()
+		c.adjust(-1)
+		c.load(r1, 0, r4)
+		c.emit(asm.StoreMem(r3, 0, r1, asm.DWord))
+	case rpn.OpIncLV, rpn.OpDecLV: // i INC LV
+		c.load(r3, 0, r4)
+		addr()
+		c.adjust(-1)
+		by := int32(1)
+		if op == rpn.OpDecLV {
+			by = -1
+		}
+		c.incVar(r3, by)
+	}
+}
+
+// shiftImm: x SHL n etc., n below the word width (the RPN verifier's
+// rule). 32-bit modules keep the machine's masks: shr is the whole word's.
+func (c *compiler) shiftImm(op rpn.Opcode, x asm.Register, n int32) {
+	t := asm.R2
+	if !c.is32 {
+		switch op {
+		case rpn.OpShlI:
+			c.emit(asm.LSh.Imm(x, n))
+		case rpn.OpShrI:
+			c.emit(asm.RSh.Imm(x, n))
+		case rpn.OpSarI:
+			c.emit(asm.ArSh.Imm(x, n))
+		case rpn.OpRolI, rpn.OpRorI:
+			if n == 0 {
+				return
+			}
+			l, r := n, 64-n
+			if op == rpn.OpRorI {
+				l, r = r, l
+			}
+			c.emit(asm.Mov.Reg(t, x), asm.LSh.Imm(x, l), asm.RSh.Imm(t, r), asm.Or.Reg(x, t))
+		}
+		return
+	}
+	switch op {
+	case rpn.OpShlI:
+		c.emit(asm.LSh.Imm32(x, n))
+	case rpn.OpShrI:
+		c.emit(asm.RSh.Imm(x, n))
+	case rpn.OpSarI:
+		c.emit(asm.ArSh.Imm32(x, n))
+	case rpn.OpRolI, rpn.OpRorI:
+		if n == 0 {
+			c.emit(asm.Mov.Reg32(x, x))
+			return
+		}
+		l, r := n, 32-n
+		if op == rpn.OpRorI {
+			l, r = r, l
+		}
+		c.emit(asm.Mov.Reg32(t, x), asm.LSh.Imm32(x, l), asm.RSh.Imm32(t, r), asm.Or.Reg32(x, t))
+	}
+}
+
+// shiftReg: y n SHL etc. with the count in n (clobbered), y in x. Counts at
+// or beyond the width give 0 for shl and shr and the sign for sar;
+// rotations count modulo the width.
+func (c *compiler) shiftReg(op rpn.Opcode, x, n asm.Register) {
+	a := &c.a
+	w32 := c.is32
+	width := int32(64)
+	if w32 {
+		width = 32
+	}
+	t := asm.R3
+	switch op {
+	case rpn.OpShl, rpn.OpShr:
+		big, done := a.newLabel(), a.newLabel()
+		a.jmpImm(asm.JGE, n, width, big, false)
+		switch {
+		case op == rpn.OpShr:
+			c.emit(asm.RSh.Reg(x, n)) // whole word, as the machine
+		case w32:
+			c.emit(asm.LSh.Reg32(x, n))
+		default:
+			c.emit(asm.LSh.Reg(x, n))
+		}
+		a.ja(done)
+		a.bind(big)
+		c.emit(asm.Mov.Imm(x, 0))
+		a.bind(done)
+	case rpn.OpSar:
+		ok := a.newLabel()
+		a.jmpImm(asm.JLT, n, width, ok, false)
+		c.emit(asm.Mov.Imm(n, width-1))
+		a.bind(ok)
+		if w32 {
+			c.emit(asm.ArSh.Reg32(x, n))
+		} else {
+			c.emit(asm.ArSh.Reg(x, n))
+		}
+	case rpn.OpRol, rpn.OpRor:
+		// (x << r) | (x >> ((width-r) & (width-1))): r = 0 gives x | x
+		first, second := asm.LSh, asm.RSh
+		if op == rpn.OpRor {
+			first, second = second, first
+		}
+		c.emit(asm.And.Imm(n, width-1), asm.Mov.Imm(t, width), asm.Sub.Reg(t, n), asm.And.Imm(t, width-1))
+		if w32 {
+			c.emit(asm.Mov.Reg32(asm.R4, x), first.Reg32(x, n), second.Reg32(asm.R4, t), asm.Or.Reg32(x, asm.R4))
+		} else {
+			c.emit(asm.Mov.Reg(asm.R4, x), first.Reg(x, n), second.Reg(asm.R4, t), asm.Or.Reg(x, asm.R4))
+		}
+	}
+}
+
+// logMrf: len addr LOG MRF, len raw bytes, cut to the room left.
+func (c *compiler) logMrf(i int) {
+	a := &c.a
+	r0, r1, r2, r3 := asm.R0, asm.R1, asm.R2, asm.R3
+	c.load(r3, 0, asm.R4)
+	c.load(r2, 1, asm.R5)
+	c.adjust(-2)
+	fits, done := a.newLabel(), a.newLabel()
+	c.emit(asm.Mov.Imm(r1, c.logmax), asm.Sub.Reg(r1, rLogN)) // room
+	a.jmpReg(asm.JLE, r2, r1, fits)
+	c.emit(asm.Mov.Reg(r2, r1), asm.StoreImm(rScratch, hdr(HdrTruncated), 1, asm.Byte))
+	a.bind(fits)
+	a.jmpImm(asm.JEq, r2, 0, done, false)
+	a.jmpImm(asm.JGT, r2, c.logmax, done, false) // never: for the verifier
+	c.emit(
+		asm.StoreMem(asm.R10, fpAddr, r3, asm.DWord),
+		asm.StoreMem(asm.R10, fpN, r2, asm.DWord),
+		asm.Mov.Reg(r1, rScratch),
+		asm.Add.Reg(r1, rLogN),
+		asm.Add.Imm(r1, offLog),
+	)
+	c.probeRead(false)
+	a.jmpImm(asm.JNE, r0, 0, c.raiseAddr(i), false)
+	c.emit(asm.LoadMem(r2, asm.R10, fpN, asm.DWord), asm.Add.Reg(rLogN, r2))
+	c.clampLog(false)
+	a.bind(done)
+}
+
+// logStr: len addr LOG STR: the bytes up to the NUL, at most len, cut to
+// the room left (truncated when the string went on: the byte after the
+// room is read to know, as the machine does). bpf_probe_read_*_str with
+// room for the NUL does the copy.
+func (c *compiler) logStr(i int) {
+	a := &c.a
+	r0, r1, r2, r3 := asm.R0, asm.R1, asm.R2, asm.R3
+	c.load(r3, 0, asm.R4)
+	c.load(r2, 1, asm.R5)
+	c.adjust(-2)
+	done, full, next, trunc, l1 := a.newLabel(), a.newLabel(), a.newLabel(), a.newLabel(), a.newLabel()
+	a.jmpImm(asm.JEq, r2, 0, done, false)
+	c.emit(
+		asm.StoreMem(asm.R10, fpAddr, r3, asm.DWord),
+		asm.Mov.Imm(r1, c.logmax),
+		asm.Sub.Reg(r1, rLogN), // room
+		asm.Mov.Imm(asm.R4, 0),
+	)
+	a.jmpReg(asm.JLE, r2, r1, l1)
+	c.emit(asm.Mov.Reg(r2, r1), asm.Mov.Imm(asm.R4, 1))
+	a.bind(l1)
+	c.emit(asm.StoreMem(asm.R10, fpCut, asm.R4, asm.DWord))
+	a.jmpImm(asm.JEq, r2, 0, full, false)
+	a.jmpImm(asm.JGT, r2, c.logmax, done, false) // never: for the verifier
+	c.emit(
+		asm.StoreMem(asm.R10, fpN, r2, asm.DWord),
+		asm.Add.Imm(r2, 1),
+		asm.Mov.Reg(r1, rScratch),
+		asm.Add.Reg(r1, rLogN),
+		asm.Add.Imm(r1, offLog),
+	)
+	c.probeRead(true)
+	fault := c.later(func() {
+		// which byte? the first if it is unreadable, else (the string
+		// crossing into an unreadable page) the next page's first
+		c.emit(
+			asm.LoadMem(r3, asm.R10, fpAddr, asm.DWord),
+			asm.Mov.Reg(r1, asm.R10), asm.Add.Imm(r1, fpByte), asm.Mov.Imm(r2, 1),
+		)
+		c.probeRead(false)
+		c.emit(asm.LoadMem(r1, asm.R10, fpAddr, asm.DWord))
+		at := a.newLabel()
+		a.jmpImm(asm.JNE, r0, 0, at, false)
+		c.emit(asm.Or.Imm(r1, 4095), asm.Add.Imm(r1, 1))
+		a.bind(at)
+		c.raiseTail(rpn.ExInvalidAddress, i)
+	})
+	a.jmpImm(asm.JSLT, r0, 0, fault, false)
+	pos := a.newLabel()
+	c.emit(asm.Add.Imm(r0, -1)) // the NUL is not logged
+	a.jmpImm(asm.JSGE, r0, 0, pos, false)
+	c.emit(asm.Mov.Imm(r0, 0))
+	a.bind(pos)
+	c.emit(asm.LoadMem(r2, asm.R10, fpN, asm.DWord))
+	le := a.newLabel()
+	a.jmpReg(asm.JLE, r0, r2, le)
+	c.emit(asm.Mov.Reg(r0, r2)) // never
+	a.bind(le)
+	c.emit(asm.Add.Reg(rLogN, r0))
+	c.clampLog(false)
+	a.jmpReg(asm.JNE, r0, r2, done) // the string ended
+	c.emit(asm.LoadMem(r1, asm.R10, fpCut, asm.DWord))
+	a.jmpImm(asm.JEq, r1, 0, done, false) // len reached, not the log's end
+	c.emit(asm.LoadMem(r3, asm.R10, fpAddr, asm.DWord), asm.Add.Reg(r3, r2))
+	a.ja(next)
+	a.bind(full)
+	c.emit(asm.LoadMem(r3, asm.R10, fpAddr, asm.DWord))
+	a.bind(next)
+	// the log is full with bytes left: does the string end here?
+	c.emit(asm.Mov.Reg(r1, asm.R10), asm.Add.Imm(r1, fpByte), asm.Mov.Imm(r2, 1))
+	c.probeRead(false)
+	a.jmpImm(asm.JNE, r0, 0, trunc, false)
+	c.emit(asm.LoadMem(r1, asm.R10, fpByte, asm.Byte))
+	a.jmpImm(asm.JEq, r1, 0, done, false)
+	a.bind(trunc)
+	c.emit(asm.StoreImm(rScratch, hdr(HdrTruncated), 1, asm.Byte))
+	a.bind(done)
+}

@@ -1,0 +1,63 @@
+package bpf
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Unsupported is why a probe's program cannot run as eBPF: the kernel
+// target refuses it at insert. PC is the byte offset in Module.Code of the
+// instruction refused (when one is), Where its DPDF position.
+type Unsupported struct {
+	Probe  int
+	PC     uint32
+	HasPC  bool
+	Where  string // file:line:col of the instruction, when the module has a line table
+	Reason string
+}
+
+func (u *Unsupported) Error() string {
+	return "not compiled for the kernel: " + where(u.Probe, u.PC, u.HasPC, u.Where) + u.Reason
+}
+
+// VerifierError is the kernel's verifier refusing a compiled program,
+// mapped back to the RPN instruction whose eBPF the verifier stopped at
+// (when it stopped inside one).
+type VerifierError struct {
+	Probe int
+	PC    uint32
+	HasPC bool
+	Where string
+	Insn  int    // the eBPF instruction (raw offset) the verifier stopped at, -1 if unknown
+	Msg   string // the verifier's last words
+	Err   error  // the error from cilium/ebpf, with the whole log
+}
+
+func (e *VerifierError) Error() string {
+	return "the kernel's verifier refused the program: " + where(e.Probe, e.PC, e.HasPC, e.Where) + e.Msg
+}
+
+func (e *VerifierError) Unwrap() error { return e.Err }
+
+func where(probe int, pc uint32, hasPC bool, pos string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "probe %d", probe)
+	if hasPC {
+		fmt.Fprintf(&b, " pc %#04x", pc)
+	}
+	if pos != "" {
+		b.WriteString(" at " + pos)
+	}
+	b.WriteString(": ")
+	return b.String()
+}
+
+// position is the DPDF position of the instruction at byte offset pc.
+func position(m *rpn.Module, pc uint32) string {
+	if pos, ok := m.LineFor(pc); ok {
+		return m.PosString(pos)
+	}
+	return ""
+}

@@ -1,0 +1,290 @@
+//go:build linux
+
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Available reports whether this kernel and process can run the kernel
+// target's programs, naming what is missing.
+func Available() error {
+	for _, t := range []struct {
+		what string
+		err  func() error
+	}{
+		{"BPF_PROG_TYPE_TRACEPOINT", func() error { return features.HaveProgramType(ebpf.TracePoint) }},
+		{"BPF_MAP_TYPE_RINGBUF (Linux 5.8)", func() error { return features.HaveMapType(ebpf.RingBuf) }},
+		{"BPF_MAP_TYPE_PERCPU_ARRAY", func() error { return features.HaveMapType(ebpf.PerCPUArray) }},
+		{"the bpf_loop helper (Linux 5.17)", func() error { return features.HaveProgramHelper(ebpf.TracePoint, asm.FnLoop) }},
+		{"the bpf_ringbuf_output helper", func() error { return features.HaveProgramHelper(ebpf.TracePoint, asm.FnRingbufOutput) }},
+		{"the bpf_task_pt_regs helper (Linux 5.15)", func() error { return features.HaveProgramHelper(ebpf.TracePoint, asm.FnTaskPtRegs) }},
+		{"the bpf_probe_read_kernel helper (Linux 5.5)", func() error { return features.HaveProgramHelper(ebpf.TracePoint, asm.FnProbeReadKernel) }},
+	} {
+		if err := t.err(); err != nil {
+			return missing(t.what, err)
+		}
+	}
+	return nil
+}
+
+func missing(what string, err error) error {
+	switch {
+	case errors.Is(err, unix.EPERM), errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("eBPF: permission denied creating %s: run as root (or with CAP_BPF and CAP_PERFMON); kernel.unprivileged_bpf_disabled or lockdown may also refuse: %w", what, err)
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return fmt.Errorf("eBPF: this kernel lacks %s: %w", what, err)
+	}
+	return fmt.Errorf("eBPF: %s: %w", what, err)
+}
+
+// NewMaps makes the maps of module m's probes.
+func NewMaps(m *rpn.Module, o MapOptions) (*Maps, error) {
+	ms := &Maps{probes: len(m.Probes), vars: int(m.Vars)}
+	ok := false
+	defer func() {
+		if !ok {
+			ms.Close()
+		}
+	}()
+	size := ScratchSize(int(m.LogMax))
+	spec := &ebpf.MapSpec{Name: "gp_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(size), MaxEntries: 1}
+	if !perCPU(int(m.LogMax)) {
+		n, err := ebpf.PossibleCPU()
+		if err != nil {
+			return nil, err
+		}
+		spec.Type, spec.MaxEntries = ebpf.Array, uint32(n)
+	}
+	var err error
+	if ms.Scratch, err = ebpf.NewMap(spec); err != nil {
+		return nil, missing("the scratch map ("+spec.Type.String()+")", err)
+	}
+	if o.Ring != nil {
+		ms.Ring = o.Ring
+	} else {
+		rs := o.RingSize
+		if rs == 0 {
+			rs = DefaultRingSize
+		}
+		if ms.Ring, err = ebpf.NewMap(&ebpf.MapSpec{Name: "gp_ring", Type: ebpf.RingBuf, MaxEntries: uint32(rs)}); err != nil {
+			return nil, missing("the ring buffer", err)
+		}
+		ms.ownRing = true
+	}
+	one := func(name string, size int) (*ebpf.Map, error) {
+		mp, err := ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: ebpf.Array, KeySize: 4, ValueSize: uint32(size), MaxEntries: 1, Flags: unix.BPF_F_MMAPABLE})
+		if err != nil {
+			return nil, missing("the "+name+" map", err)
+		}
+		return mp, nil
+	}
+	if ms.Counters, err = one("gp_counters", GlobalsSize+max(len(m.Probes), 1)*CountersSize); err != nil {
+		return nil, err
+	}
+	if m.Vars > 0 {
+		if ms.LV, err = one("gp_lv", int(m.Vars)*8); err != nil {
+			return nil, err
+		}
+	}
+	if o.GV != nil {
+		ms.GV = o.GV
+	} else {
+		if ms.GV, err = one("gp_gv", rpn.MaxGVars*8); err != nil {
+			return nil, err
+		}
+		ms.ownGV = true
+	}
+	if err := ms.SetClock(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return ms, nil
+}
+
+// NewGV makes a gv map that modules can share (MapOptions.GV).
+func NewGV() (*ebpf.Map, error) {
+	return ebpf.NewMap(&ebpf.MapSpec{Name: "gp_gv", Type: ebpf.Array, KeySize: 4, ValueSize: rpn.MaxGVars * 8, MaxEntries: 1, Flags: unix.BPF_F_MMAPABLE})
+}
+
+// SetClock stores the offset from CLOCK_MONOTONIC (bpf_ktime_get_ns) to
+// Unix time that push ts and the records' time add.
+func (m *Maps) SetClock() error {
+	var before, after unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &before)
+	now := time.Now().UnixNano()
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &after)
+	mono := (before.Nano() + after.Nano()) / 2
+	return m.update(m.Counters, offClockDelta, binary.LittleEndian.AppendUint64(nil, uint64(now-mono)))
+}
+
+func (m *Maps) value(mp *ebpf.Map) ([]byte, error) {
+	var b []byte
+	if err := mp.Lookup(uint32(0), &b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// update writes p at off in a one-entry map's value (read, change, write:
+// not atomic with the programs).
+func (m *Maps) update(mp *ebpf.Map, off int, p []byte) error {
+	b, err := m.value(mp)
+	if err != nil {
+		return err
+	}
+	copy(b[off:], p)
+	return mp.Update(uint32(0), b, ebpf.UpdateExist)
+}
+
+// Counters reads probe pi's counters.
+func (m *Maps) ProbeCounters(pi int) (Counters, error) {
+	b, err := m.value(m.Counters)
+	if err != nil {
+		return Counters{}, err
+	}
+	at := GlobalsSize + pi*CountersSize
+	if pi < 0 || at+CountersSize > len(b) {
+		return Counters{}, fmt.Errorf("bpf: no probe %d", pi)
+	}
+	u := func(off int) uint64 { return binary.LittleEndian.Uint64(b[at+off:]) }
+	c := Counters{Skipped: u(cntSkipped), Runs: u(cntRuns), Faults: u(cntFaults), Disabled: u(cntDisabled) != 0, Lost: u(cntLost)}
+	c.Hits = c.Skipped + c.Runs
+	return c, nil
+}
+
+// Vars reads the module's lv (gv false) or the gv words.
+func (m *Maps) Vars(gv bool) ([]uint64, error) {
+	mp := m.LV
+	if gv {
+		mp = m.GV
+	}
+	if mp == nil {
+		return nil, nil
+	}
+	b, err := m.value(mp)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, len(b)/8)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint64(b[i*8:])
+	}
+	return out, nil
+}
+
+// SetVars writes the module's lv (gv false) or the gv words from index 0.
+func (m *Maps) SetVars(gv bool, v []uint64) error {
+	mp := m.LV
+	if gv {
+		mp = m.GV
+	}
+	if mp == nil {
+		return nil
+	}
+	b := make([]byte, 0, len(v)*8)
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint64(b, x)
+	}
+	return m.update(mp, 0, b)
+}
+
+// Close releases the maps (the programs that use them keep them alive).
+func (m *Maps) Close() error {
+	for _, mp := range []*ebpf.Map{m.Scratch, m.Counters, m.LV} {
+		if mp != nil {
+			mp.Close()
+		}
+	}
+	if m.ownRing && m.Ring != nil {
+		m.Ring.Close()
+	}
+	if m.ownGV && m.GV != nil {
+		m.GV.Close()
+	}
+	return nil
+}
+
+// Load loads the compiled program into the kernel. A refusal of the
+// kernel's verifier is a *VerifierError naming the RPN instruction.
+func (c *Compiled) Load() (*ebpf.Program, error) {
+	prog, err := ebpf.NewProgramWithOptions(c.Spec, ebpf.ProgramOptions{LogSizeStart: 1 << 20})
+	if err == nil {
+		return prog, nil
+	}
+	var ve *ebpf.VerifierError
+	if !errors.As(err, &ve) {
+		return nil, err
+	}
+	return nil, c.verifierError(ve.Log, err)
+}
+
+var insnLine = regexp.MustCompile(`^(\d+): \(`)
+
+func (c *Compiled) verifierError(log []string, err error) error {
+	e := &VerifierError{Probe: c.pi, Insn: -1, Err: err}
+	for i := len(log) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(log[i])
+		if e.Msg == "" && l != "" && !strings.HasPrefix(l, "processed ") && !strings.HasPrefix(l, "verification time") && !strings.HasPrefix(l, "stack depth") {
+			e.Msg = l
+		}
+		if m := insnLine.FindStringSubmatch(l); m != nil {
+			e.Insn, _ = strconv.Atoi(m[1])
+			break
+		}
+	}
+	if e.Msg == "" {
+		e.Msg = err.Error()
+	}
+	if e.Insn >= 0 && e.Insn < len(c.rpn) && c.rpn[e.Insn] >= 0 {
+		e.PC, e.HasPC = c.p.PC(c.rpn[e.Insn]), true
+		e.Where = position(c.p.Module(), e.PC)
+	}
+	return e
+}
+
+// AttachTracepoint attaches prog (compiled with KindTracepoint) to the
+// tracepoint group:event, mounting tracefs at /sys/kernel/tracing first if
+// no tracefs is mounted (cilium/ebpf finds a tracepoint's id there).
+func AttachTracepoint(prog *ebpf.Program, group, event string) (link.Link, error) {
+	if err := EnsureTracefs(); err != nil {
+		return nil, err
+	}
+	return link.Tracepoint(group, event, prog, nil)
+}
+
+// AttachRawTracepoint attaches prog (compiled with KindRawTracepoint) to
+// the raw tracepoint name (sys_enter, sched_switch ...).
+func AttachRawTracepoint(prog *ebpf.Program, name string) (link.Link, error) {
+	return link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: prog})
+}
+
+// EnsureTracefs mounts tracefs at /sys/kernel/tracing unless a tracefs is
+// mounted there or at /sys/kernel/debug/tracing.
+func EnsureTracefs() error {
+	for _, p := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
+		var st unix.Statfs_t
+		if unix.Statfs(p, &st) == nil && st.Type == unix.TRACEFS_MAGIC {
+			return nil
+		}
+	}
+	if err := unix.Mount("nodev", "/sys/kernel/tracing", "tracefs", 0, ""); err != nil {
+		return fmt.Errorf("tracepoints need tracefs, which is not mounted, and mounting it at /sys/kernel/tracing failed: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,48 @@
+package bpf
+
+import (
+	"github.com/cilium/ebpf"
+)
+
+// Maps are the eBPF maps the probes of one module use (NewMaps makes
+// them):
+//
+//	Scratch   per-CPU array, 1 entry of ScratchSize(logmax) bytes (an array
+//	          of one entry per possible CPU, keyed by the CPU, when that is
+//	          above PerCPULimit): the stack, the loop state, the header
+//	          and the log of the hit running on that CPU
+//	Ring      ring buffer: the records
+//	Counters  array, 1 entry (mmapable): GlobalsSize bytes of globals (the
+//	          clock offset), then CountersSize bytes per probe
+//	LV        array, 1 entry (mmapable): the module's vars, 8 bytes each
+//	GV        array, 1 entry (mmapable): rpn.MaxGVars words, shared by the
+//	          modules given the same map (MapOptions.GV)
+//
+// One-entry arrays are addressed directly (BPF_PSEUDO_MAP_VALUE: a 64-bit
+// load of the value's address, no lookup call).
+type Maps struct {
+	Scratch  *ebpf.Map
+	Ring     *ebpf.Map
+	Counters *ebpf.Map
+	LV       *ebpf.Map
+	GV       *ebpf.Map
+
+	probes, vars int
+	ownGV        bool
+	ownRing      bool
+}
+
+// MapOptions tune NewMaps.
+type MapOptions struct {
+	// RingSize is the ring buffer's size in bytes: a power of two, a
+	// multiple of the page size. 0 means 1 MiB.
+	RingSize int
+	// GV, when set, is the gv map to use (shared with other modules);
+	// otherwise NewMaps makes one.
+	GV *ebpf.Map
+	// Ring, when set, is the ring buffer to use.
+	Ring *ebpf.Map
+}
+
+// DefaultRingSize is the ring buffer's size when MapOptions.RingSize is 0.
+const DefaultRingSize = 1 << 20
