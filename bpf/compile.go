@@ -159,6 +159,8 @@ type compiler struct {
 	lDone     label // return 0
 	lSkip     label // count skipped, return 0
 	inCB      bool  // emitting the loop callback
+	used      map[label]bool
+	live      []bool // reachable from the entry: the kernel refuses unreachable code
 	mapRefErr error
 }
 
@@ -182,6 +184,7 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 		logmax:  int32(mod.LogMax),
 		user:    o.Kind == KindUprobe || mod.ModType == rpn.ModUser,
 		exStubs: map[[2]int]label{},
+		used:    map[label]bool{},
 	}
 	c.a.cur = -1
 	if err := c.check(); err != nil {
@@ -369,6 +372,23 @@ func (c *compiler) analyze() {
 	}
 	visit(0)
 	c.loopMode = c.cyclic || c.hasCalls
+	c.live = make([]bool, c.n)
+	work := []int{0}
+	c.live[0] = true
+	for len(work) > 0 {
+		i := work[len(work)-1]
+		work = work[:len(work)-1]
+		next := c.succ(i)
+		if in := c.insn(i); in.Op == rpn.OpCall {
+			next = append(next, int(in.C)-c.first)
+		}
+		for _, j := range next {
+			if !c.live[j] {
+				c.live[j] = true
+				work = append(work, j)
+			}
+		}
+	}
 	if c.loopMode {
 		c.needScratch = true
 	} else {
@@ -565,6 +585,12 @@ func movImm64(dst asm.Register, v uint64) asm.Instruction {
 	return asm.LoadImm(dst, int64(v), asm.DWord)
 }
 
+// storeImm64 stores a sign-extended 32-bit immediate as 8 bytes (BPF_ST
+// BPF_DW, which asm.StoreImm does not make).
+func storeImm64(dst asm.Register, off int16, v int32) asm.Instruction {
+	return asm.Instruction{OpCode: asm.StoreImmOp(asm.DWord), Dst: dst, Offset: off, Constant: int64(v)}
+}
+
 func hdr(off int) int16 { return int16(offHeader + off) }
 
 // slot is the base register and offset of stack entry k below the TOS;
@@ -692,6 +718,7 @@ func (c *compiler) raiseTail(ex rpn.Exception, i int) {
 // loop callback by setting the status and returning 1.
 func (c *compiler) stop(status int32, l label) {
 	if !c.inCB {
+		c.used[l] = true
 		c.a.ja(l)
 		return
 	}
@@ -699,7 +726,7 @@ func (c *compiler) stop(status int32, l label) {
 		c.emit(asm.StoreMem(rScratch, offLogN, rLogN, asm.DWord))
 	}
 	c.emit(
-		asm.StoreImm(rScratch, offStatus, int64(status), asm.DWord),
+		storeImm64(rScratch, offStatus, status),
 		asm.Mov.Imm(asm.R0, 1),
 		asm.Return(),
 	)
@@ -863,7 +890,7 @@ func (c *compiler) timestamp() {
 func (c *compiler) tails() {
 	a := &c.a
 	a.cur = -1
-	if c.needScratch {
+	if c.used[c.lExcept] {
 		a.bind(c.lExcept)
 		a.note("exception")
 		c.counters(asm.R1, cntFaults)
@@ -875,6 +902,8 @@ func (c *compiler) tails() {
 			asm.StoreImm(rScratch, hdr(HdrTruncated), 0, asm.Byte),
 			asm.StoreImm(rScratch, hdr(HdrFlags), 0, asm.Byte),
 		)
+	}
+	if c.used[c.lExcept] || c.used[c.lCommit] {
 		a.bind(c.lCommit)
 		a.note("commit")
 		c.clampLog(false)
@@ -929,7 +958,7 @@ func (c *compiler) startLoop() {
 	c.blockID = map[int]int{0: 0}
 	c.blocks = []int{0}
 	for i := 0; i < c.n; i++ {
-		if c.static && !c.reach[i] {
+		if !c.live[i] {
 			continue
 		}
 		in := c.insn(i)
@@ -968,6 +997,7 @@ func (c *compiler) startLoop() {
 		asm.FnLoop.Call(),
 		asm.LoadMem(asm.R1, rScratch, offStatus, asm.DWord),
 	)
+	c.used[c.lExcept], c.used[c.lCommit] = true, true
 	a.jmpImm(asm.JEq, asm.R1, statusNone, c.lDone, false)
 	a.jmpImm(asm.JEq, asm.R1, statusException, c.lExcept, false)
 	commit := a.newLabel()
@@ -1027,10 +1057,10 @@ func (c *compiler) dispatch(lo, hi int) {
 
 func (c *compiler) body() {
 	for i := 0; i < c.n; i++ {
+		if !c.live[i] {
+			continue
+		}
 		if c.static {
-			if !c.reach[i] {
-				continue
-			}
 			c.d = c.depth[i]
 		}
 		c.a.cur = i
