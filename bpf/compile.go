@@ -1653,8 +1653,28 @@ func (c *compiler) logStr(i int) {
 	)
 	c.probeRead(true)
 	fault := c.later(func() {
-		// which byte? the first if it is unreadable, else (the string
-		// crossing into an unreadable page) the next page's first
+		// The helper read n+1 bytes (to find the NUL): the n bytes the
+		// machine would copy may all be readable, and only the one after
+		// them not (which the machine reads only to know whether the
+		// string was cut). No NUL came before the fault: if the n bytes
+		// read, they are the log's.
+		c.emit(
+			asm.Mov.Reg(r1, rScratch), asm.Add.Reg(r1, rLogN), asm.Add.Imm(r1, offLog),
+			asm.LoadMem(r2, asm.R10, fpN, asm.DWord),
+			asm.LoadMem(r3, asm.R10, fpAddr, asm.DWord),
+		)
+		a.jmpImm(asm.JGT, r2, c.logmax, done, false) // never: for the verifier
+		c.probeRead(false)
+		bad := a.newLabel()
+		a.jmpImm(asm.JNE, r0, 0, bad, false)
+		c.emit(asm.LoadMem(r2, asm.R10, fpN, asm.DWord), asm.Add.Reg(rLogN, r2))
+		c.clampLog(false)
+		c.emit(asm.LoadMem(r1, asm.R10, fpCut, asm.DWord))
+		a.jmpImm(asm.JEq, r1, 0, done, false)
+		a.ja(trunc)
+		// which byte faulted? the first if it is unreadable, else (the
+		// string crossing into an unreadable page) the next page's first
+		a.bind(bad)
 		c.emit(
 			asm.LoadMem(r3, asm.R10, fpAddr, asm.DWord),
 			asm.Mov.Reg(r1, asm.R10), asm.Add.Imm(r1, fpByte), asm.Mov.Imm(r2, 1),
