@@ -62,9 +62,8 @@ type region struct {
 	mem      *shm.Mem
 	ring     *pad.Ring
 	ringSize int
-	addr     uint64 // in the process
-	gv       uint64 // the global variables' mapping in the process
-	cal      tsc.Cal
+	addr     uint64    // in the process
+	gv       uint64    // the global variables' mapping in the process
 	sites    []siteRef // by site number: whose counters and records
 	lvNext   int       // next free word of the region's lv area
 	lvAt     map[*Module]int
@@ -89,7 +88,6 @@ type jumpSite struct {
 	orig   []byte // the covered bytes as they were
 	pad    *builtPad
 	probes []*probe
-	sites  []uint32
 }
 
 // builtPad is a pad written into a space. Pads are never freed: a thread
@@ -116,8 +114,8 @@ type jumpState struct {
 	int3Only map[uint64]string
 }
 
-// jumpMu guards what the drain goroutine shares with the loop: the
-// regions' site tables and the records' thread table.
+// jumpShared is what the drain goroutine shares with the loop: the
+// regions, their site tables and the records' thread table, under mu.
 type jumpShared struct {
 	mu      sync.Mutex
 	regions map[*region]bool
@@ -284,7 +282,6 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, probes []*probe) string {
 	js := sp.jump
 	var pps []pad.Probe
-	var sites []uint32
 	for _, p := range probes {
 		inst := sp.inst[p.src]
 		if inst == nil {
@@ -317,7 +314,6 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 			return err.Error()
 		}
 		pps = append(pps, pad.Probe{Code: code, Site: uint32(n), LogMax: int(p.src.LogMax)})
-		sites = append(sites, uint32(n))
 	}
 	// build once to learn the size, then at its address
 	trial, err := pad.Build(pad.Spec{At: site.addr, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: site.addr})
@@ -340,7 +336,6 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 	sort.Slice(js.pads, func(i, j int) bool { return js.pads[i].at < js.pads[j].at })
 	site.pad = bpad
 	site.probes = append([]*probe{}, probes...)
-	site.sites = sites
 	return ""
 }
 
@@ -388,7 +383,7 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 	if js.rg != nil {
 		return js.rg, ""
 	}
-	gvm := e.gvMem()
+	gvm := e.gvShm
 	if gvm == nil {
 		js.no = "the global variables are not in shared memory"
 		return nil, js.no
@@ -421,15 +416,18 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 	}
 	rg := &region{mem: mem, ring: pad.NewRing(mem.Bytes), ringSize: ringSize, addr: addr, gv: gv, lvAt: map[*Module]int{}, refs: 1,
 		tcbOff: tcbOff, odd: map[int]bool{}}
-	if cal, ok := e.calibrate(); ok {
-		rg.cal = cal
+	if clk, ok := e.clock(); ok {
+		// push ts converts with the calibration of the moment (a skew of
+		// some parts in 100,000 as the process runs); the records' times
+		// with the clock's, refined as it goes
+		cal := clk.Cal()
 		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffClock:], cal.TSC0)
 		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffClock+8:], cal.NS0)
 		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffClock+16:], cal.Mult)
 		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffClock+24:], cal.Shift)
 	}
 	js.rg = rg
-	e.jmu().mu.Lock()
+	e.js.mu.Lock()
 	e.js.regions[rg] = true
 	for _, tid := range e.tgt.Threads(sp.id) {
 		e.noteThread(tid, sp.id)
@@ -440,20 +438,22 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 }
 
 var (
-	calOnce sync.Once
-	calVal  tsc.Cal
-	calOK   bool
+	clockOnce sync.Once
+	clockVal  *tsc.Clock
+	clockOK   bool
 )
 
-// calibrate measures the time stamp counter once per gprobes process.
-func (e *Engine) calibrate() (tsc.Cal, bool) {
-	calOnce.Do(func() { calVal, calOK = tsc.Calibrate(20 * time.Millisecond) })
-	return calVal, calOK
+// clock is the time stamp counter's clock, calibrated once per gprobes
+// process (20 ms, the first time a region is made) and refined by the
+// drain.
+func (e *Engine) clock() (*tsc.Clock, bool) {
+	clockOnce.Do(func() { clockVal, clockOK = tsc.NewClock(20 * time.Millisecond) })
+	return clockVal, clockOK
 }
 
 // siteFor gives probe p at addr its counters (site number) in a region.
 func (e *Engine) siteFor(rg *region, p *probe, addr uint64) int {
-	e.jmu().mu.Lock()
+	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
 	for i, s := range rg.sites {
 		if s.p == p && s.addr == addr {
@@ -486,15 +486,6 @@ func (e *Engine) lvFor(rg *region, m *Module) (uint64, string) {
 	return rg.addr + uint64(off), ""
 }
 
-// gvMem returns the shared memory behind the global variables.
-func (e *Engine) gvMem() *shm.Mem {
-	return e.gvShm
-}
-
-func (e *Engine) jmu() *jumpShared {
-	return e.js
-}
-
 // noteThread enters a thread in the records' table and in its region's
 // thread table (push procid). Called with e.js.mu held.
 func (e *Engine) noteThread(tid, spID int) {
@@ -515,6 +506,9 @@ func (e *Engine) startDrain() {
 		defer close(e.js.done)
 		idle := 0
 		for {
+			if clockOK {
+				clockVal.Refine()
+			}
 			n := e.drain()
 			select {
 			case <-e.js.stop:
@@ -584,7 +578,11 @@ func (e *Engine) ringRecord(rg *region, r *pad.Record) *Record {
 	ref := rg.sites[r.Site]
 	p := ref.p
 	d := p.def()
-	rec := &Record{Time: rg.cal.Time(r.TSC), Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,
+	var at time.Time
+	if clockOK {
+		at = clockVal.Time(r.TSC)
+	}
+	rec := &Record{Time: at, Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,
 		Location: d.Loc.Text, Address: ref.addr, Tid: int(r.Tid), Exit: r.Exit, Truncated: r.Truncated}
 	if t, ok := e.js.threads[int(r.Tid)]; ok {
 		rec.Pid, rec.CPU = t[0], t[1]

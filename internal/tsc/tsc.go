@@ -5,6 +5,7 @@ package tsc
 
 import (
 	"math/bits"
+	"sync"
 	"time"
 )
 
@@ -57,3 +58,53 @@ func (c Cal) Nanos(v uint64) int64 {
 
 // Time converts a counter value to a time.
 func (c Cal) Time(v uint64) time.Time { return time.Unix(0, c.Nanos(v)) }
+
+// Clock converts counter values to time with a calibration it refines:
+// its first one (Calibrate, over a few milliseconds) is off by some parts
+// in 100,000, which over an hour of records is a skew of a tenth of a
+// second; Refine recomputes the rate from the first sample to now, so the
+// error falls as the baseline grows. Safe for concurrent use.
+type Clock struct {
+	mu     sync.Mutex
+	c0     uint64
+	t0     time.Time
+	cal    Cal
+	ok     bool
+	refine time.Time
+}
+
+// NewClock calibrates a clock; ok is false without a counter.
+func NewClock(d time.Duration) (*Clock, bool) {
+	t0, c0 := time.Now(), Read()
+	cal, ok := Calibrate(d)
+	return &Clock{c0: c0, t0: t0, cal: cal, ok: ok, refine: time.Now()}, ok
+}
+
+// Cal is the current calibration.
+func (c *Clock) Cal() Cal {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cal
+}
+
+// Time converts a counter value.
+func (c *Clock) Time(v uint64) time.Time { return c.Cal().Time(v) }
+
+// Refine recomputes the rate over the whole baseline, at most once a
+// second.
+func (c *Clock) Refine() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ok || time.Since(c.refine) < time.Second {
+		return
+	}
+	t1, c1 := time.Now(), Read()
+	dt, dc := uint64(t1.Sub(c.t0).Nanoseconds()), c1-c.c0
+	hi, lo := bits.Mul64(dt, 1<<shift)
+	if dc == 0 || hi >= dc {
+		return
+	}
+	mult, _ := bits.Div64(hi, lo, dc)
+	c.cal = Cal{TSC0: c1, NS0: uint64(t1.UnixNano()), Mult: mult, Shift: shift}
+	c.refine = t1
+}

@@ -21,3 +21,18 @@ func TestCalibrate(t *testing.T) {
 		t.Fatalf("TSC0 converts to %d, not NS0 %d", c.Nanos(c.TSC0), c.NS0)
 	}
 }
+
+// A refined clock still converts the counter to the wall clock.
+func TestClockRefine(t *testing.T) {
+	c, ok := NewClock(5 * time.Millisecond)
+	if !ok {
+		t.Skip("no time stamp counter on this architecture")
+	}
+	c.refine = time.Time{} // allow a refinement now
+	time.Sleep(50 * time.Millisecond)
+	c.Refine()
+	now, v := time.Now(), Read()
+	if d := c.Time(v).Sub(now); d > time.Millisecond || d < -time.Millisecond {
+		t.Fatalf("refined clock: %v apart from time.Now", d)
+	}
+}
