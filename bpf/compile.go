@@ -81,7 +81,17 @@ type Options struct {
 	PID, TID uint32
 	// Name of the eBPF program (at most 15 characters); "gp_PROBE" if empty.
 	Name string
+	// Wakeup is how many bytes of records wait in the ring buffer before a
+	// commit wakes the reader (BPF_RB_FORCE_WAKEUP; below it,
+	// BPF_RB_NO_WAKEUP, and the reader polls: Reader.Poll). A wakeup per
+	// record costs about a microsecond a hit. 0 means DefaultWakeup; a
+	// negative value wakes the reader at every record it is waiting for
+	// (the kernel's default).
+	Wakeup int
 }
+
+// DefaultWakeup is Options.Wakeup's default: 64 KiB of records.
+const DefaultWakeup = 64 << 10
 
 // Compiled is one probe compiled to eBPF, with what is needed to map the
 // verifier's complaints back to the RPN program.
@@ -918,13 +928,27 @@ func (c *compiler) tails() {
 		if !c.usesTS {
 			c.timestamp()
 		}
+		wake := c.o.Wakeup
+		if wake == 0 {
+			wake = DefaultWakeup
+		}
+		if wake > 0 {
+			const availData, noWakeup, forceWakeup = 0, 1, 2 // BPF_RB_*
+			c.mapRef(asm.R1, MapRing, c.maps().Ring, false, 0)
+			c.emit(asm.Mov.Imm(asm.R2, availData), asm.FnRingbufQuery.Call(), asm.Mov.Imm(asm.R4, noWakeup))
+			few := a.newLabel()
+			a.jmpImm(asm.JLT, asm.R0, int32(wake), few, false)
+			c.emit(asm.Mov.Imm(asm.R4, forceWakeup))
+			a.bind(few)
+		} else {
+			c.emit(asm.Mov.Imm(asm.R4, 0))
+		}
 		c.mapRef(asm.R1, MapRing, c.maps().Ring, false, 0)
 		c.emit(
 			asm.Mov.Reg(asm.R2, rScratch),
 			asm.Add.Imm(asm.R2, offHeader),
 			asm.Mov.Reg(asm.R3, rLogN),
 			asm.Add.Imm(asm.R3, HeaderSize),
-			asm.Mov.Imm(asm.R4, 0),
 			asm.FnRingbufOutput.Call(),
 		)
 		a.jmpImm(asm.JEq, asm.R0, 0, c.lDone, false)

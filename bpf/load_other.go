@@ -1,0 +1,72 @@
+//go:build !linux
+
+package bpf
+
+import (
+	"errors"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// On systems other than Linux the compiler works (Compile, CompileProbe:
+// a program can be checked anywhere) and everything that needs the
+// running kernel fails with ErrNotSupported.
+
+// ErrNotSupported is what the kernel target's loaders return on systems
+// other than Linux.
+var ErrNotSupported = errors.New("the kernel target (eBPF) is not supported on this OS: it needs Linux")
+
+// Available returns ErrNotSupported.
+func Available() error { return ErrNotSupported }
+
+// NewMaps returns ErrNotSupported.
+func NewMaps(m *rpn.Module, o MapOptions) (*Maps, error) { return nil, ErrNotSupported }
+
+// NewGV returns ErrNotSupported.
+func NewGV() (*ebpf.Map, error) { return nil, ErrNotSupported }
+
+// SetClock returns ErrNotSupported.
+func (m *Maps) SetClock() error { return ErrNotSupported }
+
+// ProbeCounters returns ErrNotSupported.
+func (m *Maps) ProbeCounters(pi int) (Counters, error) { return Counters{}, ErrNotSupported }
+
+// Vars returns ErrNotSupported.
+func (m *Maps) Vars(gv bool) ([]uint64, error) { return nil, ErrNotSupported }
+
+// SetVars returns ErrNotSupported.
+func (m *Maps) SetVars(gv bool, v []uint64) error { return ErrNotSupported }
+
+// Close does nothing.
+func (m *Maps) Close() error { return nil }
+
+// Load returns ErrNotSupported.
+func (c *Compiled) Load() (*ebpf.Program, error) { return nil, ErrNotSupported }
+
+// AttachTracepoint returns ErrNotSupported.
+func AttachTracepoint(prog *ebpf.Program, group, event string) (link.Link, error) {
+	return nil, ErrNotSupported
+}
+
+// AttachRawTracepoint returns ErrNotSupported.
+func AttachRawTracepoint(prog *ebpf.Program, name string) (link.Link, error) {
+	return nil, ErrNotSupported
+}
+
+// EnsureTracefs returns ErrNotSupported.
+func EnsureTracefs() error { return ErrNotSupported }
+
+// Reader reads the records of a ring buffer (Linux only).
+type Reader struct{}
+
+// NewReader returns ErrNotSupported.
+func NewReader(m *Maps) (*Reader, error) { return nil, ErrNotSupported }
+
+// Read returns ErrNotSupported.
+func (r *Reader) Read() (Record, error) { return Record{}, ErrNotSupported }
+
+// Close does nothing.
+func (r *Reader) Close() error { return nil }
