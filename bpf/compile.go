@@ -71,8 +71,9 @@ type Options struct {
 	// Maps the program uses; nil (or a nil field): the program refers to
 	// the map by its name (MapScratch ...).
 	Maps *Maps
-	// Probe is the probe's slot in the counters map and the probe id in
-	// its records.
+	// Probe is the probe's slot in its module's maps (counters, scratch),
+	// below the module's number of probes, and the probe id in its
+	// records; usually the probe's index.
 	Probe uint32
 	Kind  Kind
 	// PID and TID, when not zero, restrict the probe to one process or
@@ -179,6 +180,9 @@ type compiler struct {
 func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 	if pi < 0 || pi >= p.NumProbes() {
 		return nil, fmt.Errorf("bpf: no probe %d (the program has %d)", pi, p.NumProbes())
+	}
+	if int(o.Probe) >= p.NumProbes() {
+		return nil, fmt.Errorf("bpf: slot %d for a probe of a module of %d probes", o.Probe, p.NumProbes())
 	}
 	mod := p.Module()
 	c := &compiler{
@@ -781,9 +785,14 @@ func (c *compiler) funcStart(name string, linkage btf.FuncLinkage, params []btf.
 // lookupScratch sets r6 to this CPU's scratch value, or jumps to fail.
 func (c *compiler) lookupScratch(fail label) {
 	if perCPU(int(c.logmax)) {
-		c.emit(asm.StoreImm(asm.R10, fpKey, 0, asm.Word))
+		c.emit(asm.StoreImm(asm.R10, fpKey, int64(c.o.Probe), asm.Word))
 	} else {
-		c.emit(asm.FnGetSmpProcessorId.Call(), asm.StoreMem(asm.R10, fpKey, asm.R0, asm.Word))
+		c.emit(
+			asm.FnGetSmpProcessorId.Call(),
+			asm.Mul.Imm(asm.R0, int32(c.p.NumProbes())),
+			asm.Add.Imm(asm.R0, int32(c.o.Probe)),
+			asm.StoreMem(asm.R10, fpKey, asm.R0, asm.Word),
+		)
 	}
 	c.mapRef(asm.R1, MapScratch, c.maps().Scratch, false, 0)
 	c.emit(asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, fpKey), asm.FnMapLookupElem.Call())

@@ -51,7 +51,8 @@ type region struct {
 
 func newRegion(t testing.TB, seed uint64) *region {
 	t.Helper()
-	mem, err := unix.Mmap(-1, 0, memPages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON|unix.MAP_POPULATE)
+	// below 4 GiB, so that i386 modules can address it
+	mem, err := unix.Mmap(-1, 0, memPages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON|unix.MAP_POPULATE|unix.MAP_32BIT)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,23 +165,24 @@ func (e *env) IO(uint64, uint8, bool, uint64) (uint64, bool) { return 0, false }
 
 // kernelRun is one program attached in the kernel, and the machine's side.
 type kernelRun struct {
-	t    testing.TB
-	p    *rpn.Program
-	m    *bpf.Maps
-	l    link.Link
-	rd   *bpf.Reader
-	env  env
-	mach rpn.Machine
-	st   rpn.ProbeState
-	lv   []uint64
-	gv   []uint64
+	t        testing.TB
+	p        *rpn.Program
+	compiled *bpf.Compiled
+	m        *bpf.Maps
+	l        link.Link
+	rd       *bpf.Reader
+	env      env
+	mach     rpn.Machine
+	st       rpn.ProbeState
+	lv       []uint64
+	gv       []uint64
 }
 
 // startRun loads and attaches p; the caller has locked its OS thread.
 func startRun(t testing.TB, p *rpn.Program, r *region, rng *rand.Rand) *kernelRun {
 	t.Helper()
-	prog, m, _ := load(t, p, bpf.Options{PID: uint32(os.Getpid()), TID: uint32(unix.Gettid())})
-	k := &kernelRun{t: t, p: p, m: m}
+	prog, m, c := load(t, p, bpf.Options{PID: uint32(os.Getpid()), TID: uint32(unix.Gettid())})
+	k := &kernelRun{t: t, p: p, m: m, compiled: c}
 	k.env = env{r: r, pid: uint64(os.Getpid()), tid: uint64(unix.Gettid())}
 	// variables start with the same random values on both sides
 	k.lv = make([]uint64, p.Module().Vars)

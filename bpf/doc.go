@@ -1,5 +1,168 @@
 // Package bpf compiles verified RPN programs (rpn.Program) to eBPF for the
-// kernel target (SPEC §7, issue 12), with cilium/ebpf's asm package, and
-// loads and attaches them. Groundwork: not yet wired into the engine or
-// the command line.
+// kernel target (SPEC §7, issue 12) with cilium/ebpf's asm package (no
+// clang, no LLVM, no headers), and loads, attaches and reads them. It is
+// groundwork: the engine, the daemon and the command line do not use it
+// yet.
+//
+// # One probe, one program
+//
+// CompileProbe turns probe pi of a program into one eBPF program of the
+// type its attachment needs (Options.Kind: tracepoint, raw tracepoint,
+// kprobe, uprobe). It starts from the RPN verifier's proofs (jump targets
+// in the probe, variable indices, register names) and is a template
+// compiler, as package jit is for x86-64: each RPN instruction becomes a
+// short fixed sequence. Registers: r6 this CPU's scratch value, r7 the TOS
+// index (dynamic stack only), r8 the log length, r9 the jumps left
+// (straight mode, when counted); r0-r5 are temporaries and helper
+// arguments. The per-instruction eBPF carries the RPN disassembly as BTF
+// line info, so the verifier's log reads as the RPN program; a refusal of
+// the verifier is mapped back to the RPN instruction, its pc and DPDF line
+// (VerifierError); what eBPF cannot do at all is refused before, with the
+// same position (Unsupported).
+//
+// # State: the scratch value, the stack and the log
+//
+// The 32-entry circular stack, the call stack, the loop state, the record
+// header and the temporary log live in one per-CPU array value (Maps.
+// Scratch; layout.go), one per probe: a program runs to its end on one CPU
+// without being preempted, and the kernel never runs a program nested in
+// itself on a CPU (it counts such misses), so the value is the hit's own. A stack entry k below the TOS is at ((tos-k)&31)*8: the mask
+// is the circular wrap, and it is also what proves the access in bounds to
+// the verifier. When the program has no call and reaches every instruction
+// with one TOS index (static-stack mode, jit's analysis) the offsets are
+// constants, no register holds the TOS, and only the slots read before
+// written are zeroed at the hit. The log is at a variable offset (its
+// length, bounded to logmax by a compare the verifier sees); the value
+// keeps logmax bytes more than the log needs, because the verifier cannot
+// relate the log's length and a length cut to the room left (log mrf, log
+// str), and log N / log lv write whole words and cut the length after. A
+// value above 32 KiB (logmax above about 15000) is an array with one entry
+// per CPU, keyed by bpf_get_smp_processor_id, instead of a per-CPU array.
+//
+// # Variables and counters
+//
+// lv, gv and the counters are one-entry arrays, addressed directly (a
+// 64-bit load of the value's address, BPF_PSEUDO_MAP_VALUE: no lookup, no
+// NULL check), mmapable so that the daemon can read them in place. inc and
+// dec are atomic adds (BPF_ATOMIC); in a 32-bit module an atomic add to the
+// low half and a store of 0 to the high half (the machine's (v±1)&mask;
+// the two are not one atomic step, which matters only if a 64-bit module
+// sharing gv wrote a wider value). gv is one map that modules share when
+// given the same one (MapOptions.GV); sharing it with the daemon's other
+// targets means giving them the mmapped value as their gv words, not done
+// yet. Counters per probe: skipped, runs, faults, disabled, lost; hits is
+// skipped + runs. The prologue reads disabled, takes a ticket with an
+// atomic fetch-and-add on the hit count only when there is a pass count,
+// and on runs (fetch-and-add when there is a max hits): the run numbered
+// MaxHits sets disabled, and one numbered above it (another CPU passed the
+// disabled check meanwhile) gives its run back and counts as skipped,
+// exactly as jit's code does. rem sets disabled. Options.PID/TID filter
+// before all that: another process's hit is not a hit of the probe.
+//
+// # Jumps: straight mode and loop mode
+//
+// The verifier must see every path end. A program whose jumps form no
+// cycle and that has no call is compiled straight: RPN jumps are eBPF
+// jumps, all forward. The most jumps any path takes is then known; only
+// when it exceeds jmpmax is a counter kept (r9), checked on every taken
+// jump. A program with a cycle or a call runs in loop mode, under
+// bpf_loop: the callback runs from the start of a block (the entry, a jump
+// target, the instruction after a call) to the next taken jump, which
+// checks the jump budget (kept in the scratch value; max-jumps at that
+// jump's pc when none is left), stores the target's block id and returns
+// 0; the next iteration dispatches on the id (a binary search over the
+// block starts). bpf_loop's bound (2*jmpmax+2: the jumps, as many rets, the
+// first block) is never reached: the budget stops the program first. The
+// callback has no backward jump, so the verifier checks it once per block
+// rather than unrolling loops; an RPN loop of 65535 iterations costs the
+// verifier nothing more than one of 2. (The verifier's own bounded loops
+// would be unrolled: jmpmax 65535 times the body is far past its million
+// instructions.)
+//
+// call and ret are an explicit return-index switch: call pushes the block
+// id of the instruction after it on the call stack in the scratch value
+// (call-depth past 32 levels), counts a jump and goes to the target's
+// block; ret pops the id (call-depth at depth 0) and goes there. eBPF
+// function calls (bpf-to-bpf) cannot do it: an RPN routine is not a
+// function (it may jump anywhere in the probe, share code, return from
+// several places, recurse at run time up to 32 levels), while eBPF allows
+// no recursion, 8 frames and 512 bytes of stack for all of them.
+//
+// # Exceptions and records
+//
+// Exceptions are those of the machine: invalid-address (a
+// bpf_probe_read_* failing: push mrf, log mrf, log str), divide-by-zero
+// (the divisor is tested before div/idiv: eBPF itself would give 0),
+// max-jumps, call-depth, invalid-operand (indexed variables out of range,
+// setmaj above 0xffff, pop lp beyond the log). The header gets the
+// exception, the RPN pc of the instruction (p.PC: its DPDF line) and the
+// address; the log is dropped and the record committed; faults rises.
+// Records go out with bpf_ringbuf_output: a 48-byte header (probe id,
+// CPU, tid and pid from one store of bpf_get_current_pid_tgid, time,
+// major, minor, exit, exception, truncated, flags (rem), pc, log length,
+// address; layout.go) and the log. The ring's reader is woken only when
+// Options.Wakeup bytes wait (64 KiB by default; a wakeup per record costs
+// about a microsecond a hit) and polls meanwhile (Reader.Poll). A full ring
+// loses the record and counts it (lost).
+//
+// # System values, registers, memory
+//
+// push pid and tid: bpf_get_current_pid_tgid, ids of the root PID
+// namespace. procid: the CPU. task: bpf_get_current_task. ts, and the
+// records' time: bpf_ktime_get_ns (CLOCK_MONOTONIC) plus the offset to
+// Unix time the loader stores in the counters' globals (Maps.SetClock), so
+// that the kernel's times read as the other targets' (Unix ns); taken once
+// per hit.
+//
+// push r reads the probe's pt_regs (copied into the scratch value at the
+// hit): a kprobe's or uprobe's context. rip is the probed address (a
+// kprobe's regs->ip, past the int3, less one). A tracepoint (or raw
+// tracepoint) has no probed instruction and so no registers: push r is
+// refused there (the issue's push field,NAME is the tracepoint's data).
+// Registers pt_regs does not hold (ds, es, fs, gs, fs_base, gs_base, cr0-4)
+// are refused. push u reads the task's user-mode registers, saved at its
+// entry into the kernel: bpf_task_pt_regs(bpf_get_current_task_btf()). At
+// a system call's entry rax there is -ENOSYS (the kernel's), the number
+// being in orig_rax, which RPN cannot name. A kernel thread's saved
+// registers are zeros.
+//
+// Memory: a user module's probes (uprobes) read with
+// bpf_probe_read_user; a kernel module's choose by the address, the lower
+// half of x86-64's address space (below 1<<47) being the current task's
+// memory (bpf_probe_read_user), the upper the kernel's
+// (bpf_probe_read_kernel, which refuses user addresses). A user page that
+// is not present reads as invalid (a tracing program cannot fault it in).
+// log str copies with bpf_probe_read_*_str; when it faults, the n bytes
+// the machine would log are read raw: the machine reads the byte after
+// them only to know whether the string was cut, so a fault there is
+// truncation, not an exception. The address of a log str fault is the
+// string's first byte when that is unreadable, else the next page's first
+// byte (exact for a string crossing one page boundary; for a longer one
+// the machine names the first unreadable byte, which may be a later page).
+// vfy_r: a one-byte read.
+//
+// # Refused (Unsupported)
+//
+// pop mrf (eBPF cannot write kernel memory; bpf_probe_write_user taints
+// the kernel and only writes user memory), pop r and pop u (it cannot
+// change registers), push io and pop io (no port IO), exit 3 (a dump
+// needs the task stopped) and exit 4 (a debugger), vfy_rw (a program can
+// test a read, not a write without writing), push r where there are no
+// registers, and any opcode added to the machine after this compiler.
+//
+// # What differs from the machine (SPEC §3)
+//
+// The record is committed when the program ends, before the probed
+// instruction runs: eBPF cannot wait for it or know whether it faulted
+// (logonfault has no meaning). The temporary log is per CPU. The lazily
+// paged user memory and the log str fault address above.
+//
+// # Speed (TestGetppidCost, this host, one run)
+//
+// getppid 166 ns natively; a hand-written minimal counter (one atomic add
+// to a one-entry array) on syscalls:sys_enter_getppid +157 ns a hit; the
+// counting probe (inc lv,0; exit 0) +157 ns: the tracepoint's own cost,
+// the compiled program's few instructions lost in the noise; with the pid
+// filter +181; logging pid and tid to a reader draining the ring +376
+// (+966 with a wakeup per record).
 package bpf

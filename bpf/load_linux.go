@@ -63,13 +63,14 @@ func NewMaps(m *rpn.Module, o MapOptions) (*Maps, error) {
 		}
 	}()
 	size := ScratchSize(int(m.LogMax))
-	spec := &ebpf.MapSpec{Name: "gp_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(size), MaxEntries: 1}
+	probes := max(len(m.Probes), 1)
+	spec := &ebpf.MapSpec{Name: "gp_scratch", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: uint32(size), MaxEntries: uint32(probes)}
 	if !perCPU(int(m.LogMax)) {
 		n, err := ebpf.PossibleCPU()
 		if err != nil {
 			return nil, err
 		}
-		spec.Type, spec.MaxEntries = ebpf.Array, uint32(n)
+		spec.Type, spec.MaxEntries = ebpf.Array, uint32(n*probes)
 	}
 	var err error
 	if ms.Scratch, err = ebpf.NewMap(spec); err != nil {

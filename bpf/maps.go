@@ -7,10 +7,15 @@ import (
 // Maps are the eBPF maps the probes of one module use (NewMaps makes
 // them):
 //
-//	Scratch   per-CPU array, 1 entry of ScratchSize(logmax) bytes (an array
-//	          of one entry per possible CPU, keyed by the CPU, when that is
-//	          above PerCPULimit): the stack, the loop state, the header
-//	          and the log of the hit running on that CPU
+//	Scratch   per-CPU array, one entry of ScratchSize(logmax) bytes per
+//	          probe (an array of one entry per possible CPU and probe,
+//	          keyed by CPU*probes+probe, when that is above PerCPULimit):
+//	          the stack, the loop state, the header and the log of the
+//	          probe's hit running on that CPU. One per probe: a tracepoint
+//	          or kprobe program never runs nested in another on a CPU
+//	          (bpf_prog_active), but a raw tracepoint's may be interrupted
+//	          by another probe's (an interrupt's tracepoint), and each
+//	          program guards only against itself.
 //	Ring      ring buffer: the records
 //	Counters  array, 1 entry (mmapable): GlobalsSize bytes of globals (the
 //	          clock offset), then CountersSize bytes per probe
