@@ -551,7 +551,7 @@ func (e *Engine) drain() int {
 			if len(e.js.batch) == drainBatch {
 				e.flushBatch(bs)
 			}
-		})
+		}, drainMax)
 		if batched {
 			e.flushBatch(bs)
 		}
@@ -559,8 +559,13 @@ func (e *Engine) drain() int {
 	return n
 }
 
-// drainBatch is the most records a BatchSink gets at once.
-const drainBatch = 1024
+// drainBatch is the most records a BatchSink gets at once; drainMax the
+// most records of a ring one drain takes before it lets go of e.js.mu
+// (pads that never stop committing held query off for good).
+const (
+	drainBatch = 1024
+	drainMax   = 4096
+)
 
 func (e *Engine) flushBatch(bs BatchSink) {
 	if len(e.js.batch) == 0 {

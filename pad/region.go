@@ -111,13 +111,14 @@ func word(b []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&b[off]))
 // Lost is the number of records the pads dropped because the ring was full.
 func (r *Ring) Lost() uint64 { return atomic.LoadUint64(word(r.b, OffLost)) }
 
-// Drain hands every committed record to f, oldest first, and frees its
+// Drain hands committed records to f, oldest first, and frees their
 // space (zeroed: a header word is 0 until its record is committed); it
-// stops at the first record not committed yet. It returns how many.
-func (r *Ring) Drain(f func(*Record)) int {
+// stops at the first record not committed yet, or after most records (0:
+// no limit). It returns how many.
+func (r *Ring) Drain(f func(*Record), most int) int {
 	n := 0
 	tail := atomic.LoadUint64(word(r.b, OffTail))
-	for {
+	for most == 0 || n < most {
 		pos := int(tail % uint64(r.size))
 		hw := word(r.b, OffRing+pos)
 		h := atomic.LoadUint64(hw)

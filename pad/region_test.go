@@ -66,7 +66,7 @@ func TestRingDrain(t *testing.T) {
 				}
 			}
 			got++
-		})
+		}, 0)
 		if got != next {
 			t.Fatalf("round %d: %d records drained of %d", round, got, next)
 		}

@@ -5,6 +5,7 @@ package ptrace_test
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -449,4 +450,51 @@ func TestJumpVfork(t *testing.T) {
 	if byPid[parent] != 2000 || byPid[child] != 1000 {
 		t.Errorf("records by pid %v, want 2000 of %d (parent), 1000 of %d (vfork child)", byPid, parent, child)
 	}
+}
+
+// Insert and remove 20 times while 4 threads run through the pads
+// (testdata/harm: a lock add and a push, counted by the program itself):
+// every removal puts the original code back while threads may be inside a
+// pad (pads are never freed), the program's totals stay exact, and the
+// probes count while in.
+func TestJumpRemoveUnderLoad(t *testing.T) {
+	harm := testkit.CC(t, "harm", "-O1", "-pthread", "../testdata/harm/harm.c", "../testdata/harm/funcs.S")
+	dir := t.TempDir()
+	started, stop := dir+"/started", dir+"/stop"
+	r := startWith(t, startConfig{path: harm}, "-t", "4", "-n", "1000000000", "-s", started, "-e", stop)
+	r.eng.Release()
+	for !exists(started) {
+		time.Sleep(time.Millisecond)
+	}
+	src := "name = PROGRAM\nmodtype = user\nvars = 2\noffset = f_lock\nminor = 1\ninc lv,0\nexit 0\noffset = f_push\nminor = 2\ninc lv,1\npush r,rdi\nlog 1\nexit 1\n"
+	for round := 0; round < 20; round++ {
+		infos, err := r.eng.Insert(compileFor(t, harm, src), engine.InsertNew)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for _, p := range infos {
+			if p.How != "jump" {
+				t.Fatalf("round %d: %s: how %q (%s)", round, p.Location, p.How, p.Reason)
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		q := r.eng.Query()
+		if q[0].Hits == 0 || q[1].Hits == 0 {
+			t.Fatalf("round %d: no hits while in: %+v", round, q)
+		}
+		if n, err := r.eng.Remove(harm, nil); err != nil || n != 2 {
+			t.Fatalf("round %d: remove: %d %v", round, n, err)
+		}
+	}
+	os.WriteFile(stop, nil, 0o644)
+	lines := r.finish()
+	if !strings.Contains(strings.Join(lines, "\n"), "total") {
+		t.Fatalf("the program's output: %q", lines)
+	}
+	t.Logf("%s", lines[len(lines)-1])
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
