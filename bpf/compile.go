@@ -89,6 +89,10 @@ type Options struct {
 	// negative value wakes the reader at every record it is waiting for
 	// (the kernel's default).
 	Wakeup int
+	// Loop compiles the program in loop mode (doc.go) even when it has no
+	// cycle and no call. Compiled.Load does it by itself when the
+	// verifier finds the straight program too complex.
+	Loop bool
 }
 
 // DefaultWakeup is Options.Wakeup's default: 64 KiB of records.
@@ -102,6 +106,7 @@ type Compiled struct {
 	Loop bool
 	p    *rpn.Program
 	pi   int
+	o    Options
 	rpn  []int // raw eBPF offset -> RPN instruction index (absolute), -1 for glue
 }
 
@@ -242,7 +247,7 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 			}
 		}
 	}
-	return &Compiled{Spec: spec, Loop: c.loopMode, p: p, pi: pi, rpn: m}, nil
+	return &Compiled{Spec: spec, Loop: c.loopMode, p: p, pi: pi, o: o, rpn: m}, nil
 }
 
 // listing maps the byte offset of each instruction of probe pi to its
@@ -385,7 +390,7 @@ func (c *compiler) analyze() {
 		color[i] = 2
 	}
 	visit(0)
-	c.loopMode = c.cyclic || c.hasCalls
+	c.loopMode = c.cyclic || c.hasCalls || c.o.Loop
 	c.live = make([]bool, c.n)
 	work := []int{0}
 	c.live[0] = true

@@ -179,9 +179,9 @@ type kernelRun struct {
 }
 
 // startRun loads and attaches p; the caller has locked its OS thread.
-func startRun(t testing.TB, p *rpn.Program, r *region, rng *rand.Rand) *kernelRun {
+func startRun(t testing.TB, p *rpn.Program, r *region, rng *rand.Rand, loop bool) *kernelRun {
 	t.Helper()
-	prog, m, c := load(t, p, bpf.Options{PID: uint32(os.Getpid()), TID: uint32(unix.Gettid())})
+	prog, m, c := load(t, p, bpf.Options{PID: uint32(os.Getpid()), TID: uint32(unix.Gettid()), Loop: loop})
 	k := &kernelRun{t: t, p: p, m: m, compiled: c}
 	k.env = env{r: r, pid: uint64(os.Getpid()), tid: uint64(unix.Gettid())}
 	// variables start with the same random values on both sides
@@ -393,27 +393,34 @@ var diffCases = []struct{ name, src string }{
 	{"i386 call", "arch = i386\npush d,1\ncall f\nlog 1\nexit 1\nf: push d,2\nadd\nret"},
 }
 
-// Every case, a few hits each with random arguments, on both sides.
+// Every case, a few hits each with random arguments, on both sides; each
+// compiled as it would be, and in loop mode.
 func TestDiff(t *testing.T) {
 	needBPF(t)
 	r := newRegion(t, 1)
 	for ci, c := range diffCases {
-		t.Run(c.name, func(t *testing.T) {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			rng := rand.New(rand.NewPCG(uint64(ci), 99))
-			p := compileSrc(t, r.subst(c.src))
-			k := startRun(t, p, r, rng)
-			for i := 0; i < 6; i++ {
-				var args [6]uint64
-				for j := range args {
-					args[j] = randWord(rng, 8)
-				}
-				if d := k.hit(args); d != "" {
-					t.Fatalf("hit %d (args %#x): %s\n%s", i+1, args, d, p.Listing(0))
-				}
+		for _, loop := range []bool{false, true} {
+			name := c.name
+			if loop {
+				name += " (loop mode)"
 			}
-		})
+			t.Run(name, func(t *testing.T) {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				rng := rand.New(rand.NewPCG(uint64(ci), 99))
+				p := compileSrc(t, r.subst(c.src))
+				k := startRun(t, p, r, rng, loop)
+				for i := 0; i < 6; i++ {
+					var args [6]uint64
+					for j := range args {
+						args[j] = randWord(rng, 8)
+					}
+					if d := k.hit(args); d != "" {
+						t.Fatalf("hit %d (args %#x): %s\n%s", i+1, args, d, p.Listing(0))
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -223,6 +223,12 @@ func (m *Maps) Close() error {
 
 // Load loads the compiled program into the kernel. A refusal of the
 // kernel's verifier is a *VerifierError naming the RPN instruction.
+//
+// A straight program (doc.go) with many branches can be more than the
+// verifier explores (it walks every path it cannot prune, a million
+// instructions at most; 60 diamonds of conditional logging cost it 49000):
+// when it gives up, Load compiles the program again in loop mode, where it
+// checks each block once, and loads that (c then describes it).
 func (c *Compiled) Load() (*ebpf.Program, error) {
 	prog, err := ebpf.NewProgramWithOptions(c.Spec, ebpf.ProgramOptions{LogSizeStart: 1 << 20})
 	if err == nil {
@@ -232,7 +238,33 @@ func (c *Compiled) Load() (*ebpf.Program, error) {
 	if !errors.As(err, &ve) {
 		return nil, err
 	}
+	if !c.Loop && tooComplex(ve) {
+		o := c.o
+		o.Loop = true
+		lc, err := CompileProbe(c.p, c.pi, o)
+		if err != nil {
+			return nil, err
+		}
+		if prog, err := lc.Load(); err == nil {
+			*c = *lc
+			return prog, nil
+		}
+	}
 	return nil, c.verifierError(ve.Log, err)
+}
+
+// tooComplex reports whether the verifier gave up on the program's size
+// rather than found it wrong.
+func tooComplex(ve *ebpf.VerifierError) bool {
+	if errors.Is(ve, unix.E2BIG) {
+		return true
+	}
+	for _, l := range ve.Log {
+		if strings.Contains(l, "BPF program is too large") || strings.Contains(l, "too many states") {
+			return true
+		}
+	}
+	return false
 }
 
 var insnLine = regexp.MustCompile(`^(\d+): \(`)

@@ -320,7 +320,7 @@ func TestRandom(t *testing.T) {
 		ok := t.Run("", func(t *testing.T) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			k := startRun(t, p, r, g.rng)
+			k := startRun(t, p, r, g.rng, seed%3 == 0) // a third forced into loop mode
 			if k.compiled.Loop {
 				loops++
 			}
