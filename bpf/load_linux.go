@@ -321,3 +321,58 @@ func EnsureTracefs() error {
 	}
 	return nil
 }
+
+// Module is a module's probes loaded in the kernel: its maps and one
+// program per probe; a probe refused (Unsupported, VerifierError) has no
+// program and its error in Errs, and the others go in.
+type Module struct {
+	Maps     *Maps
+	Progs    []*ebpf.Program
+	Compiled []*Compiled
+	Errs     []error
+}
+
+// ModuleOptions tune LoadModule.
+type ModuleOptions struct {
+	MapOptions
+	// Kind of each probe's attachment; nil: every probe a tracepoint.
+	Kind     func(pi int) Kind
+	PID, TID uint32
+	Wakeup   int
+}
+
+// LoadModule makes the maps of p's module and compiles and loads each of
+// its probes. It fails only when the maps cannot be made.
+func LoadModule(p *rpn.Program, o ModuleOptions) (*Module, error) {
+	maps, err := NewMaps(p.Module(), o.MapOptions)
+	if err != nil {
+		return nil, err
+	}
+	n := p.NumProbes()
+	m := &Module{Maps: maps, Progs: make([]*ebpf.Program, n), Compiled: make([]*Compiled, n), Errs: make([]error, n)}
+	for pi := 0; pi < n; pi++ {
+		kind := KindTracepoint
+		if o.Kind != nil {
+			kind = o.Kind(pi)
+		}
+		c, err := CompileProbe(p, pi, Options{Maps: maps, Probe: uint32(pi), Kind: kind, PID: o.PID, TID: o.TID, Wakeup: o.Wakeup})
+		if err != nil {
+			m.Errs[pi] = err
+			continue
+		}
+		m.Compiled[pi] = c
+		m.Progs[pi], m.Errs[pi] = c.Load()
+	}
+	return m, nil
+}
+
+// Close unloads the programs (those attached stay until their links
+// close) and releases the maps.
+func (m *Module) Close() error {
+	for _, p := range m.Progs {
+		if p != nil {
+			p.Close()
+		}
+	}
+	return m.Maps.Close()
+}

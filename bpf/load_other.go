@@ -70,3 +70,25 @@ func (r *Reader) Read() (Record, error) { return Record{}, ErrNotSupported }
 
 // Close does nothing.
 func (r *Reader) Close() error { return nil }
+
+// Module is a module's probes loaded in the kernel (Linux only).
+type Module struct {
+	Maps     *Maps
+	Progs    []*ebpf.Program
+	Compiled []*Compiled
+	Errs     []error
+}
+
+// ModuleOptions tune LoadModule.
+type ModuleOptions struct {
+	MapOptions
+	Kind     func(pi int) Kind
+	PID, TID uint32
+	Wakeup   int
+}
+
+// LoadModule returns ErrNotSupported.
+func LoadModule(p *rpn.Program, o ModuleOptions) (*Module, error) { return nil, ErrNotSupported }
+
+// Close does nothing.
+func (m *Module) Close() error { return nil }
