@@ -827,10 +827,13 @@ func (c *compiler) mainFunc() {
 
 	// counters, pass count, max hits (jit/compile.go, prologue)
 	c.counters(asm.R1, 0)
+	if pr.PassCount > 0 {
+		// the hit's number, counted disabled or not, as the machine does
+		c.emit(asm.Mov.Imm(asm.R0, 1), fetchAdd(asm.R1, asm.R0, asm.DWord, cntHits), asm.Add.Imm(asm.R0, 1))
+	}
 	c.emit(asm.LoadMem(asm.R2, asm.R1, cntDisabled, asm.DWord))
 	a.jmpImm(asm.JNE, asm.R2, 0, c.lSkip, false)
 	if pr.PassCount > 0 {
-		c.emit(asm.Mov.Imm(asm.R0, 1), fetchAdd(asm.R1, asm.R0, asm.DWord, cntHits), asm.Add.Imm(asm.R0, 1))
 		c.emit(movImm64(asm.R2, pr.PassCount))
 		a.jmpReg(asm.JLE, asm.R0, asm.R2, c.lSkip)
 	}

@@ -51,9 +51,11 @@
 // given the same one (MapOptions.GV); sharing it with the daemon's other
 // targets means giving them the mmapped value as their gv words, not done
 // yet. Counters per probe: skipped, runs, faults, disabled, lost; hits is
-// skipped + runs. The prologue reads disabled, takes a ticket with an
-// atomic fetch-and-add on the hit count only when there is a pass count,
-// and on runs (fetch-and-add when there is a max hits): the run numbered
+// skipped + runs; missed, the hits the kernel did not run the program for
+// (another eBPF program running on the CPU), is the kernel's own
+// (Module.Counters). The prologue takes the hit's number with an atomic
+// fetch-and-add only when there is a pass count, reads disabled, and
+// counts runs (fetch-and-add when there is a max hits): the run numbered
 // MaxHits sets disabled, and one numbered above it (another CPU passed the
 // disabled check meanwhile) gives its run back and counts as skipped,
 // exactly as jit's code does. rem sets disabled. Options.PID/TID filter

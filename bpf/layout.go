@@ -114,6 +114,10 @@ type Counters struct {
 	Faults   uint64 // executions that ended in an exception
 	Disabled bool   // max hits reached, or rem executed
 	Lost     uint64 // records lost: the ring buffer was full
+	// Missed are the hits the kernel did not run the program for (another
+	// eBPF program was running on the CPU): bpf_prog_info's
+	// recursion_misses, filled in by Module.Counters.
+	Missed uint64
 }
 
 // perCPU reports whether the scratch value of a module with this logmax

@@ -366,6 +366,21 @@ func LoadModule(p *rpn.Program, o ModuleOptions) (*Module, error) {
 	return m, nil
 }
 
+// Counters are probe pi's counters, with the kernel's count of the hits it
+// did not run the program for (Counters.Missed).
+func (m *Module) Counters(pi int) (Counters, error) {
+	c, err := m.Maps.ProbeCounters(pi)
+	if err != nil || m.Progs[pi] == nil {
+		return c, err
+	}
+	st, err := m.Progs[pi].Stats()
+	if err != nil {
+		return c, err
+	}
+	c.Missed = st.RecursionMisses
+	return c, nil
+}
+
 // Close unloads the programs (those attached stay until their links
 // close) and releases the maps.
 func (m *Module) Close() error {

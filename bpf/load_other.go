@@ -90,5 +90,8 @@ type ModuleOptions struct {
 // LoadModule returns ErrNotSupported.
 func LoadModule(p *rpn.Program, o ModuleOptions) (*Module, error) { return nil, ErrNotSupported }
 
+// Counters returns ErrNotSupported.
+func (m *Module) Counters(pi int) (Counters, error) { return Counters{}, ErrNotSupported }
+
 // Close does nothing.
 func (m *Module) Close() error { return nil }

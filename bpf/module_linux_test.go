@@ -78,8 +78,8 @@ func TestModule(t *testing.T) {
 		t.Fatalf("lv %v: want %d getppid and about as many system calls", lv, n)
 	}
 	for pi := 0; pi < 2; pi++ {
-		if cn, _ := m.Maps.ProbeCounters(pi); cn.Runs != lv[pi] {
-			t.Errorf("probe %d: counters %+v, lv %d", pi, cn, lv[pi])
+		if cn, err := m.Counters(pi); err != nil || cn.Runs != lv[pi] || cn.Missed != 0 {
+			t.Errorf("probe %d: counters %+v (%v), lv %d", pi, cn, err, lv[pi])
 		}
 	}
 	t.Logf("lv 0 = %d getppid, lv 1 = %d system calls", lv[0], lv[1])
