@@ -246,21 +246,28 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 	if why := e.buildPad(sp, host, rg, site, append(site.probes, p)); why != "" {
 		return why
 	}
-	// every thread stopped; none inside the covered bytes
-	stopped, err := e.stopAll(sp.id)
+	// every thread stopped; none inside the covered bytes (a thread
+	// there is let run on a moment, a few times, before giving up)
+	var stopped []int
+	for try := 0; ; try++ {
+		var err error
+		stopped, err = e.stopAll(sp.id)
+		if err != nil {
+			e.resumeStopped(stopped)
+			return fmt.Sprintf("stop the threads: %v", err)
+		}
+		inside := e.insideCovered(sp, plan, addr)
+		if inside == "" {
+			break
+		}
+		if try == 10 || len(stopped) == 0 {
+			e.resumeStopped(stopped)
+			return inside
+		}
+		e.resumeStopped(stopped)
+		time.Sleep(50 * time.Microsecond)
+	}
 	defer e.resumeStopped(stopped)
-	if err != nil {
-		return fmt.Sprintf("stop the threads: %v", err)
-	}
-	for _, tid := range e.tgt.Threads(sp.id) {
-		var r Regs
-		if e.tgt.GetRegs(tid, &r) != nil {
-			continue
-		}
-		if pc := r[rpn.RegRIP]; x86.InsideCovered(plan, addr, pc) {
-			return fmt.Sprintf("thread %d is inside the covered bytes (at %#x)", tid, pc)
-		}
-	}
 	jmp := x86.JmpTo(addr, site.pad.at)
 	if len(jmp) != x86.JumpLen {
 		return "the pad is beyond ±2 GiB of the probe"
@@ -512,7 +519,7 @@ func (e *Engine) startDrain() {
 			n := e.drain()
 			select {
 			case <-e.js.stop:
-				e.drain()
+				e.drainAll()
 				return
 			default:
 			}
@@ -938,7 +945,7 @@ func (e *Engine) dropJump(sp *space, exec bool) {
 	if rg.refs--; rg.refs > 0 {
 		return
 	}
-	e.drain()
+	e.drainAll()
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
 	e.releaseRegion(rg)
@@ -1127,5 +1134,26 @@ func (e *Engine) retryTCB(sp *space, tid int) {
 		if len(rg.odd) == 0 {
 			atomic.StoreUint64(rg.mem.Word(pad.OffTCBTid), off)
 		}
+	}
+}
+
+// insideCovered says which thread of a space (all stopped) is inside the
+// bytes a jump at addr would cover, or "".
+func (e *Engine) insideCovered(sp *space, plan x86.JumpPlan, addr uint64) string {
+	for _, tid := range e.tgt.Threads(sp.id) {
+		var r Regs
+		if e.tgt.GetRegs(tid, &r) != nil {
+			continue
+		}
+		if pc := r[rpn.RegRIP]; x86.InsideCovered(plan, addr, pc) {
+			return fmt.Sprintf("thread %d is inside the covered bytes (at %#x)", tid, pc)
+		}
+	}
+	return ""
+}
+
+// drainAll drains every ring to its end (a region about to go, Close).
+func (e *Engine) drainAll() {
+	for e.drain() > 0 {
 	}
 }
