@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/internal/shm"
@@ -480,13 +481,14 @@ func (e *Engine) lvFor(rg *region, m *Module) (uint64, string) {
 	if off, ok := rg.lvAt[m]; ok {
 		return rg.addr + uint64(off), ""
 	}
-	n := len(m.lv)
-	if rg.lvNext+n > pad.LVWords {
+	// room for every variable a module may have: a build merged in
+	// later with more grows its lv in place
+	if rg.lvNext+rpn.MaxVars > pad.LVWords {
 		return 0, "the region's local variables are full"
 	}
 	off := pad.OffLV + rg.lvNext*8
-	rg.lvNext += n
-	words := rg.mem.Words(off, n)
+	rg.lvNext += rpn.MaxVars
+	words := rg.mem.Words(off, rpn.MaxVars)[:len(m.lv)]
 	copy(words, m.lv)
 	m.lv = words
 	rg.lvAt[m] = off
@@ -968,7 +970,7 @@ func (e *Engine) releaseRegion(rg *region) {
 	}
 	e.js.lostGone += rg.ring.Lost()
 	for m, off := range rg.lvAt {
-		if len(m.lv) > 0 && &m.lv[0] == &rg.mem.Words(off, 1)[0] {
+		if cap(m.lv) > 0 && unsafe.SliceData(m.lv) == &rg.mem.Words(off, 1)[0] {
 			m.lv = append([]uint64(nil), m.lv...)
 		}
 	}

@@ -109,7 +109,13 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 		e.modules = append(e.modules, mod)
 	}
 	if int(src.Vars) > len(mod.lv) {
-		mod.lv = append(mod.lv, make([]uint64, int(src.Vars)-len(mod.lv))...)
+		if cap(mod.lv) >= int(src.Vars) {
+			// in a jump pads' region (room for rpn.MaxVars): grow in
+			// place, where the pads read and write them
+			mod.lv = mod.lv[:src.Vars]
+		} else {
+			mod.lv = append(mod.lv, make([]uint64, int(src.Vars)-len(mod.lv))...)
+		}
 	}
 	mod.gvars = max(mod.gvars, int(src.GVars))
 	mod.srcs = append(mod.srcs, src)
