@@ -162,9 +162,9 @@
 // # Speed (TestGetppidCost, this host, one run)
 //
 // getppid 166 ns natively; a hand-written minimal counter (one atomic add
-// to a one-entry array) on syscalls:sys_enter_getppid +157 ns a hit; the
-// counting probe (inc lv,0; exit 0) +157 ns: the tracepoint's own cost,
+// to a one-entry array) on syscalls:sys_enter_getppid +156 ns a hit; the
+// counting probe (inc lv,0; exit 0) +156 ns: the tracepoint's own cost,
 // the compiled program's few instructions lost in the noise; with the pid
-// filter +181; logging pid and tid to a reader draining the ring +376
-// (+966 with a wakeup per record).
+// filter +174; bpftrace's count() +207; logging pid and tid to a reader
+// draining the ring +352 (+1224 with a wakeup per record).
 package bpf

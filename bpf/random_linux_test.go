@@ -302,7 +302,7 @@ func (g *gen) module() *rpn.Module {
 func TestRandom(t *testing.T) {
 	needBPF(t)
 	r := newRegion(t, 3)
-	n := 200
+	n := 120
 	if testing.Short() {
 		n = 40
 	}
