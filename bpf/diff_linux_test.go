@@ -374,6 +374,7 @@ var diffCases = []struct{ name, src string }{
 	{"log str truncated", "logmax = 10\npush d,100\npush d,$EDGE\nlog str\nexit 1"},
 	{"log str fills the log at the edge", "logmax = 40\npush d,100\npush d,$EDGE\nlog str\nexit 1"},
 	{"log str into a full log", "logmax = 8\npush d,1\nlog 1\npush d,5\npush d,$NONE\nlog str\nexit 1"},
+	{"logmax 20000: a scratch array keyed by CPU", "logmax = 20000\npush d,5000\npush d,$BASE\nlog mrf\npush d,3000\npush d,$RO\nlog str\npush u,rdi\nlog 1\nexit 1"},
 	{"vfy_r", "push d,$BASE\nvfy_r\npush d,$RO\nvfy_r\npush d,$NONE\nvfy_r\npush d,0\nvfy_r\npush d,0xfffffffffffff000\nvfy_r\nlog 5\nexit 1"},
 	{"nop", "nop\nnop\nexit 1"},
 	{"pass count", "passcount = 2\npush d,1\nlog 1\nexit 1"},
