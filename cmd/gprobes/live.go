@@ -403,7 +403,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary (with -o, the records still go to the file)"},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the records to `FILE` as JSON lines (each written before the probed thread resumes) instead of printing them; a record the file cannot take is counted, the summary says how many, and gprobes exits with status 74"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the records to `FILE` as JSON lines (on the int3 route each written before the probed thread resumes; a jump pad's as gprobes drains its ring) instead of printing them; a record the file cannot take is counted, the summary says how many, and gprobes exits with status 74"},
 			&cli.StringFlag{Name: "dumps", Value: ".", Usage: "`DIR` for the core dumps of exit 3"},
 			routeFlag(), ringFlag(),
 		),
