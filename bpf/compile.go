@@ -355,21 +355,13 @@ func (c *compiler) check() error {
 func (c *compiler) succ(i int) []int {
 	in := c.insn(i)
 	var s []int
-	if !ends(in.Op) {
+	if !in.Op.Ends() {
 		s = append(s, i+1)
 	}
 	if in.Op.IsJump() && in.Op != rpn.OpCall {
 		s = append(s, int(in.C)-c.first)
 	}
 	return s
-}
-
-func ends(op rpn.Opcode) bool {
-	switch op {
-	case rpn.OpJmp, rpn.OpRet, rpn.OpExit, rpn.OpAbort, rpn.OpRem:
-		return true
-	}
-	return false
 }
 
 // analyze chooses the mode (doc.go) and the stack addressing.
@@ -421,7 +413,7 @@ func (c *compiler) analyze() {
 			}
 			in := c.insn(i)
 			b := 0
-			if !ends(in.Op) {
+			if !in.Op.Ends() {
 				b = most(i + 1)
 			}
 			if in.Op.IsJump() {
@@ -438,102 +430,16 @@ func (c *compiler) analyze() {
 	c.stackAnalysis()
 }
 
-// stackEffect: entries read (from the TOS down), change of the TOS index,
-// entries written (from the new TOS down). As jit's.
-func stackEffect(in rpn.Insn) (reads, delta, writes int) {
-	switch in.Op {
-	case rpn.OpJz, rpn.OpJnz, rpn.OpJlt, rpn.OpJle, rpn.OpJgt, rpn.OpJge:
-		return 1, 0, 0
-	case rpn.OpLoop:
-		return 1, 0, 1
-	case rpn.OpLogN:
-		return int(in.A), -int(in.A), 0
-	case rpn.OpRos:
-		return 0, -int(in.A), 0
-	case rpn.OpLogStr, rpn.OpLogMrf, rpn.OpPopMrf, rpn.OpPopIO, rpn.OpPopLV, rpn.OpPopGV:
-		return 2, -2, 0
-	case rpn.OpSetMaj, rpn.OpSetMin, rpn.OpPopLP, rpn.OpPopLVI, rpn.OpPopGVI, rpn.OpPopR, rpn.OpPopU,
-		rpn.OpIncLV, rpn.OpDecLV, rpn.OpIncGV, rpn.OpDecGV:
-		return 1, -1, 0
-	case rpn.OpMoveLVI, rpn.OpMoveGVI:
-		return 1, 0, 0
-	case rpn.OpMoveLV, rpn.OpMoveGV:
-		return 2, -1, 0
-	case rpn.OpPushLP, rpn.OpPushLVI, rpn.OpPushGVI, rpn.OpPushR, rpn.OpPushU, rpn.OpPushD,
-		rpn.OpPushPID, rpn.OpPushTID, rpn.OpPushProcID, rpn.OpPushTask, rpn.OpPushTS:
-		return 0, 1, 1
-	case rpn.OpPushLV, rpn.OpPushGV, rpn.OpNot, rpn.OpNeg,
-		rpn.OpShlI, rpn.OpShrI, rpn.OpSarI, rpn.OpRolI, rpn.OpRorI,
-		rpn.OpVfyR, rpn.OpVfyRW, rpn.OpPushMrf, rpn.OpPushIO:
-		return 1, 0, 1
-	case rpn.OpAdd, rpn.OpSub, rpn.OpMul, rpn.OpAnd, rpn.OpOr, rpn.OpXor,
-		rpn.OpShl, rpn.OpShr, rpn.OpSar, rpn.OpRol, rpn.OpRor:
-		return 2, -1, 1
-	case rpn.OpDiv, rpn.OpIDiv, rpn.OpXchg:
-		return 2, 0, 2
-	case rpn.OpPop:
-		return 0, -1, 0
-	case rpn.OpDup:
-		return 1, 1, 1
-	}
-	return 0, 0, 0
-}
-
-// stackAnalysis: static-stack mode when the program has no call and every
-// instruction is reached with one TOS index (jit/compile.go, analyze):
-// each stack access is then at a constant offset, and only the slots read
-// before written are zeroed at the hit.
+// stackAnalysis is rpn's (shared with package jit): static-stack mode
+// when every path agrees on the TOS index, and the slots to zero.
 func (c *compiler) stackAnalysis() {
-	c.needZero = ^uint32(0)
-	if c.hasCalls {
+	l := c.p.StaticStack(c.pi)
+	c.needZero = l.NeedZero
+	if !l.Static {
 		return
 	}
-	type state struct {
-		d     int
-		known uint32
-		ok    bool
-	}
-	st := make([]state, c.n)
-	st[0] = state{ok: true}
-	work := []int{0}
-	var need uint32
-	for len(work) > 0 {
-		i := work[len(work)-1]
-		work = work[:len(work)-1]
-		s := st[i]
-		r, delta, w := stackEffect(c.insn(i))
-		for k := 0; k < r; k++ {
-			bit := uint32(1) << ((s.d - k) & 31)
-			if s.known&bit == 0 {
-				need |= bit
-				s.known |= bit
-			}
-		}
-		d := (s.d + delta) & 31
-		for k := 0; k < w; k++ {
-			s.known |= 1 << ((d - k) & 31)
-		}
-		for _, j := range c.succ(i) {
-			t := &st[j]
-			switch {
-			case !t.ok:
-				*t = state{d: d, known: s.known, ok: true}
-				work = append(work, j)
-			case t.d != d:
-				return
-			case t.known&s.known != t.known:
-				t.known &= s.known
-				work = append(work, j)
-			}
-		}
-	}
 	c.static = true
-	c.needZero = need
-	c.reach = make([]bool, c.n)
-	c.depth = make([]int, c.n)
-	for i, s := range st {
-		c.reach[i], c.depth[i] = s.ok, s.d
-	}
+	c.reach, c.depth = l.Reach, l.Depth
 }
 
 // ---- maps

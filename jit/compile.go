@@ -137,6 +137,7 @@ type compiler struct {
 	pr     *rpn.Probe
 	l      Layout
 	a      asm
+	pi     int // the probe
 	first  int // instruction index of the probe's entry
 	n      int // instructions in the probe
 	is32   bool
@@ -174,6 +175,7 @@ func Compile(p *rpn.Program, pi int, l Layout) (*Code, error) {
 		mod:     mod,
 		pr:      &mod.Probes[pi],
 		l:       l,
+		pi:      pi,
 		first:   p.Entry(pi),
 		n:       p.End(pi) - p.Entry(pi),
 		is32:    p.WordSize() == 4,
@@ -257,126 +259,16 @@ func (c *compiler) check() error {
 	return nil
 }
 
-// stackEffect is what an instruction does to the stack: entries it reads
-// (from the TOS down), the change of the TOS index, entries it writes
-// (from the new TOS down).
-func stackEffect(in rpn.Insn) (reads, delta, writes int) {
-	switch in.Op {
-	case rpn.OpJz, rpn.OpJnz, rpn.OpJlt, rpn.OpJle, rpn.OpJgt, rpn.OpJge:
-		return 1, 0, 0
-	case rpn.OpLoop:
-		return 1, 0, 1
-	case rpn.OpLogN:
-		return int(in.A), -int(in.A), 0
-	case rpn.OpRos:
-		return 0, -int(in.A), 0
-	case rpn.OpLogStr, rpn.OpLogMrf, rpn.OpPopMrf, rpn.OpPopIO, rpn.OpPopLV, rpn.OpPopGV:
-		return 2, -2, 0
-	case rpn.OpSetMaj, rpn.OpSetMin, rpn.OpPopLP, rpn.OpPopLVI, rpn.OpPopGVI, rpn.OpPopR, rpn.OpPopU,
-		rpn.OpIncLV, rpn.OpDecLV, rpn.OpIncGV, rpn.OpDecGV:
-		return 1, -1, 0
-	case rpn.OpMoveLVI, rpn.OpMoveGVI:
-		return 1, 0, 0
-	case rpn.OpMoveLV, rpn.OpMoveGV:
-		return 2, -1, 0
-	case rpn.OpPushLP, rpn.OpPushLVI, rpn.OpPushGVI, rpn.OpPushR, rpn.OpPushU, rpn.OpPushD,
-		rpn.OpPushPID, rpn.OpPushTID, rpn.OpPushProcID, rpn.OpPushTask, rpn.OpPushTS:
-		return 0, 1, 1
-	case rpn.OpPushLV, rpn.OpPushGV, rpn.OpNot, rpn.OpNeg,
-		rpn.OpShlI, rpn.OpShrI, rpn.OpSarI, rpn.OpRolI, rpn.OpRorI,
-		rpn.OpVfyR, rpn.OpVfyRW, rpn.OpPushMrf, rpn.OpPushIO:
-		return 1, 0, 1
-	case rpn.OpAdd, rpn.OpSub, rpn.OpMul, rpn.OpAnd, rpn.OpOr, rpn.OpXor,
-		rpn.OpShl, rpn.OpShr, rpn.OpSar, rpn.OpRol, rpn.OpRor:
-		return 2, -1, 1
-	case rpn.OpDiv, rpn.OpIDiv, rpn.OpXchg:
-		return 2, 0, 2
-	case rpn.OpPop:
-		return 0, -1, 0
-	case rpn.OpDup:
-		return 1, 1, 1
-	}
-	// nop, jmp, call, ret, exit, abort, rem, log lv/gv, setmaj/setmin
-	// immediate, inc/dec lv/gv immediate
-	return 0, 0, 0
-}
-
-// ends reports whether control never falls through to the next instruction.
-func ends(op rpn.Opcode) bool {
-	switch op {
-	case rpn.OpJmp, rpn.OpRet, rpn.OpExit, rpn.OpAbort, rpn.OpRem:
-		return true
-	}
-	return false
-}
-
 // analyze decides between static- and dynamic-stack mode (see the top of
-// this file): a forward data flow over the probe's instructions of the
-// TOS index (which must agree on every path into an instruction) and the
-// slots surely written or read before (intersected where paths meet).
-// A read of a slot not surely written is one the hit must zero first.
+// this file) with rpn's stack analysis, shared with package bpf.
 func (c *compiler) analyze() {
-	c.needZero = ^uint32(0)
-	if c.hasCalls {
-		return // a routine may be called at several depths: dynamic
-	}
-	type state struct {
-		d     int
-		known uint32
-		ok    bool
-	}
-	st := make([]state, c.n)
-	st[0] = state{ok: true}
-	work := []int{0}
-	var need uint32
-	for len(work) > 0 {
-		i := work[len(work)-1]
-		work = work[:len(work)-1]
-		s := st[i]
-		in := c.p.Insn(c.first + i)
-		r, delta, w := stackEffect(in)
-		for k := 0; k < r; k++ {
-			bit := uint32(1) << ((s.d - k) & 31)
-			if s.known&bit == 0 {
-				need |= bit
-				s.known |= bit // zeroed at the hit from now on
-			}
-		}
-		d := (s.d + delta) & 31
-		for k := 0; k < w; k++ {
-			s.known |= 1 << ((d - k) & 31)
-		}
-		var succ [2]int
-		ns := 0
-		if !ends(in.Op) {
-			succ[ns] = i + 1
-			ns++
-		}
-		if in.Op.IsJump() {
-			succ[ns] = int(in.C) - c.first
-			ns++
-		}
-		for _, j := range succ[:ns] {
-			t := &st[j]
-			switch {
-			case !t.ok:
-				*t = state{d: d, known: s.known, ok: true}
-				work = append(work, j)
-			case t.d != d:
-				return // depends on the path: dynamic
-			case t.known&s.known != t.known:
-				t.known &= s.known
-				work = append(work, j)
-			}
-		}
+	l := c.p.StaticStack(c.pi)
+	c.needZero = l.NeedZero
+	if !l.Static {
+		return
 	}
 	c.static = true
-	c.needZero = need
-	c.reach = make([]bool, c.n)
-	c.depth = make([]int, c.n)
-	for i, s := range st {
-		c.reach[i], c.depth[i] = s.ok, s.d
-	}
+	c.reach, c.depth = l.Reach, l.Depth
 }
 
 // later queues out-of-line code and returns its label; the code is
