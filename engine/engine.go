@@ -723,6 +723,7 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 func (e *Engine) detachStep(th *thread, r *Regs, sigOf map[int][]Event) bool {
 	st := th.step
 	th.step = nil
+	e.unblockSignals(th)
 	e.releaseSignals(th)
 	if r[rpn.RegRIP] == st.bp.slot {
 		r[rpn.RegRIP] = st.bp.addr

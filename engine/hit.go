@@ -20,6 +20,7 @@ type thread struct {
 	env        hitEnv
 	regs       Regs
 	step       *pendingStep
+	blocked    bool // its signals are blocked for the step (SignalBlocker)
 	recs       []Record
 	// signals the target holds back until the out-of-line step is over
 	heldSigs int
@@ -224,7 +225,28 @@ func (e *Engine) runDisplaced(th *thread, bp *breakpoint, recs []Record, keep []
 		return
 	}
 	th.step = &pendingStep{bp: bp, recs: append([]Record{}, recs...), keepOnFault: append([]bool{}, keep...)}
+	if b, ok := e.tgt.(SignalBlocker); ok && !isSyscall(&bp.insn) {
+		// signals wait in the kernel until the step is over (a system
+		// call stepped keeps them: it may be the one that waits for one)
+		if b.BlockSignals(th.tid) == nil {
+			th.blocked = true
+		}
+	}
 	e.fail(e.tgt.Step(th.tid), "step thread %d through the out-of-line copy of %#x", th.tid, bp.addr)
+}
+
+// unblockSignals gives a thread whose step is over its signal mask back.
+func (e *Engine) unblockSignals(th *thread) {
+	if th.blocked {
+		th.blocked = false
+		e.fail(e.tgt.(SignalBlocker).UnblockSignals(th.tid), "give thread %d its signal mask back", th.tid)
+	}
+}
+
+// isSyscall: syscall or sysenter.
+func isSyscall(in *x86.Insn) bool {
+	b := in.Bytes
+	return len(b) >= 2 && b[0] == 0x0f && (b[1] == 0x05 || b[1] == 0x34)
 }
 
 // finish writes the registers, commits and resumes.
@@ -258,6 +280,7 @@ func (e *Engine) stepDone(th *thread) {
 		// it went somewhere we do not know how to fix: leave it there
 		e.warn(fmt.Sprintf("after the out-of-line step of %#x: %v", st.bp.addr, err))
 	}
+	e.unblockSignals(th) // stopped still: its mask back before it runs
 	e.finish(th, st.recs)
 }
 
@@ -268,6 +291,7 @@ func (e *Engine) stepDone(th *thread) {
 func (e *Engine) stepFault(th *thread, sig int) {
 	st := th.step
 	th.step = nil
+	e.unblockSignals(th)
 	if err := e.tgt.GetRegs(th.tid, &th.regs); err != nil {
 		return
 	}

@@ -186,6 +186,16 @@ type SignalHolder interface {
 	Release(tid int) error
 }
 
+// SignalBlocker is a target that can block a thread's signals for the
+// time of an out-of-line step (PTRACE_SETSIGMASK): a signal sent meanwhile
+// stays pending in the kernel, with its own siginfo, and is delivered once
+// they are unblocked, after the step. Holding (SignalHolder) needs a stop
+// per signal and gave up past 8 in one step.
+type SignalBlocker interface {
+	BlockSignals(tid int) error
+	UnblockSignals(tid int) error
+}
+
 // ErrNoXOL is returned by AllocXOL by a target that cannot map
 // out-of-line slots after all; displaced instructions are then emulated,
 // or stepped in place with every other thread stopped.

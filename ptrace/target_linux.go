@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -22,6 +23,8 @@ type Target struct {
 	// signals held back during an out-of-line step (Hold), then sent
 	// again (Release) and waiting to get their siginfo back
 	held, resent map[int][]*Siginfo
+	// the signal masks of threads whose signals are blocked for a step
+	masks map[int]uint64
 	// the journals of the processes with int3 bytes in (journal_linux.go)
 	journals   map[int]*procJournal
 	journalDir string
@@ -35,7 +38,7 @@ var (
 )
 
 func newTarget(t *Tracer) *Target {
-	return &Target{t: t, raw: map[int]*unix.PtraceRegs{}, held: map[int][]*Siginfo{}, resent: map[int][]*Siginfo{},
+	return &Target{t: t, raw: map[int]*unix.PtraceRegs{}, held: map[int][]*Siginfo{}, resent: map[int][]*Siginfo{}, masks: map[int]uint64{},
 		journals: map[int]*procJournal{}}
 }
 
@@ -47,6 +50,50 @@ func (tg *Target) Hold(tid int) error {
 		return err
 	}
 	tg.held[tid] = append(tg.held[tid], si)
+	return nil
+}
+
+// BlockSignals blocks the asynchronous signals of stopped thread tid
+// (PTRACE_SETSIGMASK), keeping its mask for UnblockSignals. The signals
+// an instruction raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
+// SIGSYS) stay as they were: the kernel forces such a fault through a
+// blocked mask by resetting its handler to the default, and the program's
+// own SIGSEGV handler would be lost (TestLogOnFault's fixture died).
+func (tg *Target) BlockSignals(tid int) error {
+	if _, ok := tg.masks[tid]; ok {
+		return nil
+	}
+	var old uint64
+	if err := sigmask(unix.PTRACE_GETSIGMASK, tid, &old); err != nil {
+		return err
+	}
+	sync := uint64(0)
+	for _, s := range []unix.Signal{unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE, unix.SIGILL, unix.SIGTRAP, unix.SIGSYS} {
+		sync |= 1 << (uint(s) - 1)
+	}
+	blocked := old | ^sync
+	if err := sigmask(unix.PTRACE_SETSIGMASK, tid, &blocked); err != nil {
+		return err
+	}
+	tg.masks[tid] = old
+	return nil
+}
+
+// UnblockSignals gives stopped thread tid its mask back: what came
+// meanwhile is delivered once it runs.
+func (tg *Target) UnblockSignals(tid int) error {
+	old, ok := tg.masks[tid]
+	if !ok {
+		return nil
+	}
+	delete(tg.masks, tid)
+	return sigmask(unix.PTRACE_SETSIGMASK, tid, &old)
+}
+
+func sigmask(req int, tid int, m *uint64) error {
+	if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), 8, uintptr(unsafe.Pointer(m)), 0, 0); errno != 0 {
+		return fmt.Errorf("signal mask of %d: %w", tid, errno)
+	}
 	return nil
 }
 
