@@ -342,9 +342,6 @@ func (e *Engine) handle(ev Event) {
 			e.stepDone(th)
 			return
 		}
-		if e.padTrap(th) {
-			return
-		}
 		e.trap(th)
 	case EvSignal:
 		th := e.thread(ev.Tid, ev.Space)

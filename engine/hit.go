@@ -127,6 +127,9 @@ func (e *Engine) trap(th *thread) {
 		bp = sp.bps[addr]
 	}
 	if bp == nil {
+		if e.padTrap(th, sp) {
+			return // a thread leaving a pad with a signal held
+		}
 		if sp != nil && sp.removed[addr] {
 			// hit just before its probe was removed: run the original
 			th.regs[rpn.RegRIP] = addr

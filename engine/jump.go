@@ -859,13 +859,10 @@ func (e *Engine) setHeld(sp *space, v byte) {
 }
 
 // padTrap handles the int3 of a pad, where a thread with a signal held
-// leaves: the thread goes on outside the pad, then gets its signals.
-func (e *Engine) padTrap(th *thread) bool {
-	sp := e.spaces[th.space]
+// leaves: the thread goes on outside the pad, then gets its signals. trap
+// calls it for a SIGTRAP at no breakpoint of the engine's, th.regs read.
+func (e *Engine) padTrap(th *thread, sp *space) bool {
 	if sp == nil || sp.jump == nil || len(sp.jump.pads) == 0 {
-		return false
-	}
-	if err := e.tgt.GetRegs(th.tid, &th.regs); err != nil {
 		return false
 	}
 	pc := th.regs[rpn.RegRIP]

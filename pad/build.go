@@ -417,12 +417,7 @@ func ring(e *emitter, region uint64, size int) {
 	e.emit(0x0f, 0x05)                            // syscall
 	e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTid) // mov %rax,OffTid(%rbx)
 	// r9 = the record's length: header + log rounded to 8
-	e.mem32(0, []byte{0x8b}, 1, 3, jit.OffLogLen) // mov OffLogLen(%rbx),%ecx
-	e.emit(0x81, 0xf9)                            // cmp $MaxLog,%ecx
-	e.u32(MaxLog)
-	e.emit(0x76, 0x05) // jbe +5
-	e.emit(0xb9)       // mov $MaxLog,%ecx
-	e.u32(MaxLog)
+	logLen(e)
 	e.emit(0x4c, 0x8d, 0x49, recData+7) // lea recData+7(%rcx),%r9
 	e.emit(0x49, 0x83, 0xe1, 0xf8)      // and $-8,%r9
 	e.emit(0x48, 0xbe)                  // movabs $region,%rsi
@@ -476,12 +471,7 @@ func ring(e *emitter, region uint64, size int) {
 	e.emit(0x48, 0x89, 0x42, recPC)
 	e.mem32(0x48, []byte{0x8b}, 0, 3, jit.OffAddr)
 	e.emit(0x48, 0x89, 0x42, recAddr)
-	e.mem32(0, []byte{0x8b}, 1, 3, jit.OffLogLen) // mov OffLogLen(%rbx),%ecx
-	e.emit(0x81, 0xf9)                            // cmp $MaxLog,%ecx
-	e.u32(MaxLog)
-	e.emit(0x76, 0x05) // jbe +5
-	e.emit(0xb9)       // mov $MaxLog,%ecx
-	e.u32(MaxLog)
+	logLen(e)
 	e.emit(0x89, 0x4a, recLogLen)                 // mov %ecx,36(%rdx): what the record holds
 	e.mem32(0x48, []byte{0x8d}, 6, 3, jit.OffLog) // lea OffLog(%rbx),%rsi
 	e.emit(0x48, 0x8d, 0x7a, recData)             // lea 48(%rdx),%rdi
@@ -500,4 +490,15 @@ func ring(e *emitter, region uint64, size int) {
 	e.emit(0xf0, 0x48, 0xff, 0x84, 0x0e) // lock incq OffCounters+40(%rsi,%rcx)
 	e.u32(OffCounters + 40)
 	e.emit(0xc3)
+}
+
+// logLen emits ecx = the scratch's log length, at most MaxLog (the
+// compiled code keeps it at most logmax; the ring never trusts it more).
+func logLen(e *emitter) {
+	e.mem32(0, []byte{0x8b}, 1, 3, jit.OffLogLen) // mov OffLogLen(%rbx),%ecx
+	e.emit(0x81, 0xf9)                            // cmp $MaxLog,%ecx
+	e.u32(MaxLog)
+	e.emit(0x76, 0x05) // jbe +5
+	e.emit(0xb9)       // mov $MaxLog,%ecx
+	e.u32(MaxLog)
 }

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/internal/shm"
 	"github.com/gprobes/gprobes/internal/testkit"
@@ -47,17 +46,7 @@ func needFixture(t *testing.T) {
 func compile(t *testing.T, src string) *rpn.Module {
 	t.Helper()
 	needFixture(t)
-	src = strings.ReplaceAll(src, "FIXTURE", fixture.hits)
-	src = strings.ReplaceAll(src, "PLUG", fixture.plug)
-	f, err := dpdf.ParseSource("test.dpdf", []byte(src), dpdf.Options{NoPreprocessor: true})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, src)
-	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, src)
-	}
-	return m
+	return compileFor(t, fixture.hits, strings.ReplaceAll(src, "PLUG", fixture.plug), "FIXTURE")
 }
 
 // run is a fixture under the engine: its output lines, its records.

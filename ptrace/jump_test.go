@@ -28,9 +28,15 @@ func kindsFixture(t *testing.T) string {
 	return testkit.CC(t, "kinds", "-O2", "-pthread", "../testdata/bench/kinds.c", "../testdata/bench/kinds.S")
 }
 
-func compileFor(t *testing.T, path, src string) *rpn.Module {
+// compileFor builds a module from DPDF text, naming path where it says
+// placeholder (PROGRAM unless given).
+func compileFor(t *testing.T, path, src string, placeholder ...string) *rpn.Module {
 	t.Helper()
-	src = strings.ReplaceAll(src, "PROGRAM", path)
+	ph := "PROGRAM"
+	if len(placeholder) > 0 {
+		ph = placeholder[0]
+	}
+	src = strings.ReplaceAll(src, ph, path)
 	f, err := dpdf.ParseSource("test.dpdf", []byte(src), dpdf.Options{NoPreprocessor: true})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)

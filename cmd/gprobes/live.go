@@ -83,18 +83,14 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			if c.Duration("stub-timeout") <= 0 {
 				return cli.Exit("daemon: --stub-timeout: a duration (30s, 2m)", 2)
 			}
+			route, ring, err := padOptionsOf(c)
+			if err != nil {
+				return err
+			}
 			srv, err := daemon.New(socketOf(c), state, daemon.LogOptions{MaxSize: maxSize, Keep: c.Int("log-keep"),
 				Warn: func(msg string) { fmt.Fprintln(c.App.ErrWriter, "gprobes daemon:", msg) }})
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
-			}
-			route, err := routeOf(c)
-			if err != nil {
-				return err
-			}
-			ring, err := ringOf(c)
-			if err != nil {
-				return err
 			}
 			srv.Limits = daemon.Limits{MaxModule: maxModule, StubTimeout: c.Duration("stub-timeout"), Route: route, RingSize: ring}
 			if err := srv.Listen(); err != nil {
@@ -470,11 +466,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	var mu sync.Mutex
 	exitCode := -1
 	var mainPid int
-	route, err := routeOf(c)
-	if err != nil {
-		return err
-	}
-	ring, err := ringOf(c)
+	route, ring, err := padOptionsOf(c)
 	if err != nil {
 		return err
 	}
@@ -591,26 +583,24 @@ func routeFlag() cli.Flag {
 	return &cli.StringFlag{Name: "route", Value: "auto", Usage: "how probes in processes run: `auto` (in the process through a jump pad where that is safe, an int3 trap to gprobes elsewhere) or int3 (a trap for every hit)"}
 }
 
-func routeOf(c *cli.Context) (string, error) {
+// padOptionsOf reads --route and --ring (run and the daemon).
+func padOptionsOf(c *cli.Context) (route string, ring int, err error) {
 	switch r := c.String("route"); r {
 	case "auto", "":
-		return engine.RouteAuto, nil
+		route = engine.RouteAuto
 	case "int3":
-		return engine.RouteInt3, nil
+		route = engine.RouteInt3
 	default:
-		return "", cli.Exit(fmt.Sprintf("--route %q: auto or int3", r), 2)
+		return "", 0, cli.Exit(fmt.Sprintf("--route %q: auto or int3", r), 2)
 	}
+	n, err := parseSize(c.String("ring"))
+	if err != nil || n < pad.MinRingSize || n > pad.MaxRingSize || n&(n-1) != 0 {
+		return "", 0, cli.Exit(fmt.Sprintf("--ring %q: a power of two from 64KiB to 1GiB", c.String("ring")), 2)
+	}
+	return route, int(n), nil
 }
 
 // ringFlag is --ring, for run and the daemon.
 func ringFlag() cli.Flag {
 	return &cli.StringFlag{Name: "ring", Value: "1MiB", Usage: "the ring of records each probed process's jump pads commit to, `SIZE` (a power of two from 64KiB to 1GiB): a record of two logged words takes 64 bytes; records that come faster than gprobes writes them wait there, and are counted lost once it is full"}
-}
-
-func ringOf(c *cli.Context) (int, error) {
-	n, err := parseSize(c.String("ring"))
-	if err != nil || n < pad.MinRingSize || n > pad.MaxRingSize || n&(n-1) != 0 {
-		return 0, cli.Exit(fmt.Sprintf("--ring %q: a power of two from 64KiB to 1GiB", c.String("ring")), 2)
-	}
-	return int(n), nil
 }
