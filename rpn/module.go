@@ -101,9 +101,10 @@ type Header struct {
 type LocKind uint8
 
 const (
-	LocExpr     LocKind = iota // constant expression, possibly with symbols: "do_fork+0x1c", "0xffffffff81000000"
-	LocLine                    // source line "fs/open.c:1234", resolved through DWARF
-	LocAbsolute                // constant expression without symbols: an address as written
+	LocExpr       LocKind = iota // constant expression, possibly with symbols: "do_fork+0x1c", "0xffffffff81000000"
+	LocLine                      // source line "fs/open.c:1234", resolved through DWARF
+	LocAbsolute                  // constant expression without symbols: an address as written
+	LocTracepoint                // a kernel static tracepoint "SUBSYS:EVENT" (Text), kind ProbeTracepoint
 )
 
 func (k LocKind) String() string {
@@ -114,6 +115,8 @@ func (k LocKind) String() string {
 		return "line"
 	case LocAbsolute:
 		return "absolute"
+	case LocTracepoint:
+		return "tracepoint"
 	}
 	return fmt.Sprintf("lockind(%d)", uint8(k))
 }
@@ -141,9 +144,37 @@ func (l Location) String() string {
 	return l.Text
 }
 
-// Probe is one probe definition: its location, identity, limits and the
-// entry point of its program in Module.Code.
+// ProbeKind is what makes a probe's program run (SPEC §6): the keyword its
+// definition starts with.
+type ProbeKind uint8
+
+const (
+	ProbeOffset     ProbeKind = iota // offset = LOC: before the instruction at LOC
+	ProbeRetprobe                    // retprobe = SYMBOL: when a call of the function returns
+	ProbeTracepoint                  // tracepoint = SUBSYS:EVENT: at a kernel static tracepoint
+)
+
+func (k ProbeKind) String() string {
+	switch k {
+	case ProbeOffset:
+		return "offset"
+	case ProbeRetprobe:
+		return "retprobe"
+	case ProbeTracepoint:
+		return "tracepoint"
+	}
+	return fmt.Sprintf("probekind(%d)", uint8(k))
+}
+
+// DefaultMaxActive is a retprobe's maxactive when not given: the calls
+// tracked at once per thread (SPEC §6).
+const DefaultMaxActive = 64
+
+// Probe is one probe definition: its kind, location, identity, limits and
+// the entry point of its program in Module.Code.
 type Probe struct {
+	Kind       ProbeKind
+	MaxActive  uint32 // ProbeRetprobe: calls tracked at once per thread; 0 = DefaultMaxActive
 	Loc        Location
 	HasOpcode  bool
 	Opcode     uint8 // expected byte at the location
@@ -194,6 +225,9 @@ type Module struct {
 	Files   []string    // source files named by Pos.File; Files[0] is the DPDF itself
 	Relocs  []Reloc     // sorted by Off
 	BuildID []byte      // ELF build ID of the probed module when known at build time
+	// Fields are the tracepoint field names "push field,NAME" refers to,
+	// by index (OpPushField's operand); the event is its probe's.
+	Fields []string
 }
 
 // PosString formats p as file:line:col using the module's file table,

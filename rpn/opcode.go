@@ -106,6 +106,8 @@ const (
 	OpPushIO // port  PUSH IO,size  v
 	OpPopIO  // port v  POP IO,size  -
 
+	OpPushField // -  PUSH FIELD,i  v           field Module.Fields[i] of the probe's tracepoint event
+
 	numOpcodes
 )
 
@@ -227,6 +229,8 @@ var opTable = [numOpcodes]opInfo{
 
 	OpPushIO: {"push io", fmtU8, 1, 1},
 	OpPopIO:  {"pop io", fmtU8, 2, 0},
+
+	OpPushField: {"push field", fmtU16, 0, 1},
 }
 
 // String returns the mnemonic of op.
