@@ -98,10 +98,17 @@ func NewMaps(m *rpn.Module, o MapOptions) (*Maps, error) {
 	if ms.Counters, err = one("gp_counters", GlobalsSize+max(len(m.Probes), 1)*CountersSize); err != nil {
 		return nil, err
 	}
-	if m.Vars > 0 {
+	switch {
+	case m.Vars > 0 && o.LV != nil:
+		if int(o.LV.ValueSize()) < int(m.Vars)*8 {
+			return nil, fmt.Errorf("bpf: the lv map given has %d words, the module %d", o.LV.ValueSize()/8, m.Vars)
+		}
+		ms.LV = o.LV
+	case m.Vars > 0:
 		if ms.LV, err = one("gp_lv", int(m.Vars)*8); err != nil {
 			return nil, err
 		}
+		ms.ownLV = true
 	}
 	if o.GV != nil {
 		ms.GV = o.GV
@@ -207,10 +214,13 @@ func (m *Maps) SetVars(gv bool, v []uint64) error {
 
 // Close releases the maps (the programs that use them keep them alive).
 func (m *Maps) Close() error {
-	for _, mp := range []*ebpf.Map{m.Scratch, m.Counters, m.LV} {
+	for _, mp := range []*ebpf.Map{m.Scratch, m.Counters} {
 		if mp != nil {
 			mp.Close()
 		}
+	}
+	if m.ownLV && m.LV != nil {
+		m.LV.Close()
 	}
 	if m.ownRing && m.Ring != nil {
 		m.Ring.Close()

@@ -35,6 +35,7 @@ type Maps struct {
 	probes, vars int
 	ownGV        bool
 	ownRing      bool
+	ownLV        bool
 }
 
 // MapOptions tune NewMaps.
@@ -47,6 +48,9 @@ type MapOptions struct {
 	GV *ebpf.Map
 	// Ring, when set, is the ring buffer to use.
 	Ring *ebpf.Map
+	// LV, when set, is the lv map to use (NewLV: the sources of one
+	// module inserted with --merge share it); otherwise NewMaps makes one.
+	LV *ebpf.Map
 }
 
 // DefaultRingSize is the ring buffer's size when MapOptions.RingSize is 0.

@@ -479,6 +479,10 @@ type ProbeInfo struct {
 	Hits     uint64     `json:"hits"`
 	Skipped  uint64     `json:"skipped"`
 	Faults   uint64     `json:"faults"`
+	// Missed are hits whose program did not run: the kernel target's
+	// hits the kernel skipped (another eBPF program was running on the
+	// CPU, kprobes' own misses)
+	Missed uint64 `json:"missed,omitempty"`
 	// Lost is how many records the target could not hand over (a jump
 	// pad's ring was full)
 	Lost   uint64 `json:"lost,omitempty"`
