@@ -95,3 +95,6 @@ func (m *Module) Counters(pi int) (Counters, error) { return Counters{}, ErrNotS
 
 // Close does nothing.
 func (m *Module) Close() error { return nil }
+
+// ReadFormat returns ErrNotSupported (ParseFormat works anywhere).
+func ReadFormat(group, event string) (*Format, error) { return nil, ErrNotSupported }
