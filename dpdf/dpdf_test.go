@@ -152,7 +152,7 @@ func TestErrorsCarryPositionsAndCarets(t *testing.T) {
 	if !ok || len(l) != 2 {
 		t.Fatalf("want 2 errors, got %v", err)
 	}
-	if l[0].Error() != `bad.dpdf:4:7: unexpected "q": expected push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | pid | tid | procid | task | ts | lp` {
+	if l[0].Error() != `bad.dpdf:4:7: unexpected "q": expected push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | field,NAME | pid | tid | procid | task | ts | lp` {
 		t.Errorf("got %q", l[0].Error())
 	}
 	detail := l[0].Detail()
@@ -369,5 +369,43 @@ func TestFastPathMatchesGrammar(t *testing.T) {
 	}
 	if n < 200 {
 		t.Errorf("only %d statements compared", n)
+	}
+}
+
+// TestProbeKindsParse: retprobe and tracepoint start probes as offset does;
+// a tracepoint's value is its SUBSYS:EVENT token as written, a retprobe's
+// an expression, and push field keeps the case of its name.
+func TestProbeKindsParse(t *testing.T) {
+	f := parseString(t, `name = vmlinux
+modtype = kernel
+tracepoint = sched:sched_switch   // a comment
+minor = 1
+push field,Prev_Pid
+exit 1
+Ret Probe = do_sys_open+0
+max_active = 8
+exit
+retprobe = fs/open.c:12
+tracepoint = bad name:x ; exit
+`)
+	if len(f.Probes) != 4 {
+		t.Fatalf("%d probes", len(f.Probes))
+	}
+	tp := f.Probes[0]
+	if tp.Offset.Norm() != "tracepoint" || tp.Offset.Value.Event == nil || *tp.Offset.Value.Event != "sched:sched_switch" || tp.Offset.Value.Text != "sched:sched_switch" {
+		t.Errorf("tracepoint value %+v", tp.Offset.Value)
+	}
+	if p := tp.Body[0].Instr.Push; p == nil || p.Field == nil || p.Field.Value != "Prev_Pid" || p.Field.Pos.Column != 12 || p.Pos.Column != 6 {
+		t.Errorf("push field: %+v", tp.Body[0].Instr.Push)
+	}
+	rp := f.Probes[1]
+	if rp.Offset.Norm() != "retprobe" || rp.Offset.Value.Expr == nil || rp.Offset.Value.Text != "do_sys_open+0" || len(rp.Keys) != 1 || rp.Keys[0].Norm() != "maxactive" {
+		t.Errorf("retprobe %+v keys %d", rp.Offset.Value, len(rp.Keys))
+	}
+	if v := f.Probes[2].Offset.Value; v.Line == nil || *v.Line != "fs/open.c:12" {
+		t.Errorf("retprobe on a source line lexed as %+v (the compiler refuses it by that)", v)
+	}
+	if v := f.Probes[3].Offset.Value; v.Event == nil || *v.Event != "bad name:x" || len(f.Probes[3].Body) != 1 {
+		t.Errorf("a bad tracepoint is one token for the compiler to explain, up to ';': %+v", v)
 	}
 }

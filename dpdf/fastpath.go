@@ -106,6 +106,8 @@ func fastKV(toks []lexer.Token) (*KeyValue, bool) {
 		v.Str = &val
 	case tokSrcLine:
 		v.Line = &val
+	case tokEvent:
+		v.Event = &val
 	default:
 		e, ok := trivialExpr(toks[2:])
 		if !ok {
@@ -116,8 +118,9 @@ func fastKV(toks []lexer.Token) (*KeyValue, bool) {
 	return &KeyValue{Pos: toks[0].Pos, Key: toks[0].Value, Value: v}, true
 }
 
-// fastPush handles the common operand forms "d,X", "r,REG" and "lv,I"
-// with a one-token X, and hands anything else to the push production.
+// fastPush handles the common operand forms "d,X", "r,REG", "field,NAME"
+// and "lv,I" with a one-token X, and hands anything else to the push
+// production.
 func fastPush(toks []lexer.Token) (*PushOperand, bool) {
 	if len(toks) == 3 && toks[1].Value == "," && toks[1].Type == tokPunct {
 		op := &PushOperand{Pos: toks[0].Pos}
@@ -131,6 +134,11 @@ func fastPush(toks []lexer.Token) (*PushOperand, bool) {
 		case isWord(toks[0], "r") || isWord(toks[0], "u"):
 			if toks[2].Type == tokIdent {
 				op.Reg = &RegRef{Pos: toks[0].Pos, Set: toks[0].Value, Name: &Name{Pos: toks[2].Pos, Value: toks[2].Value}}
+				return op, true
+			}
+		case isWord(toks[0], "field"):
+			if toks[2].Type == tokIdent {
+				op.Field = &Name{Pos: toks[2].Pos, Value: toks[2].Value}
 				return op, true
 			}
 		case isWord(toks[0], "lv") || isWord(toks[0], "gv"):

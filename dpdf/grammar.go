@@ -34,14 +34,16 @@ type KeyValue struct {
 }
 
 // Value is a keyword's value: a string (the module name), a source line
-// (an offset) or a constant expression; words such as "user" or "yes" are
-// expressions holding a single symbol.
+// (an offset), a tracepoint event "SUBSYS:EVENT" as written (its form is
+// the compiler's to check) or a constant expression; words such as "user"
+// or "yes" are expressions holding a single symbol.
 type Value struct {
 	Pos    lexer.Position
 	Tokens []lexer.Token
 	Text   string  // the value as written (after preprocessing)
 	Str    *string `parser:"  @String"`
 	Line   *string `parser:"| @SrcLine"`
+	Event  *string `parser:"| @Event"`
 	Expr   *Expr   `parser:"| @@"`
 }
 
@@ -83,6 +85,7 @@ type PushOperand struct {
 	MrfKw bool    `parser:"| @\"mrf\""`
 	Size  *Expr   `parser:"  ( \",\" @@ )?"`
 	IO    *Expr   `parser:"| \"io\" \",\" @@"`
+	Field *Name   `parser:"| \"field\" \",\" @@"` // a tracepoint event's field, its name as written
 }
 
 // PopOperand is what follows "pop"; nil for a bare "pop".

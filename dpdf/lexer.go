@@ -19,7 +19,10 @@ import (
 //   - String: the value of "name =", quoted or bare to the end of the
 //     statement (paths such as ./a.out or /lib/x86_64-linux-gnu/libc.so.6
 //     are not expressions).
-//   - SrcLine: "fs/open.c:1234" as the value of "offset =".
+//   - SrcLine: "fs/open.c:1234" as the value of "offset =" (and of
+//     "retprobe =", which refuses it with a clear error).
+//   - Event: the value of "tracepoint =" when it holds a ':' (the rest of
+//     the statement, "sched:sched_switch"); the compiler checks its form.
 //   - Label: "identifier:" at the start of a statement.
 //
 // Everything else is ordinary tokens: identifiers (which may contain inner
@@ -37,6 +40,7 @@ const (
 	tokSrcLine
 	tokLabel
 	tokPunct
+	tokEvent
 	// tokBad stands for the rest of a statement after a lexical error,
 	// which is reported; the parser keeps what it can of the statement
 	// (see brokenStatement) and reports nothing more.
@@ -55,6 +59,7 @@ func tokenSymbols() map[string]lexer.TokenType {
 		"SrcLine": tokSrcLine,
 		"Label":   tokLabel,
 		"Punct":   tokPunct,
+		"Event":   tokEvent,
 		"Bad":     tokBad,
 	}
 }
@@ -333,8 +338,9 @@ func (s *scanner) label() bool {
 	return true
 }
 
-// value lexes the special value forms of "name =" and "offset =". It
-// reports false when the ordinary tokenizer should handle the value.
+// value lexes the special value forms of "name =", "offset =",
+// "retprobe =" and "tracepoint =". It reports false when the ordinary
+// tokenizer should handle the value.
 func (s *scanner) value() bool {
 	key := s.valKey
 	s.valKey = ""
@@ -344,14 +350,7 @@ func (s *scanner) value() bool {
 			return false
 		}
 		start := s.off
-		end := start
-		for end < len(s.src) {
-			c := s.src[end]
-			if c == '\n' || c == ';' || c == '/' && end+1 < len(s.src) && (s.src[end+1] == '/' || s.src[end+1] == '*') {
-				break
-			}
-			end++
-		}
+		end := s.statementEnd(start)
 		v := strings.TrimRight(s.src[start:end], " \t\r\f\v")
 		if v == "" {
 			return false
@@ -359,7 +358,20 @@ func (s *scanner) value() bool {
 		s.emit(tokString, v, start)
 		s.off = start + len(v)
 		return true
-	case "offset":
+	case "tracepoint":
+		// SUBSYS:EVENT, kept whole to the end of the statement so that
+		// the compiler can say what is wrong in it; a value without ':'
+		// is lexed as usual (and refused by the compiler)
+		start := s.off
+		end := s.statementEnd(start)
+		v := strings.TrimRight(s.src[start:end], " \t\r\f\v")
+		if !strings.Contains(v, ":") {
+			return false
+		}
+		s.emit(tokEvent, v, start)
+		s.off = start + len(v)
+		return true
+	case "offset", "retprobe":
 		start := s.off
 		k := start
 		for k < len(s.src) && (isIdentChar(s.src[k]) || strings.IndexByte("./+-", s.src[k]) >= 0) {
@@ -380,6 +392,20 @@ func (s *scanner) value() bool {
 		return true
 	}
 	return false
+}
+
+// statementEnd is the offset where the statement holding start ends: at
+// a newline, a ';' or a comment.
+func (s *scanner) statementEnd(start int) int {
+	end := start
+	for end < len(s.src) {
+		c := s.src[end]
+		if c == '\n' || c == ';' || c == '/' && end+1 < len(s.src) && (s.src[end+1] == '/' || s.src[end+1] == '*') {
+			break
+		}
+		end++
+	}
+	return end
 }
 
 // token lexes one ordinary token.

@@ -38,18 +38,29 @@ type File struct {
 	src *sources
 }
 
-// ProbeDef is one probe: the offset line, its keywords and its program.
+// ProbeDef is one probe: the line that starts it, its keywords and its
+// program.
 type ProbeDef struct {
-	Pos    lexer.Position
+	Pos lexer.Position
+	// Offset is the line that starts the probe: "offset = LOC",
+	// "retprobe = SYMBOL" or "tracepoint = SUBSYS:EVENT" (Offset.Norm()
+	// says which; see StartKeys).
 	Offset *KeyValue
 	Keys   []*KeyValue
 	Body   []*Stmt // labels and instructions
 }
 
+// StartKeys are the keywords that start a probe, one per probe kind
+// (docs/language.md, "Probe kinds"), in canonical spelling.
+var StartKeys = []string{"offset", "retprobe", "tracepoint"}
+
+// probeStart is what messages say a probe starts with.
+const probeStart = `a probe starts with "offset = LOCATION", "retprobe = SYMBOL" or "tracepoint = SUBSYS:EVENT"`
+
 // Header keywords and probe keywords, in canonical (normKey) spelling.
 var (
 	headerKeys = []string{"name", "modtype", "major", "jmpmax", "logmax", "dfltexit", "vars", "gvars", "arch"}
-	probeKeys  = []string{"offset", "opcode", "minor", "passcount", "maxhits", "logonfault"}
+	probeKeys  = []string{"offset", "retprobe", "tracepoint", "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive"}
 	// spelling used in messages
 	keyDisplay = map[string]string{"passcount": "pass count", "maxhits": "max hits"}
 )
@@ -408,6 +419,8 @@ func describe(t lexer.Token) string {
 		return fmt.Sprintf("label %q", t.Value)
 	case tokSrcLine:
 		return "source line " + t.Value
+	case tokEvent:
+		return "tracepoint " + t.Value
 	}
 	return fmt.Sprintf("%q", t.Value)
 }
@@ -434,7 +447,7 @@ func expectedAfter(line []lexer.Token, at lexer.Token) string {
 
 // syntax is the operand summary of each instruction, for messages.
 var syntax = map[string]string{
-	"push":   "push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | pid | tid | procid | task | ts | lp",
+	"push":   "push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | field,NAME | pid | tid | procid | task | ts | lp",
 	"pop":    "pop | pop r,REG | u,REG | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | lp",
 	"log":    "log N | log str | log mrf | log lv,I,N | log gv,I,N",
 	"move":   "move lv[,I] | move gv[,I]",
@@ -467,7 +480,7 @@ func (f *File) structure(stmts []*Stmt, errs *ErrorList) {
 		if st.KV == nil {
 			if cur == nil {
 				if !st.broken {
-					errs.add(st.Pos, "instruction outside a probe: a probe starts with \"offset = LOCATION\"")
+					errs.add(st.Pos, "instruction outside a probe: %s", probeStart)
 				}
 				continue
 			}
@@ -477,13 +490,13 @@ func (f *File) structure(stmts []*Stmt, errs *ErrorList) {
 		kv := st.KV
 		k := kv.Norm()
 		switch {
-		case k == "offset":
+		case contains(StartKeys, k):
 			cur = &ProbeDef{Pos: kv.Pos, Offset: kv}
 			f.Probes = append(f.Probes, cur)
-			seenProbe = map[string]*KeyValue{"offset": kv}
+			seenProbe = map[string]*KeyValue{k: kv}
 		case contains(headerKeys, k):
 			if cur != nil {
-				errs.add(kv.Pos, "header keyword %q inside a probe: move it before the first \"offset =\"", kv.Key)
+				errs.add(kv.Pos, "header keyword %q inside a probe: move it before the first probe", kv.Key)
 				continue
 			}
 			if prev, dup := seenHeader[k]; dup {
@@ -494,11 +507,11 @@ func (f *File) structure(stmts []*Stmt, errs *ErrorList) {
 			f.Header = append(f.Header, kv)
 		case contains(probeKeys, k):
 			if cur == nil {
-				errs.add(kv.Pos, "probe keyword %q before the first probe: a probe starts with \"offset = LOCATION\"", kv.Key)
+				errs.add(kv.Pos, "probe keyword %q before the first probe: %s", kv.Key, probeStart)
 				continue
 			}
 			if len(cur.Body) > 0 {
-				errs.add(kv.Pos, "probe keyword %q after the program started: put it right after the offset line", kv.Key)
+				errs.add(kv.Pos, "probe keyword %q after the program started: put it right after the %s line", kv.Key, cur.Offset.Norm())
 				continue
 			}
 			if prev, dup := seenProbe[k]; dup {
@@ -517,7 +530,7 @@ func (f *File) structure(stmts []*Stmt, errs *ErrorList) {
 		}
 	}
 	if len(f.Probes) == 0 && len(*errs) == 0 {
-		errs.add(lexer.Position{Filename: f.Path, Line: 1, Column: 1}, "no probes: a probe starts with \"offset = LOCATION\"")
+		errs.add(lexer.Position{Filename: f.Path, Line: 1, Column: 1}, "no probes: %s", probeStart)
 	}
 }
 

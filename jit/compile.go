@@ -236,6 +236,10 @@ func (c *compiler) check() error {
 			}
 		case rpn.OpPopU:
 			return &Unsupported{Reason: "pop u"}
+		case rpn.OpPushField:
+			// only tracepoint probes have one, and they run on the
+			// kernel target (package bpf), never in a process's pad
+			return &Unsupported{Reason: "push field: tracepoint probes run on --target kernel only"}
 		case rpn.OpPopR:
 			switch r := rpn.Reg(in.B); r.Canonical() {
 			case rpn.RegRIP, rpn.RegRSP, rpn.RegFSBase, rpn.RegGSBase:
@@ -734,8 +738,8 @@ func (c *compiler) insn(i int) {
 		a.jmp(c.raise(rpn.ExInvalidOperand, i))
 
 	default:
-		// OpPopU, exit 3/4 and pop r of rip/rsp were refused by check;
-		// nothing else exists
+		// OpPopU, OpPushField, exit 3/4 and pop r of rip/rsp were
+		// refused by check; nothing else exists
 		panic(fmt.Sprintf("jit: %v not handled", in.Op))
 	}
 }

@@ -58,7 +58,8 @@
 // Compile returns an *Unsupported error (its Reason in a few words, for
 // `query`'s HOW column) for programs the pad cannot run: exit 3 and exit
 // 4 (they need the tracer), pop r of rip, rsp, fs_base or gs_base (the
-// pad restores none of them), pop u. Those probes stay on the int3 route.
+// pad restores none of them), pop u, push field (a tracepoint probe's,
+// which only the kernel target runs). Those probes stay on the int3 route.
 //
 // compile.go describes the code: its register allocation, the RPN stack
 // in the scratch area (ScratchSize), the counters under concurrency, and

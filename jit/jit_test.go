@@ -257,6 +257,19 @@ func TestUnsupported(t *testing.T) {
 	if _, err := jit.Compile(p, 1, jit.Layout{}); err == nil {
 		t.Error("probe 1 of a one-probe program compiled")
 	}
+	// push field: a tracepoint probe's, for the kernel target only
+	f, err := dpdf.ParseSource("tp", []byte("name = vmlinux\nmodtype = kernel\ntracepoint = sched:sched_switch\npush field,prev_pid\nlog 1\nexit 1\n"), dpdf.Options{NoPreprocessor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = rpn.CompileProgram(f, rpn.CompileOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = jit.Compile(p, 0, jit.Layout{})
+	var u *jit.Unsupported
+	if !errors.As(err, &u) || u.Reason != "push field: tracepoint probes run on --target kernel only" {
+		t.Errorf("push field: %v", err)
+	}
 }
 
 // The semantics table of the machine (rpn/testdata/vm.txt): every case

@@ -45,7 +45,7 @@ func Compile(f *dpdf.File, opts CompileOptions) (*Module, error) {
 // CompileProgram is Compile returning the loaded program, which saves
 // verifying the module a second time when it is run at once.
 func CompileProgram(f *dpdf.File, opts CompileOptions) (*Program, error) {
-	c := &compiler{f: f, opts: opts, fileIdx: map[string]uint16{}}
+	c := &compiler{f: f, opts: opts, fileIdx: map[string]uint16{}, fields: map[string]uint16{}}
 	c.errs = append(c.errs, f.Errors...)
 	c.fileIndex(lexer.Position{Filename: f.Path})
 	c.header()
@@ -107,7 +107,7 @@ func (c *compiler) verifyProbes(probes []int) {
 		for end < len(c.m.Relocs) && c.m.Relocs[end].Off < p.End {
 			end++
 		}
-		one := &Module{Header: h, Probes: []Probe{p}, Code: c.m.Code, Lines: c.m.Lines, Files: c.m.Files, Relocs: c.m.Relocs[r:end]}
+		one := &Module{Header: h, Probes: []Probe{p}, Code: c.m.Code, Lines: c.m.Lines, Files: c.m.Files, Relocs: c.m.Relocs[r:end], Fields: c.m.Fields}
 		r = end
 		_, err := Load(one)
 		if err == nil {
@@ -132,8 +132,10 @@ type compiler struct {
 	m       *Module
 	errs    dpdf.ErrorList
 	fileIdx map[string]uint16
+	fields  map[string]uint16 // index of each name in Module.Fields
 
 	// per probe
+	kind    ProbeKind
 	labels  map[string]uint32
 	labelAt map[string]lexer.Position
 	fixups  []fixup
@@ -381,17 +383,44 @@ func (c *compiler) header() {
 	c.m.Header = h
 }
 
+// probeKinds maps the keyword that starts a probe to its kind.
+var probeKinds = map[string]ProbeKind{"offset": ProbeOffset, "retprobe": ProbeRetprobe, "tracepoint": ProbeTracepoint}
+
+// kindNames says "an offset probe", "a retprobe", "a tracepoint probe" in
+// messages.
+var kindNames = [...]string{ProbeOffset: "an offset probe", ProbeRetprobe: "a retprobe", ProbeTracepoint: "a tracepoint probe"}
+
 func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
-	p := Probe{Pos: c.pos(pd.Pos)}
-	p.Loc = c.location(pd.Offset)
+	p := Probe{Pos: c.pos(pd.Pos), Kind: probeKinds[pd.Offset.Norm()]}
+	c.kind = p.Kind
+	switch p.Kind {
+	case ProbeTracepoint:
+		p.Loc = c.tracepoint(pd.Offset)
+	case ProbeRetprobe:
+		p.Loc = c.retprobe(pd.Offset)
+	default:
+		p.Loc = c.location(pd.Offset)
+	}
 	for _, kv := range pd.Keys {
 		if kv.Value == nil {
 			continue // a line that failed to parse, already reported
 		}
 		switch kv.Norm() {
 		case "opcode":
+			if p.Kind != ProbeOffset {
+				c.errorf(kv.Pos, "opcode does not apply to %s: only an offset probe is placed on an instruction whose first byte can be checked", kindNames[p.Kind])
+				continue
+			}
 			if v, ok := c.number(kv, 0, 0xff); ok {
 				p.HasOpcode, p.Opcode = true, uint8(v)
+			}
+		case "maxactive":
+			if p.Kind != ProbeRetprobe {
+				c.errorf(kv.Pos, "maxactive applies only to a retprobe (it bounds the calls of the function tracked at once per thread), not to %s", kindNames[p.Kind])
+				continue
+			}
+			if v, ok := c.number(kv, 1, MaxMaxActive); ok {
+				p.MaxActive = uint32(v)
 			}
 		case "minor":
 			if v, ok := c.number(kv, 0, math.MaxUint16); ok {
@@ -408,6 +437,10 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 		case "logonfault":
 			if w, ok := c.word(kv, "yes", "no"); ok {
 				p.LogOnFault = w == "yes"
+				if p.LogOnFault && p.Kind == ProbeTracepoint {
+					c.errorf(kv.Pos, "logonfault = yes does not apply to a tracepoint probe: no probed instruction runs after its program, so none can fault")
+					p.LogOnFault = false
+				}
 			}
 		}
 	}
@@ -459,6 +492,53 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 	}
 	p.End = uint32(len(c.m.Code))
 	c.m.Probes = append(c.m.Probes, p)
+}
+
+// tracepoint reads a tracepoint value, "SUBSYS:EVENT", in a kernel module.
+func (c *compiler) tracepoint(kv *dpdf.KeyValue) Location {
+	if c.m.ModType != ModKernel {
+		c.errorf(kv.Pos, "a tracepoint probe needs \"modtype = kernel\": tracepoints are in the kernel (this module is modtype = user)")
+	}
+	v := kv.Value
+	if v == nil {
+		return Location{Kind: LocTracepoint} // a line that failed to parse, already reported
+	}
+	loc := Location{Text: v.Text, Kind: LocTracepoint}
+	if v.Event == nil {
+		c.errorf(v.Pos, "tracepoint must be SUBSYS:EVENT, such as sched:sched_switch, not %s", v.Text)
+		return loc
+	}
+	if !c.text(v.Pos, "the tracepoint", v.Text) {
+		return loc
+	}
+	if at, msg := checkTracepoint(*v.Event); msg != "" {
+		pos := v.Pos
+		pos.Column += at
+		pos.Offset += at
+		c.errorf(pos, "tracepoint %q: %s: write SUBSYS:EVENT, such as sched:sched_switch", *v.Event, msg)
+	}
+	return loc
+}
+
+// retprobe reads a retprobe value: the function, as an offset's symbolic
+// expression (or an address); a source line or a place inside a function
+// is refused.
+func (c *compiler) retprobe(kv *dpdf.KeyValue) Location {
+	v := kv.Value
+	if v != nil && v.Line != nil {
+		c.errorf(v.Pos, "retprobe goes on a function, not a source line: name its symbol (retprobe = do_sys_open)")
+		return Location{Text: v.Text}
+	}
+	if v != nil && v.Expr == nil {
+		c.errorf(v.Pos, "retprobe must name a function, a symbol such as do_sys_open, not %s", v.Text)
+		return Location{Text: v.Text}
+	}
+	before := len(c.errs)
+	loc := c.location(kv)
+	if len(c.errs) == before && loc.Kind == LocExpr && !loc.Sum.isSymbol() {
+		c.errorf(v.Pos, "retprobe goes on a function's entry: name the function's symbol alone (retprobe = do_sys_open), not %s", v.Text)
+	}
+	return loc
 }
 
 // location evaluates an offset value.
@@ -747,6 +827,8 @@ func (c *compiler) push(p *dpdf.PushOperand) {
 		if s, ok := c.size(p.IO, true); ok {
 			c.emit8(OpPushIO, s)
 		}
+	case p.Field != nil:
+		c.pushField(p)
 	case p.Sys != "":
 		switch strings.ToLower(p.Sys) {
 		case "pid":
@@ -767,6 +849,34 @@ func (c *compiler) push(p *dpdf.PushOperand) {
 			c.emit(OpPushLP)
 		}
 	}
+}
+
+// pushField compiles push field,NAME: the name goes into Module.Fields
+// once, and the instruction refers to it by index.
+func (c *compiler) pushField(p *dpdf.PushOperand) {
+	name := p.Field.Value
+	if c.kind != ProbeTracepoint {
+		c.errorf(p.Pos, "push field reads the event of a tracepoint probe (\"tracepoint = SUBSYS:EVENT\"): this is %s", kindNames[c.kind])
+		return
+	}
+	if !ValidFieldName(name) {
+		c.errorf(p.Field.Pos, "field name %s is not an identifier: tracepoint fields are named like C variables (prev_pid)", name)
+		return
+	}
+	i, ok := c.fields[name]
+	if !ok {
+		if !c.text(p.Field.Pos, "the field name", name) {
+			return
+		}
+		if len(c.m.Fields) >= MaxFields {
+			c.errorf(p.Field.Pos, "more than %d distinct field names in one module", MaxFields)
+			return
+		}
+		i = uint16(len(c.m.Fields))
+		c.m.Fields = append(c.m.Fields, name)
+		c.fields[name] = i
+	}
+	c.emit16(OpPushField, i)
 }
 
 // pushConst compiles push d,EXPR. A value that depends on symbols or types

@@ -19,16 +19,28 @@ func Disasm(w io.Writer, m *Module) {
 	if len(m.BuildID) > 0 {
 		fmt.Fprintf(w, "build-id %x\n", m.BuildID)
 	}
+	if len(m.Fields) > 0 {
+		fmt.Fprintf(w, "fields")
+		for _, f := range m.Fields {
+			fmt.Fprintf(w, " %s", dpdf.Escape(f))
+		}
+		fmt.Fprintln(w)
+	}
 	for i, p := range m.Probes {
-		fmt.Fprintf(w, "\nprobe %d: offset = %s", i, dpdf.Escape(p.Loc.Text))
+		// the keyword the probe starts with, as a DPDF writes it
+		fmt.Fprintf(w, "\nprobe %d: %s = %s", i, p.Kind, dpdf.Escape(p.Loc.Text))
 		switch {
-		case p.Loc.Kind == LocAbsolute:
+		case p.Loc.Kind == LocAbsolute, p.Loc.Kind == LocTracepoint:
 		case p.Loc.Resolved:
 			fmt.Fprintf(w, " = %#x", p.Loc.Addr)
 		default:
 			fmt.Fprintf(w, " (resolved at insert)")
 		}
-		fmt.Fprintf(w, "  minor=%d", p.Minor)
+		fmt.Fprintf(w, "  ")
+		if p.Kind == ProbeRetprobe {
+			fmt.Fprintf(w, "maxactive=%d ", p.ActiveLimit())
+		}
+		fmt.Fprintf(w, "minor=%d", p.Minor)
 		if p.HasOpcode {
 			fmt.Fprintf(w, " opcode=%#02x", p.Opcode)
 		}
@@ -104,6 +116,11 @@ func formatInsn(m *Module, pc uint32, b []byte, relocs map[uint32]Reloc) string 
 		switch op {
 		case OpPushR, OpPopR, OpPushU, OpPopU:
 			return fmt.Sprintf("%s,%s", name, Reg(v))
+		case OpPushField:
+			if int(v) < len(m.Fields) {
+				return fmt.Sprintf("%s,%s", name, dpdf.Escape(m.Fields[v]))
+			}
+			return fmt.Sprintf("%s,#%d   ; no such field", name, v)
 		}
 		return fmt.Sprintf("%s%s%d", name, sep, v)
 	case fmtU16U16:

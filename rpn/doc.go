@@ -3,7 +3,9 @@
 // machine that runs a probe's program on every hit. The machine reaches the
 // outside world only through the Env interface (registers, memory that can
 // fault, system values, IO), so the same machine serves gprobes sim, the
-// engine and every target.
+// engine and every target. A tracepoint probe's push field asks the Env
+// for the event's field through the optional FieldEnv interface; an Env
+// without it makes push field an invalid-operand exception.
 //
 // The trap: bytecode from anywhere (a PPDF file above all) is untrusted.
 // Only Load turns a Module into a runnable Program, after verifying it; a

@@ -42,6 +42,21 @@ func (e *fuzzEnv) Sys(v SysValue) (uint64, bool) {
 func (e *fuzzEnv) IO(port uint64, size uint8, write bool, v uint64) (uint64, bool) {
 	return e.mix(port), e.seed&2 == 0
 }
+func (e *fuzzEnv) Field(name string) (uint64, bool) {
+	return e.mix(uint64(len(name)) + 2000), e.seed&16 == 0
+}
+
+// asTracepoint makes the fuzz module's probe a tracepoint probe with two
+// fields, when the seed says so, so push field is reached.
+func asTracepoint(m *Module, seed uint64) {
+	if seed&8 == 0 {
+		return
+	}
+	m.ModType = ModKernel
+	m.Probes[0].Kind = ProbeTracepoint
+	m.Probes[0].Loc = Location{Text: "sched:sched_switch", Kind: LocTracepoint}
+	m.Fields = []string{"prev_pid", "next_pid"}
+}
 
 // moduleFromFuzz builds a one-probe module from fuzz input: 8 bytes of
 // header choices, then the code.
@@ -107,11 +122,16 @@ func FuzzVM(f *testing.F) {
 		p := m.Probes[0]
 		f.Add(append(fuzzHeader(m), m.Code[p.Entry:p.End]...), uint64(len(text)))
 	}
+	// a tracepoint's fields, present (seed bit 3) and absent (bit 4)
+	tp := cat(OpPushField, 1, 0, OpPushField, 0, 0, OpLogN, 2, OpExit, 1)
+	f.Add(append(fuzzHeader(&Module{Header: Header{LogMax: 64, JmpMax: 1}}), tp...), uint64(8))
+	f.Add(append(fuzzHeader(&Module{Header: Header{LogMax: 64, JmpMax: 1}}), tp...), uint64(8|16))
 	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
 		m := moduleFromFuzz(data)
 		if m == nil {
 			return
 		}
+		asTracepoint(m, seed)
 		p, err := Load(m)
 		if err != nil {
 			return

@@ -2,6 +2,7 @@ package rpn
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/gprobes/gprobes/dpdf"
 )
@@ -170,11 +171,73 @@ func (k ProbeKind) String() string {
 // tracked at once per thread (SPEC §6).
 const DefaultMaxActive = 64
 
+// Limits of the probe kinds' data (docs/language.md, "Probe kinds").
+const (
+	MaxMaxActive = 4096  // a retprobe's maxactive: 1..MaxMaxActive
+	MaxFields    = 65535 // distinct field names in Module.Fields (OpPushField's operand is a u16)
+)
+
+// SplitTracepoint splits a tracepoint location "SUBSYS:EVENT" (Location.Text
+// of a LocTracepoint) into its two names, and reports whether text has that
+// form: two non-empty names of ASCII letters, digits and '_' around one
+// ':'. Every tracepoint location that passed the verifier has it, so a
+// target may use the names in paths (tracefs's events/SUBSYS/EVENT).
+func SplitTracepoint(text string) (subsys, event string, ok bool) {
+	if _, msg := checkTracepoint(text); msg != "" {
+		return "", "", false
+	}
+	subsys, event, _ = strings.Cut(text, ":")
+	return subsys, event, true
+}
+
+// checkTracepoint says what is wrong with a tracepoint location, and at
+// which byte of text, or "" when it is SUBSYS:EVENT.
+func checkTracepoint(text string) (at int, msg string) {
+	colon := strings.IndexByte(text, ':')
+	if colon < 0 {
+		return 0, "no ':' between the subsystem and the event"
+	}
+	if colon == 0 {
+		return 0, "the subsystem before ':' is empty"
+	}
+	if colon == len(text)-1 {
+		return colon, "the event after ':' is empty"
+	}
+	for i := 0; i < len(text); i++ {
+		if c := text[i]; i != colon && !isWordByte(c) {
+			if c == ':' {
+				return i, "more than one ':'"
+			}
+			return i, fmt.Sprintf("%q cannot be in a subsystem or event name (ASCII letters, digits and _ only)", rune(c))
+		}
+	}
+	return 0, ""
+}
+
+// ValidFieldName reports whether name can be a tracepoint field name, an
+// entry of Module.Fields: a C identifier (an ASCII letter or '_', then
+// letters, digits and '_'), case as the kernel spells it.
+func ValidFieldName(name string) bool {
+	if name == "" || name[0] >= '0' && name[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !isWordByte(name[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
 // Probe is one probe definition: its kind, location, identity, limits and
 // the entry point of its program in Module.Code.
 type Probe struct {
 	Kind       ProbeKind
-	MaxActive  uint32 // ProbeRetprobe: calls tracked at once per thread; 0 = DefaultMaxActive
+	MaxActive  uint32 // ProbeRetprobe: calls tracked at once per thread, 1..MaxMaxActive; 0 = DefaultMaxActive
 	Loc        Location
 	HasOpcode  bool
 	Opcode     uint8 // expected byte at the location
@@ -184,7 +247,15 @@ type Probe struct {
 	LogOnFault bool
 	Entry      uint32 // byte offset of the program in Module.Code
 	End        uint32 // byte offset just past the program
-	Pos        Pos    // the offset line in the DPDF
+	Pos        Pos    // the line that starts the probe (offset, retprobe, tracepoint) in the DPDF
+}
+
+// ActiveLimit is a retprobe's maxactive, DefaultMaxActive when not given.
+func (p *Probe) ActiveLimit() uint32 {
+	if p.MaxActive == 0 {
+		return DefaultMaxActive
+	}
+	return p.MaxActive
 }
 
 // Pos is a source position: an index into Module.Files, a line and a column.
@@ -226,7 +297,9 @@ type Module struct {
 	Relocs  []Reloc     // sorted by Off
 	BuildID []byte      // ELF build ID of the probed module when known at build time
 	// Fields are the tracepoint field names "push field,NAME" refers to,
-	// by index (OpPushField's operand); the event is its probe's.
+	// by index (OpPushField's operand); the event is its probe's. Each is
+	// a ValidFieldName, each once, in order of first use; at most
+	// MaxFields.
 	Fields []string
 }
 

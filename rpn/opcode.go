@@ -106,7 +106,7 @@ const (
 	OpPushIO // port  PUSH IO,size  v
 	OpPopIO  // port v  POP IO,size  -
 
-	OpPushField // -  PUSH FIELD,i  v           field Module.Fields[i] of the probe's tracepoint event
+	OpPushField // -  PUSH FIELD,i  v                   field Module.Fields[i] of the tracepoint event (FieldEnv); tracepoint probes only
 
 	numOpcodes
 )

@@ -61,6 +61,11 @@ type SumEnv interface {
 	Offsetof(typ, field string) (uint64, error)
 }
 
+// isSymbol reports whether s is one symbol's address and nothing else.
+func (s Sum) isSymbol() bool {
+	return s.Addend == 0 && len(s.Terms) == 1 && s.Terms[0].Kind == TermSymbol && s.Terms[0].Factor == 1
+}
+
 // Eval computes s against env. The first term env cannot answer is the
 // error, as env reported it.
 func (s Sum) Eval(env SumEnv) (uint64, error) {

@@ -77,10 +77,16 @@ func (e *VerifyError) Format(s fmt.State, verb rune) {
 // outside their probe or into the middle of an instruction, a program
 // that can run off its end, variable indices beyond vars/gvars, registers
 // the architecture lacks, sizes other than 1/2/4/8, relocations that do
-// not point at a push d immediate, and static call chains deeper than 32.
+// not point at a push d immediate, static call chains deeper than 32, and
+// probe kinds that do not go with their location, keywords or
+// instructions (a tracepoint that is not SUBSYS:EVENT, maxactive off a
+// retprobe, push field outside a tracepoint probe or past Fields).
 func Load(m *Module) (*Program, error) {
 	v := &verifier{m: m}
 	if msg := checkHeader(&m.Header); msg != "" {
+		return nil, &VerifyError{Probe: -1, Msg: msg, m: m}
+	}
+	if msg := checkFields(m.Fields); msg != "" {
 		return nil, &VerifyError{Probe: -1, Msg: msg, m: m}
 	}
 	p := &Program{m: m, mask: ^uint64(0), w: 8}
@@ -124,6 +130,62 @@ func checkHeader(h *Header) string {
 	return ""
 }
 
+// checkFields says what is wrong with a module's field names, or "".
+func checkFields(fields []string) string {
+	if len(fields) > MaxFields {
+		return fmt.Sprintf("%d field names, at most %d", len(fields), MaxFields)
+	}
+	seen := make(map[string]int, len(fields))
+	for i, f := range fields {
+		if !ValidFieldName(f) {
+			return fmt.Sprintf("field name %d %q is not an identifier", i, f)
+		}
+		if j, dup := seen[f]; dup {
+			return fmt.Sprintf("field name %q given twice (entries %d and %d)", f, j, i)
+		}
+		seen[f] = i
+	}
+	return ""
+}
+
+// checkKind says why a probe's kind does not go with its location and
+// keywords (docs/language.md, "Probe kinds"), or "".
+func checkKind(pr *Probe, h *Header) string {
+	switch {
+	case pr.Kind > ProbeTracepoint:
+		return fmt.Sprintf("unknown probe kind %d", pr.Kind)
+	case pr.Loc.Kind > LocTracepoint:
+		return fmt.Sprintf("unknown location kind %d", pr.Loc.Kind)
+	case (pr.Kind == ProbeTracepoint) != (pr.Loc.Kind == LocTracepoint):
+		return fmt.Sprintf("%s with %s location: a tracepoint location goes with a tracepoint probe, and only there", kindNames[pr.Kind], article(pr.Loc.Kind.String()))
+	case pr.Kind == ProbeRetprobe && pr.Loc.Kind == LocLine:
+		return "retprobe on a source line: it goes on a function"
+	case pr.MaxActive != 0 && pr.Kind != ProbeRetprobe:
+		return fmt.Sprintf("maxactive %d on %s: only a retprobe has one", pr.MaxActive, kindNames[pr.Kind])
+	case pr.MaxActive > MaxMaxActive:
+		return fmt.Sprintf("maxactive %d outside 1..%d", pr.MaxActive, MaxMaxActive)
+	case pr.HasOpcode && pr.Kind != ProbeOffset:
+		return fmt.Sprintf("opcode check on %s: only an offset probe has one", kindNames[pr.Kind])
+	case pr.LogOnFault && pr.Kind == ProbeTracepoint:
+		return "logonfault on a tracepoint probe: no probed instruction runs after its program"
+	case pr.Kind == ProbeTracepoint && h.ModType != ModKernel:
+		return "tracepoint probe in a user module"
+	case pr.Kind == ProbeTracepoint:
+		if _, msg := checkTracepoint(pr.Loc.Text); msg != "" {
+			return fmt.Sprintf("tracepoint %q: %s", pr.Loc.Text, msg)
+		}
+	}
+	return ""
+}
+
+// article puts "a" or "an" before a word.
+func article(w string) string {
+	if w != "" && strings.IndexByte("aeiou", w[0]) >= 0 {
+		return "an " + w
+	}
+	return "a " + w
+}
+
 type verifier struct {
 	m *Module
 	p *Program
@@ -141,8 +203,8 @@ func (v *verifier) probe(pi int) error {
 	if pr.Entry >= pr.End || pr.End > uint32(len(m.Code)) {
 		return v.fail(pi, pr.Entry, "program range %#x..%#x outside the code (%d bytes)", pr.Entry, pr.End, len(m.Code))
 	}
-	if pr.Loc.Kind > LocAbsolute {
-		return v.fail(pi, pr.Entry, "unknown location kind %d", pr.Loc.Kind)
+	if msg := checkKind(pr, &m.Header); msg != "" {
+		return v.fail(pi, pr.Entry, "%s", msg)
 	}
 	if len(m.Files) > 0 && int(pr.Pos.File) >= len(m.Files) {
 		return v.fail(pi, pr.Entry, "source file index %d out of range", pr.Pos.File)
@@ -279,6 +341,13 @@ func (v *verifier) decode(pi int, pc uint32, b []byte) (insn, error) {
 	case OpPushTask:
 		if h.ModType != ModKernel {
 			return bad("push task in a user module")
+		}
+	case OpPushField:
+		if k := v.m.Probes[pi].Kind; k != ProbeTracepoint {
+			return bad("push field in %s: only a tracepoint probe has an event to read", kindNames[k])
+		}
+		if int(in.b) >= len(v.m.Fields) {
+			return bad("push field %d: the module has %d field names", in.b, len(v.m.Fields))
 		}
 	}
 	return in, nil

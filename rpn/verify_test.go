@@ -2,6 +2,7 @@ package rpn
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -143,6 +144,114 @@ func TestVerifierRefuses(t *testing.T) {
 				t.Fatalf("got %v, want %q", err, c.want)
 			}
 		})
+	}
+}
+
+// tracepointProbe turns asm's probe into a tracepoint probe of a kernel
+// module with the field table fields.
+func tracepointProbe(m *Module, fields ...string) *Module {
+	m.ModType = ModKernel
+	m.Probes[0].Kind = ProbeTracepoint
+	m.Probes[0].Loc = Location{Text: "sched:sched_switch", Kind: LocTracepoint}
+	m.Fields = fields
+	return m
+}
+
+// TestVerifierRefusesKinds: what the compiler never writes about probe
+// kinds, and a PPDF may hold, is refused with the probe named.
+func TestVerifierRefusesKinds(t *testing.T) {
+	exit := cat(OpExit, 1)
+	field := func(i uint16) []byte { return cat(OpPushField, byte(i), byte(i>>8), OpPop, exit) }
+	tp := func(code []byte, fields ...string) *Module { return tracepointProbe(asm(code...), fields...) }
+	edit := func(m *Module, f func(m *Module)) *Module { f(m); return m }
+	for _, c := range []struct {
+		name string
+		m    *Module
+		want string
+	}{
+		{"unknown kind", edit(asm(exit...), func(m *Module) { m.Probes[0].Kind = 3 }), "unknown probe kind 3"},
+		{"unknown location kind", edit(asm(exit...), func(m *Module) { m.Probes[0].Loc.Kind = 4 }), "unknown location kind 4"},
+		{"tracepoint location on an offset probe", edit(tp(exit), func(m *Module) { m.Probes[0].Kind = ProbeOffset }),
+			"an offset probe with a tracepoint location"},
+		{"tracepoint probe at an address", edit(tp(exit), func(m *Module) { m.Probes[0].Loc = Location{Text: "0x1000", Kind: LocAbsolute} }),
+			"a tracepoint probe with an absolute location"},
+		{"tracepoint path", edit(tp(exit), func(m *Module) { m.Probes[0].Loc.Text = "../../x:y" }),
+			`tracepoint "../../x:y": '.' cannot be in a subsystem or event name`},
+		{"tracepoint without event", edit(tp(exit), func(m *Module) { m.Probes[0].Loc.Text = "sched" }), "no ':'"},
+		{"tracepoint in user code", edit(tp(exit), func(m *Module) { m.ModType = ModUser }), "tracepoint probe in a user module"},
+		{"tracepoint opcode", edit(tp(exit), func(m *Module) { m.Probes[0].HasOpcode = true }), "opcode check on a tracepoint probe"},
+		{"tracepoint logonfault", edit(tp(exit), func(m *Module) { m.Probes[0].LogOnFault = true }), "logonfault on a tracepoint probe"},
+		{"retprobe opcode", edit(asm(exit...), func(m *Module) { m.Probes[0].Kind, m.Probes[0].HasOpcode = ProbeRetprobe, true }),
+			"opcode check on a retprobe: only an offset probe has one"},
+		{"retprobe on a line", edit(asm(exit...), func(m *Module) {
+			m.Probes[0].Kind, m.Probes[0].Loc = ProbeRetprobe, Location{Text: "a.c:1", Kind: LocLine, File: "a.c", Line: 1}
+		}), "retprobe on a source line"},
+		{"maxactive on an offset probe", edit(asm(exit...), func(m *Module) { m.Probes[0].MaxActive = 8 }), "maxactive 8 on an offset probe: only a retprobe has one"},
+		{"maxactive on a tracepoint", edit(tp(exit), func(m *Module) { m.Probes[0].MaxActive = 1 }), "maxactive 1 on a tracepoint probe"},
+		{"maxactive 4097", edit(asm(exit...), func(m *Module) { m.Probes[0].Kind, m.Probes[0].MaxActive = ProbeRetprobe, 4097 }),
+			"maxactive 4097 outside 1..4096"},
+		{"push field in an offset probe", edit(asm(field(0)...), func(m *Module) { m.Fields = []string{"pid"} }),
+			"push field in an offset probe: only a tracepoint probe has an event to read"},
+		{"push field in a retprobe", edit(asm(field(0)...), func(m *Module) { m.Probes[0].Kind, m.Fields = ProbeRetprobe, []string{"pid"} }),
+			"push field in a retprobe:"},
+		{"push field past the table", tp(field(1), "pid"), "push field 1: the module has 1 field names"},
+		{"push field without a table", tp(field(0)), "push field 0: the module has 0 field names"},
+		{"push field 65535", tp(field(0xffff), "pid"), "push field 65535"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Load(c.m)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want %q", err, c.want)
+			}
+			var ve *VerifyError
+			if !errors.As(err, &ve) || ve.Probe != 0 {
+				t.Errorf("%#v: the error does not name probe 0", err)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name   string
+		fields []string
+		want   string
+	}{
+		{"empty field name", []string{"pid", ""}, `field name 1 "" is not an identifier`},
+		{"dotted field name", []string{"a.b"}, `field name 0 "a.b" is not an identifier`},
+		{"field name from a digit", []string{"9x"}, `"9x" is not an identifier`},
+		{"field name with a control byte", []string{"x\x1b[2J"}, `"x\x1b[2J" is not an identifier`},
+		{"field name twice", []string{"pid", "comm", "pid"}, `field name "pid" given twice (entries 0 and 2)`},
+		{"too many field names", make([]string, MaxFields+1), "65536 field names, at most 65535"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Load(tp(exit, c.fields...))
+			var ve *VerifyError
+			if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &ve) || ve.Probe != -1 {
+				t.Fatalf("got %v, want %q for the module", err, c.want)
+			}
+		})
+	}
+}
+
+func TestVerifierAcceptsKinds(t *testing.T) {
+	code := cat(OpPushField, 1, 0, OpPushField, 0, 0, OpLogN, 2, OpExit, 1)
+	m := tracepointProbe(asm(code...), "prev_pid", "next_pid")
+	p, err := Load(m)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	if n := p.StaticStack(0); !n.Static || n.NeedZero != 0 {
+		t.Errorf("stack layout %+v", n)
+	}
+	if r, d, w := StackEffect(p.Insn(0)); r != 0 || d != 1 || w != 1 {
+		t.Errorf("StackEffect(push field) = %d, %d, %d", r, d, w)
+	}
+	ret := asm(cat(OpPushR, 0, 0, OpLogN, 1, OpExit, 1)...)
+	ret.Probes[0].Kind, ret.Probes[0].MaxActive = ProbeRetprobe, MaxMaxActive
+	if _, err := Load(ret); err != nil {
+		t.Errorf("retprobe: %v", err)
+	}
+	ret.Probes[0].MaxActive = 0 // the default
+	if _, err := Load(ret); err != nil {
+		t.Errorf("retprobe: %v", err)
 	}
 }
 

@@ -28,6 +28,15 @@ type Env interface {
 	IO(port uint64, size uint8, write bool, v uint64) (uint64, bool)
 }
 
+// FieldEnv is an Env that can answer push field: the value of a field of
+// the tracepoint event being handled (an integer by value, an array or a
+// string by its address). The machine asks for it by type assertion on the
+// Env; an Env without it, or a false answer (no such field, no event), is
+// an invalid-operand exception, as for a system value the target lacks.
+type FieldEnv interface {
+	Field(name string) (uint64, bool)
+}
+
 // Outcome is how a hit ended.
 type Outcome uint8
 
@@ -555,6 +564,21 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 
 		case OpPushPID, OpPushTID, OpPushProcID, OpPushTask, OpPushTS:
 			v, ok := env.Sys(SysValue(in.op - OpPushPID))
+			if !ok {
+				ex = ExInvalidOperand
+				goto fault
+			}
+			tos = (tos + 1) & sm
+			s[tos] = v & mask
+
+		case OpPushField:
+			// the verifier allows it only in tracepoint probes, with
+			// in.b inside mod.Fields
+			fe, ok := env.(FieldEnv)
+			var v uint64
+			if ok {
+				v, ok = fe.Field(mod.Fields[in.b])
+			}
 			if !ok {
 				ex = ExInvalidOperand
 				goto fault

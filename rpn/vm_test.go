@@ -82,17 +82,18 @@ func (c *vmCase) source() string {
 		if strings.HasPrefix(t, "modtype") {
 			hasType = true
 		}
-		if strings.HasPrefix(t, "offset") {
+		start := strings.HasPrefix(t, "offset") || strings.HasPrefix(t, "retprobe") || strings.HasPrefix(t, "tracepoint")
+		if start {
 			hasOffset = true
 		}
 		if !inBody && (!isKey || isProbeKey(t)) {
-			if !hasOffset && !strings.HasPrefix(t, "offset") {
+			if !hasOffset && !start {
 				body = append(body, "offset = 0x1000")
 				hasOffset = true
 			}
 			inBody = true
 		}
-		if inBody || strings.HasPrefix(t, "offset") {
+		if inBody || start {
 			inBody = true
 			body = append(body, l)
 		} else {
@@ -121,7 +122,7 @@ func (c *vmCase) source() string {
 func isProbeKey(t string) bool {
 	k := strings.ReplaceAll(strings.ReplaceAll(strings.SplitN(t, "=", 2)[0], " ", ""), "_", "")
 	switch k {
-	case "opcode", "minor", "passcount", "maxhits", "logonfault":
+	case "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive":
 		return true
 	}
 	return false
@@ -200,6 +201,11 @@ func TestVMCases(t *testing.T) {
 					for _, a := range f[1:] {
 						k, v, _ := strings.Cut(a, "=")
 						env.AddIO(num(t, k), num(t, v))
+					}
+				case "field":
+					for _, a := range f[1:] {
+						k, v, _ := strings.Cut(a, "=")
+						env.SetField(k, num(t, v))
 					}
 				case "hits":
 					opts.Hits = int(num(t, f[1]))

@@ -30,6 +30,7 @@ type Env struct {
 	sys     [5]uint64
 	haveSys [5]bool
 	io      map[uint64]uint64
+	fields  map[string]uint64 // the tracepoint event's fields, for push field
 }
 
 type region struct {
@@ -37,7 +38,10 @@ type region struct {
 	data []byte
 }
 
-var _ rpn.Env = (*Env)(nil)
+var (
+	_ rpn.Env      = (*Env)(nil)
+	_ rpn.FieldEnv = (*Env)(nil)
+)
 
 // NewEnv returns an environment where every register reads 0, no memory
 // exists, pid, tid, procid and ts read 0 and the current task is unknown.
@@ -111,6 +115,23 @@ func (e *Env) AddIO(port, v uint64) {
 		e.io = map[uint64]uint64{}
 	}
 	e.io[port] = v
+}
+
+// SetField gives a field of the simulated tracepoint event, for push
+// field: an integer field's value, or the address of an array or string
+// field (give its bytes with AddMem). A field not given is an
+// invalid-operand exception, as an unknown field is on a target.
+func (e *Env) SetField(name string, v uint64) {
+	if e.fields == nil {
+		e.fields = map[string]uint64{}
+	}
+	e.fields[name] = v
+}
+
+// Field answers push field (rpn.FieldEnv).
+func (e *Env) Field(name string) (uint64, bool) {
+	v, ok := e.fields[name]
+	return v, ok
 }
 
 // HasIO reports whether any IO port was given.
@@ -322,7 +343,7 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteText(w io.Writer) {
 	m := r.prog.Module()
 	pr := m.Probes[r.probe]
-	fmt.Fprintf(w, "probe %d: offset = %s (minor %d)\n", r.probe, pr.Loc.Text, pr.Minor)
+	fmt.Fprintf(w, "probe %d: %s = %s (minor %d)\n", r.probe, pr.Kind, pr.Loc.Text, pr.Minor)
 	for i, h := range r.Hits {
 		res := h.result
 		fmt.Fprintf(w, "hit %d: ", i+1)
