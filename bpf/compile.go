@@ -17,8 +17,9 @@ import (
 type Kind uint8
 
 const (
-	// KindTracepoint: BPF_PROG_TYPE_TRACEPOINT (link.Tracepoint); the
-	// context is the event's record, there are no registers.
+	// KindTracepoint: BPF_PROG_TYPE_TRACEPOINT (AttachTracepoint); the
+	// context is the event's record (push field reads it, given
+	// Options.Format), there are no registers.
 	KindTracepoint Kind = iota
 	// KindRawTracepoint: BPF_PROG_TYPE_RAW_TRACEPOINT; the context is the
 	// tracepoint's arguments, there are no registers.
@@ -30,6 +31,20 @@ const (
 	// KindUprobe: BPF_PROG_TYPE_KPROBE on a uprobe; the context is the
 	// user pt_regs at the probe, memory is the process's.
 	KindUprobe
+	// KindFentry: BPF_PROG_TYPE_TRACING, BPF_TRACE_FENTRY, at the entry of
+	// the kernel function Options.AttachTo (AttachFentry); the context is the
+	// function's arguments, one u64 each: push r reads the argument
+	// registers rdi, rsi, rdx, rcx, r8, r9 below Options.NumArgs, and rip
+	// is Options.Addr. Any other register is refused with an Unsupported
+	// wrapping ErrNeedsKprobe: a kprobe at the same address can.
+	KindFentry
+	// KindKretprobe: BPF_PROG_TYPE_KPROBE on a kretprobe
+	// (AttachKretprobe); the context is the kernel's pt_regs as the
+	// function returns: rax is its return value, rsp the caller's stack
+	// pointer past the return address, rip the return address (the
+	// caller's next instruction), the callee-saved registers the
+	// caller's; the argument registers hold whatever the function left.
+	KindKretprobe
 )
 
 func (k Kind) String() string {
@@ -42,6 +57,10 @@ func (k Kind) String() string {
 		return "kprobe"
 	case KindUprobe:
 		return "uprobe"
+	case KindFentry:
+		return "fentry"
+	case KindKretprobe:
+		return "kretprobe"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -50,8 +69,10 @@ func (k Kind) progType() ebpf.ProgramType {
 	switch k {
 	case KindRawTracepoint:
 		return ebpf.RawTracepoint
-	case KindKprobe, KindUprobe:
+	case KindKprobe, KindUprobe, KindKretprobe:
 		return ebpf.Kprobe
+	case KindFentry:
+		return ebpf.Tracing
 	}
 	return ebpf.TracePoint
 }
@@ -93,6 +114,31 @@ type Options struct {
 	// cycle and no call. Compiled.Load does it by itself when the
 	// verifier finds the straight program too complex.
 	Loop bool
+
+	// Format is a tracepoint probe's event format (ReadFormat): push
+	// field,NAME finds NAME (Module.Fields[i], i its operand) there. A
+	// name the event lacks is an Unsupported at the instruction, its
+	// message listing the event's fields; push field in a probe of another
+	// kind, or without a Format, is Unsupported too.
+	Format *Format
+
+	// AttachTo is a fentry probe's kernel function (its name in the
+	// kernel's BTF, vmlinux's or a loaded module's): the program is
+	// loaded for it (ProgramSpec.AttachTo).
+	AttachTo string
+	// NumArgs is a fentry probe's function's argument count in registers
+	// (FuncArgs): push r of rdi, rsi, rdx, rcx, r8, r9 reads argument 0
+	// to 5 when it is below NumArgs.
+	NumArgs int
+	// Addr is a fentry probe's function's address: what push r,rip
+	// reads there (without it push r,rip is refused, ErrNeedsKprobe).
+	Addr uint64
+
+	// tpBTF, set by tests only (export_linux_test.go), makes a KindFentry
+	// program a BTF raw tracepoint (BPF_TRACE_RAW_TP) on this tracepoint:
+	// the same program type and context (u64 arguments), which a kernel
+	// refusing fentry may still load and attach.
+	tpBTF string
 }
 
 // DefaultWakeup is Options.Wakeup's default: 64 KiB of records.
@@ -158,7 +204,9 @@ type compiler struct {
 	hasCalls, cyclic, loopMode bool
 	countJumps                 bool // straight mode: the jump budget is checked at run time
 	needScratch, usesTS        bool
-	regs                       []rpn.Reg // ctx registers push r reads, canonical
+	regs                       []rpn.Reg      // ctx registers push r reads, canonical
+	fields                     []*Field       // tracepoint fields push field reads, copied at the hit
+	fieldAt                    map[uint16]int // push field's operand -> index in fields
 	static                     bool
 	reach                      []bool
 	depth                      []int
@@ -189,6 +237,9 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 	if int(o.Probe) >= p.NumProbes() {
 		return nil, fmt.Errorf("bpf: slot %d for a probe of a module of %d probes", o.Probe, p.NumProbes())
 	}
+	if o.Kind == KindFentry && o.AttachTo == "" && o.tpBTF == "" {
+		return nil, fmt.Errorf("bpf: a fentry probe needs its function (Options.AttachTo)")
+	}
 	mod := p.Module()
 	c := &compiler{
 		p:       p,
@@ -204,6 +255,7 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 		user:    o.Kind == KindUprobe || mod.ModType == rpn.ModUser,
 		exStubs: map[[2]int]label{},
 		used:    map[label]bool{},
+		fieldAt: map[uint16]int{},
 	}
 	c.a.cur = -1
 	if err := c.check(); err != nil {
@@ -236,6 +288,12 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 		Type:         o.Kind.progType(),
 		Instructions: c.a.ins,
 		License:      "GPL",
+	}
+	if o.Kind == KindFentry {
+		spec.AttachType, spec.AttachTo = ebpf.AttachTraceFEntry, o.AttachTo
+		if o.tpBTF != "" {
+			spec.AttachType, spec.AttachTo = ebpf.AttachTraceRawTp, o.tpBTF
+		}
 	}
 	off, total := c.a.raw()
 	m := make([]int, total)
@@ -316,6 +374,10 @@ func (c *compiler) check() error {
 			switch c.o.Kind {
 			case KindTracepoint, KindRawTracepoint:
 				return c.unsupported(i, "push r,%s: a %s has no probed instruction and so no registers (push u reads the task's user-mode registers)", r, c.o.Kind)
+			case KindFentry:
+				if err := c.fentryReg(i, r); err != nil {
+					return err
+				}
 			}
 			if _, ok := ptRegs[r.Canonical()]; !ok {
 				return c.unsupported(i, "push r,%s: the probe's pt_regs do not hold %s", r, r.Canonical())
@@ -333,8 +395,12 @@ func (c *compiler) check() error {
 			c.hasCalls = true
 		case rpn.OpPushTS:
 			c.usesTS = true
+		case rpn.OpPushField:
+			if err := c.checkField(i, in.B); err != nil {
+				return err
+			}
 		}
-		if in.Op >= rpn.Opcode(rpn.OpPopIO+1) || in.Op == rpn.OpInvalid {
+		if in.Op > rpn.OpPushField || in.Op == rpn.OpInvalid {
 			return c.unsupported(i, "%s: not compiled to eBPF yet", in.Op)
 		}
 		switch in.Op {
@@ -348,6 +414,79 @@ func (c *compiler) check() error {
 			c.needScratch = true
 		}
 	}
+	return nil
+}
+
+// fentryArgs are the registers of a fentry program's context: the
+// arguments, in order (x86-64's calling convention).
+var fentryArgs = []rpn.Reg{rpn.RegRDI, rpn.RegRSI, rpn.RegRDX, rpn.RegRCX, rpn.RegR8, rpn.RegR9}
+
+// fentryReg refuses, as ErrNeedsKprobe, a register a fentry program does
+// not see.
+func (c *compiler) fentryReg(i int, r rpn.Reg) error {
+	cr := r.Canonical()
+	if cr == rpn.RegRIP {
+		if c.o.Addr == 0 {
+			u := c.unsupported(i, "push r,%s: a fentry probe needs the function's address (Options.Addr) for rip", r).(*Unsupported)
+			u.Err = ErrNeedsKprobe
+			return u
+		}
+		return nil
+	}
+	for k, a := range fentryArgs {
+		if a != cr {
+			continue
+		}
+		if k < c.o.NumArgs {
+			return nil
+		}
+		u := c.unsupported(i, "push r,%s: a fentry program sees the function's arguments only, and %s would be argument %d of %d", r, cr, k+1, c.o.NumArgs).(*Unsupported)
+		u.Err = ErrNeedsKprobe
+		return u
+	}
+	u := c.unsupported(i, "push r,%s: a fentry program sees the function's arguments only (rdi, rsi, rdx, rcx, r8, r9) and rip", r).(*Unsupported)
+	u.Err = ErrNeedsKprobe
+	return u
+}
+
+// fentryArg is the index of canonical register r among the arguments.
+func fentryArg(r rpn.Reg) int {
+	for k, a := range fentryArgs {
+		if a == r {
+			return k
+		}
+	}
+	return -1
+}
+
+// checkField resolves push field's operand in the event's format, once
+// per field.
+func (c *compiler) checkField(i int, idx uint16) error {
+	if c.o.Kind != KindTracepoint {
+		return c.unsupported(i, "push field needs a tracepoint probe (tracepoint = SUBSYS:EVENT); this one is a %s", c.o.Kind)
+	}
+	if _, ok := c.fieldAt[idx]; ok {
+		return nil
+	}
+	if int(idx) >= len(c.mod.Fields) {
+		return c.unsupported(i, "push field %d: the module names %d fields", idx, len(c.mod.Fields))
+	}
+	name := c.mod.Fields[idx]
+	if c.o.Format == nil {
+		return c.unsupported(i, "push field,%s: the event's format was not given (Options.Format)", name)
+	}
+	fd, err := c.o.Format.Field(name)
+	if err != nil {
+		return c.unsupported(i, "push field,%s: %v", name, err)
+	}
+	if fd.Common && name != "common_type" && name != "common_pid" {
+		return c.unsupported(i, "push field,%s: an eBPF program cannot read it: the kernel writes a pointer to the registers over the record's first 8 bytes, its common fields, before it runs the program (common_type and common_pid can be had: the event's id and the thread's)", name)
+	}
+	if len(c.fields) == numRegs {
+		return c.unsupported(i, "push field,%s: more than %d different fields in one probe", name, numRegs)
+	}
+	c.fieldAt[idx] = len(c.fields)
+	c.fields = append(c.fields, fd)
 	return nil
 }
 
@@ -773,11 +912,21 @@ func (c *compiler) mainFunc() {
 			asm.Mov.Imm(rLogN, 0),
 		)
 		for _, r := range c.regs {
-			c.emit(asm.LoadMem(asm.R1, rJumps, ptRegs[r], asm.DWord))
-			if r == rpn.RegRIP && c.o.Kind == KindKprobe {
-				c.emit(asm.Add.Imm(asm.R1, -1)) // regs->ip is past the int3
+			switch {
+			case c.o.Kind == KindFentry && r == rpn.RegRIP:
+				c.emit(movImm64(asm.R1, c.o.Addr))
+			case c.o.Kind == KindFentry:
+				c.emit(asm.LoadMem(asm.R1, rJumps, int16(fentryArg(r)*8), asm.DWord))
+			default:
+				c.emit(asm.LoadMem(asm.R1, rJumps, ptRegs[r], asm.DWord))
+				if r == rpn.RegRIP && c.o.Kind == KindKprobe {
+					c.emit(asm.Add.Imm(asm.R1, -1)) // regs->ip is past the int3
+				}
 			}
 			c.emit(asm.StoreMem(rScratch, int16(offRegs+int(r)*8), asm.R1, asm.DWord))
+		}
+		for k, fd := range c.fields {
+			c.copyField(fd, int16(offFields+k*8))
 		}
 		if c.usesTS {
 			c.timestamp()
@@ -805,6 +954,70 @@ func (c *compiler) mainFunc() {
 	}
 	c.flushStubs()
 	c.tails()
+}
+
+// maxCtxLoad bounds the offsets a tracepoint program loads from its
+// context directly: the kernel allows any below PERF_MAX_TRACE_SIZE
+// (8192 since Linux 5.x; 2048 before), aligned to the size and not in the
+// first 8 bytes.
+const maxCtxLoad = 2048
+
+// ctxLoad sets r1 to the size bytes at off in the tracepoint's record (r9,
+// the context), zero-extended, or sign-extended with signed: a load from
+// the context when the kernel allows it, else bpf_probe_read_kernel of
+// the record's bytes (which cannot fail: the record is the kernel's
+// buffer of the hit; r1 stays 0 if it did).
+func (c *compiler) ctxLoad(off, size int, signed bool) {
+	sz := map[int]asm.Size{1: asm.Byte, 2: asm.Half, 4: asm.Word, 8: asm.DWord}[size]
+	if off >= 8 && off%size == 0 && off+size <= maxCtxLoad {
+		c.emit(asm.LoadMem(asm.R1, rJumps, int16(off), sz))
+	} else {
+		c.emit(
+			storeImm64(asm.R10, fpAddr, 0),
+			asm.Mov.Reg(asm.R1, asm.R10), asm.Add.Imm(asm.R1, fpAddr),
+			asm.Mov.Imm(asm.R2, int32(size)),
+			asm.Mov.Reg(asm.R3, rJumps), asm.Add.Imm(asm.R3, int32(off)),
+			asm.FnProbeReadKernel.Call(),
+			asm.LoadMem(asm.R1, asm.R10, fpAddr, asm.DWord),
+		)
+	}
+	if signed && size < 8 {
+		sh := int32(64 - 8*size)
+		c.emit(asm.LSh.Imm(asm.R1, sh), asm.ArSh.Imm(asm.R1, sh))
+	}
+}
+
+// copyField stores tracepoint field fd's value, what push field pushes,
+// at off in the scratch value (prologue: r9 is the context).
+func (c *compiler) copyField(fd *Field, off int16) {
+	// ctxAddr: r1 = the record's address + add, a number (the context
+	// pointer stored and read back, so that the verifier sees a scalar)
+	ctxAddr := func(add int32) {
+		c.emit(asm.StoreMem(rScratch, off, rJumps, asm.DWord), asm.LoadMem(asm.R1, rScratch, off, asm.DWord))
+		if add != 0 {
+			c.emit(asm.Add.Imm(asm.R1, add))
+		}
+	}
+	switch {
+	case fd.Name == "common_type":
+		c.emit(movImm64(asm.R1, uint64(c.o.Format.ID)))
+	case fd.Name == "common_pid":
+		c.emit(asm.FnGetCurrentPidTgid.Call(), asm.Mov.Reg32(asm.R1, asm.R0))
+	case fd.Kind == FieldScalar || fd.Kind == FieldPointer:
+		c.ctxLoad(fd.Offset, fd.Size, fd.Signed && fd.Kind == FieldScalar)
+	case fd.Kind == FieldArray:
+		ctxAddr(int32(fd.Offset))
+	case fd.Kind == FieldDataLoc || fd.Kind == FieldRelLoc:
+		c.ctxLoad(fd.Offset, 4, false)
+		c.emit(asm.And.Imm(asm.R1, 0xffff))
+		if fd.Kind == FieldRelLoc {
+			c.emit(asm.Add.Imm(asm.R1, int32(fd.Offset+fd.Size)))
+		}
+		c.emit(asm.Mov.Reg(asm.R2, asm.R1))
+		ctxAddr(0)
+		c.emit(asm.Add.Reg(asm.R1, asm.R2))
+	}
+	c.emit(asm.StoreMem(rScratch, off, asm.R1, asm.DWord))
 }
 
 // timestamp stores the hit's time in the header: CLOCK_MONOTONIC plus the
@@ -1319,6 +1532,10 @@ func (c *compiler) insnBody(i int) {
 		if r.Is32() {
 			c.emit(asm.Mov.Reg32(r1, r1))
 		}
+		c.maskW(r1)
+		c.push(r1)
+	case rpn.OpPushField:
+		c.emit(asm.LoadMem(r1, rScratch, int16(offFields+c.fieldAt[in.B]*8), asm.DWord))
 		c.maskW(r1)
 		c.push(r1)
 	case rpn.OpPushU:

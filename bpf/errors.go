@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -16,11 +17,22 @@ type Unsupported struct {
 	HasPC  bool
 	Where  string // file:line:col of the instruction, when the module has a line table
 	Reason string
+	// Err, when set, classifies the refusal: ErrNeedsKprobe.
+	Err error
 }
 
 func (u *Unsupported) Error() string {
 	return "not compiled for the kernel: " + where(u.Probe, u.PC, u.HasPC, u.Where) + u.Reason
 }
+
+func (u *Unsupported) Unwrap() error { return u.Err }
+
+// ErrNeedsKprobe is what an Unsupported of a KindFentry probe wraps when
+// the refusal is fentry's alone (a register a fentry program does not
+// see): the same program compiled as KindKprobe, at the function's
+// address, can run. errors.Is(err, ErrNeedsKprobe) tells it from a
+// refusal no kind escapes (pop mrf ...).
+var ErrNeedsKprobe = errors.New("fentry cannot, a kprobe can")
 
 // VerifierError is the kernel's verifier refusing a compiled program,
 // mapped back to the RPN instruction whose eBPF the verifier stopped at

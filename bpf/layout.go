@@ -22,6 +22,7 @@ const (
 	offJumps  = offState + 32 // jumps left before max-jumps
 	offStatus = offState + 40 // statusRunning ... statusException
 	offRegs   = 576           // [numRegs]u64: the ctx registers push r reads, copied at the hit
+	offFields = offRegs       // a tracepoint's (no registers): the fields push field reads, copied at the hit
 	offHeader = offRegs + numRegs*8
 	offLog    = offHeader + HeaderSize
 )
