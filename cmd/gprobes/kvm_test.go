@@ -113,6 +113,20 @@ func TestVMM(t *testing.T) {
 	}
 }
 
+// The example is a valid DPDF: two tracepoint probes reading three fields.
+func TestKVMPioExampleChecks(t *testing.T) {
+	out := mustRun(t, "check", kvmPioExample)
+	if !strings.Contains(out, "2 probes") {
+		t.Errorf("check: %s", out)
+	}
+	dis := mustRun(t, "disasm", kvmPioExample)
+	for _, want := range []string{"tracepoint = kvm:kvm_pio", "tracepoint = kvm:kvm_userspace_exit", "push field,port", "push field,val", "push field,rw"} {
+		if !strings.Contains(dis, want) {
+			t.Errorf("disasm lacks %q:\n%s", want, dis)
+		}
+	}
+}
+
 // probeRows reads the probe table run prints at its end: per minor, the
 // named columns.
 func probeRows(out string) map[uint16]map[string]string {
