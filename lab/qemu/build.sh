@@ -13,9 +13,10 @@
 #
 # Layout of $GPROBES_LAB:
 #   debs/                      downloaded .deb files (apt-get download)
-#   kernel/<KVER>/             vmlinuz, config, vmlinux (ELF from the vmlinuz), System.map
+#   kernel/<KVER>/             vmlinuz, config, vmlinux (ELF from the vmlinuz), System.map,
+#                              modules/ (the few .ko of $MODULES, below)
 #   out-<hash>/                one build: bzImage System.map config vmlinux
-#                              initramfs.cpio.gz gpwork BUILDINFO
+#                              initramfs.cpio.gz gpwork minix.img BUILDINFO
 #   out -> out-<hash>          the current build
 # Idempotent: a second run with the same inputs does nothing. Concurrent runs
 # serialize on $GPROBES_LAB/.lock.
@@ -26,13 +27,20 @@ LAB=${GPROBES_LAB:-${HOME:-/root}/.cache/gprobes-qemulab}
 # mirror drops it, bump it here or run with GPROBES_KVER=latest.
 KVER_DEFAULT=6.1.0-56-amd64
 KVER=${GPROBES_KVER:-$KVER_DEFAULT}
+# The kernel modules of the package put in the guest (/lib/modules/KVER), for
+# tests of module probes: none needs hardware, each loads, is exercised with
+# an exact number of calls from user space and unloads (docs/qemu-lab.md).
+# The .deb's modules are uncompressed (CONFIG_MODULE_COMPRESS_NONE); every
+# dependency must be in the list (checked below).
+MODULES="drivers/net/dummy.ko drivers/block/loop.ko fs/minix/minix.ko
+	crypto/af_alg.ko crypto/algif_hash.ko crypto/rmd160.ko"
 
 # Host packages, and the commands that prove each one is there.
 PKGS="qemu-system-x86 cpio gzip xz-utils zstd gcc libc6-dev binutils util-linux coreutils"
 declare -A CMD_PKG=(
 	[qemu-system-x86_64]=qemu-system-x86 [cpio]=cpio [gzip]=gzip [xz]=xz-utils
 	[zstd]=zstd [gcc]=gcc [readelf]=binutils [flock]=util-linux [od]=coreutils
-	[sha256sum]=coreutils [apt-get]=apt [dpkg-deb]=dpkg
+	[sha256sum]=coreutils [apt-get]=apt [dpkg-deb]=dpkg [mkfs.minix]=util-linux
 )
 
 NAME=qemulab
@@ -73,12 +81,19 @@ fi
 # readelf -SW without the "[Nr]" column: name type address offset size ...
 sections() { readelf -SW "$1" | sed -n 's/^ *\[ *[0-9]*\] *//p'; }
 
-make_initramfs() { # make_initramfs ROOTDIR OUTFILE [gpwork]
+make_initramfs() { # make_initramfs ROOTDIR OUTFILE [gpwork [modules-dir minix.img]]
 	local R=$1
-	rm -rf "$R" && mkdir -p "$R"/{bin,sbin,etc,proc,sys,dev,tmp,root}
+	rm -rf "$R" && mkdir -p "$R"/{bin,sbin,etc,proc,sys,dev,tmp,root,run,mnt}
 	cp "$BB/bin/busybox" "$R/bin/busybox"
 	install -m 755 "$HERE/src/init" "$R/init"
 	[ -n "${3:-}" ] && install -m 755 "$3" "$R/bin/gpwork"
+	if [ -n "${4:-}" ]; then
+		mkdir -p "$R/lib/modules/$KVER" "$R/lib/gplab"
+		cp -a "$4/." "$R/lib/modules/$KVER/"
+		# modules.dep and modules.alias for busybox modprobe
+		"$BB/bin/busybox" depmod -b "$R" "$KVER"
+		cp "$5" "$R/lib/gplab/minix.img"
+	fi
 	printf 'gprobes lab file a\n' >"$R/etc/gp-a"
 	printf 'gprobes lab file b\n' >"$R/etc/gp-b"
 	printf 'root:x:0:0:root:/root:/bin/sh\n' >"$R/etc/passwd"
@@ -136,6 +151,32 @@ if [ ! -e "$K/.done" ]; then
 	mv "$K.tmp" "$K"
 fi
 
+# ---- the modules of $MODULES: once per KVER and list --------------------
+MODLIST=$(echo $MODULES)
+if [ ! -e "$K/modules/.done" ] || [ "$(cat "$K/modules/.done")" != "$MODLIST" ]; then
+	KDEB=$(fetch "$KPKG")
+	log "extracting $MODLIST from $(basename "$KDEB")"
+	rm -rf "$K/modules" "$K/modules.tmp" && mkdir -p "$K/modules.tmp/root"
+	members="./lib/modules/$KVER/modules.builtin ./lib/modules/$KVER/modules.order"
+	for m in $MODULES; do members="$members ./lib/modules/$KVER/kernel/$m"; done
+	dpkg-deb --fsys-tarfile "$KDEB" | tar -x -C "$K/modules.tmp/root" $members ||
+		die "$KPKG lacks one of: $members"
+	mv "$K/modules.tmp/root/lib/modules/$KVER" "$K/modules.tmp/tree"
+	# every dependency of a listed module must be listed too
+	for m in $MODULES; do
+		for d in $(readelf -p .modinfo "$K/modules.tmp/tree/kernel/$m" |
+			sed -n 's/.*\]  depends=//p' | tr ',' ' '); do
+			case " $MODLIST " in
+			*/$d.ko\ *) ;;
+			*) die "module $m depends on $d, which is not in MODULES (build.sh)" ;;
+			esac
+		done
+	done
+	mv "$K/modules.tmp/tree" "$K/modules"
+	rm -rf "$K/modules.tmp"
+	echo "$MODLIST" >"$K/modules/.done"
+fi
+
 # ---- one build per input hash ------------------------------------------
 HASH=$( {
 	echo "$KVER"
@@ -152,7 +193,12 @@ if [ ! -e "$O/.done" ]; then
 	done
 	ln "$K/vmlinuz" "$O.tmp/bzImage" 2>/dev/null || cp "$K/vmlinuz" "$O.tmp/bzImage"
 	gcc -static -O2 -Wall -o "$O.tmp/gpwork" "$HERE/src/gpwork.c"
-	make_initramfs "$O.tmp/rd" "$O.tmp/initramfs.cpio.gz" "$O.tmp/gpwork"
+	# an empty minix filesystem for the minix module (busybox has no mkfs.minix)
+	truncate -s 1M "$O.tmp/minix.img"
+	mkfs.minix "$O.tmp/minix.img" >/dev/null
+	mkdir -p "$O.tmp/mods" && cp -a "$K/modules/." "$O.tmp/mods/" && rm -f "$O.tmp/mods/.done"
+	make_initramfs "$O.tmp/rd" "$O.tmp/initramfs.cpio.gz" "$O.tmp/gpwork" "$O.tmp/mods" "$O.tmp/minix.img"
+	rm -rf "$O.tmp/mods"
 	rm -rf "$O.tmp/rd"
 	{
 		echo "KVER=$KVER"
@@ -161,6 +207,7 @@ if [ ! -e "$O/.done" ]; then
 		echo "COMPRESSION=$(cat "$K/compression")"
 		echo "SYSTEM_MAP_SOURCE=$(cat "$K/System.map.source")"
 		echo "BTF=$(sections "$K/vmlinux" | awk '$1 == ".BTF" {print "size 0x" $5}')"
+		echo "MODULES=$MODLIST"
 		echo "HASH=$HASH"
 	} >"$O.tmp/BUILDINFO"
 	touch "$O.tmp/.done"

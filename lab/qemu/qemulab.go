@@ -42,6 +42,7 @@ type Options struct {
 	ExtraArgs    []string      // appended to the QEMU command line
 	LogPath      string        // if set, the serial log is also written to this file
 	BootTimeout  time.Duration // until "GPLAB READY"; default 180s
+	Files        []File        // added to the guest's root at boot (see File), e.g. a static gprobes
 }
 
 // Without KASLR, Boot loads the extracted vmlinux ELF directly through its
@@ -162,6 +163,15 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 	}
 	defer lnFile.Close()
 
+	initrd := filepath.Join(dir, "initramfs.cpio.gz")
+	if len(opts.Files) > 0 {
+		initrd = filepath.Join(tmp, "initrd")
+		if err := writeInitrd(initrd, filepath.Join(dir, "initramfs.cpio.gz"), opts.Files); err != nil {
+			os.RemoveAll(tmp)
+			return nil, err
+		}
+	}
+
 	vm := &VM{
 		gdbAddr: gdbAddr,
 		qmpPath: filepath.Join(tmp, "qmp.sock"),
@@ -174,7 +184,7 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 		"-accel", "tcg", "-cpu", opts.CPU, "-m", opts.Memory, "-smp", strconv.Itoa(opts.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-kernel", filepath.Join(dir, kernel),
-		"-initrd", filepath.Join(dir, "initramfs.cpio.gz"),
+		"-initrd", initrd,
 		"-append", cmdline,
 		"-serial", "stdio",
 		"-qmp", "unix:" + vm.qmpPath + ",server=on,wait=off",

@@ -10,6 +10,7 @@
  *   gpwork counts N [PATH...]
  *   gpwork loop [N [ROUNDS [PATH...]]]     (ROUNDS 0 or absent: forever)
  *   gpwork lat null|read|write|open N [PATH]
+ *   gpwork hash ALG N [DATA]
  *
  * Exact system call trace of `gpwork counts N P1 P2` after libc's static
  * start-up (which issues none of getppid, read, write, openat):
@@ -33,6 +34,16 @@
  * Every result is checked (getppid always the same value, read returns 1
  * and a zero byte, write returns 1, every open succeeds); on a mismatch it
  * prints "GPWORK error ..." and exits with status 1.
+ *
+ * `gpwork hash ALG N [DATA]` hashes DATA (default "abc") N times through the
+ * kernel's AF_ALG socket interface (modules algif_hash and af_alg, and ALG's,
+ * e.g. rmd160, all loaded on demand or by modprobe): socket, bind to
+ * ("hash", ALG), accept, then N x { write(op, DATA) without MSG_MORE;
+ * read(op, digest) }, each digest checked against the first. Each round is
+ * one init, one update and one final of ALG's shash (rmd160_init,
+ * rmd160_update, rmd160_final for rmd160) when DATA does not cross a page.
+ *   GPWORK pid P
+ *   GPWORK hash rmd160 N 8eb208f7e05d987a9b044a8e98c6b087f15a0bfc
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -40,6 +51,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/if_alg.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 
@@ -125,7 +138,8 @@ static void usage(void)
 {
 	out("usage: gpwork counts N [PATH...]\n"
 	    "       gpwork loop [N [ROUNDS [PATH...]]]\n"
-	    "       gpwork lat null|read|write|open N [PATH]\n");
+	    "       gpwork lat null|read|write|open N [PATH]\n"
+	    "       gpwork hash ALG N [DATA]\n");
 	sys1(SYS_exit_group, 2);
 }
 
@@ -322,6 +336,57 @@ static int cmd_lat(int argc, char **argv)
 	return 0;
 }
 
+/* N hashes of DATA through AF_ALG; prints the digest. */
+static int cmd_hash(int argc, char **argv)
+{
+	struct sockaddr_alg sa = {.salg_family = AF_ALG, .salg_type = "hash"};
+	const char *alg, *data = "abc";
+	unsigned char first[64], d[64];
+	long n, i, r, len, dlen = -1;
+	int tfm, op;
+	char hex[2 * sizeof d + 1];
+
+	if (argc < 2)
+		usage();
+	alg = argv[0];
+	n = number(argv[1], "count");
+	if (argc >= 3)
+		data = argv[2];
+	if (strlen(alg) >= sizeof sa.salg_name)
+		die("algorithm name %s too long", alg);
+	strcpy((char *)sa.salg_name, alg);
+	len = strlen(data);
+	tfm = socket(AF_ALG, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (tfm < 0)
+		die("socket AF_ALG: %m");
+	if (bind(tfm, (struct sockaddr *)&sa, sizeof sa) < 0)
+		die("bind hash %s: %m", alg);
+	op = accept(tfm, NULL, NULL);
+	if (op < 0)
+		die("accept: %m");
+	out("GPWORK pid %ld\n", sys0(SYS_getpid));
+	for (i = 0; i < n; i++) {
+		r = x_write(op, data, len);
+		if (r != len)
+			die("hash write iter %ld returned %ld", i, r);
+		r = x_read(op, d, sizeof d);
+		if (r <= 0)
+			die("hash read iter %ld returned %ld", i, r);
+		if (dlen < 0) {
+			dlen = r;
+			memcpy(first, d, r);
+		} else if (r != dlen || memcmp(first, d, r))
+			die("hash iter %ld: digest differs from the first", i);
+	}
+	x_close(op);
+	x_close(tfm);
+	hex[0] = 0;
+	for (i = 0; i < dlen; i++)
+		sprintf(hex + 2 * i, "%02x", first[i]);
+	out("GPWORK hash %s %ld %s\n", alg, n, hex);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -332,6 +397,8 @@ int main(int argc, char **argv)
 		return cmd_loop(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "lat"))
 		return cmd_lat(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "hash"))
+		return cmd_hash(argc - 2, argv + 2);
 	usage();
 	return 2;
 }
