@@ -9,8 +9,10 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// Decode parses a PPDF. It checks, in this order, the magic, the version,
-// the file length, the checksum, then every section: lengths and counts
+// Decode parses a PPDF of version MinVersion to Version (a version 2 file
+// holds offset probes and no fields, and decodes as such). It checks, in
+// this order, the magic, the version, the file length, the checksum, then
+// every section: lengths and counts
 // against the bytes left, flags, and finally what validate checks (header
 // limits, enums, offsets inside the code, indices inside the file table,
 // sorted tables). It never panics, and it allocates at most a small constant
@@ -27,13 +29,14 @@ func Decode(data []byte) (*rpn.Module, error) {
 // decode is Decode that also reports whether it skipped optional sections,
 // in which case Encode of the result is not the input.
 func decode(data []byte) (m *rpn.Module, skipped bool, err error) {
-	if err := checkPreamble(data); err != nil {
+	version, err := checkPreamble(data)
+	if err != nil {
 		return nil, false, err
 	}
 	body := data[preambleSize : len(data)-checksumSize]
 	m = new(rpn.Module)
 	r := reader{b: body}
-	for tag := uint8(tagHeader); tag <= tagRelocs; tag++ {
+	for tag := uint8(tagHeader); tag <= lastTag(version); tag++ {
 		if r.off == len(r.b) {
 			return nil, false, wrap("decode", "sections", invalidf("section %s (tag 0x%02x) is missing", sectionNames[tag], tag))
 		}
@@ -44,7 +47,7 @@ func decode(data []byte) (m *rpn.Module, skipped bool, err error) {
 		if t != tag {
 			return nil, false, wrap("decode", "sections", invalidf("found %s (tag 0x%02x) where section %s (tag 0x%02x) belongs", describe(t), t, sectionNames[tag], tag))
 		}
-		s := reader{b: payload}
+		s := reader{b: payload, version: version}
 		switch tag {
 		case tagHeader:
 			s.header(&m.Header)
@@ -60,6 +63,8 @@ func decode(data []byte) (m *rpn.Module, skipped bool, err error) {
 			m.Lines = s.lines()
 		case tagRelocs:
 			m.Relocs = s.relocs()
+		case tagFields:
+			m.Fields = s.fields()
 		}
 		if s.err == nil && s.off != len(s.b) {
 			s.err = invalidf("%d bytes of unexpected data after the last field", len(s.b)-s.off)
@@ -88,42 +93,43 @@ func decode(data []byte) (m *rpn.Module, skipped bool, err error) {
 }
 
 // checkPreamble checks magic, version, file length and checksum: when it
-// returns nil, data is preambleSize + sections + checksum, and the checksum
-// matches.
-func checkPreamble(data []byte) error {
+// returns no error, data is preambleSize + sections + checksum, the
+// checksum matches, and version is one Decode reads.
+func checkPreamble(data []byte) (version uint16, err error) {
 	left := uint64(len(data))
 	if len(data) < len(magic) {
 		if string(data) == magic[:len(data)] {
-			return &TruncatedError{What: "the PPDF magic", Need: uint64(len(magic)), Left: left}
+			return 0, &TruncatedError{What: "the PPDF magic", Need: uint64(len(magic)), Left: left}
 		}
-		return notPPDF(data)
+		return 0, notPPDF(data)
 	}
 	if string(data[:len(magic)]) != magic {
-		return notPPDF(data)
+		return 0, notPPDF(data)
 	}
 	if len(data) < len(magic)+2 {
-		return &TruncatedError{What: "the version", Need: 2, Left: left - uint64(len(magic))}
+		return 0, &TruncatedError{What: "the version", Need: 2, Left: left - uint64(len(magic))}
 	}
-	if v := binary.LittleEndian.Uint16(data[len(magic):]); v != Version {
-		return &VersionError{Got: v, Want: Version}
+	version = binary.LittleEndian.Uint16(data[len(magic):])
+	if version < MinVersion || version > Version {
+		return 0, &VersionError{Got: version, Want: Version, Oldest: MinVersion}
 	}
 	if len(data) < preambleSize {
-		return &TruncatedError{What: "the file length", Need: 4, Left: left - uint64(len(magic)+2)}
+		return 0, &TruncatedError{What: "the file length", Need: 4, Left: left - uint64(len(magic)+2)}
 	}
 	size := uint64(binary.LittleEndian.Uint32(data[len(magic)+2:]))
 	switch {
 	case size < uint64(minFileSize):
-		return invalidf("the file length in the header is %d, less than the %d bytes of any PPDF", size, minFileSize)
+		return 0, invalidf("the file length in the header is %d, less than the %d bytes of any PPDF", size, minFileSize)
 	case left < size:
-		return &TruncatedError{What: "the file", Need: size, Left: left}
+		return 0, &TruncatedError{What: "the file", Need: size, Left: left}
 	case left > size:
-		return &fault{ErrTrailing, fmt.Sprintf("%d bytes of trailing data after the checksum", left-size)}
+		return 0, &fault{ErrTrailing, fmt.Sprintf("%d bytes of trailing data after the checksum", left-size)}
 	}
 	sum := sha256.Sum256(data[:size-checksumSize])
 	if !bytes.Equal(sum[:], data[size-checksumSize:]) {
-		return ErrChecksum
+		return 0, ErrChecksum
 	}
-	return nil
+	return version, nil
 }
 
 // notPPDF says what the data looks like when it is not a PPDF.
@@ -170,17 +176,20 @@ var dpdfKeywords = []string{
 	"name", "modtype", "major", "jmpmax", "logmax", "dfltexit", "vars", "gvars", "arch",
 	"offset", "opcode", "minor", "pass count", "passcount", "pass_count",
 	"max hits", "maxhits", "max_hits", "logonfault",
+	"retprobe", "tracepoint", "maxactive", "max active", "max_active",
 }
 
 // reader reads fixed-width fields from b. The first failure is kept in err
 // and every later read returns zero, so a parse function checks err once at
-// the end. item and idx name the table entry being read, for messages.
+// the end. item and idx name the table entry being read, for messages;
+// version is the file's format version.
 type reader struct {
-	b    []byte
-	off  int
-	err  error
-	item string
-	idx  int
+	b       []byte
+	off     int
+	err     error
+	item    string
+	idx     int
+	version uint16
 }
 
 // need reports whether n more bytes are there, and records a truncation
@@ -356,7 +365,12 @@ func (r *reader) files() []string {
 }
 
 func (r *reader) probes() []rpn.Probe {
-	n := r.count(uint64(r.u32("probe count")), "probe", probeSize)
+	v2 := r.version == 2
+	size := uint64(probeSize)
+	if v2 {
+		size = probeSizeV2
+	}
+	n := r.count(uint64(r.u32("probe count")), "probe", size)
 	if n == 0 {
 		return nil
 	}
@@ -365,19 +379,24 @@ func (r *reader) probes() []rpn.Probe {
 	for i := range probes {
 		r.idx = i
 		p := &probes[i]
+		if !v2 {
+			p.Kind = rpn.ProbeKind(r.u8("kind"))
+		}
 		p.Loc.Text = r.str("location text")
 		p.Loc.Kind = rpn.LocKind(r.u8("location kind"))
-		switch p.Loc.Kind {
-		case rpn.LocExpr:
+		switch {
+		case p.Loc.Kind == rpn.LocExpr:
 			p.Loc.Sum = r.sum("location")
-		case rpn.LocLine:
+		case p.Loc.Kind == rpn.LocLine:
 			p.Loc.File = r.str("location file")
 			p.Loc.Line = r.u32("location line")
-		case rpn.LocAbsolute:
+		case p.Loc.Kind == rpn.LocAbsolute:
+		case p.Loc.Kind == rpn.LocTracepoint && !v2:
+		case r.err != nil:
+		case v2:
+			r.err = invalidf("probe %d: location kind %d is not symbolic (0), line (1) or absolute (2)", i, p.Loc.Kind)
 		default:
-			if r.err == nil {
-				r.err = invalidf("probe %d: location kind %d is not symbolic (0), line (1) or absolute (2)", i, p.Loc.Kind)
-			}
+			r.err = invalidf("probe %d: %s", i, locKindMsg(p.Loc.Kind))
 		}
 		f := r.flags("flags", probeResolved|probeHasOpcode|probeLogOnFault)
 		p.Loc.Resolved = f&probeResolved != 0
@@ -388,6 +407,9 @@ func (r *reader) probes() []rpn.Probe {
 		p.Minor = r.u16("minor")
 		p.PassCount = r.u64("pass count")
 		p.MaxHits = r.u64("max hits")
+		if !v2 {
+			p.MaxActive = r.u32("maxactive")
+		}
 		p.Entry = r.u32("entry")
 		p.End = r.u32("end")
 		p.Pos = r.pos()
@@ -396,6 +418,20 @@ func (r *reader) probes() []rpn.Probe {
 		}
 	}
 	return probes
+}
+
+func (r *reader) fields() []string {
+	n := r.count(uint64(r.u16("field count")), "field", 4)
+	if n == 0 {
+		return nil
+	}
+	fields := make([]string, n)
+	r.item = "field"
+	for i := range fields {
+		r.idx = i
+		fields[i] = r.str("name")
+	}
+	return fields
 }
 
 func (r *reader) lines() []rpn.LineEntry {

@@ -1,7 +1,10 @@
 package ppdf
 
-// The PPDF file format, version 2. docs/ppdf.md is the same specification
-// for users and third-party tools, with a hex dump of a small file.
+// The PPDF file format, version 3. docs/ppdf.md is the same specification
+// for users and third-party tools, with a hex dump of a small file. Decode
+// also reads version 2 (MinVersion), whose differences are marked "v3"
+// below: it has no probe kind, no maxactive and no fields section, and its
+// location kinds stop at 2.
 //
 // All integers are little-endian and fixed width: u8, u16, u32, u64. A str
 // is a u32 byte count followed by that many bytes (no terminator, no
@@ -21,11 +24,12 @@ package ppdf
 //	u32  payload length in bytes
 //	...  payload
 //
-// The seven sections below are all present, exactly once, in this order,
-// even when empty, and each payload is consumed exactly. After them come
-// optional sections, tags 0x80..0xfe in ascending order: a reader skips one
-// it does not know, so adding an optional section does not change Version.
-// Version 2 defines none. Tags 0x08..0x7f, 0x00 and 0xff are reserved.
+// The eight sections below (seven in version 2: no 0x08) are all present,
+// exactly once, in this order, even when empty, and each payload is
+// consumed exactly. After them come optional sections, tags 0x80..0xfe in
+// ascending order: a reader skips one it does not know, so adding an
+// optional section does not change Version. Version 3 defines none. Tags
+// 0x09..0x7f, 0x00 and 0xff are reserved.
 //
 //	0x01 header
 //	     str  name                       Header.Name
@@ -44,20 +48,23 @@ package ppdf
 //	     str  name, count times          Files[0] is the DPDF itself
 //	0x04 probes
 //	     u32  count
-//	     count times, 51 bytes + the text + the location's data:
-//	       str  location text            as written: "do_fork+0x1c", "fs/open.c:1234"; for people
-//	       u8   location kind            0 symbolic, 1 line, 2 absolute
+//	     count times, 56 bytes (51 in version 2) + the text + the location's data:
+//	       u8   probe kind               v3: 0 offset, 1 retprobe, 2 tracepoint
+//	       str  location text            as written: "do_fork+0x1c", "fs/open.c:1234", "sched:sched_switch"
+//	       u8   location kind            0 symbolic, 1 line, 2 absolute, 3 tracepoint (v3)
 //	       ...  the location's data, by kind:
-//	              0 symbolic: sum        what the location adds up to (see below)
-//	              1 line:     str file   as written: "fs/open.c"
-//	                          u32 line   from 1
-//	              2 absolute: nothing    the address is the address below
+//	              0 symbolic:   sum      what the location adds up to (see below)
+//	              1 line:       str file as written: "fs/open.c"
+//	                            u32 line from 1
+//	              2 absolute:   nothing  the address is the address below
+//	              3 tracepoint: nothing  the text is the data: SUBSYS:EVENT
 //	       u8   flags                    bit 0 resolved, bit 1 has opcode, bit 2 logonfault
 //	       u64  resolved address         link-time address; kept even when not resolved
 //	       u8   expected opcode          kept even without the has-opcode flag
 //	       u16  minor
 //	       u64  pass count
 //	       u64  max hits                 0 = unlimited
+//	       u32  maxactive                v3: a retprobe's, 0..4096; 0 = the default (64)
 //	       u32  entry                    byte offset of the program in the code
 //	       u32  end                      byte offset just past it; entry <= end <= len(code)
 //	       u16  pos file                 source position of the offset line
@@ -79,6 +86,9 @@ package ppdf
 //	       u64  value                    at build time, against link-time addresses; kept even when not resolved
 //	       str  expression               as written; for people
 //	       sum  the expression           what the engine evaluates at insert time
+//	0x08 fields (v3)
+//	     u16  count                      (push field's u16 operand indexes this table)
+//	     str  name, count times          a tracepoint field name: a C identifier, each once
 //
 // A sum (rpn.Sum) is a symbolic value as data: addend + Σ factor × term,
 // in 64-bit wrapping arithmetic. The engine evaluates it with a symbol
@@ -108,7 +118,8 @@ package ppdf
 //
 // Canonical form: Encode writes the only encoding of a Module, so equal
 // Modules give equal bytes and Decode(b) succeeding implies
-// Encode(Decode(b)) == b (when b has no optional sections). Decode returns
+// Encode(Decode(b)) == b (when b is of version Version and has no optional
+// sections; a version 2 file is encoded again as version 3). Decode returns
 // nil, never an empty non-nil slice, for every empty table, for empty Code
 // and for an empty BuildID; Encode treats nil and empty alike.
 
@@ -127,13 +138,20 @@ import (
 //
 // 1: locations and relocations as text, parsed again by the engine.
 // 2: locations and relocations as data (sums of terms, file and line).
-const Version = 2
+// 3: probe kinds (offset, retprobe, tracepoint), maxactive, the fields
+// section.
+const Version = 3
+
+// MinVersion is the oldest version Decode reads: a version 2 file holds
+// offset probes only, and no fields, and decodes as such.
+const MinVersion = 2
 
 // Limits of the format. Encode rejects a Module past them with ErrLimit;
 // Decode rejects a file that claims more.
 const (
-	MaxString   = rpn.MaxText    // bytes in one string: module name, location text, file name, reloc expression, term name
+	MaxString   = rpn.MaxText    // bytes in one string: module name, location text, file name, reloc expression, term name, field name
 	MaxFiles    = rpn.MaxFiles   // entries in the file table (its count is a u16)
+	MaxFields   = rpn.MaxFields  // entries in the fields table (its count is a u16)
 	MaxBuildID  = rpn.MaxBuildID // bytes of build ID (GNU ld writes 16 or 20)
 	MaxFileSize = math.MaxUint32 // bytes in a whole PPDF (its length field is a u32)
 )
@@ -146,7 +164,8 @@ const (
 	minFileSize  = preambleSize + checksumSize
 
 	headerFixed = 1 + 2 + 4 + 4 + 1 + 2 + 2 + 1 // header payload without the name's bytes, after its u32 length
-	probeSize   = 4 + 1 + 1 + 8 + 1 + 2 + 8 + 8 + 4 + 4 + posSize
+	probeSize   = 1 + 4 + 1 + 1 + 8 + 1 + 2 + 8 + 8 + 4 + 4 + 4 + posSize
+	probeSizeV2 = probeSize - 1 - 4 // no probe kind, no maxactive
 	posSize     = 2 + 4 + 4
 	lineSize    = 4 + posSize
 	relocSize   = 4 + 1 + 8 + 4 + sumSize
@@ -168,6 +187,7 @@ const (
 	tagCode    = 0x05
 	tagLines   = 0x06
 	tagRelocs  = 0x07
+	tagFields  = 0x08 // v3
 
 	tagOptional = 0x80 // first tag of the optional range 0x80..0xfe
 )
@@ -180,6 +200,15 @@ var sectionNames = [...]string{
 	tagCode:    "code",
 	tagLines:   "lines",
 	tagRelocs:  "relocs",
+	tagFields:  "fields",
+}
+
+// lastTag is the last required section of a version.
+func lastTag(version uint16) uint8 {
+	if version == 2 {
+		return tagRelocs
+	}
+	return tagFields
 }
 
 // Encode returns the PPDF encoding of m. It first checks m the way Decode
@@ -205,6 +234,9 @@ func encode(m *rpn.Module) ([]byte, error) {
 	}
 	if len(m.Files) > MaxFiles {
 		return nil, wrap("encode", "files", limitf("%d files, at most %d", len(m.Files), MaxFiles))
+	}
+	if len(m.Fields) > MaxFields {
+		return nil, wrap("encode", "fields", limitf("%d field names, at most %d", len(m.Fields), MaxFields))
 	}
 	for i := range m.Probes {
 		if n := len(m.Probes[i].Loc.Sum.Terms); n > math.MaxUint16 {
@@ -248,6 +280,7 @@ func encode(m *rpn.Module) ([]byte, error) {
 	e.u32(uint32(len(m.Probes)))
 	for i := range m.Probes {
 		p := &m.Probes[i]
+		e.u8(uint8(p.Kind))
 		e.str(p.Loc.Text)
 		e.u8(uint8(p.Loc.Kind))
 		switch p.Loc.Kind {
@@ -263,6 +296,7 @@ func encode(m *rpn.Module) ([]byte, error) {
 		e.u16(p.Minor)
 		e.u64(p.PassCount)
 		e.u64(p.MaxHits)
+		e.u32(p.MaxActive)
 		e.u32(p.Entry)
 		e.u32(p.End)
 		e.pos(p.Pos)
@@ -293,6 +327,13 @@ func encode(m *rpn.Module) ([]byte, error) {
 	}
 	e.end(s)
 
+	s = e.begin(tagFields)
+	e.u16(uint16(len(m.Fields)))
+	for _, f := range m.Fields {
+		e.str(f)
+	}
+	e.end(s)
+
 	sum := sha256.Sum256(e.buf)
 	e.buf = append(e.buf, sum[:]...)
 	return e.buf, nil
@@ -301,7 +342,7 @@ func encode(m *rpn.Module) ([]byte, error) {
 // encodedSize is the exact length of the encoding of m, computed before
 // anything is allocated so that an oversized Module fails cheaply.
 func encodedSize(m *rpn.Module) uint64 {
-	n := uint64(preambleSize + 7*sectionHead + checksumSize)
+	n := uint64(preambleSize + 8*sectionHead + checksumSize)
 	n += headerFixed + 4 + uint64(len(m.Name))
 	n += uint64(len(m.BuildID))
 	n += 2 + 4*uint64(len(m.Files))
@@ -324,6 +365,10 @@ func encodedSize(m *rpn.Module) uint64 {
 	n += 4 + relocSize*uint64(len(m.Relocs))
 	for i := range m.Relocs {
 		n += uint64(len(m.Relocs[i].Expr)) + sumEncodedSize(&m.Relocs[i].Sum) - sumSize
+	}
+	n += 2 + 4*uint64(len(m.Fields))
+	for _, f := range m.Fields {
+		n += uint64(len(f))
 	}
 	return n
 }

@@ -43,15 +43,20 @@ var (
 // VersionError reports a PPDF whose format version this gprobes does not
 // read. errors.Is(err, ErrVersion) is true for it.
 type VersionError struct {
-	Got  uint16 // version in the file
-	Want uint16 // version this package reads (Version)
+	Got    uint16 // version in the file
+	Want   uint16 // newest version this package reads (Version)
+	Oldest uint16 // oldest version it reads (MinVersion); 0 means Want
 }
 
 func (e *VersionError) Error() string {
-	if e.Got > e.Want {
-		return fmt.Sprintf("PPDF version %d is newer than this gprobes reads (%d): upgrade gprobes or rebuild the PPDF", e.Got, e.Want)
+	reads := fmt.Sprintf("%d", e.Want)
+	if e.Oldest != 0 && e.Oldest < e.Want {
+		reads = fmt.Sprintf("%d to %d", e.Oldest, e.Want)
 	}
-	return fmt.Sprintf("PPDF version %d is older than this gprobes reads (%d): rebuild it from its DPDF with gprobes build", e.Got, e.Want)
+	if e.Got > e.Want {
+		return fmt.Sprintf("PPDF version %d is newer than this gprobes reads (%s): upgrade gprobes or rebuild the PPDF", e.Got, reads)
+	}
+	return fmt.Sprintf("PPDF version %d is older than this gprobes reads (%s): rebuild it from its DPDF with gprobes build", e.Got, reads)
 }
 
 // Is makes errors.Is(err, ErrVersion) true.

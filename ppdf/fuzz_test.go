@@ -2,6 +2,7 @@ package ppdf
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -44,10 +45,13 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkDecode(t, data)
 		if len(data) >= minFileSize {
-			b := []byte(magic)
-			b = append(b, byte(Version), byte(Version>>8), 0, 0, 0, 0)
-			b = append(b, data[preambleSize:len(data)-checksumSize]...)
-			checkDecode(t, seal(b))
+			// as a body of every version Decode reads
+			for v := uint16(MinVersion); v <= Version; v++ {
+				b := []byte(magic)
+				b = append(b, byte(v), byte(v>>8), 0, 0, 0, 0)
+				b = append(b, data[preambleSize:len(data)-checksumSize]...)
+				checkDecode(t, seal(b))
+			}
 		}
 	})
 }
@@ -70,6 +74,14 @@ func checkDecode(t *testing.T, data []byte) {
 	b, err := Encode(m)
 	if err != nil {
 		t.Fatalf("Decode accepted a module Encode refuses: %v", err)
+	}
+	if version := binary.LittleEndian.Uint16(data[len(magic):]); version != Version {
+		// an older version is read, and written again as the current one
+		m2, err := Decode(b)
+		if err != nil || !reflect.DeepEqual(m, m2) {
+			t.Fatalf("re-encoding a version %d file: %v", version, err)
+		}
+		return
 	}
 	if !skipped {
 		if !bytes.Equal(b, data) {

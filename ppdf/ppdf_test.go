@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -64,8 +65,36 @@ func sym(name string) rpn.Sum {
 }
 
 // fullModule sets every field, most of them to extreme values, on i386
-// kernel code with a 20-byte build ID and non-ASCII file names.
+// kernel code with a 20-byte build ID and non-ASCII file names: a probe of
+// every kind and every location kind, and a field table.
 func fullModule() *rpn.Module {
+	m := fullModuleV2()
+	m.Probes = append(m.Probes,
+		rpn.Probe{
+			Kind:      rpn.ProbeRetprobe,
+			MaxActive: rpn.MaxMaxActive,
+			Loc:       rpn.Location{Text: "vfs_read", Kind: rpn.LocExpr, Sum: sym("vfs_read"), Addr: 0xc1234560, Resolved: true},
+			Minor:     3,
+			Entry:     100,
+			End:       150,
+			Pos:       rpn.Pos{File: 2, Line: 7, Col: 1},
+		},
+		rpn.Probe{
+			Kind:  rpn.ProbeTracepoint,
+			Loc:   rpn.Location{Text: "sched:sched_switch", Kind: rpn.LocTracepoint},
+			Minor: 4,
+			Entry: 150,
+			End:   200,
+			Pos:   rpn.Pos{File: 0, Line: 20, Col: 1},
+		},
+	)
+	m.Fields = []string{"prev_pid", "next_pid", "Mixed_Case_9", "_"}
+	return m
+}
+
+// fullModuleV2 is fullModule as version 2 knew it: offset probes only, no
+// fields. testdata/version2-full.ppdf is its encoding by that version.
+func fullModuleV2() *rpn.Module {
 	m := &rpn.Module{
 		Header: rpn.Header{
 			Name:     "ext4",
@@ -183,6 +212,9 @@ func canonical(m *rpn.Module) *rpn.Module {
 	if len(c.BuildID) == 0 {
 		c.BuildID = nil
 	}
+	if len(c.Fields) == 0 {
+		c.Fields = nil
+	}
 	return &c
 }
 
@@ -216,6 +248,8 @@ func roundTripModules() map[string]*rpn.Module {
 	long.Relocs[3].Sum.Terms[0].Name = strings.Repeat("y", MaxString)
 	long.Probes[1].Loc.File = strings.Repeat("z", MaxString)
 	long.Relocs[2].Sum.Terms[3].Field = strings.Repeat("f", MaxString)
+	long.Fields[0] = strings.Repeat("F", MaxString)
+	long.Probes[4].Loc.Text = strings.Repeat("s", MaxString/2) + ":" + strings.Repeat("e", MaxString/2-1)
 	most := fullModule()
 	most.Relocs[0].Sum.Terms = nil
 	for i := range rpn.MaxTerms {
@@ -235,6 +269,12 @@ func roundTripModules() map[string]*rpn.Module {
 	low := emptyModule()
 	low.JmpMax, low.LogMax, low.DfltExit = 1, 1, 0
 
+	fields := emptyModule()
+	fields.Fields = make([]string, MaxFields)
+	for i := range fields.Fields {
+		fields.Fields[i] = fmt.Sprintf("f%d", i)
+	}
+
 	return map[string]*rpn.Module{
 		"empty":                   empty,
 		"empty-non-nil":           emptyNonNil,
@@ -246,6 +286,7 @@ func roundTripModules() map[string]*rpn.Module {
 		"longest-strings":         long,
 		"most-files":              files,
 		"most-terms":              most,
+		"most-fields":             fields,
 		"lowest-limits":           low,
 	}
 }
@@ -311,6 +352,7 @@ func deepCopy(m *rpn.Module) *rpn.Module {
 	c.Files = append([]string(nil), m.Files...)
 	c.Relocs = append([]rpn.Reloc(nil), m.Relocs...)
 	c.BuildID = bytes.Clone(m.BuildID)
+	c.Fields = append([]string(nil), m.Fields...)
 	return &c
 }
 
@@ -360,9 +402,9 @@ func TestGolden(t *testing.T) {
 // update this list.
 func TestModuleShape(t *testing.T) {
 	want := map[reflect.Type]string{
-		reflect.TypeFor[rpn.Module]():    "Header Probes Code Lines Files Relocs BuildID",
+		reflect.TypeFor[rpn.Module]():    "Header Probes Code Lines Files Relocs BuildID Fields",
 		reflect.TypeFor[rpn.Header]():    "Name ModType Major JmpMax LogMax DfltExit Vars GVars Arch",
-		reflect.TypeFor[rpn.Probe]():     "Loc HasOpcode Opcode Minor PassCount MaxHits LogOnFault Entry End Pos",
+		reflect.TypeFor[rpn.Probe]():     "Kind MaxActive Loc HasOpcode Opcode Minor PassCount MaxHits LogOnFault Entry End Pos",
 		reflect.TypeFor[rpn.Location]():  "Text Kind Sum File Line Addr Resolved",
 		reflect.TypeFor[rpn.Sum]():       "Terms Addend",
 		reflect.TypeFor[rpn.Term]():      "Kind Factor Name Field",
@@ -417,6 +459,10 @@ func TestTamper(t *testing.T) {
 			want = ErrNotPPDF
 		case i < len(magic)+2:
 			want = ErrVersion
+			// another version this package reads: the checksum tells
+			if v := binary.LittleEndian.Uint16(c[len(magic):]); v >= MinVersion && v <= Version {
+				want = ErrChecksum
+			}
 		case i < preambleSize:
 			// A changed length field reads as truncation, trailing data or
 			// a length too small for any PPDF.
@@ -476,11 +522,11 @@ func TestNotPPDF(t *testing.T) {
 		{"7-bit", append([]byte{0x09}, valid[1:]...), ErrNotPPDF,
 			"not a PPDF file: its header was changed in transit (CR/LF or 8-bit conversion): copy the file in binary mode"},
 		{"newer", withVersion(valid, 4), ErrVersion,
-			"PPDF version 4 is newer than this gprobes reads (2): upgrade gprobes or rebuild the PPDF"},
+			"PPDF version 4 is newer than this gprobes reads (2 to 3): upgrade gprobes or rebuild the PPDF"},
 		{"older", withVersion(valid, 0), ErrVersion,
-			"PPDF version 0 is older than this gprobes reads (2): rebuild it from its DPDF with gprobes build"},
-		{"newer, short", withVersion(valid, 3)[:len(magic)+2], ErrVersion,
-			"PPDF version 3 is newer than this gprobes reads (2): upgrade gprobes or rebuild the PPDF"},
+			"PPDF version 0 is older than this gprobes reads (2 to 3): rebuild it from its DPDF with gprobes build"},
+		{"newer, short", withVersion(valid, 5)[:len(magic)+2], ErrVersion,
+			"PPDF version 5 is newer than this gprobes reads (2 to 3): upgrade gprobes or rebuild the PPDF"},
 	} {
 		m, err := Decode(tc.data)
 		if m != nil || !errors.Is(err, tc.is) || err.Error() != tc.msg {
@@ -488,7 +534,7 @@ func TestNotPPDF(t *testing.T) {
 		}
 	}
 	var ve *VersionError
-	if _, err := Decode(withVersion(valid, 7)); !errors.As(err, &ve) || ve.Got != 7 || ve.Want != Version {
+	if _, err := Decode(withVersion(valid, 7)); !errors.As(err, &ve) || ve.Got != 7 || ve.Want != Version || ve.Oldest != MinVersion {
 		t.Errorf("got %#v, want a *VersionError{7, %d}", err, Version)
 	}
 }
@@ -562,8 +608,8 @@ func TestHostile(t *testing.T) {
 	}
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 	tinyProbeText := len("main")
-	tinyProbe := probeSize + tinyProbeText + sumSize + termSize + len("main") // its text and its Sum, one term "main"
-	tinyFlags := 4 + 4 + tinyProbeText + 1 + sumSize + termSize + len("main") // offset of its flags in the section
+	tinyProbe := probeSize + tinyProbeText + sumSize + termSize + len("main")     // its text and its Sum, one term "main"
+	tinyFlags := 4 + 1 + 4 + tinyProbeText + 1 + sumSize + termSize + len("main") // offset of its flags in the section
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -587,9 +633,9 @@ func TestHostile(t *testing.T) {
 			return s
 		}), ErrTruncated, "decode files: truncated: file count 65535 needs 262140 bytes, 14 left"},
 		{"string past the end", patch(t, func(s []section) []section {
-			copy(s[3].payload[4:], u32(0xfffffff0))
+			copy(s[3].payload[5:], u32(0xfffffff0))
 			return s
-		}), ErrTruncated, fmt.Sprintf("decode probes: truncated: probe 0 location text needs 4294967280 bytes, %d left", tinyProbe-4)},
+		}), ErrTruncated, fmt.Sprintf("decode probes: truncated: probe 0 location text needs 4294967280 bytes, %d left", tinyProbe-5)},
 		{"name past the end", patch(t, func(s []section) []section {
 			copy(s[0].payload, u32(1000))
 			return s
@@ -602,7 +648,7 @@ func TestHostile(t *testing.T) {
 			}
 			binary.LittleEndian.PutUint32(b[off+1:], 1<<30)
 			return seal(b[:len(b)-checksumSize])
-		}(), ErrTruncated, "decode sections: truncated: section probes needs 1073741824 bytes, 162 left"},
+		}(), ErrTruncated, fmt.Sprintf("decode sections: truncated: section probes needs 1073741824 bytes, %d left", len(mustEncode(t, tinyModule()))-preambleSize-checksumSize-(3*sectionHead+28+0+16)-sectionHead)},
 		{"entry past end", mod(func(m *rpn.Module) { m.Probes[1].Entry = 150; m.Probes[1].End = 120 }), ErrInvalid,
 			"decode probes: probe 1: entry 150 is past its end 120"},
 		{"end past the code", mod(func(m *rpn.Module) { m.Probes[2].Entry = 200; m.Probes[2].End = 201 }), ErrInvalid,
@@ -611,8 +657,28 @@ func TestHostile(t *testing.T) {
 			"decode probes: probe 0: end 4294967295 is past the end of the code (200 bytes)"},
 		{"bad arch", mod(func(m *rpn.Module) { m.Arch = 2 }), ErrInvalid, "decode header: arch 2 is neither x86_64 (0) nor i386 (1)"},
 		{"bad modtype", mod(func(m *rpn.Module) { m.ModType = 0xff }), ErrInvalid, "decode header: module type 255 is neither user (0) nor kernel (1)"},
-		{"bad location kind", mod(func(m *rpn.Module) { m.Probes[2].Loc.Kind = 3 }), ErrInvalid,
-			"decode probes: probe 2: location kind 3 is not symbolic (0), line (1) or absolute (2)"},
+		{"bad location kind", mod(func(m *rpn.Module) { m.Probes[2].Loc.Kind = 4 }), ErrInvalid,
+			"decode probes: probe 2: location kind 4 is not symbolic (0), line (1), absolute (2) or tracepoint (3)"},
+		{"bad probe kind", mod(func(m *rpn.Module) { m.Probes[1].Kind = 3 }), ErrInvalid,
+			"decode probes: probe 1: kind 3 is not offset (0), retprobe (1) or tracepoint (2)"},
+		{"tracepoint not SUBSYS:EVENT", mod(func(m *rpn.Module) { m.Probes[4].Loc.Text = "../../sched:x" }), ErrInvalid,
+			`decode probes: probe 4: tracepoint location "../../sched:x" is not SUBSYS:EVENT (letters, digits and _)`},
+		{"maxactive 4097", mod(func(m *rpn.Module) { m.Probes[3].MaxActive = 4097 }), ErrInvalid,
+			"decode probes: probe 3: maxactive 4097 is outside 0..4096"},
+		{"field name not an identifier", mod(func(m *rpn.Module) { m.Fields[2] = "a\x1b[2J" }), ErrInvalid,
+			`decode fields: field 2: name "a\x1b[2J" is not an identifier`},
+		{"empty field name", mod(func(m *rpn.Module) { m.Fields[0] = "" }), ErrInvalid,
+			`decode fields: field 0: name "" is not an identifier`},
+		{"field name over the limit", mod(func(m *rpn.Module) { m.Fields[1] = strings.Repeat("x", MaxString+1) }), ErrLimit,
+			"decode fields: field 1: name is 65537 bytes, at most 65536"},
+		{"field count 0xffff", patch(t, func(s []section) []section {
+			s[7].payload = []byte{0xff, 0xff}
+			return s
+		}), ErrTruncated, "decode fields: truncated: field count 65535 needs 262140 bytes, 0 left"},
+		{"field name past the end", patch(t, func(s []section) []section {
+			s[7].payload = append([]byte{1, 0}, u32(10)...)
+			return s
+		}), ErrTruncated, "decode fields: truncated: field 0 name needs 10 bytes, 0 left"},
 		{"jmpmax 0", mod(func(m *rpn.Module) { m.JmpMax = 0 }), ErrInvalid, "decode header: jmpmax 0 is outside 1..65535"},
 		{"jmpmax 65536", mod(func(m *rpn.Module) { m.JmpMax = 65536 }), ErrInvalid, "decode header: jmpmax 65536 is outside 1..65535"},
 		{"logmax 0", mod(func(m *rpn.Module) { m.LogMax = 0 }), ErrInvalid, "decode header: logmax 0 is outside 1..65536"},
@@ -655,11 +721,11 @@ func TestHostile(t *testing.T) {
 		{"term count over the limit", mod(func(m *rpn.Module) { m.Relocs[0].Sum.Terms = make([]rpn.Term, 0xffff) }), ErrLimit,
 			"decode relocs: reloc 0: expression has 65535 terms, at most 256"},
 		{"term count past the end", patch(t, func(s []section) []section {
-			// the u16 term count of probe 0's location, after its text,
-			// kind and addend
-			binary.LittleEndian.PutUint16(s[3].payload[4+4+tinyProbeText+1+8:], 200)
+			// the u16 term count of probe 0's location, after its kind,
+			// text, location kind and addend
+			binary.LittleEndian.PutUint16(s[3].payload[4+1+4+tinyProbeText+1+8:], 200)
 			return s
-		}), ErrTruncated, fmt.Sprintf("decode probes: truncated: probe 0 location term count 200 needs %d bytes, %d left", 200*termSize, tinyProbe-4-tinyProbeText-1-sumSize)},
+		}), ErrTruncated, fmt.Sprintf("decode probes: truncated: probe 0 location term count 200 needs %d bytes, %d left", 200*termSize, tinyProbe-5-tinyProbeText-1-sumSize)},
 		{"unknown probe flags", patch(t, func(s []section) []section {
 			s[3].payload[tinyFlags] |= 0x80
 			return s
@@ -674,14 +740,18 @@ func TestHostile(t *testing.T) {
 		}), ErrInvalid, "decode header: 1 bytes of unexpected data after the last field"},
 		{"missing section", patch(t, func(s []section) []section { return append(s[:3], s[4:]...) }), ErrInvalid,
 			"decode sections: found section code (tag 0x05) where section probes (tag 0x04) belongs"},
-		{"missing last section", patch(t, func(s []section) []section { return s[:6] }), ErrInvalid,
+		{"missing relocs", patch(t, func(s []section) []section { return s[:6] }), ErrInvalid,
 			"decode sections: section relocs (tag 0x07) is missing"},
+		{"missing last section", patch(t, func(s []section) []section { return s[:7] }), ErrInvalid,
+			"decode sections: section fields (tag 0x08) is missing"},
+		{"fields before relocs", patch(t, func(s []section) []section { s[6], s[7] = s[7], s[6]; return s }), ErrInvalid,
+			"decode sections: found section fields (tag 0x08) where section relocs (tag 0x07) belongs"},
 		{"no sections", patch(t, func(s []section) []section { return nil }), ErrInvalid,
 			"decode sections: section header (tag 0x01) is missing"},
 		{"repeated section", patch(t, func(s []section) []section { return append(s[:2:2], append([]section{s[1]}, s[2:]...)...) }), ErrInvalid,
 			"decode sections: found section build ID (tag 0x02) where section files (tag 0x03) belongs"},
-		{"unknown required section", patch(t, func(s []section) []section { return append(s, section{0x08, nil}) }), ErrInvalid,
-			"decode sections: found section tag 0x08 after the last required section: only optional sections (tags 0x80..0xfe, ascending) may follow it"},
+		{"unknown required section", patch(t, func(s []section) []section { return append(s, section{0x09, nil}) }), ErrInvalid,
+			"decode sections: found section tag 0x09 after the last required section: only optional sections (tags 0x80..0xfe, ascending) may follow it"},
 		{"optional sections out of order", patch(t, func(s []section) []section { return append(s, section{0x90, nil}, section{0x81, nil}) }), ErrInvalid,
 			"decode sections: found section tag 0x81 after the last required section: only optional sections (tags 0x80..0xfe, ascending) may follow it"},
 		{"tag 0xff", patch(t, func(s []section) []section { return append(s, section{0xff, []byte{1}}) }), ErrInvalid,
@@ -731,7 +801,7 @@ func TestOptionalSectionsSkipped(t *testing.T) {
 func TestHostileAllocations(t *testing.T) {
 	valid := mustEncode(t, tinyModule())
 	validAllocs := testing.AllocsPerRun(100, func() { Decode(valid) })
-	for _, sec := range []int{2, 3, 5, 6} {
+	for _, sec := range []int{2, 3, 5, 6, 7} {
 		b := patch(t, func(s []section) []section {
 			copy(s[sec].payload, []byte{0xff, 0xff, 0xff, 0xff})
 			return s
@@ -798,6 +868,16 @@ func TestEncodeRejects(t *testing.T) {
 			"encode relocs: reloc 0: 257 terms, at most 256"},
 		{"long term name", mod(func(m *rpn.Module) { m.Probes[0].Loc.Sum.Terms[0].Name = strings.Repeat("x", MaxString+1) }), ErrLimit,
 			"encode probes: probe 0: term 0: a name is 65537 bytes, at most 65536"},
+		{"too many fields", mod(func(m *rpn.Module) { m.Fields = make([]string, MaxFields+1) }), ErrLimit,
+			"encode fields: 65536 field names, at most 65535"},
+		{"dotted field name", mod(func(m *rpn.Module) { m.Fields[3] = "a.b" }), ErrInvalid,
+			`encode fields: field 3: name "a.b" is not an identifier`},
+		{"probe kind 9", mod(func(m *rpn.Module) { m.Probes[0].Kind = 9 }), ErrInvalid,
+			"encode probes: probe 0: kind 9 is not offset (0), retprobe (1) or tracepoint (2)"},
+		{"tracepoint with a sum", mod(func(m *rpn.Module) { m.Probes[4].Loc.Sum.Addend = 1 }), ErrInvalid,
+			"encode probes: probe 4: location kind tracepoint with a sum: only a symbolic location has one"},
+		{"file on a tracepoint", mod(func(m *rpn.Module) { m.Probes[4].Loc.File = "a.c" }), ErrInvalid,
+			"encode probes: probe 4: location kind tracepoint with a file or line: only a line location has them"},
 	} {
 		b, err := Encode(tc.m)
 		if b != nil || !errors.Is(err, tc.is) || err.Error() != tc.msg {
@@ -893,11 +973,11 @@ func TestFiles(t *testing.T) {
 func ExampleDecode() {
 	_, err := Decode([]byte("name = ./a.out\nmodtype = user\n"))
 	fmt.Println(err)
-	_, err = Decode([]byte("\x89PPDF\r\n\x1a\n\x03\x00"))
+	_, err = Decode([]byte("\x89PPDF\r\n\x1a\n\x04\x00"))
 	fmt.Println(err)
 	// Output:
 	// not a PPDF file: looks like a DPDF source file; use gprobes check/build
-	// PPDF version 3 is newer than this gprobes reads (2): upgrade gprobes or rebuild the PPDF
+	// PPDF version 4 is newer than this gprobes reads (2 to 3): upgrade gprobes or rebuild the PPDF
 }
 
 // TestOldVersionRefused: a PPDF of version 1, which kept locations and
@@ -914,7 +994,7 @@ func TestOldVersionRefused(t *testing.T) {
 	if m != nil || !errors.Is(err, ErrVersion) || !errors.As(err, &ve) || ve.Got != 1 || ve.Want != Version {
 		t.Fatalf("got %v, %#v", m, err)
 	}
-	const want = "PPDF version 1 is older than this gprobes reads (2): rebuild it from its DPDF with gprobes build"
+	const want = "PPDF version 1 is older than this gprobes reads (2 to 3): rebuild it from its DPDF with gprobes build"
 	if err.Error() != want {
 		t.Errorf("got %q\nwant %q", err, want)
 	}
@@ -970,4 +1050,119 @@ func (e fakeEnv) Symbol(name string) (uint64, error) { return e.get(name) }
 func (e fakeEnv) Sizeof(typ string) (uint64, error)  { return e.get("sizeof " + typ) }
 func (e fakeEnv) Offsetof(typ, field string) (uint64, error) {
 	return e.get("offsetof " + typ + " " + field)
+}
+
+// TestVersion2Decodes: the PPDFs customers already have, of version 2
+// (testdata/version2-*.ppdf, written by that gprobes), keep decoding: as
+// offset probes without maxactive and without fields. Encoded again, they
+// are version 3 files of the same module.
+func TestVersion2Decodes(t *testing.T) {
+	for _, g := range []struct {
+		file string
+		m    *rpn.Module
+	}{
+		{"version2-tiny.ppdf", tinyModule()},
+		{"version2-full.ppdf", fullModuleV2()},
+	} {
+		path := filepath.Join("testdata", g.file)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := binary.LittleEndian.Uint16(data[len(magic):]); v != 2 {
+			t.Fatalf("%s is version %d", path, v)
+		}
+		m, err := ReadFile(path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if !reflect.DeepEqual(m, canonical(g.m)) {
+			t.Fatalf("%s decodes to another module:\ngot  %+v\nwant %+v", path, summarize(m), summarize(g.m))
+		}
+		for i, p := range m.Probes {
+			if p.Kind != rpn.ProbeOffset || p.MaxActive != 0 {
+				t.Errorf("%s: probe %d is a %s, maxactive %d", path, i, p.Kind, p.MaxActive)
+			}
+		}
+		if m.Fields != nil {
+			t.Errorf("%s: fields %q", path, m.Fields)
+		}
+		b := mustEncode(t, m)
+		if v := binary.LittleEndian.Uint16(b[len(magic):]); v != Version {
+			t.Errorf("%s encoded again as version %d", path, v)
+		}
+		if again, err := Decode(b); err != nil || !reflect.DeepEqual(again, m) {
+			t.Errorf("%s as version %d: %v", path, Version, err)
+		}
+		// truncated anywhere, it says so
+		for n := range len(data) {
+			if _, err := Decode(data[:n]); !errors.Is(err, ErrTruncated) {
+				t.Fatalf("%s: the first %d bytes: %v", path, n, err)
+			}
+		}
+	}
+	tiny, _ := os.ReadFile(filepath.Join("testdata", "version2-tiny.ppdf"))
+	if _, err := rpn.Load(mustDecode(t, tiny)); err != nil {
+		t.Errorf("version2-tiny.ppdf does not verify: %v", err)
+	}
+	// a version 2 file has no tracepoint location (kind 3): its probe 0's
+	// location kind is at 0x5b (probe count at 0x4f, no probe kind, text
+	// length at 0x53, "main" at 0x57)
+	c := bytes.Clone(tiny[:len(tiny)-checksumSize])
+	c[0x5b] = 3
+	const want = "decode probes: probe 0: location kind 3 is not symbolic (0), line (1) or absolute (2)"
+	if _, err := Decode(seal(c)); !errors.Is(err, ErrInvalid) || err.Error() != want {
+		t.Errorf("got %v, want %q", err, want)
+	}
+	// nor a fields section
+	c = bytes.Clone(tiny[:len(tiny)-checksumSize])
+	c = append(c, tagFields, 2, 0, 0, 0, 0, 0)
+	if _, err := Decode(seal(c)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "found section tag 0x08 after the last required section") {
+		t.Errorf("a version 2 file with a fields section: %v", err)
+	}
+}
+
+func mustDecode(t *testing.T, b []byte) *rpn.Module {
+	t.Helper()
+	m, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestProbeKindsRoundTrip: rpn/testdata/kinds.dpdf, a probe of every
+// kind, compiled, encoded, decoded: the same module, which verifies, and
+// the same bytes when built twice.
+func TestProbeKindsRoundTrip(t *testing.T) {
+	build := func() *rpn.Module {
+		f, err := dpdf.Parse("../rpn/testdata/kinds.dpdf", dpdf.Options{NoPreprocessor: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := rpn.Compile(f, rpn.CompileOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m := build()
+	b := mustEncode(t, m)
+	got := mustDecode(t, b)
+	if !reflect.DeepEqual(got, canonical(m)) {
+		t.Fatalf("decoded %+v\nwant %+v", got, m)
+	}
+	if _, err := rpn.Load(got); err != nil {
+		t.Fatal(err)
+	}
+	if again := mustEncode(t, build()); !bytes.Equal(again, b) {
+		t.Error("two builds of the same DPDF differ")
+	}
+	kinds := map[rpn.ProbeKind]int{}
+	for _, p := range got.Probes {
+		kinds[p.Kind]++
+	}
+	if kinds[rpn.ProbeOffset] != 1 || kinds[rpn.ProbeRetprobe] != 2 || kinds[rpn.ProbeTracepoint] != 3 || got.Probes[1].MaxActive != 128 || len(got.Fields) != 4 {
+		t.Errorf("kinds %v, maxactive %d, fields %q", kinds, got.Probes[1].MaxActive, got.Fields)
+	}
 }

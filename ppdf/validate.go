@@ -9,7 +9,9 @@ import (
 // validate checks everything about m that the format promises a reader
 // apart from the bytecode itself: header values within the limits of
 // rpn/module.go, enums in range, strings within MaxString, offsets inside
-// the code, file indices inside the file table, tables sorted. It returns
+// the code, file indices inside the file table, tables sorted, field names
+// identifiers. Whether a probe's kind goes with its location, keywords and
+// instructions is the verifier's to say (rpn.Load), as for the bytecode. It returns
 // the name of the section at fault with the error. Encode and Decode share
 // it, so a file Encode writes is one Decode reads.
 func validate(m *rpn.Module) (section string, err error) {
@@ -31,10 +33,16 @@ func validate(m *rpn.Module) (section string, err error) {
 	for i := range m.Probes {
 		p := &m.Probes[i]
 		switch {
+		case p.Kind > rpn.ProbeTracepoint:
+			err = invalidf("probe %d: kind %d is not offset (0), retprobe (1) or tracepoint (2)", i, p.Kind)
 		case len(p.Loc.Text) > MaxString:
 			err = limitf("probe %d: location text is %d bytes, at most %d", i, len(p.Loc.Text), MaxString)
-		case p.Loc.Kind > rpn.LocAbsolute:
-			err = invalidf("probe %d: location kind %d is not symbolic (0), line (1) or absolute (2)", i, p.Loc.Kind)
+		case p.Loc.Kind > rpn.LocTracepoint:
+			err = invalidf("probe %d: %s", i, locKindMsg(p.Loc.Kind))
+		case p.Loc.Kind == rpn.LocTracepoint && !validTracepoint(p.Loc.Text):
+			err = invalidf("probe %d: tracepoint location %q is not SUBSYS:EVENT (letters, digits and _)", i, p.Loc.Text)
+		case p.MaxActive > rpn.MaxMaxActive:
+			err = invalidf("probe %d: maxactive %d is outside 0..%d", i, p.MaxActive, rpn.MaxMaxActive)
 		case p.Loc.Kind != rpn.LocExpr && (len(p.Loc.Sum.Terms) > 0 || p.Loc.Sum.Addend != 0):
 			err = invalidf("probe %d: location kind %s with a sum: only a symbolic location has one", i, p.Loc.Kind)
 		case p.Loc.Kind != rpn.LocLine && (p.Loc.File != "" || p.Loc.Line != 0):
@@ -94,7 +102,28 @@ func validate(m *rpn.Module) (section string, err error) {
 			return "relocs", err
 		}
 	}
+	if len(m.Fields) > MaxFields {
+		return "fields", limitf("%d field names, at most %d", len(m.Fields), MaxFields)
+	}
+	for i, f := range m.Fields {
+		switch {
+		case len(f) > MaxString:
+			return "fields", limitf("field %d: name is %d bytes, at most %d", i, len(f), MaxString)
+		case !rpn.ValidFieldName(f):
+			return "fields", invalidf("field %d: name %q is not an identifier", i, f)
+		}
+	}
 	return "", nil
+}
+
+// locKindMsg says that k is no location kind.
+func locKindMsg(k rpn.LocKind) string {
+	return fmt.Sprintf("location kind %d is not symbolic (0), line (1), absolute (2) or tracepoint (3)", k)
+}
+
+func validTracepoint(text string) bool {
+	_, _, ok := rpn.SplitTracepoint(text)
+	return ok
 }
 
 func validateHeader(h *rpn.Header) error {
