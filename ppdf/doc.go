@@ -3,8 +3,9 @@
 // bytecode, line map, source file table, relocations, tracepoint field
 // names and the probed module's build ID) in a versioned, checksummed
 // binary file that `gprobes build` writes from a Makefile and `gprobes
-// insert` reads on the customer's machine. The format is specified at the top of encode.go and in docs/ppdf.md; Encode
-// output is byte-identical for identical input, and Decode rejects any
+// insert` reads on the customer's machine. The format is specified at the
+// top of encode.go and in docs/ppdf.md; Encode output is byte-identical
+// for identical input, and Decode rejects any
 // truncated, tampered, oversized or inconsistent file with an error, never
 // a panic. The one trap: Decode checks the structure of the module (offsets
 // inside the code, indices inside the file table, header limits) but not
