@@ -101,7 +101,7 @@ type Server struct {
 type target struct {
 	mu   sync.Mutex
 	name string // key in Server.targets
-	eng  *engine.Engine
+	eng  engine.Prober
 	pid  int
 	exec bool
 	// under mu:
@@ -369,7 +369,7 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, int, error) 
 		}
 		t := s.targets[key]
 		if exec || t == nil {
-			return s.openTarget(spec, key, exec, sp.Guest(), open) // unlocks s.mu
+			return s.openTarget(spec, key, exec, sp.NamedBySpec(), open) // unlocks s.mu
 		}
 		s.mu.Unlock()
 		t.mu.Lock() // waits for whoever opens or changes this target
@@ -388,14 +388,8 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, int, error) 
 			t.mu.Unlock()
 			continue
 		}
-		if len(topts.Symbols) > 0 {
-			err := t.eng.WithTarget(func(tg engine.Target) error {
-				if g, ok := tg.OS().(engine.SymbolLoader); ok {
-					return g.AddSymbols(topts.Symbols)
-				}
-				return nil
-			})
-			if err != nil {
+		if sa, ok := t.eng.(engine.SymbolAdder); ok && len(topts.Symbols) > 0 {
+			if err := sa.AddSymbols(topts.Symbols); err != nil {
 				t.mu.Unlock()
 				return nil, http.StatusBadRequest, err
 			}
@@ -409,7 +403,7 @@ var errShuttingDown = errors.New("the gprobes daemon is shutting down")
 // openTarget opens a new target, called with s.mu held, which it releases
 // at once. Unless exec (each exec starts a new process) the target is in
 // s.targets under key while it opens, with its lock held.
-func (s *Server) openTarget(spec, key string, exec, guest bool, open func() (engine.Target, error)) (*target, int, error) {
+func (s *Server) openTarget(spec, key string, exec, named bool, start func(engine.Options) (engine.Prober, error)) (*target, int, error) {
 	t := &target{name: key, exec: exec}
 	t.mu.Lock()
 	if !exec {
@@ -418,7 +412,7 @@ func (s *Server) openTarget(spec, key string, exec, guest bool, open func() (eng
 	s.opens.Add(1)
 	defer s.opens.Done()
 	s.mu.Unlock()
-	eng, err := engine.Start(open, engine.Options{
+	eng, err := start(engine.Options{
 		Sink:     engine.SinkFunc(func(r *engine.Record) { s.log.Write(ptrLine(FromRecord(t.name, r))) }),
 		DumpDir:  filepath.Join(s.state, "dumps"),
 		GV:       s.gv,
@@ -450,8 +444,8 @@ func (s *Server) openTarget(spec, key string, exec, guest bool, open func() (eng
 		t.mu.Unlock()
 		return nil, http.StatusServiceUnavailable, errShuttingDown
 	}
-	name := fmt.Sprintf("pid:%d", eng.Pid()) // a process is named by its pid, a guest by its spec
-	if guest {
+	name := fmt.Sprintf("pid:%d", eng.Pid()) // a process is named by its pid, a guest or the kernel by its spec
+	if named {
 		name = key
 	}
 	if s.targets[key] == t {
@@ -482,16 +476,25 @@ func (s *Server) closeTarget(t *target) {
 	s.mu.Unlock()
 }
 
-// opener checks a target spec (package targets) and returns what opens
-// it, the spec, and the key it is known by while it opens (its canonical
-// name).
-func (s *Server) opener(spec string, topts TargetOptions) (func() (engine.Target, error), targets.Spec, error) {
+// opener checks a target spec (package targets) and returns what starts
+// it and the spec (whose canonical name is the key it is known by while
+// it opens).
+func (s *Server) opener(spec string, topts TargetOptions) (func(engine.Options) (engine.Prober, error), targets.Spec, error) {
 	sp, err := targets.Parse(spec)
 	if err != nil {
 		return nil, sp, err
 	}
-	open, err := sp.Open(targets.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset, StubTimeout: s.Limits.stubTimeout()})
-	return open, sp, err
+	to := targets.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset, StubTimeout: s.Limits.stubTimeout()}
+	if sp.Kind != targets.Kernel {
+		// what can be checked before anything is touched (an exec
+		// program found in PATH) is checked now
+		open, err := sp.Open(to)
+		if err != nil {
+			return nil, sp, err
+		}
+		return func(eo engine.Options) (engine.Prober, error) { return engine.Start(open, eo) }, sp, nil
+	}
+	return func(eo engine.Options) (engine.Prober, error) { return sp.Start(to, eo) }, sp, nil
 }
 
 func ptrLine(l LogLine) *LogLine { return &l }
@@ -599,7 +602,14 @@ type VarsModule struct {
 type VarsResponse struct {
 	Modules []VarsModule `json:"modules"`
 	GV      []string     `json:"gv"`
+	// KernelGV are the kernel target's global variables: its eBPF
+	// programs cannot reach the words the daemon's other targets share
+	// (docs/kernel.md)
+	KernelGV []string `json:"kernel_gv,omitempty"`
 }
+
+// ownGV is a target whose global variables are its own (the kernel's).
+type ownGV interface{ GV(n int) []uint64 }
 
 func (s *Server) handleVars(w http.ResponseWriter, r *http.Request) {
 	module := r.URL.Query().Get("module")
@@ -619,6 +629,7 @@ func (s *Server) Vars(module string, reset bool) (*VarsResponse, error) {
 	gvars := 0
 	for _, t := range s.readyTargets() {
 		name := t.name
+		_, own := t.eng.(ownGV)
 		for _, mod := range t.eng.Modules() {
 			if module != "" && mod != module {
 				continue
@@ -627,7 +638,13 @@ func (s *Server) Vars(module string, reset bool) (*VarsResponse, error) {
 			if err != nil {
 				continue
 			}
-			gvars = max(gvars, len(gv))
+			if own {
+				if len(gv) >= len(resp.KernelGV) {
+					resp.KernelGV = decimal(gv)
+				}
+			} else {
+				gvars = max(gvars, len(gv))
+			}
 			resp.Modules = append(resp.Modules, VarsModule{Target: name, Module: mod, LV: decimal(lv)})
 		}
 	}

@@ -1,6 +1,7 @@
-// Package targets turns a target's name into an engine.Target: it parses
-// a spec — pid:N, exec:PATH [ARGS...], gdb:HOST:PORT, xen:DOMID — checks
-// it, names it canonically, and opens it with the backend that serves it.
+// Package targets turns a target's name into what probes it: it parses a
+// spec — pid:N, exec:PATH [ARGS...], gdb:HOST:PORT, xen:DOMID, kernel —
+// checks it, names it canonically, and opens it with the backend that
+// serves it (an engine.Target under an engine, or the kernel target).
 // The command line and the daemon both call it, so a spec means the same
 // everywhere and is refused with the same words.
 //
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/gdbtarget"
+	"github.com/gprobes/gprobes/kernel"
 	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/xen"
@@ -32,10 +34,13 @@ const (
 	Exec Kind = "exec" // a program gprobes starts under ptrace
 	GDB  Kind = "gdb"  // a guest kernel behind a GDB remote stub
 	Xen  Kind = "xen"  // a Xen guest's kernel from dom0
+	// Kernel is the running kernel of this machine, through eBPF
+	// (package kernel): no Target, a Prober of its own.
+	Kernel Kind = "kernel"
 )
 
 // Forms is what a spec may look like, for messages.
-const Forms = "pid:N, exec:PATH [ARGS...], gdb:HOST:PORT or xen:DOMID"
+const Forms = "pid:N, exec:PATH [ARGS...], gdb:HOST:PORT, xen:DOMID or kernel"
 
 // Spec is a parsed target.
 type Spec struct {
@@ -65,6 +70,12 @@ func Parse(s string) (Spec, error) {
 	kind, rest, ok := strings.Cut(s, ":")
 	bad := func(want string) (Spec, error) {
 		return Spec{}, fmt.Errorf("%w %s: %s", ErrSpec, shown(s), want)
+	}
+	if kind == string(Kernel) {
+		if ok {
+			return bad("kernel takes nothing after it: the running kernel and its loaded modules")
+		}
+		return Spec{Kind: Kernel}, nil
 	}
 	if !ok {
 		return bad("want " + Forms)
@@ -127,6 +138,8 @@ func (s Spec) String() string {
 		return "gdb:" + s.Addr
 	case Xen:
 		return "xen:" + strconv.Itoa(s.Dom)
+	case Kernel:
+		return "kernel"
 	}
 	return string(s.Kind) + ":?"
 }
@@ -134,6 +147,10 @@ func (s Spec) String() string {
 // Guest reports whether the target is a guest kernel (gdb:, xen:), named
 // by its spec; a process is named by its pid once it is open.
 func (s Spec) Guest() bool { return s.Kind == GDB || s.Kind == Xen }
+
+// NamedBySpec reports whether the target keeps its spec as its name (a
+// guest, the kernel); a process is named pid:N once it is open.
+func (s Spec) NamedBySpec() bool { return s.Guest() || s.Kind == Kernel }
 
 // Options are what opening a target may need beyond its spec.
 type Options struct {
@@ -145,6 +162,27 @@ type Options struct {
 	StubTimeout time.Duration
 	// Env is an exec target's environment (nil: this process's).
 	Env []string
+	// KernelPID restricts the kernel target's probes to one process
+	// (0: every process).
+	KernelPID int
+}
+
+// Start opens the target and starts what drives it: an engine over the
+// backend's Target, or, for the kernel, the kernel target itself, which
+// takes Sink, Warn and RingSize from eo.
+func (s Spec) Start(o Options, eo engine.Options) (engine.Prober, error) {
+	if s.Kind == Kernel {
+		k, err := kernel.Start(kernel.Options{Sink: eo.Sink, Warn: eo.Warn, RingSize: eo.RingSize, PID: o.KernelPID, Symbols: o.Symbols})
+		if err != nil {
+			return nil, err
+		}
+		return k, nil
+	}
+	open, err := s.Open(o)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Start(open, eo)
 }
 
 // Open checks what can be checked before anything is touched (an exec
@@ -171,6 +209,8 @@ func (s Spec) Open(o Options) (func() (engine.Target, error), error) {
 		return gdbtarget.Open(s.Addr, gdbtarget.Options{Timeout: o.StubTimeout, Options: kopts}), nil
 	case Xen:
 		return xen.Open(s.Dom, xen.Options{Options: kopts}), nil
+	case Kernel:
+		return nil, fmt.Errorf("%w kernel: no engine.Target: use Spec.Start", ErrSpec)
 	}
 	return nil, fmt.Errorf("%w %s: want %s", ErrSpec, shown(s.String()), Forms)
 }

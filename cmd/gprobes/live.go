@@ -155,7 +155,7 @@ func insertCommand() *cli.Command {
 		Usage:     "insert a module's probes into a target (pid:N, exec:PATH ARGS, gdb:HOST:PORT, xen:DOMID)",
 		ArgsUsage: "FILE.dpdf|FILE.ppdf",
 		Flags: append(sourceFlags(), socketFlag(),
-			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach), exec:PATH ARGS (start it), gdb:HOST:PORT (a guest kernel through its GDB stub) or xen:DOMID (a Xen PV domain's kernel, from dom0)", Required: true},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach), exec:PATH ARGS (start it), gdb:HOST:PORT (a guest kernel through its GDB stub), xen:DOMID (a Xen PV domain's kernel, from dom0) or kernel (this machine's kernel, through eBPF)", Required: true},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "the guest kernel's KASLR slide, `OFFSET` (default: found from linux_banner)"},
 			&cli.BoolFlag{Name: "merge", Usage: "add the probes to the module of that name already in"},
 			&cli.BoolFlag{Name: "replace", Usage: "replace the module of that name already in"},
@@ -222,14 +222,14 @@ func insertCommand() *cli.Command {
 
 func printProbes(w io.Writer, probes []daemon.TargetProbe) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tMODULE\tMINOR\tLOCATION\tADDRESS\tSTATE\tHOW\tHITS\tSKIPPED\tFAULTS\tLOST\tREASON")
+	fmt.Fprintln(tw, "TARGET\tMODULE\tMINOR\tLOCATION\tADDRESS\tSTATE\tHOW\tHITS\tSKIPPED\tFAULTS\tMISSED\tLOST\tREASON")
 	for _, p := range probes {
 		addr := "-"
 		if p.Address != 0 {
 			addr = fmt.Sprintf("%#x", p.Address)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", p.Target, p.Module, p.Minor, p.Location, addr,
-			p.State, dash(p.How), p.Hits, p.Skipped, p.Faults, p.Lost, p.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Target, p.Module, p.Minor, p.Location, addr,
+			p.State, dash(p.How), p.Hits, p.Skipped, p.Faults, p.Missed, p.Lost, p.Reason)
 	}
 	tw.Flush()
 }
@@ -308,12 +308,17 @@ func printVars(w io.Writer, resp *daemon.VarsResponse) {
 		}
 		fmt.Fprintln(w)
 	}
-	if len(resp.GV) > 0 {
-		fmt.Fprint(w, "gv:")
-		for i, v := range resp.GV {
-			fmt.Fprintf(w, " %d=%s", i, v)
+	for _, g := range []struct {
+		label string
+		v     []string
+	}{{"gv:", resp.GV}, {"kernel gv:", resp.KernelGV}} {
+		if len(g.v) > 0 {
+			fmt.Fprint(w, g.label)
+			for i, v := range g.v {
+				fmt.Fprintf(w, " %d=%s", i, v)
+			}
+			fmt.Fprintln(w)
 		}
-		fmt.Fprintln(w)
 	}
 }
 
@@ -395,7 +400,7 @@ func runCommand() *cli.Command {
 		Usage:     "one shot, no daemon: start COMMAND (or attach to --target), insert FILE, print records as they commit, then the variables and probes",
 		ArgsUsage: "FILE -- COMMAND [ARGS...]",
 		Flags: append(sourceFlags(),
-			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command"},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command; or kernel, this machine's kernel through eBPF: with -- COMMAND, only COMMAND's process is probed, and run ends when it exits"},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary (with -o, the records still go to the file)"},
@@ -442,9 +447,14 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 			topts.KASLROffset = &off
 		}
 	}
-	open, err := spec.Open(topts)
-	if err != nil {
-		return cli.Exit("run: "+err.Error(), 1)
+	var open func() (engine.Target, error)
+	if spec.Kind == targets.Kernel {
+		topts.Symbols = c.StringSlice("symbols")
+	} else {
+		var err error
+		if open, err = spec.Open(topts); err != nil {
+			return cli.Exit("run: "+err.Error(), 1)
+		}
 	}
 	if spec.Kind == targets.Pid || spec.Kind == targets.Xen {
 		// a process started here dies with us (PTRACE_O_EXITKILL); one
@@ -470,7 +480,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	if err != nil {
 		return err
 	}
-	eng, err := engine.Start(open, engine.Options{
+	eopts := engine.Options{
 		Route:    route,
 		RingSize: ring,
 		Sink:     &runSink{target: target, quiet: quiet, asJSON: asJSON, out: recOut, mu: &mu},
@@ -481,18 +491,38 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 			}
 		},
 		Warn: func(msg string) { fmt.Fprintln(c.App.ErrWriter, "gprobes:", msg) },
-	})
+	}
+	var eng engine.Prober
+	var held *heldCommand // the kernel target's command, held at its exec until the probes are in
+	if spec.Kind == targets.Kernel {
+		if len(command) > 0 {
+			if held, err = startHeld(command); err != nil {
+				return cli.Exit("run: "+err.Error(), 1)
+			}
+			defer held.unlock()
+			topts.KernelPID = held.pid
+		}
+		eng, err = spec.Start(topts, eopts)
+	} else {
+		eng, err = engine.Start(open, eopts)
+	}
 	if err != nil {
+		if held != nil {
+			held.kill()
+		}
 		return cli.Exit("run: "+err.Error(), 1)
 	}
 	mainPid = eng.Pid()
 	label := spec.String() // what the summary names the target by
-	if !spec.Guest() {
+	if !spec.NamedBySpec() {
 		label = fmt.Sprintf("pid:%d", mainPid)
 	}
 	probes, err := eng.Insert(mod, engine.InsertNew)
 	if err != nil {
 		eng.Close()
+		if held != nil {
+			held.kill()
+		}
 		return cli.Exit("run: "+err.Error(), 1)
 	}
 	for _, p := range probes {
@@ -506,9 +536,16 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	if err := eng.Release(); err != nil {
 		return cli.Exit("run: "+err.Error(), 1)
 	}
+	ended := eng.Ended()
+	if held != nil {
+		if ended, err = held.run(func(code int) { mu.Lock(); exitCode = code; mu.Unlock() }); err != nil {
+			eng.Close()
+			return cli.Exit("run: "+err.Error(), 1)
+		}
+	}
 	interrupted := false
 	select {
-	case <-eng.Ended():
+	case <-ended:
 	case <-sigs:
 		interrupted = true
 	}

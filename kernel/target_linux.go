@@ -1,0 +1,703 @@
+//go:build linux
+
+package kernel
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/gprobes/gprobes/bpf"
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Options configure the kernel target.
+type Options struct {
+	Sink engine.Sink
+	// Warn receives problems that concern no single command; nil drops
+	// them.
+	Warn func(msg string)
+	// RingSize is each module's ring buffer, bytes (a power of two, a
+	// multiple of the page size); 0: bpf.DefaultRingSize.
+	RingSize int
+	// PID, when not zero, restricts every probe to one process (root PID
+	// namespace): other processes' hits are not hits of the probe.
+	PID int
+	// Symbols: a vmlinux with DWARF (file:line locations), System.map.
+	Symbols []string
+	// Poll is how often the module list is read for pending modules (0:
+	// one second).
+	Poll time.Duration
+}
+
+// Target is the running kernel.
+type Target struct {
+	opts    Options
+	mu      sync.Mutex // everything below; the readers call the Sink without it
+	modules []*module
+	gv      *ebpf.Map
+	gvWords int
+	syms    *ksyms
+	kmem    *kmem
+	mech    mechanisms
+	closed  bool
+	ended   chan struct{}
+	stop    chan struct{}
+	poller  sync.WaitGroup
+	readers sync.WaitGroup
+	lost    uint64 // records lost by modules removed since
+}
+
+// module is one inserted module: its sources (one per insert, --merge
+// adds), sharing the lv map.
+type module struct {
+	name   string
+	header rpn.Header
+	srcs   []*source
+	lv     *ebpf.Map // shared by the sources; nil without vars
+	gvars  int
+	// kmod: a kernel module's name ("" for the kernel image)
+	kmod string
+}
+
+// source is one inserted rpn.Module: its maps, programs and ring reader.
+type source struct {
+	mod    *module
+	src    *rpn.Module
+	prog   *rpn.Program // relocated for the running kernel; nil while pending
+	maps   *bpf.Maps
+	reader *bpf.Reader
+	done   chan struct{} // the reader goroutine ended
+	stop   *atomic.Bool  // tells the reader to drain and end
+	probes []*probe      // those not removed
+	// all are the source's probes by their index in src (a record's
+	// probe id), set before its reader starts and never changed: the
+	// reader reads it without the lock
+	all []*probe
+}
+
+type probe struct {
+	s      *source
+	idx    int
+	state  engine.ProbeState
+	reason string
+	how    string
+	addr   uint64
+	prog   *ebpf.Program
+	link   link.Link
+	// last counters read while the program was loaded (kept across an
+	// unload of its kernel module)
+	base bpf.Counters
+}
+
+func (p *probe) def() *rpn.Probe { return &p.s.src.Probes[p.idx] }
+
+// Start checks that this kernel and process can run eBPF probes and
+// opens the target. It touches nothing in the kernel but the maps it
+// makes.
+func Start(o Options) (*Target, error) {
+	if err := bpf.Available(); err != nil {
+		return nil, fmt.Errorf("kernel target: %w", err)
+	}
+	if o.Poll <= 0 {
+		o.Poll = time.Second
+	}
+	t := &Target{opts: o, ended: make(chan struct{}), stop: make(chan struct{})}
+	t.mech = probeMechanisms()
+	var err error
+	if t.gv, err = bpf.NewGV(); err != nil {
+		return nil, fmt.Errorf("kernel target: the gv map: %w", err)
+	}
+	if t.kmem, err = newKmem(); err != nil {
+		t.warn(fmt.Sprintf("kernel text cannot be read through eBPF (%v): opcode checks refuse, instruction boundaries are left to kprobes", err))
+		t.kmem = nil
+	}
+	if t.syms, err = loadKsyms(o.Symbols); err != nil {
+		t.gv.Close()
+		if t.kmem != nil {
+			t.kmem.close()
+		}
+		return nil, fmt.Errorf("kernel target: %w", err)
+	}
+	t.poller.Add(1)
+	go t.poll()
+	return t, nil
+}
+
+func (t *Target) warn(msg string) {
+	if t.opts.Warn != nil {
+		t.opts.Warn(msg)
+	}
+}
+
+// Release: the kernel was never held.
+func (t *Target) Release() error { return nil }
+
+// Ended is closed by Close: the kernel does not end.
+func (t *Target) Ended() <-chan struct{} { return t.ended }
+
+// EndReason is "" while the target is open.
+func (t *Target) EndReason() string {
+	select {
+	case <-t.ended:
+		return "closed"
+	default:
+		return ""
+	}
+}
+
+// Pid is 0: the kernel is no process.
+func (t *Target) Pid() int { return 0 }
+
+// Modules lists the inserted modules' names.
+func (t *Target) Modules() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, m := range t.modules {
+		out = append(out, m.name)
+	}
+	return out
+}
+
+func (t *Target) module(name string) *module {
+	for _, m := range t.modules {
+		if m.name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// Insert loads a module's probes into the kernel.
+func (t *Target) Insert(m *rpn.Module, mode engine.InsertMode) ([]engine.ProbeInfo, error) {
+	if _, err := rpn.Load(m); err != nil {
+		return nil, fmt.Errorf("insert %s: %v", m.Name, err)
+	}
+	if m.ModType != rpn.ModKernel {
+		return nil, fmt.Errorf("insert %s: modtype %s: the kernel target probes kernel code (modtype = kernel)", m.Name, m.ModType)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errors.New("insert " + m.Name + ": the kernel target is closed")
+	}
+	mod := t.module(m.Name)
+	switch {
+	case mod != nil && mode == engine.InsertNew:
+		return nil, fmt.Errorf("insert %s: %w: use --merge to add these probes to it, or --replace to replace it", m.Name, engine.ErrModuleIn)
+	case mod != nil && mode == engine.InsertReplace:
+		t.dropModule(mod)
+		mod = nil
+	case mod != nil && mode == engine.InsertMerge:
+		if mod.header.Arch != m.Arch {
+			return nil, fmt.Errorf("insert %s --merge: arch differs from the module in", m.Name)
+		}
+	}
+	kmod := ""
+	if n := strings.ToLower(m.Name); n != "vmlinux" && n != "kernel" {
+		kmod = m.Name
+		if !t.syms.known(kmod) {
+			return nil, fmt.Errorf("insert %s: no kernel module %s is loaded, built in or installed (/proc/modules, /sys/module, /lib/modules/%s/modules.dep)", m.Name, m.Name, t.syms.release)
+		}
+	}
+	if mod == nil {
+		mod = &module{name: m.Name, header: m.Header, kmod: kmod}
+		t.modules = append(t.modules, mod)
+	}
+	if err := t.growLV(mod, int(m.Vars)); err != nil {
+		if len(mod.srcs) == 0 {
+			t.modules = t.modules[:len(t.modules)-1]
+		}
+		return nil, fmt.Errorf("insert %s: %w", m.Name, err)
+	}
+	mod.gvars = max(mod.gvars, int(m.GVars))
+	t.gvWords = max(t.gvWords, int(m.GVars))
+	if mode == engine.InsertMerge {
+		for i := range m.Probes {
+			t.removeProbes(mod, []uint16{m.Probes[i].Minor})
+		}
+	}
+	s := &source{mod: mod, src: m}
+	for i := range m.Probes {
+		s.probes = append(s.probes, &probe{s: s, idx: i, state: engine.StatePending})
+	}
+	s.all = slices.Clone(s.probes)
+	mod.srcs = append(mod.srcs, s)
+	if kmod == "" || t.syms.loaded(kmod) {
+		t.place(s)
+	} else {
+		for _, p := range s.probes {
+			p.reason = "kernel module " + kmod + " is not loaded"
+		}
+	}
+	var out []engine.ProbeInfo
+	for _, p := range s.probes {
+		out = append(out, t.info(p))
+	}
+	return out, nil
+}
+
+// growLV makes (or grows) a module's lv map: the sources of a module
+// share it, the words already counted kept.
+func (t *Target) growLV(mod *module, n int) error {
+	if n == 0 {
+		return nil
+	}
+	if mod.lv != nil && int(mod.lv.ValueSize()) >= n*8 {
+		return nil
+	}
+	mp, err := bpf.NewLV(n)
+	if err != nil {
+		return err
+	}
+	if mod.lv != nil {
+		old, err := bpf.ReadWords(mod.lv)
+		if err == nil {
+			bpf.WriteWords(mp, old)
+		}
+		// the sources already in keep the old map: re-place them on the
+		// new one
+		mod.lv.Close()
+		mod.lv = mp
+		for _, s := range mod.srcs {
+			if s.prog != nil {
+				t.unplace(s)
+				t.place(s)
+			}
+		}
+		return nil
+	}
+	mod.lv = mp
+	return nil
+}
+
+// place resolves a source for the running kernel, loads its programs and
+// attaches them; a probe that cannot go in is refused with its reason.
+func (t *Target) place(s *source) {
+	refuse := func(reason string) {
+		for _, p := range s.probes {
+			p.state, p.reason = engine.StateRefused, reason
+		}
+	}
+	prog, err := t.relocate(s)
+	if err != nil {
+		refuse(err.Error())
+		return
+	}
+	maps, err := bpf.NewMaps(s.src, bpf.MapOptions{RingSize: t.opts.RingSize, GV: t.gv, LV: s.mod.lv})
+	if err != nil {
+		refuse(err.Error())
+		return
+	}
+	rd, err := bpf.NewReader(maps)
+	if err != nil {
+		maps.Close()
+		refuse("the ring buffer's reader: " + err.Error())
+		return
+	}
+	s.prog, s.maps, s.reader = prog, maps, rd
+	for _, p := range s.probes {
+		if err := t.attach(p); err != nil {
+			p.state, p.reason = engine.StateRefused, err.Error()
+			if p.prog != nil {
+				p.prog.Close()
+				p.prog = nil
+			}
+			continue
+		}
+		p.state, p.reason = engine.StateActive, ""
+	}
+	s.done, s.stop = make(chan struct{}), new(atomic.Bool)
+	t.readers.Add(1)
+	go t.read(s, rd, s.stop, s.done)
+}
+
+// unplace closes a source's links, programs and maps (its probes pending
+// again, their counts kept), after its ring is read to the end.
+func (t *Target) unplace(s *source) {
+	for _, p := range s.probes {
+		if p.prog != nil {
+			if c, err := t.counters(p); err == nil {
+				p.base = c
+			}
+		}
+		if p.link != nil {
+			p.link.Close()
+			p.link = nil
+		}
+		if p.prog != nil {
+			p.prog.Close()
+			p.prog = nil
+		}
+		if p.state == engine.StateActive || p.state == engine.StateDisabled {
+			p.state = engine.StatePending
+		}
+	}
+	if s.reader != nil {
+		// nothing commits any more: the reader drains what is left and
+		// stops (it takes no lock: waiting here is safe)
+		s.stop.Store(true)
+		<-s.done
+		s.reader.Close()
+		s.reader = nil
+	}
+	if s.maps != nil {
+		s.maps.Close()
+		s.maps = nil
+	}
+	s.prog = nil
+}
+
+// read hands a source's records to the Sink until the source is
+// unplaced (stop), then reads what is left and returns.
+func (t *Target) read(s *source, rd *bpf.Reader, stop *atomic.Bool, done chan struct{}) {
+	defer t.readers.Done()
+	defer close(done)
+	for {
+		stopping := stop.Load()
+		if stopping {
+			rd.SetDeadline(time.Now()) // what is there, then done
+		} else {
+			rd.SetDeadline(time.Now().Add(readSlice))
+		}
+		r, err := rd.Read()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && !stopping {
+				continue
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, os.ErrClosed) {
+				t.warn(fmt.Sprintf("module %s: reading its records: %v", s.mod.name, err))
+			}
+			return
+		}
+		if t.opts.Sink != nil {
+			t.opts.Sink.Commit(t.record(s, &r))
+		}
+	}
+}
+
+// readSlice is how long a reader waits before it looks whether it is to
+// stop.
+const readSlice = 100 * time.Millisecond
+
+// record is a ring record as the engine's Record.
+func (t *Target) record(s *source, r *bpf.Record) *engine.Record {
+	rec := &engine.Record{
+		Time: time.Unix(0, int64(r.TS)), Kind: "log", Module: s.mod.name, Major: r.Major, Minor: r.Minor,
+		Pid: int(r.PID), Tid: int(r.TID), CPU: int(r.CPU), Exit: r.Exit, Truncated: r.Truncated,
+	}
+	if int(r.Probe) < len(s.all) {
+		p := s.all[r.Probe]
+		rec.Location, rec.Address = p.def().Loc.Text, p.addr
+	}
+	if r.Exception != rpn.ExNone {
+		rec.Kind = "exception"
+		rec.Exception = r.Exception.String()
+		rec.PC = r.PC
+		if pos, ok := s.src.LineFor(r.PC); ok {
+			rec.Line = s.src.PosString(pos)
+		}
+		if r.Exception == rpn.ExInvalidAddress {
+			rec.Address = r.Addr
+		}
+		return rec
+	}
+	if r.Exit == rpn.ExitTrace {
+		rec.Kind = "trace"
+	}
+	rec.Data = append([]byte(nil), r.Log...)
+	return rec
+}
+
+// Query lists every probe, in insertion order, with the kernel's counts.
+func (t *Target) Query() []engine.ProbeInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []engine.ProbeInfo
+	for _, m := range t.modules {
+		for _, s := range m.srcs {
+			for _, p := range s.probes {
+				out = append(out, t.info(p))
+			}
+		}
+	}
+	return out
+}
+
+// counters reads a probe's counters from its maps and its program's
+// statistics, added to what it counted before an unload.
+func (t *Target) counters(p *probe) (bpf.Counters, error) {
+	c := p.base
+	if p.prog == nil || p.s.maps == nil {
+		return c, nil
+	}
+	k, err := p.s.maps.ProbeCounters(p.idx)
+	if err != nil {
+		return c, err
+	}
+	if st, err := p.prog.Stats(); err == nil {
+		k.Missed = st.RecursionMisses
+	}
+	if p.link != nil {
+		k.Missed += linkMissed(p.link)
+	}
+	c.Hits += k.Hits
+	c.Skipped += k.Skipped
+	c.Runs += k.Runs
+	c.Faults += k.Faults
+	c.Lost += k.Lost
+	c.Missed += k.Missed
+	c.Disabled = k.Disabled
+	return c, nil
+}
+
+func (t *Target) info(p *probe) engine.ProbeInfo {
+	d := p.def()
+	c, _ := t.counters(p)
+	st := p.state
+	if st == engine.StateActive && c.Disabled {
+		st = engine.StateDisabled
+	}
+	return engine.ProbeInfo{Module: p.s.mod.name, Minor: d.Minor, Location: d.Loc.Text, Address: p.addr, State: st,
+		Reason: p.reason, How: p.how, Hits: c.Hits, Skipped: c.Skipped, Faults: c.Faults, Missed: c.Missed, Lost: c.Lost, Spaces: boolInt(p.link != nil)}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Vars returns a module's lv and the gv words it uses.
+func (t *Target) Vars(name string, reset bool) (lv, gv []uint64, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.module(name)
+	if m == nil {
+		return nil, nil, errors.New("no module " + name)
+	}
+	return t.vars(m, reset)
+}
+
+func (t *Target) vars(m *module, reset bool) (lv, gv []uint64, err error) {
+	if m.lv != nil {
+		if lv, err = bpf.ReadWords(m.lv); err != nil {
+			return nil, nil, err
+		}
+		lv = lv[:m.header.Vars]
+	}
+	all, err := bpf.ReadWords(t.gv)
+	if err != nil {
+		return nil, nil, err
+	}
+	gv = all[:m.gvars]
+	if reset {
+		if m.lv != nil {
+			bpf.WriteWords(m.lv, make([]uint64, len(lv)))
+		}
+		bpf.WriteWords(t.gv, make([]uint64, m.gvars))
+	}
+	return lv, gv, nil
+}
+
+// GV is the kernel target's global variables, the first n.
+func (t *Target) GV(n int) []uint64 {
+	all, err := bpf.ReadWords(t.gv)
+	if err != nil {
+		return nil
+	}
+	return all[:min(n, len(all))]
+}
+
+// Remove takes a module's probes out (those with the given minors, or
+// all); the module goes when none is left.
+func (t *Target) Remove(name string, minors []uint16) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.module(name)
+	if m == nil {
+		return 0, errors.New("no module " + name)
+	}
+	n := t.removeProbes(m, minors)
+	left := 0
+	for _, s := range m.srcs {
+		left += len(s.probes)
+	}
+	if left == 0 {
+		t.dropModule(m)
+	}
+	return n, nil
+}
+
+// removeProbes takes out the probes of m with the given minors (all for
+// nil): a source whose every probe goes is unplaced.
+func (t *Target) removeProbes(m *module, minors []uint16) int {
+	n := 0
+	for _, s := range m.srcs {
+		var keep []*probe
+		for _, p := range s.probes {
+			if minors == nil || containsMinor(minors, p.def().Minor) {
+				if p.link != nil {
+					p.link.Close()
+					p.link = nil
+				}
+				if c, err := t.counters(p); err == nil {
+					t.lost += c.Lost
+				}
+				if p.prog != nil {
+					p.prog.Close()
+					p.prog = nil
+				}
+				p.state = engine.StateRemoved
+				n++
+				continue
+			}
+			keep = append(keep, p)
+		}
+		if len(keep) == 0 {
+			t.unplace(s)
+		}
+		s.probes = keep
+	}
+	var srcs []*source
+	for _, s := range m.srcs {
+		if len(s.probes) > 0 {
+			srcs = append(srcs, s)
+		}
+	}
+	m.srcs = srcs
+	return n
+}
+
+func containsMinor(list []uint16, v uint16) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// dropModule takes a whole module out.
+func (t *Target) dropModule(m *module) {
+	t.removeProbes(m, nil)
+	if m.lv != nil {
+		m.lv.Close()
+		m.lv = nil
+	}
+	for i, x := range t.modules {
+		if x == m {
+			t.modules = append(t.modules[:i], t.modules[i+1:]...)
+			break
+		}
+	}
+}
+
+// Lost counts the records the modules' rings had no room for.
+func (t *Target) Lost() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := t.lost
+	for _, m := range t.modules {
+		for _, s := range m.srcs {
+			for _, p := range s.probes {
+				c, _ := t.counters(p)
+				n += c.Lost
+			}
+		}
+	}
+	return n
+}
+
+// Close takes every probe out, reads the rings to their end and returns
+// the last variables and probes.
+func (t *Target) Close() (engine.Final, error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return engine.Final{}, nil
+	}
+	t.closed = true
+	close(t.stop)
+	t.mu.Unlock()
+	t.poller.Wait()
+	t.mu.Lock()
+	var f engine.Final
+	// links first: nothing commits once they are closed
+	for _, m := range t.modules {
+		for _, s := range m.srcs {
+			for _, p := range s.probes {
+				if p.link != nil {
+					p.link.Close()
+					p.link = nil
+				}
+			}
+		}
+	}
+	for _, m := range t.modules {
+		for _, s := range m.srcs {
+			for _, p := range s.probes {
+				f.Probes = append(f.Probes, t.info(p))
+			}
+		}
+		lv, gv, _ := t.vars(m, false)
+		f.Vars = append(f.Vars, engine.ModuleVars{Name: m.name, LV: lv, GV: gv})
+	}
+	for _, m := range t.modules {
+		for _, s := range m.srcs {
+			t.unplace(s)
+		}
+		if m.lv != nil {
+			m.lv.Close()
+		}
+	}
+	t.modules = nil
+	t.gv.Close()
+	if t.kmem != nil {
+		t.kmem.close()
+	}
+	close(t.ended)
+	t.mu.Unlock()
+	t.readers.Wait()
+	return f, nil
+}
+
+var _ engine.Prober = (*Target)(nil)
+
+// CountPrograms counts the eBPF programs loaded in the kernel whose name
+// starts with prefix (every gprobes program is named gp_...): what a test
+// of "nothing left behind" asks the kernel.
+func CountPrograms(prefix string) (int, error) {
+	n := 0
+	var id ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if errors.Is(err, os.ErrNotExist) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		info, err := p.Info()
+		p.Close()
+		if err == nil && strings.HasPrefix(info.Name, prefix) {
+			n++
+		}
+	}
+}

@@ -1,0 +1,244 @@
+//go:build linux
+
+package kernel
+
+import (
+	"encoding/binary"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/gprobes/gprobes/bpf"
+	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+func compile(t *testing.T, src string) *rpn.Module {
+	t.Helper()
+	f, err := dpdf.ParseSource("test.dpdf", []byte(src), dpdf.Options{NoPreprocessor: true})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, src)
+	}
+	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	if err != nil {
+		var b strings.Builder
+		dpdf.PrintError(&b, err, false)
+		t.Fatalf("%s\n%s", b.String(), src)
+	}
+	return m
+}
+
+type recs struct {
+	mu  sync.Mutex
+	all []engine.Record
+}
+
+func (r *recs) Commit(rec *engine.Record) {
+	r.mu.Lock()
+	r.all = append(r.all, *rec)
+	r.mu.Unlock()
+}
+
+func start(t *testing.T, o Options) (*Target, *recs) {
+	t.Helper()
+	if err := bpf.Available(); err != nil {
+		testkit.SkipOrFail(t, "%v", err)
+	}
+	r := &recs{}
+	o.Sink = r
+	o.Warn = func(msg string) { t.Log("warn:", msg) }
+	k, err := Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return k, r
+}
+
+func getppid(n int) {
+	for i := 0; i < n; i++ {
+		syscall.Getppid()
+	}
+}
+
+// TestTracepointCounts: a counting probe on a syscall's tracepoint,
+// filtered to this process, counts exactly its calls; getvars, query,
+// --reset, remove.
+func TestTracepointCounts(t *testing.T) {
+	k, _ := start(t, Options{PID: os.Getpid()})
+	m := compile(t, `name = vmlinux
+modtype = kernel
+vars = 2
+tracepoint = syscalls:sys_enter_getppid
+minor = 7
+inc lv,0
+exit 0
+`)
+	infos, err := k.Insert(m, engine.InsertNew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].State != engine.StateActive || infos[0].How != "tracepoint" {
+		t.Fatalf("insert: %+v", infos)
+	}
+	getppid(12345)
+	lv, _, err := k.Vars("vmlinux", true)
+	if err != nil || lv[0] != 12345 {
+		t.Fatalf("lv %v %v, want lv0 12345", lv, err)
+	}
+	q := k.Query()
+	if len(q) != 1 || q[0].Hits != 12345 || q[0].Faults != 0 || q[0].Minor != 7 {
+		t.Fatalf("query: %+v", q)
+	}
+	getppid(10)
+	if lv, _, _ := k.Vars("vmlinux", false); lv[0] != 10 {
+		t.Fatalf("after --reset and 10 calls: lv %v", lv)
+	}
+	if n, err := k.Remove("vmlinux", nil); n != 1 || err != nil {
+		t.Fatalf("remove: %d %v", n, err)
+	}
+	if len(k.Modules()) != 0 {
+		t.Fatalf("modules after remove: %v", k.Modules())
+	}
+	if progs := ourPrograms(t); progs > 1 { // gp_kmem stays: the target is open
+		t.Fatalf("%d gprobes programs loaded after remove", progs)
+	}
+}
+
+// ourPrograms counts the eBPF programs named gp_* in the kernel.
+func ourPrograms(t *testing.T) int {
+	n, err := CountPrograms("gp_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestTracepointFields: push field of integers and of a user string
+// (openat's filename through log str), exact values.
+func TestTracepointFields(t *testing.T) {
+	k, r := start(t, Options{PID: os.Getpid()})
+	m := compile(t, `name = vmlinux
+modtype = kernel
+tracepoint = syscalls:sys_enter_openat
+push field,__syscall_nr
+push field,flags
+log 2
+push d,64
+push field,filename
+log str
+exit
+`)
+	infos, err := k.Insert(m, engine.InsertNew)
+	if err != nil || infos[0].State != engine.StateActive {
+		t.Fatalf("insert: %+v %v", infos, err)
+	}
+	path := t.TempDir() + "/gprobes-field-test"
+	for i := 0; i < 3; i++ {
+		fd, err := syscall.Open(path, syscall.O_CREAT|syscall.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syscall.Close(fd)
+	}
+	k.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.all {
+		if len(rec.Data) < 16 || !strings.HasPrefix(string(rec.Data[16:]), path) {
+			continue
+		}
+		n++
+		nr := binary.LittleEndian.Uint64(rec.Data)
+		flags := binary.LittleEndian.Uint64(rec.Data[8:])
+		if nr != syscall.SYS_OPENAT || flags&(syscall.O_CREAT|syscall.O_WRONLY) != syscall.O_CREAT|syscall.O_WRONLY {
+			t.Errorf("record: nr %d flags %#x", nr, flags)
+		}
+		if rec.Pid != os.Getpid() || rec.Location != "syscalls:sys_enter_openat" {
+			t.Errorf("record: %+v", rec)
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d records of %s, want 3 (of %d)", n, path, len(r.all))
+	}
+}
+
+// TestExceptionRecord: a bad address read is an exception record with the
+// DPDF line, counted as a fault; the program's other runs go on.
+func TestExceptionRecord(t *testing.T) {
+	k, r := start(t, Options{PID: os.Getpid()})
+	m := compile(t, `name = vmlinux
+modtype = kernel
+tracepoint = syscalls:sys_enter_getppid
+push d,8
+push mrf,8
+log 1
+exit
+`)
+	if _, err := k.Insert(m, engine.InsertNew); err != nil {
+		t.Fatal(err)
+	}
+	getppid(5)
+	q := k.Query()
+	k.Close()
+	if q[0].Hits != 5 || q[0].Faults != 5 {
+		t.Fatalf("query: %+v", q[0])
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.all) != 5 {
+		t.Fatalf("%d records, want 5", len(r.all))
+	}
+	for _, rec := range r.all {
+		if rec.Kind != "exception" || rec.Exception != rpn.ExInvalidAddress.String() || rec.Line != "test.dpdf:5:1" || rec.Address != 8 {
+			t.Fatalf("record: %+v", rec)
+		}
+	}
+}
+
+// TestRefusals: what cannot go in is refused with its reason, the other
+// probes of the module go in.
+func TestRefusals(t *testing.T) {
+	k, _ := start(t, Options{PID: os.Getpid()})
+	m := compile(t, `name = vmlinux
+modtype = kernel
+tracepoint = syscalls:sys_enter_getppid
+minor = 1
+exit 0
+tracepoint = syscalls:no_such_event
+minor = 2
+exit 0
+tracepoint = syscalls:sys_enter_getppid
+minor = 3
+push field,no_such_field
+exit 0
+tracepoint = syscalls:sys_enter_getppid
+minor = 4
+exit 3
+`)
+	infos, err := k.Insert(m, engine.InsertNew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint16]string{2: "no_such_event", 3: "no_such_field", 4: "exit 3"}
+	for _, p := range infos {
+		if w, ok := want[p.Minor]; ok {
+			if p.State != engine.StateRefused || !strings.Contains(p.Reason, w) {
+				t.Errorf("minor %d: %s %q, want refused naming %q", p.Minor, p.State, p.Reason, w)
+			}
+		} else if p.State != engine.StateActive {
+			t.Errorf("minor %d: %s %q, want active", p.Minor, p.State, p.Reason)
+		}
+	}
+	if _, err := k.Insert(compile(t, "name = no_such_module\nmodtype = kernel\ntracepoint = a:b\nexit 0\n"), engine.InsertNew); err == nil || !strings.Contains(err.Error(), "no kernel module no_such_module") {
+		t.Errorf("unknown module: %v", err)
+	}
+	if _, err := k.Insert(compile(t, "name = /bin/true\nmodtype = user\noffset = 0x1000\nexit 0\n"), engine.InsertNew); err == nil || !strings.Contains(err.Error(), "modtype = kernel") {
+		t.Errorf("user module: %v", err)
+	}
+}

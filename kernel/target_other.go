@@ -1,0 +1,32 @@
+//go:build !linux
+
+package kernel
+
+import (
+	"errors"
+	"time"
+
+	"github.com/gprobes/gprobes/engine"
+)
+
+// ErrNotSupported: the kernel target is Linux's eBPF.
+var ErrNotSupported = errors.New("not supported on this OS: the kernel target runs probes through Linux's eBPF")
+
+// Options configure the kernel target (see the Linux build).
+type Options struct {
+	Sink     engine.Sink
+	Warn     func(msg string)
+	RingSize int
+	PID      int
+	Symbols  []string
+	Poll     time.Duration
+}
+
+// Target is the running kernel; it cannot be opened off Linux.
+type Target struct{ engine.Prober }
+
+// Start fails off Linux.
+func Start(o Options) (*Target, error) { return nil, ErrNotSupported }
+
+// GV is the kernel target's global variables.
+func (t *Target) GV(n int) []uint64 { return nil }
