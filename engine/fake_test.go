@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -311,4 +312,109 @@ func TestFakeCloseRestoresCode(t *testing.T) {
 	if got := pushes(th, start); got != 10 {
 		t.Errorf("push ran %d times, want 10", got)
 	}
+}
+
+// kindsSrc is a module with a probe of every kind: the offset probe
+// counts its hits in lv 0.
+const kindsSrc = `vars = 1
+tracepoint = sched:sched_switch
+minor = 1
+push field,prev_pid
+log 1
+exit 1
+offset = f_push
+minor = 2
+inc lv,0
+exit 0
+retprobe = f_push
+minor = 3
+push r,rax
+log 1
+exit 1
+`
+
+func compileKinds(t *testing.T, modtype, src string) *rpn.Module {
+	t.Helper()
+	f, err := dpdf.ParseSource("kinds.dpdf", []byte("name = prog\nmodtype = "+modtype+"\n"+src), dpdf.Options{NoPreprocessor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// checkStates compares insert's (or query's) states and reasons, by minor.
+func checkStates(t *testing.T, what string, probes []engine.ProbeInfo, want map[uint16][2]string) {
+	t.Helper()
+	if len(probes) != len(want) {
+		t.Fatalf("%s: %d probes, want %d: %+v", what, len(probes), len(want), probes)
+	}
+	for _, p := range probes {
+		if w := want[p.Minor]; string(p.State) != w[0] || p.Reason != w[1] {
+			t.Errorf("%s: probe %d (%s): %s %q, want %s %q", what, p.Minor, p.Location, p.State, p.Reason, w[0], w[1])
+		}
+	}
+}
+
+// A tracepoint probe and a retprobe cannot run on the engine's targets:
+// each is refused at insert with its reason, and the module's offset
+// probe goes in and counts every hit, on a guest kernel as on a process.
+func TestFakeKindsRefused(t *testing.T) {
+	const (
+		tpWhy  = "tracepoint probes run on --target kernel only"
+		retWhy = "return probes are not supported on this target yet"
+	)
+	t.Run("kernel", func(t *testing.T) {
+		tg := fakeProcess(t)
+		tg.Kernel = true
+		tg.AddThread(1, fPush, 5)
+		r := startFake(t, tg)
+		probes, err := r.eng.Insert(compileKinds(t, "kernel", kindsSrc), engine.InsertNew)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[uint16][2]string{1: {"refused", tpWhy}, 2: {"active", ""}, 3: {"refused", retWhy}}
+		checkStates(t, "insert", probes, want)
+		r.runToEnd(t)
+		lv, _, _ := r.eng.Vars("prog", false)
+		if lv[0] != 5 {
+			t.Errorf("the offset probe ran %d times, want 5", lv[0])
+		}
+		if n := len(r.records()); n != 0 {
+			t.Errorf("%d records: a refused probe ran", n)
+		}
+	})
+	t.Run("process", func(t *testing.T) {
+		tg := fakeProcess(t)
+		tg.AddThread(1, fPush, 3)
+		r := startFake(t, tg)
+		// user code has retprobes too; tracepoints are the kernel's
+		user := strings.Replace(kindsSrc, "tracepoint = sched:sched_switch\nminor = 1\npush field,prev_pid\nlog 1\nexit 1\n", "", 1)
+		probes, err := r.eng.Insert(compileKinds(t, "user", user), engine.InsertNew)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[uint16][2]string{2: {"active", ""}, 3: {"refused", retWhy}}
+		checkStates(t, "insert", probes, want)
+		checkStates(t, "query", r.eng.Query(), want)
+		r.runToEnd(t)
+		if lv, _, _ := r.eng.Vars("prog", false); lv[0] != 3 {
+			t.Errorf("the offset probe ran %d times, want 3", lv[0])
+		}
+	})
+	t.Run("kernel module on a process", func(t *testing.T) {
+		// the module is refused whole; the tracepoint probe says why it
+		// would be anyway, the others why the module is
+		tg := fakeProcess(t)
+		tg.AddThread(1, fPush, 1)
+		r := startFake(t, tg)
+		probes, err := r.eng.Insert(compileKinds(t, "kernel", kindsSrc), engine.InsertNew)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkStates(t, "insert", probes, map[uint16][2]string{1: {"refused", tpWhy}, 2: {"refused", "the fake target is a process"}, 3: {"refused", retWhy}})
+	})
 }

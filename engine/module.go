@@ -134,8 +134,17 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 	if reason := e.unsupported(src); reason != "" {
 		for _, p := range added {
 			p.state, p.reason = StateRefused, reason
+			if why := kindRefused(p.def()); why != "" {
+				p.reason = why // the more precise reason
+			}
 		}
 	} else {
+		// a probe of a kind this engine cannot run is refused, alone
+		for _, p := range added {
+			if why := kindRefused(p.def()); why != "" {
+				p.state, p.reason = StateRefused, why
+			}
+		}
 		for _, id := range e.sortedSpaces() {
 			sp := e.spaces[id]
 			if !sp.detached {
@@ -148,6 +157,30 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 		out = append(out, p.info())
 	}
 	return out, nil
+}
+
+// Why the engine's targets (processes, guest kernels through a stub or
+// Xen) refuse a probe for its kind: they plant breakpoints at
+// instructions, and a tracepoint is the kernel's own hook (the kernel
+// target, package bpf, attaches to it); return probes need the return
+// address of every call taken over, which they do not do yet.
+const (
+	reasonTracepoint = "tracepoint probes run on --target kernel only"
+	reasonRetprobe   = "return probes are not supported on this target yet"
+)
+
+// kindRefused says why the engine cannot place a probe of d's kind, or
+// "" for an offset probe.
+func kindRefused(d *rpn.Probe) string {
+	switch d.Kind {
+	case rpn.ProbeOffset:
+		return ""
+	case rpn.ProbeTracepoint:
+		return reasonTracepoint
+	case rpn.ProbeRetprobe:
+		return reasonRetprobe
+	}
+	return fmt.Sprintf("probe kind %d is not known to this gprobes", d.Kind)
 }
 
 // unsupported says why a module cannot be probed on this target at all.
@@ -191,6 +224,15 @@ func Uses(m *rpn.Module, ops ...rpn.Opcode) (string, bool) {
 // placeModule inserts the given probes of src into one space, where its
 // file is loaded; they stay pending where it is not.
 func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
+	placeable := probes[:0:0]
+	for _, p := range probes {
+		if kindRefused(p.def()) == "" {
+			placeable = append(placeable, p)
+		}
+	}
+	if probes = placeable; len(probes) == 0 {
+		return
+	}
 	e.ensureRendezvous(sp)
 	ld, ok, err := e.os.Resolve(sp.id, src.Name, src.ModType)
 	if err == nil && !ok {

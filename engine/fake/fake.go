@@ -64,6 +64,11 @@ type Target struct {
 	// Names are more module names that resolve to the program (several
 	// modules probing one file).
 	Names []string
+	// Kernel makes the fake's code a guest kernel's, as a gdb: or xen:
+	// target sees one: modtype = kernel modules go in (user ones are
+	// refused) and the engine treats the code as kernel code. Set it
+	// before the engine starts.
+	Kernel bool
 }
 
 // Thread is one thread of the fake process.
@@ -468,10 +473,13 @@ func (t *Target) OS() engine.OS { return processOS{t} }
 // processOS: one module, the fake's code, always loaded.
 type processOS struct{ t *Target }
 
-func (o processOS) Kernel() bool { return false }
+func (o processOS) Kernel() bool { return o.t.Kernel }
 
 func (o processOS) Check(m *rpn.Module) string {
-	if m.ModType != rpn.ModUser {
+	switch {
+	case o.t.Kernel && m.ModType != rpn.ModKernel:
+		return "the fake target is a kernel"
+	case !o.t.Kernel && m.ModType != rpn.ModUser:
 		return "the fake target is a process"
 	}
 	return ""
