@@ -160,7 +160,8 @@ func probeRows(out string) map[uint16]map[string]string {
 // window are logged, port 0x20 and values N+1 ... N+M, by the VMM's
 // process; lv 1 counts the N+K outside it, lv 2 the returns to user space
 // (as many as the VMM's KVM_RUN calls returned, which bpftrace counts on
-// kvm:kvm_userspace_exit too); the probes' hits are the kernel's events.
+// kvm:kvm_userspace_exit too); the probes' hits are the kernel's events of
+// that VMM, while another one runs outside the command all along.
 func TestKernelKVMPio(t *testing.T) {
 	if _, err := targets.Parse("kernel"); err != nil {
 		t.Skipf("gprobes run --target kernel is not built yet (issue 12): %v", err)
@@ -172,6 +173,18 @@ func TestKernelKVMPio(t *testing.T) {
 	const n, m, k = 300, 10000, 200
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// another VM meanwhile, outside COMMAND's process: inside its window
+	// all along (it writes to port 0x20 until it is killed), it would
+	// open the window, log its writes and add to the counts if run did
+	// not probe COMMAND's process alone
+	other := exec.Command(vmm, "1", "0x0fffffff", "1")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	otherEnded := make(chan error, 1)
+	go func() { otherEnded <- other.Wait() }()
+	defer func() { other.Process.Kill(); <-otherEnded }()
+	time.Sleep(100 * time.Millisecond)
 	// this test binary as gprobes (TestMain): the VMM's line comes out
 	// on the same standard output as the records and the summary
 	cmd := exec.CommandContext(ctx, os.Args[0], "run", "--target", "kernel", "--json", kvmPioExample,
@@ -180,6 +193,12 @@ func TestKernelKVMPio(t *testing.T) {
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
+	select {
+	case e := <-otherEnded:
+		otherEnded <- e
+		t.Errorf("the other VMM ended before the run did: %v", e)
+	default:
+	}
 	out := stdout.String()
 	show := func() string {
 		if len(out) > 4000 {
