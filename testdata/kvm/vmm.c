@@ -23,8 +23,9 @@
  * exit or a value out of place) is a message on stderr and exit 1; bad
  * arguments exit 2.
  *
- * What this machine's kernel (6.18, itself a nested guest on AMD) reports
- * for "vmm N M K I", checked with bpftrace filtered by the VMM's pid:
+ * What the test machine's kernel reports for "vmm N M K I", checked with
+ * bpftrace 0.17 filtered by the VMM's pid (Linux 6.18, a guest itself on
+ * AMD EPYC with no VMX/SVM: its KVM is PVM, CONFIG_KVM_PVM=y, built in):
  *
  *   kvm:kvm_pio            N+M+K+2+I hits: one per out, rw=1, size=4,
  *                          count=1, port and val as written above; and one
@@ -38,7 +39,7 @@
  *                          (KVM_EXIT_HLT) errno=0 once. A KVM_RUN ended by
  *                          a signal would add one with errno=-4 (counted
  *                          in runs and eintr).
- *   kvm:kvm_exit, kvm:kvm_entry: no hits here (a nested guest's KVM).
+ *   kvm:kvm_exit, kvm:kvm_entry, kvm:kvm_hypercall: no hits here.
  */
 #include <errno.h>
 #include <fcntl.h>
