@@ -159,7 +159,7 @@ func checkCommand() *cli.Command {
 					}
 				}
 				for _, p := range l.mod.Probes {
-					if !p.Loc.Resolved {
+					if !p.Loc.Resolved && p.Loc.Kind != rpn.LocTracepoint { // a tracepoint has no address
 						unresolved++
 					}
 				}

@@ -19,7 +19,9 @@ func simCommand() *cli.Command {
 		Description: `Runs probe N of FILE (0-based, in file order) --hits times against the same state and
 prints each hit's outcome, its committed log, the variables and whether the probe ended up
 disabled. Memory given with --mem is readable and writable; every other address faults, as an
-unmapped address would. VALUE and ADDR take decimal or 0x hex.
+unmapped address would. VALUE and ADDR take decimal or 0x hex. A tracepoint probe's push field
+reads the fields given with --field; a retprobe's program runs as at the function's return
+(give the return value as --reg rax=VALUE).
 
 With --json it prints exactly one JSON object:
   {"hits":[{"outcome":"exit","exit":1,"exception":"","major":1,"minor":2,
@@ -41,6 +43,7 @@ bytes, empty when nothing is committed.`,
 			&cli.StringFlag{Name: "procid", Usage: "value of push procid"},
 			&cli.StringFlag{Name: "task", Usage: "value of push task (without it, push task is an invalid-operand exception)"},
 			&cli.StringFlag{Name: "ts", Usage: "value of push ts"},
+			&cli.StringSliceFlag{Name: "field", Usage: "give the tracepoint event's field `NAME=VALUE` for push field (a string's or array's address; a field not given is an invalid-operand exception)"},
 			&cli.StringFlag{Name: "core", Usage: "take the registers of the first thread and the memory of ELF core `FILE`"},
 			&cli.BoolFlag{Name: "json", Usage: "print exactly one JSON object"},
 		),
@@ -116,6 +119,21 @@ func simEnv(c *cli.Context, arch rpn.Arch) (*sim.Env, error) {
 		if err := env.AddMem(at, data); err != nil {
 			return nil, fmt.Errorf("--mem: %v", err)
 		}
+	}
+	for _, a := range c.StringSlice("field") {
+		name, val, ok := strings.Cut(a, "=")
+		name = strings.TrimSpace(name)
+		if !ok {
+			return nil, fmt.Errorf("--field %s: want NAME=VALUE", a)
+		}
+		if !rpn.ValidFieldName(name) {
+			return nil, fmt.Errorf("--field %s: %q is not a field name (letters, digits and _, as the event's format names it)", a, name)
+		}
+		v, err := parseValue(val)
+		if err != nil {
+			return nil, fmt.Errorf("--field %s: %v", a, err)
+		}
+		env.SetField(name, v)
 	}
 	ports, err := assignments(c.StringSlice("io"), "--io")
 	if err != nil {
