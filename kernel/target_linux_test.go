@@ -4,7 +4,9 @@ package kernel
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -241,4 +243,102 @@ exit 3
 	if _, err := k.Insert(compile(t, "name = /bin/true\nmodtype = user\noffset = 0x1000\nexit 0\n"), engine.InsertNew); err == nil || !strings.Contains(err.Error(), "modtype = kernel") {
 		t.Errorf("user module: %v", err)
 	}
+}
+
+// TestBTFLayout: offsetof from the running kernel's BTF (no debug
+// package), push task and a kernel memory read: the current task's tgid
+// and pid as the kernel keeps them are this process's.
+func TestBTFLayout(t *testing.T) {
+	k, r := start(t, Options{PID: os.Getpid()})
+	m := compile(t, `name = vmlinux
+modtype = kernel
+tracepoint = syscalls:sys_enter_getppid
+push task
+push d,offsetof(struct task_struct, tgid)
+add
+push mrf,4
+push task
+push d,offsetof(struct task_struct, pid)
+add
+push mrf,4
+push tid
+log 3
+exit
+`)
+	if infos, err := k.Insert(m, engine.InsertNew); err != nil || infos[0].State != engine.StateActive {
+		t.Fatalf("insert: %+v %v", infos, err)
+	}
+	getppid(3)
+	k.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.all) != 3 {
+		t.Fatalf("%d records, want 3", len(r.all))
+	}
+	for _, rec := range r.all {
+		if len(rec.Data) != 24 {
+			t.Fatalf("record: %+v", rec)
+		}
+		tgid := binary.LittleEndian.Uint64(rec.Data)
+		pid := binary.LittleEndian.Uint64(rec.Data[8:])
+		tid := binary.LittleEndian.Uint64(rec.Data[16:])
+		if int(tgid) != os.Getpid() || pid != tid || int(tid) != rec.Tid {
+			t.Errorf("task's tgid %d pid %d, push tid %d, record tid %d; this process %d", tgid, pid, tid, rec.Tid, os.Getpid())
+		}
+	}
+}
+
+// TestUserRegisters: push u reads the task's user-mode registers saved at
+// its entry into the kernel: at getppid's entry, rip is just past the
+// syscall instruction of Go's runtime, orig rax the call's number.
+func TestUserRegisters(t *testing.T) {
+	k, r := start(t, Options{PID: os.Getpid()})
+	m := compile(t, `name = vmlinux
+modtype = kernel
+tracepoint = syscalls:sys_enter_getppid
+push u,rip
+push u,rsp
+log 2
+exit
+`)
+	if infos, err := k.Insert(m, engine.InsertNew); err != nil || infos[0].State != engine.StateActive {
+		t.Fatalf("insert: %+v %v", infos, err)
+	}
+	getppid(2)
+	k.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.all) != 2 {
+		t.Fatalf("%d records, want 2", len(r.all))
+	}
+	for _, rec := range r.all {
+		rip := binary.LittleEndian.Uint64(rec.Data)
+		rsp := binary.LittleEndian.Uint64(rec.Data[8:])
+		fn := runtime.FuncForPC(uintptr(rip - 1))
+		if fn == nil || !strings.Contains(fn.Name(), "yscall") {
+			t.Errorf("user rip %#x is in %v, not Go's system call", rip, fn)
+		}
+		// a stack of this process (the goroutine's or the thread's
+		// system stack): in a writable mapping
+		if !writableMapping(t, rsp) {
+			t.Errorf("user rsp %#x is in no writable mapping of this process", rsp)
+		}
+	}
+}
+
+// writableMapping reports whether addr is in a writable mapping of this
+// process.
+func writableMapping(t *testing.T, addr uint64) bool {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		var lo, hi uint64
+		var perms string
+		if n, _ := fmt.Sscanf(l, "%x-%x %s", &lo, &hi, &perms); n == 3 && lo <= addr && addr < hi && strings.Contains(perms, "w") {
+			return true
+		}
+	}
+	return false
 }
