@@ -252,3 +252,31 @@ func TestEBPF(t *testing.T) {
 		}
 	})
 }
+
+// TestGprobesInGuest is the recipe of docs/qemu-lab.md for tests that run
+// gprobes in the guest (the kernel target's function probes): a static
+// gprobes built from this tree, added with Options.Files, runs there; here
+// on a process, through ptrace: gpwork's out() runs once per output line.
+func TestGprobesInGuest(t *testing.T) {
+	t.Parallel()
+	Require(t)
+	bin := filepath.Join(t.TempDir(), "gprobes")
+	t0 := time.Now()
+	if err := BuildStatic("github.com/gprobes/gprobes/cmd/gprobes", bin); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(bin)
+	t.Logf("static gprobes built in %v, %.1f MB", time.Since(t0).Round(time.Millisecond), float64(st.Size())/1e6)
+	// no '#' lines: the guest has no C preprocessor
+	dpdf := "name = \"/bin/gpwork\"\nmodtype = user\noffset = out\npush d,7\nlog 1\nexit 1\n"
+	vm := boot(t, Options{Files: []File{
+		{Guest: "/bin/gprobes", Host: bin},
+		{Guest: "/root/out.dpdf", Data: []byte(dpdf)},
+	}})
+	out := run(t, vm, "gprobes run /root/out.dpdf -- gpwork counts 3")
+	t.Logf("\n%s", out)
+	if n := strings.Count(out, " log /bin/gpwork(0,0) out "); n != 4 {
+		t.Errorf("%d records, want 4 (one per line gpwork prints)", n)
+	}
+	t.Logf("guest memory with gprobes in it:\n%s", run(t, vm, "free -m"))
+}
