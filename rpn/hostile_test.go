@@ -47,6 +47,11 @@ func TestListingsEscapeControlBytes(t *testing.T) {
 	m.Files = []string{"f\x1b]0;x\x07.dpdf"}
 	m.Lines = []LineEntry{{PC: 0, Pos: Pos{File: 0, Line: 1}}}
 	m.Relocs = []Reloc{{Off: 1, Expr: "sym\x9b"}}
+	// a tracepoint probe's text and field names are a stranger's too
+	m.Code = append(m.Code, cat(OpPushField, 0, 0, OpPushField, 1, 0, OpExit, 1)...)
+	m.Probes = append(m.Probes, Probe{Kind: ProbeTracepoint, Loc: Location{Text: "a\x1b]2;x\x07:b", Kind: LocTracepoint},
+		Entry: m.Probes[0].End, End: uint32(len(m.Code))})
+	m.Fields = []string{"f\x1b[1m"}
 	var b strings.Builder
 	Disasm(&b, m)
 	_, err := Load(m)
@@ -59,7 +64,8 @@ func TestListingsEscapeControlBytes(t *testing.T) {
 			t.Fatalf("raw byte %#x in\n%s", c, out)
 		}
 	}
-	for _, want := range []string{`evil\x1b[2J`, `f\x1b]0;x\x07.dpdf:1`, `sym\x9b`} {
+	for _, want := range []string{`evil\x1b[2J`, `f\x1b]0;x\x07.dpdf:1`, `sym\x9b`, `tracepoint = a\x1b]2;x\x07:b`,
+		`fields f\x1b[1m`, `push field,f\x1b[1m`, `push field,#1   ; no such field`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("%q missing from\n%s", want, out)
 		}

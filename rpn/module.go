@@ -2,7 +2,9 @@ package rpn
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gprobes/gprobes/dpdf"
 )
@@ -208,7 +210,11 @@ func checkTracepoint(text string) (at int, msg string) {
 			if c == ':' {
 				return i, "more than one ':'"
 			}
-			return i, fmt.Sprintf("%q cannot be in a subsystem or event name (ASCII letters, digits and _ only)", rune(c))
+			what := fmt.Sprintf("byte %#02x", c)
+			if r, n := utf8.DecodeRuneInString(text[i:]); r != utf8.RuneError || n > 1 {
+				what = strconv.QuoteRune(r)
+			}
+			return i, what + " cannot be in a subsystem or event name (ASCII letters, digits and _ only)"
 		}
 	}
 	return 0, ""
