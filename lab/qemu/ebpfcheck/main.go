@@ -20,12 +20,15 @@
 //
 // Output, one line each:
 //
-//	EBPFCHECK fn __x64_sys_getppid addr 0xffffffff810b1e70
-//	EBPFCHECK insn +0 0f1f440000 nopl 0x0(%rax,%rax,1)
-//	EBPFCHECK offset 5
-//	EBPFCHECK btf 812ms
-//	EBPFCHECK native ns/call 410.2
-//	EBPFCHECK probe kprobe load 1.2ms attach 4.1ms hits 1000 own 1000 ns/call 2345.6
+//	EBPFCHECK fn __x64_sys_getppid addr 0xffffffff810be3a0 aliases __do_sys_getppid,__ia32_sys_getppid
+//	EBPFCHECK insn +0 0f1f440000 nopl (%rax,%rax)
+//	EBPFCHECK insn +5 53 push %rbx
+//	EBPFCHECK insn +6 e805590700 callq 0xffffffff81133cb0
+//	EBPFCHECK offset 6
+//	EBPFCHECK btf 107.27ms
+//	EBPFCHECK fentry target __do_sys_getppid (the BTF name at 0xffffffff810be3a0)
+//	EBPFCHECK native ns/call 534.8
+//	EBPFCHECK probe kprobe load 6.31ms attach 12.44ms hits 1000 own 1000 ns/call 1517.6
 //	EBPFCHECK probe kprobe-multi unsupported: ...
 //	EBPFCHECK all kprobe 1000 kprobe-off 1000 kretprobe 1000 fentry 1000 fexit 1000
 //	EBPFCHECK ok        (or EBPFCHECK FAIL ..., exit status 1)
