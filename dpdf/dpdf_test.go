@@ -298,6 +298,9 @@ func FuzzParse(f *testing.F) {
 		"offset = 1\npush d," + strings.Repeat("(", 2*MaxNesting) + "1" + strings.Repeat(")", 2*MaxNesting) + "\n",
 		"offset = 1\nexit " + strings.Repeat("-~", MaxNesting) + "1\nl: push d,1" + strings.Repeat("+1", 2*MaxNesting) + "\n",
 		"\ufeffname = x\noffset = 1\n\ufeffpush r,\x1b[31mrax\xff\n",
+		// probe kinds
+		"name = vmlinux\nmodtype = kernel\ntracepoint = sched:sched_switch // c\npush field,prev_pid ; log 1\nretprobe = f\nmax active = 8\nexit\n",
+		"tracepoint = a:b:c d /* x */ ; tracepoint = :\nretprobe = a.c:1\npush field,\npush field,x.y\n",
 	} {
 		f.Add([]byte(s))
 	}
