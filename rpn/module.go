@@ -155,6 +155,7 @@ const (
 	ProbeOffset     ProbeKind = iota // offset = LOC: before the instruction at LOC
 	ProbeRetprobe                    // retprobe = SYMBOL: when a call of the function returns
 	ProbeTracepoint                  // tracepoint = SUBSYS:EVENT: at a kernel static tracepoint
+	ProbeWatch                       // watch = EXPR,LEN,MODE: right after an instruction accessed the watched bytes
 )
 
 func (k ProbeKind) String() string {
@@ -165,6 +166,8 @@ func (k ProbeKind) String() string {
 		return "retprobe"
 	case ProbeTracepoint:
 		return "tracepoint"
+	case ProbeWatch:
+		return "watch"
 	}
 	return fmt.Sprintf("probekind(%d)", uint8(k))
 }
@@ -239,11 +242,41 @@ func isWordByte(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
+// WatchMode is what accesses a watch probe fires on.
+type WatchMode uint8
+
+const (
+	WatchWrite     WatchMode = 1 // w: writes
+	WatchReadWrite WatchMode = 3 // rw: reads and writes (x86 debug registers have no read-only mode)
+)
+
+func (m WatchMode) String() string {
+	switch m {
+	case WatchWrite:
+		return "w"
+	case WatchReadWrite:
+		return "rw"
+	}
+	return fmt.Sprintf("watchmode(%d)", uint8(m))
+}
+
+// MaxIV is the number of instance variables of a call (push iv,I and pop
+// iv,I with I in 0..MaxIV-1).
+const MaxIV = 8
+
 // Probe is one probe definition: its kind, location, identity, limits and
 // the entry point of its program in Module.Code.
 type Probe struct {
-	Kind       ProbeKind
-	MaxActive  uint32 // ProbeRetprobe: calls tracked at once per thread, 1..MaxMaxActive; 0 = DefaultMaxActive
+	Kind      ProbeKind
+	MaxActive uint32 // ProbeRetprobe: calls tracked at once per thread, 1..MaxMaxActive; 0 = DefaultMaxActive
+	// ProbeWatch: the watched address is Loc (an expression, LocExpr or
+	// LocAbsolute), WatchLen bytes (1, 2, 4 or 8; the address a multiple
+	// of it), on WatchMode accesses
+	WatchLen  uint8
+	WatchMode WatchMode
+	// Disabled: "enabled = no", inserted switched off (enable MINOR, or
+	// gprobes enable, switches it on)
+	Disabled   bool
 	Loc        Location
 	HasOpcode  bool
 	Opcode     uint8 // expected byte at the location

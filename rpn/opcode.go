@@ -108,6 +108,11 @@ const (
 
 	OpPushField // -  PUSH FIELD,i  v                   field Module.Fields[i] of the tracepoint event (FieldEnv); tracepoint probes only
 
+	OpEnable  // -  ENABLE minor  -                 switch on every probe of the module with that minor (Switcher)
+	OpDisable // -  DISABLE minor  -                switch them off
+	OpPushIV  // -  PUSH IV,i  v                    instance variable i (0..MaxIV-1) of this call (IVEnv)
+	OpPopIV   // v  POP IV,i  -
+
 	numOpcodes
 )
 
@@ -231,6 +236,11 @@ var opTable = [numOpcodes]opInfo{
 	OpPopIO:  {"pop io", fmtU8, 2, 0},
 
 	OpPushField: {"push field", fmtU16, 0, 1},
+
+	OpEnable:  {"enable", fmtU16, 0, 0},
+	OpDisable: {"disable", fmtU16, 0, 0},
+	OpPushIV:  {"push iv", fmtU8, 0, 1},
+	OpPopIV:   {"pop iv", fmtU8, 1, 0},
 }
 
 // String returns the mnemonic of op.
