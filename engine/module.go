@@ -163,10 +163,12 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 // Xen) refuse a probe for its kind: they plant breakpoints at
 // instructions, and a tracepoint is the kernel's own hook (the kernel
 // target, package bpf, attaches to it); return probes need the return
-// address of every call taken over, which they do not do yet.
+// address of every call taken over, and watch probes the debug
+// registers, which they do not do yet.
 const (
 	reasonTracepoint = "tracepoint probes run on --target kernel only"
 	reasonRetprobe   = "return probes are not supported on this target yet"
+	reasonWatch      = "watch probes are not supported on this target yet"
 )
 
 // kindRefused says why the engine cannot place a probe of d's kind, or
@@ -179,6 +181,8 @@ func kindRefused(d *rpn.Probe) string {
 		return reasonTracepoint
 	case rpn.ProbeRetprobe:
 		return reasonRetprobe
+	case rpn.ProbeWatch:
+		return reasonWatch
 	}
 	return fmt.Sprintf("probe kind %d is not known to this gprobes", d.Kind)
 }
