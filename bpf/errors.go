@@ -73,3 +73,18 @@ func position(m *rpn.Module, pc uint32) string {
 	}
 	return ""
 }
+
+// Why a kprobe or kretprobe could not be placed: AttachKprobe's and
+// AttachKretprobe's errors wrap one of these when the kernel said which.
+var (
+	// ErrNotBoundary: symbol+offset is not an instruction boundary (the
+	// kernel decodes the function: EILSEQ).
+	ErrNotBoundary = errors.New("not an instruction boundary")
+	// ErrUnknownSymbol: the kernel has no such symbol (ENOENT).
+	ErrUnknownSymbol = errors.New("unknown kernel symbol")
+	// ErrCannotProbe: the kernel refuses to probe there (EINVAL, E2BIG):
+	// a function on the kprobe blacklist (the probing machinery itself,
+	// noinstr and NOKPROBE_SYMBOL code), or an offset outside the
+	// function.
+	ErrCannotProbe = errors.New("cannot be probed")
+)

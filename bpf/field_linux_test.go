@@ -22,9 +22,20 @@ import (
 
 // compileProbe builds a one-probe kernel program from DPDF text whose
 // probe keyword (tracepoint =, offset =, retprobe =) is in the text;
-// name and modtype are added when missing.
+// header keywords may come anywhere (they are moved first); name and
+// modtype are added when missing.
 func compileProbe(t testing.TB, src string) *rpn.Program {
 	t.Helper()
+	var hdr, body []string
+	for _, l := range strings.Split(src, "\n") {
+		k := strings.ToLower(strings.TrimSpace(strings.SplitN(l, "=", 2)[0]))
+		if strings.Contains(l, "=") && headerKeys[k] {
+			hdr = append(hdr, l)
+		} else {
+			body = append(body, l)
+		}
+	}
+	src = strings.Join(append(hdr, body...), "\n")
 	if !strings.Contains(src, "name =") {
 		src = "name = vmlinux\n" + src
 	}

@@ -98,3 +98,28 @@ func (m *Module) Close() error { return nil }
 
 // ReadFormat returns ErrNotSupported (ParseFormat works anywhere).
 func ReadFormat(group, event string) (*Format, error) { return nil, ErrNotSupported }
+
+// AttachKprobe returns ErrNotSupported.
+func AttachKprobe(prog *ebpf.Program, symbol string, offset uint64) (link.Link, error) {
+	return nil, ErrNotSupported
+}
+
+// AttachKretprobe returns ErrNotSupported.
+func AttachKretprobe(prog *ebpf.Program, symbol string, maxactive int) (link.Link, error) {
+	return nil, ErrNotSupported
+}
+
+// AttachFentry returns ErrNotSupported.
+func AttachFentry(prog *ebpf.Program) (link.Link, error) { return nil, ErrNotSupported }
+
+// RemoveStaleKprobeEvents returns ErrNotSupported.
+func RemoveStaleKprobeEvents() (int, error) { return 0, ErrNotSupported }
+
+// FuncArgs returns ErrNotSupported.
+func FuncArgs(name string) (int, error) { return 0, ErrNotSupported }
+
+// Probe reports every mechanism missing (ErrNotSupported).
+func Probe() Mechanisms {
+	e := ErrNotSupported
+	return Mechanisms{e, e, e, e, e, e, e, e}
+}
