@@ -52,7 +52,8 @@
 //
 // -dpdf FILE: instead, gprobes' own programs for FILE's tracepoint probes,
 // compiled and loaded by package bpf as gprobes run --target kernel does
-// (the pid filter, the maps, the ring and a reader draining it), so that
+// (the pid filter with -pid, the maps, the ring and a reader draining it),
+// so that
 // -stats and -dump show them beside the floor's; prints "floor dpdf: hits
 // H records R lost L" (H the probes' hits, skipped included).
 //
@@ -498,7 +499,11 @@ func main() {
 	var gmaps *bpf.Maps
 	switch {
 	case *dpdfFlag != "":
-		atts, gmaps = gprobesProgs(*dpdfFlag, pid)
+		filter := uint32(0)
+		if *pidFlag {
+			filter = pid
+		}
+		atts, gmaps = gprobesProgs(*dpdfFlag, filter)
 		ring = gmaps.Ring
 	case *progFlag == "count":
 		atts = []attachment{{"syscalls", "sys_enter_getppid", "floor_count", countProg(pid, steps), nil}}
