@@ -152,7 +152,7 @@ func TestErrorsCarryPositionsAndCarets(t *testing.T) {
 	if !ok || len(l) != 2 {
 		t.Fatalf("want 2 errors, got %v", err)
 	}
-	if l[0].Error() != `bad.dpdf:4:7: unexpected "q": expected push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | field,NAME | pid | tid | procid | task | ts | lp` {
+	if l[0].Error() != `bad.dpdf:4:7: unexpected "q": expected push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | iv,I | mrf[,SIZE] | io,SIZE | field,NAME | pid | tid | procid | task | ts | lp` {
 		t.Errorf("got %q", l[0].Error())
 	}
 	detail := l[0].Detail()
@@ -301,6 +301,9 @@ func FuzzParse(f *testing.F) {
 		// probe kinds
 		"name = vmlinux\nmodtype = kernel\ntracepoint = sched:sched_switch // c\npush field,prev_pid ; log 1\nretprobe = f\nmax active = 8\nexit\n",
 		"tracepoint = a:b:c d /* x */ ; tracepoint = :\nretprobe = a.c:1\npush field,\npush field,x.y\n",
+		// watch, switching, instance variables
+		"watch = a + offsetof(struct s, f[1]),8,rw ; enabled = NO\nenable 3\ndisable (1,2)\npush iv,0\npop iv,7\n",
+		"watch = ,,\nwatch = ((a,b),1,w\nwatch = a.c:1,4,w,\nwatch = a),1,w\nenable\npush iv\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -410,5 +413,82 @@ tracepoint = bad name:x ; exit
 	}
 	if v := f.Probes[3].Offset.Value; v.Event == nil || *v.Event != "bad name:x" || len(f.Probes[3].Body) != 1 {
 		t.Errorf("a bad tracepoint is one token for the compiler to explain, up to ';': %+v", v)
+	}
+}
+
+// TestWatchAndSwitchingParse: watch starts a probe; its value's parts are
+// split at the commas outside parentheses (offsetof's stays inside the
+// expression), Head is the address as written; enabled is a probe
+// keyword; enable and disable take a minor; push iv and pop iv an index.
+func TestWatchAndSwitchingParse(t *testing.T) {
+	f := parseString(t, `name = vmlinux
+modtype = kernel
+watch = jiffies , 8,W   // a comment
+enabled = no
+enable 3
+DISABLE 0x10 + 1
+watch = init_task + offsetof(struct task_struct, pid),4,rw
+push iv,7
+pop IV , 2
+log 1
+offset = f
+minor = 1
+minor2: enable minor
+watch = fs/a.c:12,1,w
+`)
+	if len(f.Probes) != 4 {
+		t.Fatalf("%d probes", len(f.Probes))
+	}
+	w := f.Probes[0]
+	v := w.Offset.Value
+	if w.Offset.Norm() != "watch" || v.Expr == nil || len(v.Args) != 2 || v.Head != "jiffies" || v.Text != "jiffies , 8,W" {
+		t.Fatalf("watch value %+v (head %q, text %q)", v, v.Head, v.Text)
+	}
+	if v.Args[0].Text() != "8" || v.Args[0].Pos.Column != 19 || v.Args[1].Text() != "W" || v.Args[1].Pos.Column != 21 {
+		t.Errorf("watch parts %q at %d, %q at %d", v.Args[0].Text(), v.Args[0].Pos.Column, v.Args[1].Text(), v.Args[1].Pos.Column)
+	}
+	if len(w.Keys) != 1 || w.Keys[0].Norm() != "enabled" {
+		t.Errorf("keys %+v", w.Keys)
+	}
+	if in := w.Body[0].Instr; in.Switch != "enable" || in.Minor.Text() != "3" {
+		t.Errorf("enable: %+v", in)
+	}
+	if in := w.Body[1].Instr; in.Switch != "DISABLE" || in.Minor.Text() != "0x10 + 1" {
+		t.Errorf("disable: %+v", in)
+	}
+	v = f.Probes[1].Offset.Value
+	if len(v.Args) != 2 || v.Head != "init_task + offsetof(struct task_struct, pid)" || v.Args[1].Text() != "rw" {
+		t.Errorf("watch with offsetof: head %q, %d args", v.Head, len(v.Args))
+	}
+	body := f.Probes[1].Body
+	if p := body[0].Instr.Push; p == nil || p.IV == nil || p.IV.Text() != "7" {
+		t.Errorf("push iv: %+v", body[0].Instr.Push)
+	}
+	if p := body[1].Instr.Pop; p == nil || p.IV == nil || p.IV.Text() != "2" {
+		t.Errorf("pop iv: %+v", body[1].Instr.Pop)
+	}
+	// enable's operand is an expression: a symbol named like a keyword
+	// is the compiler's to refuse
+	if in := f.Probes[2].Body[0].Instr; in.Switch != "enable" || in.Minor.Text() != "minor" || f.Probes[2].Body[0].Label.Name != "minor2" {
+		t.Errorf("label and enable: %+v", f.Probes[2].Body[0])
+	}
+	// a source line is lexed as offset's, for the compiler to refuse
+	if v := f.Probes[3].Offset.Value; v.Line == nil || *v.Line != "fs/a.c:12" || len(v.Args) != 2 || v.Head != "fs/a.c:12" {
+		t.Errorf("watch on a source line: %+v", v)
+	}
+	// commas elsewhere are not parts: a parenthesised comma is a syntax
+	// error, and so is a comma list in another keyword's value
+	_, err := ParseSource("t.dpdf", []byte("name = x\nmodtype = user\nwatch = (a,b),1\nminor = 1,2\noffset = main\npush iv\nenable\n"), Options{NoPreprocessor: true})
+	var b strings.Builder
+	PrintError(&b, err, false)
+	for _, want := range []string{
+		`t.dpdf:3:11: unexpected ",": watch takes ADDRESS,LEN,MODE, such as jiffies,8,w`,
+		`t.dpdf:4:10: unexpected "," after a complete statement`,
+		`t.dpdf:6:8: unexpected end of statement: expected push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | iv,I |`,
+		`t.dpdf:7:7: unexpected end of statement: expected enable MINOR`,
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("errors lack %q:\n%s", want, b.String())
+		}
 	}
 }

@@ -118,9 +118,9 @@ func fastKV(toks []lexer.Token) (*KeyValue, bool) {
 	return &KeyValue{Pos: toks[0].Pos, Key: toks[0].Value, Value: v}, true
 }
 
-// fastPush handles the common operand forms "d,X", "r,REG", "field,NAME"
-// and "lv,I" with a one-token X, and hands anything else to the push
-// production.
+// fastPush handles the common operand forms "d,X", "r,REG", "field,NAME",
+// "lv,I" and "iv,I" with a one-token X, and hands anything else to the
+// push production.
 func fastPush(toks []lexer.Token) (*PushOperand, bool) {
 	if len(toks) == 3 && toks[1].Value == "," && toks[1].Type == tokPunct {
 		op := &PushOperand{Pos: toks[0].Pos}
@@ -144,6 +144,12 @@ func fastPush(toks []lexer.Token) (*PushOperand, bool) {
 		case isWord(toks[0], "lv") || isWord(toks[0], "gv"):
 			e, ok := trivialExpr(toks[2:])
 			op.Var = &VarRef{Pos: toks[0].Pos, Space: toks[0].Value, Index: e}
+			if ok {
+				return op, true
+			}
+		case isWord(toks[0], "iv"):
+			e, ok := trivialExpr(toks[2:])
+			op.IV = e
 			if ok {
 				return op, true
 			}
@@ -223,6 +229,9 @@ func fastInstr(toks []lexer.Token) (*Instr, bool) {
 		in.Count = optExpr()
 	case mn == "ros":
 		in.Ros, ok = expr(rest)
+	case mn == "enable" || mn == "disable":
+		in.Switch = word
+		in.Minor, ok = expr(rest)
 	case simpleOps[mn]:
 		in.Simple = word
 		ok = len(rest) == 0

@@ -36,15 +36,22 @@ type KeyValue struct {
 // Value is a keyword's value: a string (the module name), a source line
 // (an offset), a tracepoint event "SUBSYS:EVENT" as written (its form is
 // the compiler's to check) or a constant expression; words such as "user"
-// or "yes" are expressions holding a single symbol.
+// or "yes" are expressions holding a single symbol. A "watch =" value has
+// parts, EXPR,LEN,MODE: the first is the value, the others are Args (the
+// lexer separates parts in watch values only; the compiler checks their
+// number).
 type Value struct {
 	Pos    lexer.Position
 	Tokens []lexer.Token
-	Text   string  // the value as written (after preprocessing)
-	Str    *string `parser:"  @String"`
-	Line   *string `parser:"| @SrcLine"`
-	Event  *string `parser:"| @Event"`
-	Expr   *Expr   `parser:"| @@"`
+	Text   string // the value as written (after preprocessing), Args included
+	// Head is the first part as written, Text when there are no Args: a
+	// watch probe's address expression
+	Head  string
+	Str   *string `parser:"(  @String"`
+	Line  *string `parser:" | @SrcLine"`
+	Event *string `parser:" | @Event"`
+	Expr  *Expr   `parser:" | @@ )"`
+	Args  []*Expr `parser:"( Sep @@ )*"`
 }
 
 // Label is "identifier:".
@@ -72,6 +79,8 @@ type Instr struct {
 	Shift  string       `parser:" | @( \"shl\" | \"shr\" | \"sar\" | \"rol\" | \"ror\" )"`
 	Count  *Expr        `parser:"   @@?"`
 	Ros    *Expr        `parser:" | \"ros\" @@"`
+	Switch string       `parser:" | @( \"enable\" | \"disable\" )"`
+	Minor  *Expr        `parser:"   @@"`
 	Simple string       `parser:" | @( \"nop\" | \"ret\" | \"abort\" | \"rem\" | \"add\" | \"sub\" | \"mul\" | \"div\" | \"idiv\" | \"and\" | \"or\" | \"xor\" | \"not\" | \"neg\" | \"vfy_r\" | \"vfy_rw\" | \"dup\" | \"xchg\" ) )"`
 }
 
@@ -86,6 +95,7 @@ type PushOperand struct {
 	Size  *Expr   `parser:"  ( \",\" @@ )?"`
 	IO    *Expr   `parser:"| \"io\" \",\" @@"`
 	Field *Name   `parser:"| \"field\" \",\" @@"` // a tracepoint event's field, its name as written
+	IV    *Expr   `parser:"| \"iv\" \",\" @@"`    // an instance variable's index
 }
 
 // PopOperand is what follows "pop"; nil for a bare "pop".
@@ -96,6 +106,7 @@ type PopOperand struct {
 	MrfKw bool    `parser:"| @\"mrf\""`
 	Size  *Expr   `parser:"  ( \",\" @@ )?"`
 	IO    *Expr   `parser:"| \"io\" \",\" @@"`
+	IV    *Expr   `parser:"| \"iv\" \",\" @@"`
 	LP    bool    `parser:"| @\"lp\""`
 }
 

@@ -23,6 +23,9 @@ import (
 //     "retprobe =", which refuses it with a clear error).
 //   - Event: the value of "tracepoint =" when it holds a ':' (the rest of
 //     the statement, "sched:sched_switch"); the compiler checks its form.
+//   - Sep: a ',' between the parts of a "watch =" value (EXPR,LEN,MODE),
+//     outside parentheses; a ',' anywhere else (offsetof's, an operand's)
+//     is a Punct.
 //   - Label: "identifier:" at the start of a statement.
 //
 // Everything else is ordinary tokens: identifiers (which may contain inner
@@ -41,6 +44,7 @@ const (
 	tokLabel
 	tokPunct
 	tokEvent
+	tokSep
 	// tokBad stands for the rest of a statement after a lexical error,
 	// which is reported; the parser keeps what it can of the statement
 	// (see brokenStatement) and reports nothing more.
@@ -60,6 +64,7 @@ func tokenSymbols() map[string]lexer.TokenType {
 		"Label":   tokLabel,
 		"Punct":   tokPunct,
 		"Event":   tokEvent,
+		"Sep":     tokSep,
 		"Bad":     tokBad,
 	}
 }
@@ -84,6 +89,10 @@ type scanner struct {
 	atStmt  bool // at the start of a statement: keywords and labels are recognised
 	pending bool // tokens were emitted since the last EOL
 	valKey  string
+	// parts: the statement is a "watch =" value, whose commas outside
+	// parentheses (depth 0) separate its parts (tokSep)
+	parts bool
+	depth int
 }
 
 type lineKey struct {
@@ -113,6 +122,7 @@ func (s *scanner) eol(off int) {
 	s.pending = false
 	s.atStmt = true
 	s.valKey = ""
+	s.parts = false
 }
 
 func (s *scanner) errorf(off int, format string, args ...any) {
@@ -339,8 +349,8 @@ func (s *scanner) label() bool {
 }
 
 // value lexes the special value forms of "name =", "offset =",
-// "retprobe =" and "tracepoint =". It reports false when the ordinary
-// tokenizer should handle the value.
+// "retprobe =", "tracepoint =" and "watch =". It reports false when the
+// ordinary tokenizer should handle the value.
 func (s *scanner) value() bool {
 	key := s.valKey
 	s.valKey = ""
@@ -371,6 +381,12 @@ func (s *scanner) value() bool {
 		s.emit(tokEvent, v, start)
 		s.off = start + len(v)
 		return true
+	case "watch":
+		// EXPR,LEN,MODE: ordinary tokens with Sep between the parts;
+		// a source line is lexed as offset's, for the compiler to
+		// refuse
+		s.parts, s.depth = true, 0
+		fallthrough
 	case "offset", "retprobe":
 		start := s.off
 		k := start
@@ -460,7 +476,15 @@ func (s *scanner) token() {
 	case (c == '<' || c == '>') && s.peek(1) == c:
 		s.emit(tokPunct, s.src[start:start+2], start)
 		s.off += 2
+	case c == ',' && s.parts && s.depth == 0:
+		s.emit(tokSep, ",", start)
+		s.off++
 	case strings.IndexByte("+-*/%&|^~(),[].=", c) >= 0:
+		if s.parts && c == '(' {
+			s.depth++
+		} else if s.parts && c == ')' && s.depth > 0 {
+			s.depth--
+		}
 		s.emit(tokPunct, s.src[start:start+1], start)
 		s.off++
 	default:
@@ -492,6 +516,7 @@ func (s *scanner) skipStatement() {
 	}
 	s.atStmt = true
 	s.valKey = ""
+	s.parts = false
 }
 
 // normKey folds a keyword to its canonical spelling: lower case, without

@@ -43,8 +43,8 @@ type File struct {
 type ProbeDef struct {
 	Pos lexer.Position
 	// Offset is the line that starts the probe: "offset = LOC",
-	// "retprobe = SYMBOL" or "tracepoint = SUBSYS:EVENT" (Offset.Norm()
-	// says which; see StartKeys).
+	// "retprobe = SYMBOL", "tracepoint = SUBSYS:EVENT" or "watch =
+	// EXPR,LEN,MODE" (Offset.Norm() says which; see StartKeys).
 	Offset *KeyValue
 	Keys   []*KeyValue
 	Body   []*Stmt // labels and instructions
@@ -52,15 +52,15 @@ type ProbeDef struct {
 
 // StartKeys are the keywords that start a probe, one per probe kind
 // (docs/language.md, "Probe kinds"), in canonical spelling.
-var StartKeys = []string{"offset", "retprobe", "tracepoint"}
+var StartKeys = []string{"offset", "retprobe", "tracepoint", "watch"}
 
 // probeStart is what messages say a probe starts with.
-const probeStart = `a probe starts with "offset = LOCATION", "retprobe = SYMBOL" or "tracepoint = SUBSYS:EVENT"`
+const probeStart = `a probe starts with "offset = LOCATION", "retprobe = SYMBOL", "tracepoint = SUBSYS:EVENT" or "watch = ADDRESS,LEN,MODE"`
 
 // Header keywords and probe keywords, in canonical (normKey) spelling.
 var (
 	headerKeys = []string{"name", "modtype", "major", "jmpmax", "logmax", "dfltexit", "vars", "gvars", "arch"}
-	probeKeys  = []string{"offset", "retprobe", "tracepoint", "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive"}
+	probeKeys  = []string{"offset", "retprobe", "tracepoint", "watch", "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive", "enabled"}
 	// spelling used in messages
 	keyDisplay = map[string]string{"passcount": "pass count", "maxhits": "max hits"}
 )
@@ -283,13 +283,20 @@ func brokenStatement(line []lexer.Token) *Stmt {
 	return nil
 }
 
-// fillText sets Value.Text to the value as written.
+// fillText sets Value.Text and Value.Head to the value as written.
 func fillText(st *Stmt, text string) {
 	if st.KV == nil || st.KV.Value == nil {
 		return
 	}
 	v := st.KV.Value
 	v.Text = tokenText(v.Tokens, text)
+	v.Head = v.Text
+	for i, t := range v.Tokens {
+		if t.Type == tokSep {
+			v.Head = tokenText(v.Tokens[:i], text)
+			break
+		}
+	}
 }
 
 // tokenText returns the source text spanned by toks.
@@ -330,7 +337,8 @@ func (e *Expr) Text() string {
 // mnemonics lists every instruction word, for suggestions.
 var mnemonics = []string{"push", "pop", "log", "move", "inc", "dec", "jmp", "jz", "jnz", "jlt", "jle", "jgt", "jge",
 	"loop", "call", "ret", "exit", "abort", "rem", "nop", "setmaj", "setmin", "add", "sub", "mul", "div", "idiv",
-	"and", "or", "xor", "not", "neg", "shl", "shr", "sar", "rol", "ror", "vfy_r", "vfy_rw", "dup", "xchg", "ros"}
+	"and", "or", "xor", "not", "neg", "shl", "shr", "sar", "rol", "ror", "vfy_r", "vfy_rw", "dup", "xchg", "ros",
+	"enable", "disable"}
 
 // addParse turns a participle error into a positioned error with a
 // message a user can act on.
@@ -421,6 +429,8 @@ func describe(t lexer.Token) string {
 		return "source line " + t.Value
 	case tokEvent:
 		return "tracepoint " + t.Value
+	case tokSep:
+		return `","`
 	}
 	return fmt.Sprintf("%q", t.Value)
 }
@@ -433,6 +443,9 @@ func expectedAfter(line []lexer.Token, at lexer.Token) string {
 		first = line[1]
 	}
 	if first.Type == tokKey {
+		if normKey(first.Value) == "watch" {
+			return "watch takes ADDRESS,LEN,MODE, such as jiffies,8,w"
+		}
 		return fmt.Sprintf("%s takes one value", first.Value)
 	}
 	if first.Type != tokIdent {
@@ -447,8 +460,8 @@ func expectedAfter(line []lexer.Token, at lexer.Token) string {
 
 // syntax is the operand summary of each instruction, for messages.
 var syntax = map[string]string{
-	"push":   "push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | field,NAME | pid | tid | procid | task | ts | lp",
-	"pop":    "pop | pop r,REG | u,REG | lv[,I] | gv[,I] | mrf[,SIZE] | io,SIZE | lp",
+	"push":   "push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | iv,I | mrf[,SIZE] | io,SIZE | field,NAME | pid | tid | procid | task | ts | lp",
+	"pop":    "pop | pop r,REG | u,REG | lv[,I] | gv[,I] | iv,I | mrf[,SIZE] | io,SIZE | lp",
 	"log":    "log N | log str | log mrf | log lv,I,N | log gv,I,N",
 	"move":   "move lv[,I] | move gv[,I]",
 	"inc":    "inc lv[,I] | inc gv[,I]",
@@ -457,7 +470,8 @@ var syntax = map[string]string{
 	"setmaj": "setmaj [N]",
 	"setmin": "setmin [N]",
 	"shl":    "shl [N]", "shr": "shr [N]", "sar": "sar [N]", "rol": "rol [N]", "ror": "ror [N]",
-	"ros": "ros N",
+	"ros":    "ros N",
+	"enable": "enable MINOR", "disable": "disable MINOR",
 }
 
 func init() {

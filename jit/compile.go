@@ -236,6 +236,14 @@ func (c *compiler) check() error {
 			}
 		case rpn.OpPopU:
 			return &Unsupported{Reason: "pop u"}
+		case rpn.OpEnable, rpn.OpDisable:
+			// the machine switches through its Env (rpn.Switcher) on
+			// the int3 route; a pad cannot yet
+			return &Unsupported{Reason: fmt.Sprintf("%s: switching is the int3 route's", in.Op)}
+		case rpn.OpPushIV, rpn.OpPopIV:
+			// a call's instance variables live in the engine, with the
+			// return probe that reads them (engine/retprobe.go)
+			return &Unsupported{Reason: "push iv/pop iv: instance variables are the int3 route's"}
 		case rpn.OpPushField:
 			// only tracepoint probes have one, and they run on the
 			// kernel target (package bpf), never in a process's pad
@@ -738,8 +746,8 @@ func (c *compiler) insn(i int) {
 		a.jmp(c.raise(rpn.ExInvalidOperand, i))
 
 	default:
-		// OpPopU, OpPushField, exit 3/4 and pop r of rip/rsp were
-		// refused by check; nothing else exists
+		// OpPopU, OpPushField, OpPushIV, OpPopIV, exit 3/4 and pop r of
+		// rip/rsp were refused by check; nothing else exists
 		panic(fmt.Sprintf("jit: %v not handled", in.Op))
 	}
 }

@@ -59,7 +59,8 @@
 // `query`'s HOW column) for programs the pad cannot run: exit 3 and exit
 // 4 (they need the tracer), pop r of rip, rsp, fs_base or gs_base (the
 // pad restores none of them), pop u, push field (a tracepoint probe's,
-// which only the kernel target runs). Those probes stay on the int3 route.
+// which only the kernel target runs), enable and disable (the machine
+// switches probes through its Env). Those probes stay on the int3 route.
 //
 // compile.go describes the code: its register allocation, the RPN stack
 // in the scratch area (ScratchSize), the counters under concurrency, and

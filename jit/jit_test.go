@@ -245,6 +245,8 @@ func TestUnsupported(t *testing.T) {
 		{"push d,1\npop r,fs_base\nexit 1", "pop r fs_base"},
 		{"push d,1\npop r,gs_base\nexit 1", "pop r gs_base"},
 		{"modtype = kernel\npush d,1\npop u,rax\nexit 1", "pop u"},
+		{"minor = 1\nenable 1\nexit 1", "enable: switching is the int3 route's"},
+		{"minor = 1\ndisable 1\nexit 1", "disable: switching is the int3 route's"},
 	} {
 		p := compileSrc(t, c.src)
 		_, err := jit.Compile(p, 0, jit.Layout{})

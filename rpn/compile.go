@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -61,6 +62,7 @@ func CompileProgram(f *dpdf.File, opts CompileOptions) (*Program, error) {
 			clean = append(clean, i)
 		}
 	}
+	c.checkSwitches()
 	if opts.Symbols != nil {
 		c.m.BuildID = opts.Symbols.BuildID()
 		if len(c.m.BuildID) > MaxBuildID {
@@ -133,6 +135,11 @@ type compiler struct {
 	errs    dpdf.ErrorList
 	fileIdx map[string]uint16
 	fields  map[string]uint16 // index of each name in Module.Fields
+	// switches are the enable and disable instructions, checked against
+	// the module's minors once every probe is compiled; minorUnknown: a
+	// probe's minor failed to compile, so the check would mislead
+	switches     []switchUse
+	minorUnknown bool
 
 	// per probe
 	kind    ProbeKind
@@ -140,6 +147,13 @@ type compiler struct {
 	labelAt map[string]lexer.Position
 	fixups  []fixup
 	lastPos Pos
+}
+
+// switchUse is one enable or disable instruction: its operand, where.
+type switchUse struct {
+	pos   lexer.Position
+	op    string // "enable" or "disable"
+	minor uint16
 }
 
 type fixup struct {
@@ -384,11 +398,11 @@ func (c *compiler) header() {
 }
 
 // probeKinds maps the keyword that starts a probe to its kind.
-var probeKinds = map[string]ProbeKind{"offset": ProbeOffset, "retprobe": ProbeRetprobe, "tracepoint": ProbeTracepoint}
+var probeKinds = map[string]ProbeKind{"offset": ProbeOffset, "retprobe": ProbeRetprobe, "tracepoint": ProbeTracepoint, "watch": ProbeWatch}
 
-// kindNames says "an offset probe", "a retprobe", "a tracepoint probe" in
-// messages.
-var kindNames = [...]string{ProbeOffset: "an offset probe", ProbeRetprobe: "a retprobe", ProbeTracepoint: "a tracepoint probe"}
+// kindNames says "an offset probe", "a retprobe", "a tracepoint probe", "a
+// watch probe" in messages.
+var kindNames = [...]string{ProbeOffset: "an offset probe", ProbeRetprobe: "a retprobe", ProbeTracepoint: "a tracepoint probe", ProbeWatch: "a watch probe"}
 
 func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 	p := Probe{Pos: c.pos(pd.Pos), Kind: probeKinds[pd.Offset.Norm()]}
@@ -398,11 +412,16 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 		p.Loc = c.tracepoint(pd.Offset)
 	case ProbeRetprobe:
 		p.Loc = c.retprobe(pd.Offset)
+	case ProbeWatch:
+		p.Loc, p.WatchLen, p.WatchMode = c.watch(pd.Offset)
 	default:
-		p.Loc = c.location(pd.Offset)
+		p.Loc = c.location(pd.Offset.Value, "")
 	}
 	for _, kv := range pd.Keys {
 		if kv.Value == nil {
+			if kv.Norm() == "minor" {
+				c.minorUnknown = true
+			}
 			continue // a line that failed to parse, already reported
 		}
 		switch kv.Norm() {
@@ -425,6 +444,8 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 		case "minor":
 			if v, ok := c.number(kv, 0, math.MaxUint16); ok {
 				p.Minor = uint16(v)
+			} else {
+				c.minorUnknown = true
 			}
 		case "passcount":
 			if v, ok := c.number(kv, 0, math.MaxInt64); ok {
@@ -437,10 +458,18 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 		case "logonfault":
 			if w, ok := c.word(kv, "yes", "no"); ok {
 				p.LogOnFault = w == "yes"
-				if p.LogOnFault && p.Kind == ProbeTracepoint {
+				switch {
+				case p.LogOnFault && p.Kind == ProbeTracepoint:
 					c.errorf(kv.Pos, "logonfault = yes does not apply to a tracepoint probe: no probed instruction runs after its program, so none can fault")
 					p.LogOnFault = false
+				case p.LogOnFault && p.Kind == ProbeWatch:
+					c.errorf(kv.Pos, "logonfault = yes does not apply to a watch probe: its program runs once the accessing instruction has completed, so none can fault after it")
+					p.LogOnFault = false
 				}
+			}
+		case "enabled":
+			if w, ok := c.word(kv, "yes", "no"); ok {
+				p.Disabled = w == "no"
 			}
 		}
 	}
@@ -534,21 +563,79 @@ func (c *compiler) retprobe(kv *dpdf.KeyValue) Location {
 		return Location{Text: v.Text}
 	}
 	before := len(c.errs)
-	loc := c.location(kv)
+	loc := c.location(v, "")
 	if len(c.errs) == before && loc.Kind == LocExpr && !loc.Sum.isSymbol() {
 		c.errorf(v.Pos, "retprobe goes on a function's entry: name the function's symbol alone (retprobe = do_sys_open), not %s", v.Text)
 	}
 	return loc
 }
 
-// location evaluates an offset value.
-func (c *compiler) location(kv *dpdf.KeyValue) Location {
+// watch reads a watch value, ADDRESS,LEN,MODE: the address as an
+// offset's expression (not a source line), the length 1, 2, 4 or 8 (4 at
+// most on i386), the mode w or rw. A constant address must be a multiple
+// of the length; a symbolic one is checked when it is resolved, at insert.
+func (c *compiler) watch(kv *dpdf.KeyValue) (loc Location, n uint8, mode WatchMode) {
 	v := kv.Value
+	if v == nil {
+		return Location{}, 0, 0 // a line that failed to parse, already reported
+	}
+	switch {
+	case v.Line != nil:
+		c.errorf(v.Pos, "watch takes an address, not a source line: name a variable (watch = jiffies,8,w)")
+		return Location{Text: v.Head}, 0, 0
+	case v.Expr == nil:
+		c.errorf(v.Pos, "watch must be ADDRESS,LEN,MODE, such as jiffies,8,w, not %s", v.Text)
+		return Location{Text: v.Head}, 0, 0
+	}
+	loc = c.location(v, v.Head)
+	if len(v.Args) != 2 {
+		what := fmt.Sprintf("%s has %d parts", v.Text, 1+len(v.Args))
+		if len(v.Args) < 2 {
+			what = fmt.Sprintf("%s lacks %s", v.Text, strings.Join([]string{"LEN", "MODE"}[len(v.Args):], " and "))
+		}
+		c.errorf(v.Pos, "watch must be ADDRESS,LEN,MODE, such as jiffies,8,w: %s", what)
+		return loc, 0, 0
+	}
+	lenArg, modeArg := v.Args[0], v.Args[1]
+	if x, ok := c.constant(lenArg, "watch length", 1, 8); ok {
+		switch {
+		case x != 1 && x != 2 && x != 4 && x != 8:
+			c.errorf(lenArg.Pos, "watch length must be 1, 2, 4 or 8, not %d", x)
+		case x == 8 && c.m.Arch == ArchI386:
+			c.errorf(lenArg.Pos, "watch length 8 needs arch x86_64: an i386 debug register watches 1, 2 or 4 bytes")
+		default:
+			n = uint8(x)
+		}
+	}
+	var errs dpdf.ErrorList
+	w, _ := dpdf.Word(modeArg.Tree(&errs))
+	switch strings.ToLower(w) {
+	case "w":
+		mode = WatchWrite
+	case "rw":
+		mode = WatchReadWrite
+	case "r":
+		c.errorf(modeArg.Pos, "watch mode r: x86 debug registers cannot watch reads alone; use rw (reads and writes)")
+	default:
+		c.errorf(modeArg.Pos, "watch mode must be \"w\" (writes) or \"rw\" (reads and writes), not %s", modeArg.Text())
+	}
+	if n != 0 && loc.Kind == LocAbsolute && loc.Addr%uint64(n) != 0 {
+		c.errorf(v.Pos, "watch address %#x is not a multiple of its length %d: a debug register watches an aligned range (the aligned %d bytes around it start at %#x)", loc.Addr, n, n, loc.Addr&^uint64(n-1))
+	}
+	return loc, n, mode
+}
+
+// location evaluates a location value: an offset's, a retprobe's, or
+// the address of a watch (text, its part as written; "" for v.Text).
+func (c *compiler) location(v *dpdf.Value, text string) Location {
 	if v == nil {
 		return Location{} // a line that failed to parse, already reported
 	}
-	loc := Location{Text: v.Text}
-	if !c.text(v.Pos, "the location", v.Text) {
+	if text == "" {
+		text = v.Text
+	}
+	loc := Location{Text: text}
+	if !c.text(v.Pos, "the location", text) {
 		return loc
 	}
 	switch {
@@ -690,6 +777,16 @@ func (c *compiler) instr(in *dpdf.Instr) bool {
 		if v, ok := c.constant(in.Ros, "ros count", 1, StackSize); ok {
 			c.emit8(OpRos, uint8(v))
 		}
+	case in.Switch != "":
+		word := strings.ToLower(in.Switch)
+		if v, ok := c.constant(in.Minor, word+" minor", 0, math.MaxUint16); ok {
+			op := OpEnable
+			if word == "disable" {
+				op = OpDisable
+			}
+			c.emit16(op, uint16(v))
+			c.switches = append(c.switches, switchUse{pos: in.Minor.Pos, op: word, minor: uint16(v)})
+		}
 	case in.Simple != "":
 		s := strings.ToLower(in.Simple)
 		op := simpleOps[s]
@@ -829,6 +926,8 @@ func (c *compiler) push(p *dpdf.PushOperand) {
 		}
 	case p.Field != nil:
 		c.pushField(p)
+	case p.IV != nil:
+		c.iv(p.Pos, "push", p.IV, OpPushIV)
 	case p.Sys != "":
 		switch strings.ToLower(p.Sys) {
 		case "pid":
@@ -877,6 +976,52 @@ func (c *compiler) pushField(p *dpdf.PushOperand) {
 		c.fields[name] = i
 	}
 	c.emit16(OpPushField, i)
+}
+
+// iv compiles push iv,I and pop iv,I: the instance variables of the call
+// the hit belongs to, which tracepoint and watch probes have none of.
+func (c *compiler) iv(pos lexer.Position, what string, e *dpdf.Expr, op Opcode) {
+	if c.kind == ProbeTracepoint || c.kind == ProbeWatch {
+		c.errorf(pos, "%s iv: instance variables belong to a call of a function, and %s runs in none: use them in an offset probe at the function's entry and its retprobe", what, kindNames[c.kind])
+		return
+	}
+	if v, ok := c.constant(e, "iv index", 0, MaxIV-1); ok {
+		c.emit8(op, uint8(v))
+	}
+}
+
+// checkSwitches refuses an enable or disable of a minor no probe of the
+// file has. The file's probes are all known here; a module merged with
+// another build later (insert --merge) is not, and a probe of the same
+// minor in it replaces this file's, so a program can only switch minors
+// its own file defines (docs/language.md, "Switching").
+func (c *compiler) checkSwitches() {
+	if len(c.switches) == 0 || c.minorUnknown {
+		return
+	}
+	have := map[uint16]bool{}
+	for _, p := range c.m.Probes {
+		have[p.Minor] = true
+	}
+	for _, s := range c.switches {
+		if have[s.minor] {
+			continue
+		}
+		minors := make([]int, 0, len(have))
+		for m := range have {
+			minors = append(minors, int(m))
+		}
+		slices.Sort(minors)
+		list := make([]string, 0, 8)
+		for i, m := range minors {
+			if i == 8 {
+				list = append(list, "...")
+				break
+			}
+			list = append(list, strconv.Itoa(m))
+		}
+		c.errorf(s.pos, "%s %d: no probe in this file has minor %d (the minors here: %s); a program switches the probes of its own file", s.op, s.minor, s.minor, strings.Join(list, ", "))
+	}
 }
 
 // pushConst compiles push d,EXPR. A value that depends on symbols or types
@@ -952,6 +1097,8 @@ func (c *compiler) pop(pos lexer.Position, p *dpdf.PopOperand) {
 		if s, ok := c.size(p.IO, true); ok {
 			c.emit8(OpPopIO, s)
 		}
+	case p.IV != nil:
+		c.iv(p.Pos, "pop", p.IV, OpPopIV)
 	case p.LP:
 		c.emit(OpPopLP)
 	default:

@@ -29,6 +29,9 @@ func Disasm(w io.Writer, m *Module) {
 	for i, p := range m.Probes {
 		// the keyword the probe starts with, as a DPDF writes it
 		fmt.Fprintf(w, "\nprobe %d: %s = %s", i, p.Kind, dpdf.Escape(p.Loc.Text))
+		if p.Kind == ProbeWatch {
+			fmt.Fprintf(w, ",%d,%s", p.WatchLen, p.WatchMode)
+		}
 		switch {
 		case p.Loc.Kind == LocAbsolute, p.Loc.Kind == LocTracepoint:
 		case p.Loc.Resolved:
@@ -52,6 +55,9 @@ func Disasm(w io.Writer, m *Module) {
 		}
 		if p.LogOnFault {
 			fmt.Fprintf(w, " logonfault=yes")
+		}
+		if p.Disabled {
+			fmt.Fprintf(w, " enabled=no")
 		}
 		fmt.Fprintf(w, "  (%s)\n", m.PosString(Pos{File: p.Pos.File, Line: p.Pos.Line}))
 		disasmRange(w, m, p.Entry, p.End, ^uint32(0))

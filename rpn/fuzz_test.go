@@ -11,8 +11,12 @@ import (
 
 // fuzzEnv is a target that answers from a seed: registers hold
 // seed-derived values, memory is readable on some pages and not others,
-// writes succeed or fail, system values and IO exist or not.
-type fuzzEnv struct{ seed uint64 }
+// writes succeed or fail, system values, IO, fields, switching and
+// instance variables exist or not.
+type fuzzEnv struct {
+	seed uint64
+	iv   [MaxIV]uint64
+}
 
 func (e *fuzzEnv) mix(x uint64) uint64 {
 	x ^= e.seed
@@ -45,17 +49,35 @@ func (e *fuzzEnv) IO(port uint64, size uint8, write bool, v uint64) (uint64, boo
 func (e *fuzzEnv) Field(name string) (uint64, bool) {
 	return e.mix(uint64(len(name)) + 2000), e.seed&16 == 0
 }
+func (e *fuzzEnv) Switch(minor uint16, on bool) bool { return e.seed&32 == 0 }
+func (e *fuzzEnv) IV() *[MaxIV]uint64 {
+	if e.seed&64 != 0 {
+		return nil // a hit in no call
+	}
+	return &e.iv
+}
 
 // asTracepoint makes the fuzz module's probe a tracepoint probe with two
 // fields, when the seed says so, so push field is reached.
 func asTracepoint(m *Module, seed uint64) {
 	if seed&8 == 0 {
+		asWatch(m, seed)
 		return
 	}
 	m.ModType = ModKernel
 	m.Probes[0].Kind = ProbeTracepoint
 	m.Probes[0].Loc = Location{Text: "sched:sched_switch", Kind: LocTracepoint}
 	m.Fields = []string{"prev_pid", "next_pid"}
+}
+
+// asWatch makes the fuzz module's probe a watch probe, disabled, when the
+// seed says so, so that iv is refused in it.
+func asWatch(m *Module, seed uint64) {
+	if seed&128 == 0 {
+		return
+	}
+	p := &m.Probes[0]
+	p.Kind, p.WatchLen, p.WatchMode, p.Disabled = ProbeWatch, 4, WatchWrite, true
 }
 
 // moduleFromFuzz builds a one-probe module from fuzz input: 8 bytes of
@@ -126,6 +148,12 @@ func FuzzVM(f *testing.F) {
 	tp := cat(OpPushField, 1, 0, OpPushField, 0, 0, OpLogN, 2, OpExit, 1)
 	f.Add(append(fuzzHeader(&Module{Header: Header{LogMax: 64, JmpMax: 1}}), tp...), uint64(8))
 	f.Add(append(fuzzHeader(&Module{Header: Header{LogMax: 64, JmpMax: 1}}), tp...), uint64(8|16))
+	// switching (bit 5: the Env refuses) and instance variables (bit 6:
+	// the hit is in no call), in an offset probe and a watch probe (bit 7)
+	sw := cat(OpEnable, 3, 0, OpPushIV, 7, OpPushD, make([]byte, 8), OpAdd, OpPopIV, 0, OpDisable, 0xff, 0xff, OpPushIV, 0, OpLogN, 1, OpExit, 1)
+	for _, seed := range []uint64{0, 32, 64, 128, 32 | 128} {
+		f.Add(append(fuzzHeader(&Module{Header: Header{LogMax: 64, JmpMax: 1}}), sw...), seed)
+	}
 	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
 		m := moduleFromFuzz(data)
 		if m == nil {

@@ -44,6 +44,11 @@ func TestProbeKinds(t *testing.T) {
 		{rpn.ProbeTracepoint, 0, 64, rpn.LocTracepoint, "sched:sched_switch"},
 		{rpn.ProbeTracepoint, 0, 64, rpn.LocTracepoint, "sched:sched_process_exec"},
 		{rpn.ProbeTracepoint, 0, 64, rpn.LocTracepoint, "sched:sched_process_exit"},
+		{rpn.ProbeOffset, 0, 64, rpn.LocExpr, "do_sys_open"},
+		{rpn.ProbeRetprobe, 0, 64, rpn.LocExpr, "do_sys_open"},
+		{rpn.ProbeWatch, 0, 64, rpn.LocExpr, "jiffies"},
+		{rpn.ProbeWatch, 0, 64, rpn.LocExpr, "init_task + offsetof(struct task_struct, pid)"},
+		{rpn.ProbeWatch, 0, 64, rpn.LocAbsolute, "0xffffffff82000002"},
 	}
 	if len(m.Probes) != len(wants) {
 		t.Fatalf("%d probes, want %d", len(m.Probes), len(wants))
@@ -64,6 +69,16 @@ func TestProbeKinds(t *testing.T) {
 			if p.Loc.Resolved || p.Loc.Addr != 0 || len(p.Loc.Sum.Terms) != 0 {
 				t.Errorf("probe %d: a tracepoint location with an address: %+v", i, p.Loc)
 			}
+		}
+	}
+	// watch probes' lengths and modes, the others' zero; enabled = no
+	for i, w := range []struct {
+		n       uint8
+		mode    rpn.WatchMode
+		disable bool
+	}{8: {8, rpn.WatchWrite, true}, 9: {4, rpn.WatchReadWrite, false}, 10: {2, rpn.WatchWrite, false}} {
+		if p := &m.Probes[i]; p.WatchLen != w.n || p.WatchMode != w.mode || p.Disabled != w.disable {
+			t.Errorf("probe %d: watch %d %s disabled %v, want %+v", i, p.WatchLen, p.WatchMode, p.Disabled, w)
 		}
 	}
 	// pid, used by two probes, is in the table once

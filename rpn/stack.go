@@ -22,7 +22,7 @@ func StackEffect(in Insn) (reads, delta, writes int) {
 		return 0, -int(in.A), 0
 	case OpLogStr, OpLogMrf, OpPopMrf, OpPopIO, OpPopLV, OpPopGV:
 		return 2, -2, 0
-	case OpSetMaj, OpSetMin, OpPopLP, OpPopLVI, OpPopGVI, OpPopR, OpPopU,
+	case OpSetMaj, OpSetMin, OpPopLP, OpPopLVI, OpPopGVI, OpPopR, OpPopU, OpPopIV,
 		OpIncLV, OpDecLV, OpIncGV, OpDecGV:
 		return 1, -1, 0
 	case OpMoveLVI, OpMoveGVI:
@@ -30,7 +30,7 @@ func StackEffect(in Insn) (reads, delta, writes int) {
 	case OpMoveLV, OpMoveGV:
 		return 2, -1, 0
 	case OpPushLP, OpPushLVI, OpPushGVI, OpPushR, OpPushU, OpPushD,
-		OpPushPID, OpPushTID, OpPushProcID, OpPushTask, OpPushTS, OpPushField:
+		OpPushPID, OpPushTID, OpPushProcID, OpPushTask, OpPushTS, OpPushField, OpPushIV:
 		return 0, 1, 1
 	case OpPushLV, OpPushGV, OpNot, OpNeg,
 		OpShlI, OpShrI, OpSarI, OpRolI, OpRorI,
@@ -47,7 +47,7 @@ func StackEffect(in Insn) (reads, delta, writes int) {
 		return 1, 1, 1
 	}
 	// nop, jmp, call, ret, exit, abort, rem, log lv/gv, setmaj/setmin
-	// immediate, inc/dec lv/gv immediate
+	// immediate, inc/dec lv/gv immediate, enable, disable
 	return 0, 0, 0
 }
 

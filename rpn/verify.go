@@ -80,7 +80,10 @@ func (e *VerifyError) Format(s fmt.State, verb rune) {
 // not point at a push d immediate, static call chains deeper than 32, and
 // probe kinds that do not go with their location, keywords or
 // instructions (a tracepoint that is not SUBSYS:EVENT, maxactive off a
-// retprobe, push field outside a tracepoint probe or past Fields).
+// retprobe, a watch's length and mode off a watch probe or out of range,
+// push field outside a tracepoint probe or past Fields, push iv and pop
+// iv past MaxIV or in a tracepoint or watch probe). enable and disable
+// may name any minor: a module merged later may have it.
 func Load(m *Module) (*Program, error) {
 	v := &verifier{m: m}
 	if msg := checkHeader(&m.Header); msg != "" {
@@ -152,7 +155,7 @@ func checkFields(fields []string) string {
 // keywords (docs/language.md, "Probe kinds"), or "".
 func checkKind(pr *Probe, h *Header) string {
 	switch {
-	case pr.Kind > ProbeTracepoint:
+	case pr.Kind > ProbeWatch:
 		return fmt.Sprintf("unknown probe kind %d", pr.Kind)
 	case pr.Loc.Kind > LocTracepoint:
 		return fmt.Sprintf("unknown location kind %d", pr.Loc.Kind)
@@ -160,6 +163,18 @@ func checkKind(pr *Probe, h *Header) string {
 		return fmt.Sprintf("%s with %s location: a tracepoint location goes with a tracepoint probe, and only there", kindNames[pr.Kind], article(pr.Loc.Kind.String()))
 	case pr.Kind == ProbeRetprobe && pr.Loc.Kind == LocLine:
 		return "retprobe on a source line: it goes on a function"
+	case pr.Kind == ProbeWatch && pr.Loc.Kind == LocLine:
+		return "watch probe on a source line: it watches an address"
+	case pr.Kind != ProbeWatch && (pr.WatchLen != 0 || pr.WatchMode != 0):
+		return fmt.Sprintf("watch length %d and mode %d on %s: only a watch probe has them", pr.WatchLen, pr.WatchMode, kindNames[pr.Kind])
+	case pr.Kind == ProbeWatch && pr.WatchLen != 1 && pr.WatchLen != 2 && pr.WatchLen != 4 && pr.WatchLen != 8:
+		return fmt.Sprintf("watch length %d: must be 1, 2, 4 or 8", pr.WatchLen)
+	case pr.Kind == ProbeWatch && pr.WatchLen == 8 && h.Arch == ArchI386:
+		return "watch length 8 on i386: a debug register there watches 1, 2 or 4 bytes"
+	case pr.Kind == ProbeWatch && pr.WatchMode != WatchWrite && pr.WatchMode != WatchReadWrite:
+		return fmt.Sprintf("watch mode %d: must be w (%d) or rw (%d)", pr.WatchMode, WatchWrite, WatchReadWrite)
+	case pr.Kind == ProbeWatch && pr.Loc.Kind == LocAbsolute && pr.Loc.Addr%uint64(pr.WatchLen) != 0:
+		return fmt.Sprintf("watch address %#x is not a multiple of its length %d", pr.Loc.Addr, pr.WatchLen)
 	case pr.MaxActive != 0 && pr.Kind != ProbeRetprobe:
 		return fmt.Sprintf("maxactive %d on %s: only a retprobe has one", pr.MaxActive, kindNames[pr.Kind])
 	case pr.MaxActive > MaxMaxActive:
@@ -168,6 +183,8 @@ func checkKind(pr *Probe, h *Header) string {
 		return fmt.Sprintf("opcode check on %s: only an offset probe has one", kindNames[pr.Kind])
 	case pr.LogOnFault && pr.Kind == ProbeTracepoint:
 		return "logonfault on a tracepoint probe: no probed instruction runs after its program"
+	case pr.LogOnFault && pr.Kind == ProbeWatch:
+		return "logonfault on a watch probe: its program runs after the accessing instruction"
 	case pr.Kind == ProbeTracepoint && h.ModType != ModKernel:
 		return "tracepoint probe in a user module"
 	case pr.Kind == ProbeTracepoint:
@@ -348,6 +365,13 @@ func (v *verifier) decode(pi int, pc uint32, b []byte) (insn, error) {
 		}
 		if int(in.b) >= len(v.m.Fields) {
 			return bad("push field %d: the module has %d field names", in.b, len(v.m.Fields))
+		}
+	case OpPushIV, OpPopIV:
+		if in.a >= MaxIV {
+			return bad("%s,%d: index outside 0..%d", op, in.a, MaxIV-1)
+		}
+		if k := v.m.Probes[pi].Kind; k == ProbeTracepoint || k == ProbeWatch {
+			return bad("%s in %s: only a probe in a call (an offset probe, a retprobe) has instance variables", op, kindNames[k])
 		}
 	}
 	return in, nil

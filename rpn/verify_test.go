@@ -169,7 +169,7 @@ func TestVerifierRefusesKinds(t *testing.T) {
 		m    *Module
 		want string
 	}{
-		{"unknown kind", edit(asm(exit...), func(m *Module) { m.Probes[0].Kind = 3 }), "unknown probe kind 3"},
+		{"unknown kind", edit(asm(exit...), func(m *Module) { m.Probes[0].Kind = 4 }), "unknown probe kind 4"},
 		{"unknown location kind", edit(asm(exit...), func(m *Module) { m.Probes[0].Loc.Kind = 4 }), "unknown location kind 4"},
 		{"tracepoint location on an offset probe", edit(tp(exit), func(m *Module) { m.Probes[0].Kind = ProbeOffset }),
 			"an offset probe with a tracepoint location"},
@@ -197,6 +197,29 @@ func TestVerifierRefusesKinds(t *testing.T) {
 		{"push field past the table", tp(field(1), "pid"), "push field 1: the module has 1 field names"},
 		{"push field without a table", tp(field(0)), "push field 0: the module has 0 field names"},
 		{"push field 65535", tp(field(0xffff), "pid"), "push field 65535"},
+		{"watch without length", edit(watch(exit...), func(m *Module) { m.Probes[0].WatchLen = 0 }), "watch length 0: must be 1, 2, 4 or 8"},
+		{"watch length 3", edit(watch(exit...), func(m *Module) { m.Probes[0].WatchLen = 3 }), "watch length 3: must be 1, 2, 4 or 8"},
+		{"watch length 16", edit(watch(exit...), func(m *Module) { m.Probes[0].WatchLen = 16 }), "watch length 16"},
+		{"watch length 8 on i386", edit(watch(exit...), func(m *Module) { m.Arch = ArchI386 }), "watch length 8 on i386"},
+		{"watch without mode", edit(watch(exit...), func(m *Module) { m.Probes[0].WatchMode = 0 }), "watch mode 0: must be w (1) or rw (3)"},
+		{"watch mode 2", edit(watch(exit...), func(m *Module) { m.Probes[0].WatchMode = 2 }), "watch mode 2"},
+		{"watch misaligned", edit(watch(exit...), func(m *Module) { m.Probes[0].Loc.Addr = 0x1004 }), "watch address 0x1004 is not a multiple of its length 8"},
+		{"watch on a line", edit(watch(exit...), func(m *Module) { m.Probes[0].Loc = Location{Text: "a.c:1", Kind: LocLine, File: "a.c", Line: 1} }),
+			"watch probe on a source line"},
+		{"watch on a tracepoint", edit(watch(exit...), func(m *Module) { m.Probes[0].Loc = Location{Text: "a:b", Kind: LocTracepoint} }),
+			"a watch probe with a tracepoint location"},
+		{"watch opcode", edit(watch(exit...), func(m *Module) { m.Probes[0].HasOpcode = true }), "opcode check on a watch probe"},
+		{"watch logonfault", edit(watch(exit...), func(m *Module) { m.Probes[0].LogOnFault = true }), "logonfault on a watch probe"},
+		{"watch maxactive", edit(watch(exit...), func(m *Module) { m.Probes[0].MaxActive = 2 }), "maxactive 2 on a watch probe"},
+		{"watch length on an offset probe", edit(asm(exit...), func(m *Module) { m.Probes[0].WatchLen = 4 }),
+			"watch length 4 and mode 0 on an offset probe: only a watch probe has them"},
+		{"watch mode on a retprobe", edit(asm(exit...), func(m *Module) { m.Probes[0].Kind, m.Probes[0].WatchMode = ProbeRetprobe, WatchWrite }),
+			"watch length 0 and mode 1 on a retprobe"},
+		{"push iv 8", asm(cat(OpPushIV, 8, OpPop, exit)...), "push iv,8: index outside 0..7"},
+		{"pop iv 255", asm(cat(OpPopIV, 255, exit)...), "pop iv,255: index outside 0..7"},
+		{"push iv in a tracepoint", tp(cat(OpPushIV, 0, OpPop, exit)), "push iv in a tracepoint probe: only a probe in a call"},
+		{"pop iv in a watch", watch(cat(OpPopIV, 7, exit)...), "pop iv in a watch probe"},
+		{"enable truncated", asm(cat(OpEnable, 3)...), "enable: operands run past the end"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Load(c.m)
@@ -231,6 +254,13 @@ func TestVerifierRefusesKinds(t *testing.T) {
 	}
 }
 
+// watch turns asm's program into a watch probe of 8 bytes at 0x1000.
+func watch(code ...byte) *Module {
+	m := asm(code...)
+	m.Probes[0].Kind, m.Probes[0].WatchLen, m.Probes[0].WatchMode = ProbeWatch, 8, WatchReadWrite
+	return m
+}
+
 func TestVerifierAcceptsKinds(t *testing.T) {
 	code := cat(OpPushField, 1, 0, OpPushField, 0, 0, OpLogN, 2, OpExit, 1)
 	m := tracepointProbe(asm(code...), "prev_pid", "next_pid")
@@ -252,6 +282,48 @@ func TestVerifierAcceptsKinds(t *testing.T) {
 	ret.Probes[0].MaxActive = 0 // the default
 	if _, err := Load(ret); err != nil {
 		t.Errorf("retprobe: %v", err)
+	}
+	// watch probes of every length and mode, disabled probes of every
+	// kind, enable and disable of any minor, iv in offset probes and
+	// retprobes
+	for _, n := range []uint8{1, 2, 4, 8} {
+		for _, mode := range []WatchMode{WatchWrite, WatchReadWrite} {
+			w := watch(cat(OpEnable, 0xff, 0xff, OpDisable, 0, 0, OpExit, 1)...)
+			w.Probes[0].WatchLen, w.Probes[0].WatchMode, w.Probes[0].Disabled = n, mode, true
+			if _, err := Load(w); err != nil {
+				t.Errorf("watch %d %s: %v", n, mode, err)
+			}
+		}
+	}
+	w := watch(cat(OpExit, 1)...)
+	w.Probes[0].Loc = Location{Text: "jiffies", Kind: LocExpr, Sum: Sum{Terms: []Term{{Kind: TermSymbol, Factor: 1, Name: "jiffies"}}}, Addr: 0x1003, Resolved: true}
+	if _, err := Load(w); err != nil {
+		t.Errorf("a symbolic watch address is checked at insert: %v", err)
+	}
+	for _, k := range []ProbeKind{ProbeOffset, ProbeRetprobe} {
+		m := asm(cat(OpPushIV, 7, OpPopIV, 0, OpPushD, make([]byte, 8), OpPopIV, 3, OpExit, 1)...)
+		m.Probes[0].Kind, m.Probes[0].Disabled = k, true
+		p, err := Load(m)
+		if err != nil {
+			t.Fatalf("iv in %s: %v", k, err)
+		}
+		if n := p.StaticStack(0); !n.Static || n.NeedZero != 0 {
+			t.Errorf("iv in %s: stack layout %+v", k, n)
+		}
+		for i, want := range [][3]int{{0, 1, 1}, {1, -1, 0}, {0, 1, 1}, {1, -1, 0}} {
+			if r, d, w := StackEffect(p.Insn(i)); [3]int{r, d, w} != want {
+				t.Errorf("StackEffect(%s) = %d, %d, %d, want %v", p.Insn(i).Op, r, d, w, want)
+			}
+		}
+	}
+	tp := tracepointProbe(asm(cat(OpEnable, 1, 0, OpExit, 1)...))
+	tp.Probes[0].Disabled = true
+	p, err = Load(tp)
+	if err != nil {
+		t.Fatalf("a disabled tracepoint enabling minor 1: %v", err)
+	}
+	if r, d, w := StackEffect(p.Insn(0)); r != 0 || d != 0 || w != 0 {
+		t.Errorf("StackEffect(enable) = %d, %d, %d", r, d, w)
 	}
 }
 

@@ -37,6 +37,38 @@ type FieldEnv interface {
 	Field(name string) (uint64, bool)
 }
 
+// Switcher is an Env that can run enable MINOR and disable MINOR: Switch
+// switches on (on true) or off every probe of the running probe's module
+// with that minor, the running probe included, for every later hit on
+// every thread and vCPU; the hit running now goes on to its end. A minor
+// no probe of the module has (a merge may have replaced it) switches
+// nothing and is not a failure. The switch is made when the instruction
+// runs, as a variable's store is: an abort or exception later in the hit
+// does not undo it. It is apart from ProbeState.Disabled (max hits, rem):
+// enable does not revive a probe those ended.
+//
+// Switch reports false when the target cannot switch probes; the machine
+// raises invalid-operand then, and for an Env without Switcher: a target
+// that runs programs with enable or disable must implement it, and one
+// that does not gets an exception record at the instruction rather than
+// a switch silently not made.
+type Switcher interface {
+	Switch(minor uint16, on bool) bool
+}
+
+// IVEnv is an Env that gives the instance variables of the call a hit
+// belongs to (push iv,I and pop iv,I): the MaxIV words that an offset
+// probe at a function's entry and the retprobe of the same call share
+// (SPEC §6). IV returns that call's words, which the machine reads and
+// writes in place during the hit, or nil when the hit belongs to no call.
+// The machine asks once per hit, at the first push iv or pop iv. Without
+// IVEnv, or for nil, the hit gets MaxIV zero words of its own, dropped
+// when it ends: a probe with no call instance reads zeros and its writes
+// are lost.
+type IVEnv interface {
+	IV() *[MaxIV]uint64
+}
+
 // Outcome is how a hit ended.
 type Outcome uint8
 
@@ -118,6 +150,7 @@ type Machine struct {
 	log   []byte
 	chunk [64]byte
 	res   Result
+	iv    [MaxIV]uint64 // a hit's own instance variables, when its Env has none (IVEnv)
 }
 
 // Run executes probe pi of p for one hit: it applies the probe's pass count
@@ -190,6 +223,7 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 		minor     = pr.Minor
 		ex        Exception
 		faultAddr uint64
+		ivs       *[MaxIV]uint64 // the call's instance variables, asked for at the first use
 	)
 	const sm = StackSize - 1
 	// append copies src into the log, truncating at logmax.
@@ -586,6 +620,29 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 			tos = (tos + 1) & sm
 			s[tos] = v & mask
 
+		case OpEnable, OpDisable:
+			sw, ok := env.(Switcher)
+			if ok {
+				ok = sw.Switch(in.b, in.op == OpEnable)
+			}
+			if !ok {
+				ex = ExInvalidOperand
+				goto fault
+			}
+		case OpPushIV:
+			// the verifier keeps in.a below MaxIV
+			if ivs == nil {
+				ivs = m.instanceVars(env)
+			}
+			tos = (tos + 1) & sm
+			s[tos] = ivs[in.a] & mask
+		case OpPopIV:
+			if ivs == nil {
+				ivs = m.instanceVars(env)
+			}
+			ivs[in.a] = s[tos]
+			tos = (tos - 1) & sm
+
 		case OpPushIO:
 			v, ok := env.IO(s[tos], in.a, false, 0)
 			if !ok {
@@ -610,6 +667,19 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 	}
 fault:
 	m.res = Result{Outcome: OutcomeException, Exception: ex, PC: p.pcs[pc-1], Addr: faultAddr, Major: major, Minor: minor}
+}
+
+// instanceVars returns the instance variables of the call env's hit
+// belongs to, or the machine's own zeroed words when there is none
+// (IVEnv).
+func (m *Machine) instanceVars(env Env) *[MaxIV]uint64 {
+	if e, ok := env.(IVEnv); ok {
+		if p := e.IV(); p != nil {
+			return p
+		}
+	}
+	m.iv = [MaxIV]uint64{}
+	return &m.iv
 }
 
 // addVar adds d to a variable atomically: jump pads in the processes

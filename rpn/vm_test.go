@@ -82,7 +82,7 @@ func (c *vmCase) source() string {
 		if strings.HasPrefix(t, "modtype") {
 			hasType = true
 		}
-		start := strings.HasPrefix(t, "offset") || strings.HasPrefix(t, "retprobe") || strings.HasPrefix(t, "tracepoint")
+		start := strings.HasPrefix(t, "offset") || strings.HasPrefix(t, "retprobe") || strings.HasPrefix(t, "tracepoint") || strings.HasPrefix(t, "watch")
 		if start {
 			hasOffset = true
 		}
@@ -122,7 +122,7 @@ func (c *vmCase) source() string {
 func isProbeKey(t string) bool {
 	k := strings.ReplaceAll(strings.ReplaceAll(strings.SplitN(t, "=", 2)[0], " ", ""), "_", "")
 	switch k {
-	case "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive":
+	case "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive", "enabled":
 		return true
 	}
 	return false
@@ -169,7 +169,7 @@ func TestVMCases(t *testing.T) {
 				t.Fatalf("load: %+v", err)
 			}
 			env := sim.NewEnv()
-			opts := sim.Options{Hits: 1, LV: map[uint64]uint64{}, GV: map[uint64]uint64{}}
+			opts := sim.Options{Hits: 1, LV: map[uint64]uint64{}, GV: map[uint64]uint64{}, IV: map[uint64]uint64{}}
 			for _, l := range c.env {
 				f := strings.Fields(l)
 				switch f[0] {
@@ -211,14 +211,10 @@ func TestVMCases(t *testing.T) {
 					opts.Hits = int(num(t, f[1]))
 				case "probe":
 					opts.Probe = int(num(t, f[1]))
-				case "lv", "gv":
+				case "lv", "gv", "iv":
 					for _, a := range f[1:] {
 						k, v, _ := strings.Cut(a, "=")
-						if f[0] == "lv" {
-							opts.LV[num(t, k)] = num(t, v)
-						} else {
-							opts.GV[num(t, k)] = num(t, v)
-						}
+						map[string]map[uint64]uint64{"lv": opts.LV, "gv": opts.GV, "iv": opts.IV}[f[0]][num(t, k)] = num(t, v)
 					}
 				default:
 					t.Fatalf("unknown env line %q", l)
@@ -229,6 +225,7 @@ func TestVMCases(t *testing.T) {
 				t.Fatal(err)
 			}
 			hit := 0
+			switchesChecked := map[int]bool{}
 			for _, w := range c.want {
 				f := strings.Fields(w)
 				switch f[0] {
@@ -238,11 +235,17 @@ func TestVMCases(t *testing.T) {
 					}
 					checkHit(t, hit+1, rep.Hits[hit], f[1:])
 					hit++
-				case "lv", "gv":
-					got := rep.LV
-					if f[0] == "gv" {
-						got = rep.GV
+				case "switched":
+					// the switches of the hit checked last
+					if hit == 0 {
+						t.Fatalf("%q before any hit", w)
 					}
+					switchesChecked[hit-1] = true
+					if got, want := strings.Join(rep.Hits[hit-1].Switches, ", "), strings.TrimSpace(strings.TrimPrefix(w, "switched")); got != want {
+						t.Errorf("hit %d switched %q, want %q", hit, got, want)
+					}
+				case "lv", "gv", "iv":
+					got := map[string][]string{"lv": rep.LV, "gv": rep.GV, "iv": rep.IV}[f[0]]
 					var want []string
 					for _, v := range f[1:] {
 						want = append(want, strconv.FormatUint(num(t, v), 10))
@@ -289,6 +292,11 @@ func TestVMCases(t *testing.T) {
 			}
 			if hit != len(rep.Hits) {
 				t.Errorf("%d hits ran, the case checks %d", len(rep.Hits), hit)
+			}
+			for i, h := range rep.Hits {
+				if len(h.Switches) > 0 && !switchesChecked[i] {
+					t.Errorf("hit %d switched %q: the case does not say (\"switched ...\" after its hit line)", i+1, h.Switches)
+				}
 			}
 		})
 	}

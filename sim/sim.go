@@ -22,15 +22,33 @@ import (
 
 // Env is a simulated target: registers, memory regions, system values and
 // an optional IO space. Memory regions are readable and writable; every
-// other address faults.
+// other address faults. Every hit is in one call, whose instance variables
+// (push iv, pop iv) start at zero unless SetIV gives them. enable and
+// disable are recorded (Switched), and succeed: the simulator runs one
+// probe, and what a switch does to it is Run's to apply.
 type Env struct {
-	regs    [rpn.NumRegs]uint64
-	haveReg [rpn.NumRegs]bool
-	mem     []region // sorted by address, non-overlapping
-	sys     [5]uint64
-	haveSys [5]bool
-	io      map[uint64]uint64
-	fields  map[string]uint64 // the tracepoint event's fields, for push field
+	regs     [rpn.NumRegs]uint64
+	haveReg  [rpn.NumRegs]bool
+	mem      []region // sorted by address, non-overlapping
+	sys      [5]uint64
+	haveSys  [5]bool
+	io       map[uint64]uint64
+	fields   map[string]uint64 // the tracepoint event's fields, for push field
+	iv       [rpn.MaxIV]uint64 // the call's instance variables
+	switched []Switch          // enable and disable, in order, since the last TakeSwitched
+}
+
+// Switch is one enable (On) or disable of a minor, as a program ran it.
+type Switch struct {
+	Minor uint16
+	On    bool
+}
+
+func (s Switch) String() string {
+	if s.On {
+		return fmt.Sprintf("enable %d", s.Minor)
+	}
+	return fmt.Sprintf("disable %d", s.Minor)
 }
 
 type region struct {
@@ -41,6 +59,8 @@ type region struct {
 var (
 	_ rpn.Env      = (*Env)(nil)
 	_ rpn.FieldEnv = (*Env)(nil)
+	_ rpn.Switcher = (*Env)(nil)
+	_ rpn.IVEnv    = (*Env)(nil)
 )
 
 // NewEnv returns an environment where every register reads 0, no memory
@@ -134,6 +154,35 @@ func (e *Env) Field(name string) (uint64, bool) {
 	return v, ok
 }
 
+// SetIV sets instance variable i of the simulated call.
+func (e *Env) SetIV(i int, v uint64) error {
+	if i < 0 || i >= rpn.MaxIV {
+		return fmt.Errorf("iv %d: instance variables are 0..%d", i, rpn.MaxIV-1)
+	}
+	e.iv[i] = v
+	return nil
+}
+
+// IVs returns the instance variables of the simulated call.
+func (e *Env) IVs() [rpn.MaxIV]uint64 { return e.iv }
+
+// IV answers push iv and pop iv (rpn.IVEnv): the simulated call's words.
+func (e *Env) IV() *[rpn.MaxIV]uint64 { return &e.iv }
+
+// Switch records an enable or disable (rpn.Switcher).
+func (e *Env) Switch(minor uint16, on bool) bool {
+	e.switched = append(e.switched, Switch{Minor: minor, On: on})
+	return true
+}
+
+// TakeSwitched returns the switches recorded since the last call, and
+// forgets them.
+func (e *Env) TakeSwitched() []Switch {
+	s := e.switched
+	e.switched = nil
+	return s
+}
+
 // HasIO reports whether any IO port was given.
 func (e *Env) HasIO() bool { return e.io != nil }
 
@@ -210,7 +259,9 @@ func (e *Env) IO(port uint64, size uint8, write bool, v uint64) (uint64, bool) {
 	return e.io[port] & mask, true
 }
 
-// Hit is the JSON form of one hit's result.
+// Hit is the JSON form of one hit's result. Outcome "off" is a hit after
+// the probe switched itself off (disable of its own minor): a target would
+// not run it, nor count it.
 type Hit struct {
 	Outcome   string `json:"outcome"`
 	Exit      uint8  `json:"exit"`
@@ -219,9 +270,13 @@ type Hit struct {
 	Minor     uint16 `json:"minor"`
 	Log       string `json:"log"`
 	Truncated bool   `json:"truncated"`
+	// Switches are the enable and disable the hit ran, in order ("enable
+	// 3", "disable 4"); absent when none.
+	Switches []string `json:"switches,omitempty"`
 
-	result rpn.Result
-	log    []byte
+	result   rpn.Result
+	log      []byte
+	switched []Switch
 }
 
 // Report is the outcome of a simulation: the JSON object printed by
@@ -231,10 +286,14 @@ type Report struct {
 	LV       []string `json:"lv"`
 	GV       []string `json:"gv"`
 	Disabled bool     `json:"disabled"`
+	// IV are the call's instance variables after the last hit, when the
+	// probe's program uses them or Options.IV gave some; absent otherwise.
+	IV []string `json:"iv,omitempty"`
 
 	prog  *rpn.Program
 	probe int
 	state rpn.ProbeState
+	off   *Switch // the switch that turned the probe off, if one did
 }
 
 // Options are the inputs of a simulation besides the environment.
@@ -243,6 +302,7 @@ type Options struct {
 	Hits  int               // times to run it, against the same state
 	LV    map[uint64]uint64 // initial local variables
 	GV    map[uint64]uint64 // initial global variables
+	IV    map[uint64]uint64 // initial instance variables of the call
 }
 
 // Run runs one probe of p opts.Hits times against env.
@@ -282,9 +342,27 @@ func Run(p *rpn.Program, env *Env, opts Options) (*Report, error) {
 		}
 		gv[i] = v
 	}
+	pr := &m.Probes[opts.Probe]
+	usesIV := uses(m, opts.Probe, rpn.OpPushIV, rpn.OpPopIV)
+	if len(opts.IV) > 0 && (pr.Kind == rpn.ProbeTracepoint || pr.Kind == rpn.ProbeWatch) {
+		return nil, fmt.Errorf("--iv: probe %d is a %s probe, which runs in no call of a function and so has no instance variables", opts.Probe, pr.Kind)
+	}
+	for i, v := range opts.IV {
+		if i >= rpn.MaxIV {
+			return nil, fmt.Errorf("--iv %d: instance variables are 0..%d", i, rpn.MaxIV-1)
+		}
+		env.iv[i] = v
+	}
+	env.TakeSwitched()
 	rep := &Report{prog: p, probe: opts.Probe, Hits: []Hit{}}
 	var mach rpn.Machine
 	for i := 0; i < opts.Hits; i++ {
+		if rep.off != nil {
+			// switched off by an earlier hit: a target would not
+			// run the probe, nor count the hit
+			rep.Hits = append(rep.Hits, Hit{Outcome: "off", Minor: pr.Minor, Major: m.Major, result: rpn.Result{Outcome: rpn.OutcomeSkipped}})
+			continue
+		}
 		r := mach.Run(p, opts.Probe, &rep.state, lv, gv, env)
 		h := Hit{Outcome: r.Outcome.String(), Exception: r.Exception.String(), Major: r.Major, Minor: r.Minor,
 			Truncated: r.Truncated, result: *r}
@@ -295,12 +373,47 @@ func Run(p *rpn.Program, env *Env, opts Options) (*Report, error) {
 			h.log = append([]byte{}, r.Log...)
 			h.Log = hex.EncodeToString(h.log)
 		}
+		h.switched = env.TakeSwitched()
+		for _, s := range h.switched {
+			h.Switches = append(h.Switches, s.String())
+			if s.Minor == pr.Minor {
+				// its own minor: for the later hits
+				if s.On {
+					rep.off = nil
+				} else {
+					rep.off = &s
+				}
+			}
+		}
 		rep.Hits = append(rep.Hits, h)
 	}
 	rep.LV = decimal(lv)
 	rep.GV = decimal(gv)
 	rep.Disabled = rep.state.Disabled
+	if usesIV || len(opts.IV) > 0 {
+		ivs := env.IVs()
+		rep.IV = decimal(ivs[:])
+	}
 	return rep, nil
+}
+
+// uses reports whether a probe's program has any of ops.
+func uses(m *rpn.Module, probe int, ops ...rpn.Opcode) bool {
+	p := m.Probes[probe]
+	for pc := p.Entry; pc < p.End; {
+		op := rpn.Opcode(m.Code[pc])
+		for _, o := range ops {
+			if op == o {
+				return true
+			}
+		}
+		n := op.Len()
+		if n == 0 {
+			break
+		}
+		pc += uint32(n)
+	}
+	return false
 }
 
 // usesIO finds a port IO instruction in a probe's program.
@@ -343,55 +456,40 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteText(w io.Writer) {
 	m := r.prog.Module()
 	pr := m.Probes[r.probe]
-	fmt.Fprintf(w, "probe %d: %s = %s (minor %d)\n", r.probe, pr.Kind, pr.Loc.Text, pr.Minor)
+	loc := pr.Loc.Text
+	if pr.Kind == rpn.ProbeWatch {
+		loc += fmt.Sprintf(",%d,%s", pr.WatchLen, pr.WatchMode)
+	}
+	fmt.Fprintf(w, "probe %d: %s = %s (minor %d", r.probe, pr.Kind, loc, pr.Minor)
+	if pr.Disabled {
+		fmt.Fprintf(w, "; enabled = no, simulated as switched on")
+	}
+	fmt.Fprintf(w, ")\n")
+	var off string // the switch that turned the probe off
+	noted := false
 	for i, h := range r.Hits {
-		res := h.result
 		fmt.Fprintf(w, "hit %d: ", i+1)
-		switch res.Outcome {
-		case rpn.OutcomeSkipped:
-			fmt.Fprintf(w, "skipped (pass count or probe disabled)\n")
+		if h.Outcome == "off" {
+			fmt.Fprintf(w, "not run: the probe switched itself off (%s)\n", off)
 			continue
-		case rpn.OutcomeException:
-			fmt.Fprintf(w, "exception %s at pc %#04x", res.Exception, res.PC)
-			if pos, ok := m.LineFor(res.PC); ok {
-				fmt.Fprintf(w, " (%s)", m.PosString(pos))
-			}
-			if res.Exception == rpn.ExInvalidAddress {
-				fmt.Fprintf(w, ", address %#x", res.Addr)
-			}
-			fmt.Fprintf(w, ": nothing committed\n")
-			continue
-		case rpn.OutcomeAbort:
-			fmt.Fprintf(w, "abort: nothing committed\n")
-			continue
-		case rpn.OutcomeRem:
-			fmt.Fprintf(w, "rem: probe disabled")
-		case rpn.OutcomeExit:
-			fmt.Fprintf(w, "exit %d", res.Exit)
-			switch res.Exit {
-			case rpn.ExitNone:
-				fmt.Fprintf(w, ": nothing committed\n")
-				continue
-			case rpn.ExitLog:
-				fmt.Fprintf(w, " (log stream)")
-			case rpn.ExitTrace:
-				fmt.Fprintf(w, " (trace event)")
-			case rpn.ExitDump:
-				fmt.Fprintf(w, " (dump: a live target would be dumped here)")
-			case rpn.ExitDebugger:
-				fmt.Fprintf(w, " (debugger: a live target would be left stopped here)")
-			}
 		}
-		fmt.Fprintf(w, ", record major %d minor %d, %d bytes", h.Major, h.Minor, len(h.log))
-		if h.Truncated {
-			fmt.Fprintf(w, " (truncated at logmax %d)", m.LogMax)
-		}
-		fmt.Fprintln(w)
-		if len(h.log) > 0 {
-			d := hex.Dump(h.log)
-			for _, l := range strings.Split(strings.TrimRight(d, "\n"), "\n") {
-				fmt.Fprintf(w, "    %s\n", l)
+		r.writeHit(w, m, h)
+		if len(h.Switches) > 0 {
+			fmt.Fprintf(w, "    switched: %s", strings.Join(h.Switches, ", "))
+			for _, s := range h.switched {
+				if s.Minor == pr.Minor {
+					off = fmt.Sprintf("%s in hit %d", s, i+1)
+				}
 			}
+			if off != "" && i+1 < len(r.Hits) && r.Hits[i+1].Outcome == "off" {
+				fmt.Fprintf(w, " (this probe's minor: its later hits do not run)")
+			}
+			if !noted {
+				// said once
+				fmt.Fprintf(w, "; the simulator runs this probe alone, a target switches every probe of the module with the minor")
+				noted = true
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	if len(r.LV) > 0 {
@@ -400,10 +498,68 @@ func (r *Report) WriteText(w io.Writer) {
 	if len(r.GV) > 0 {
 		fmt.Fprintf(w, "gv: %s\n", strings.Join(r.GV, " "))
 	}
+	if len(r.IV) > 0 {
+		fmt.Fprintf(w, "iv: %s\n", strings.Join(r.IV, " "))
+	}
 	st := r.state
 	state := "enabled"
-	if st.Disabled {
+	switch {
+	case st.Disabled:
 		state = "disabled"
+	case r.off != nil:
+		state = "switched off"
 	}
 	fmt.Fprintf(w, "probe %s: %d hits, %d skipped, %d runs, %d faults\n", state, st.Hits, st.Skipped, st.Runs, st.Faults)
+}
+
+// writeHit prints one hit that ran: its outcome, and the record it
+// commits with its log as a hex dump.
+func (r *Report) writeHit(w io.Writer, m *rpn.Module, h Hit) {
+	res := h.result
+	switch res.Outcome {
+	case rpn.OutcomeSkipped:
+		fmt.Fprintf(w, "skipped (pass count or probe disabled)\n")
+		return
+	case rpn.OutcomeException:
+		fmt.Fprintf(w, "exception %s at pc %#04x", res.Exception, res.PC)
+		if pos, ok := m.LineFor(res.PC); ok {
+			fmt.Fprintf(w, " (%s)", m.PosString(pos))
+		}
+		if res.Exception == rpn.ExInvalidAddress {
+			fmt.Fprintf(w, ", address %#x", res.Addr)
+		}
+		fmt.Fprintf(w, ": nothing committed\n")
+		return
+	case rpn.OutcomeAbort:
+		fmt.Fprintf(w, "abort: nothing committed\n")
+		return
+	case rpn.OutcomeRem:
+		fmt.Fprintf(w, "rem: probe disabled")
+	case rpn.OutcomeExit:
+		fmt.Fprintf(w, "exit %d", res.Exit)
+		switch res.Exit {
+		case rpn.ExitNone:
+			fmt.Fprintf(w, ": nothing committed\n")
+			return
+		case rpn.ExitLog:
+			fmt.Fprintf(w, " (log stream)")
+		case rpn.ExitTrace:
+			fmt.Fprintf(w, " (trace event)")
+		case rpn.ExitDump:
+			fmt.Fprintf(w, " (dump: a live target would be dumped here)")
+		case rpn.ExitDebugger:
+			fmt.Fprintf(w, " (debugger: a live target would be left stopped here)")
+		}
+	}
+	fmt.Fprintf(w, ", record major %d minor %d, %d bytes", h.Major, h.Minor, len(h.log))
+	if h.Truncated {
+		fmt.Fprintf(w, " (truncated at logmax %d)", m.LogMax)
+	}
+	fmt.Fprintln(w)
+	if len(h.log) > 0 {
+		d := hex.Dump(h.log)
+		for _, l := range strings.Split(strings.TrimRight(d, "\n"), "\n") {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
 }
