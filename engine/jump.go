@@ -187,7 +187,7 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 	if set == nil {
 		return "no symbols to find the function's bounds"
 	}
-	if _, err := set.Lookup("runtime.morestack"); err == nil {
+	if isGo(set) {
 		// goroutine stacks start at 8 KiB and the runtime moves them:
 		// no room below rsp for a pad's state (about 2.5 KiB)
 		return "Go code: goroutine stacks are too small for a pad's state"
