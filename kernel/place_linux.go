@@ -5,11 +5,13 @@ package kernel
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,13 +30,34 @@ import (
 // modules.
 type ksyms struct {
 	release string
-	kall    *symbols.Set   // /proc/kallsyms as read last
+	core    *symbols.Table // /proc/kallsyms' lines of the kernel image, read once
+	kall    *symbols.Set   // core and the modules' lines of /proc/kallsyms as read last
 	btf     *symbols.Table // /sys/kernel/btf/vmlinux, when there
 	user    *symbols.Set   // --symbols (a vmlinux with DWARF for file:line), nil if none
 	set     *symbols.Set   // kall, btf and the user's tables
 	mods    string         // /proc/modules' names as read last
 	loadedM map[string]bool
 	inst    map[string]bool // installed modules (modules.dep), read once
+	// aliases are the kernel's text symbols that share their address
+	// with another (kallsyms), built when first needed after a reload
+	aliases map[uint64][]string
+	// ino is each loaded module's /sys/module folder's inode number as
+	// of the last reload: a module unloaded and loaded again gets a new
+	// one, where its name and often its address stay the same
+	ino map[string]uint64
+	// reloaded are the modules the last reload found loaded again
+	// since the one before (their ino changed)
+	reloaded map[string]bool
+	// text is the kernel's text of the functions gprobes checked a probe
+	// in, by the function's address, as read before gprobes placed a
+	// kprobe there (see funcText)
+	text map[uint64]funcText
+}
+
+// funcText is a function's text as gprobes first read it.
+type funcText struct {
+	module string // kernel module, "" for the kernel image
+	code   []byte
 }
 
 func normMod(name string) string { return strings.ReplaceAll(name, "-", "_") }
@@ -65,16 +88,39 @@ func loadKsyms(user []string) (*ksyms, error) {
 }
 
 // reload reads /proc/kallsyms and the module list again.
+//
+// The kernel image's symbols do not change: they are parsed once, and
+// again only the modules' lines ("ADDR TYPE NAME\t[MODULE]"), which
+// makes following a module's load quick (under the lab's TCG, parsing all
+// of kallsyms took 0.5 to 2 s, and a probe in a module that loads went in
+// that much later).
 func (k *ksyms) reload() error {
-	tab, err := symbols.Open("/proc/kallsyms")
+	const kallsyms = "/proc/kallsyms"
+	b, err := os.ReadFile(kallsyms)
 	if err != nil {
 		return fmt.Errorf("the kernel's symbols: %w (as root, /proc/kallsyms gives their addresses)", err)
 	}
-	if s, err := symbols.NewSet(tab).Lookup("_stext"); err != nil || s.Addr == 0 {
-		return errors.New("the kernel's symbols: /proc/kallsyms shows no addresses: run as root (kernel.kptr_restrict)")
+	core, mods := splitKallsyms(b)
+	if k.core == nil {
+		tab, err := symbols.ReadMap(kallsyms, bytes.NewReader(core))
+		if err != nil {
+			return fmt.Errorf("the kernel's symbols: %w", err)
+		}
+		if s, err := symbols.NewSet(tab).Lookup("_stext"); err != nil || s.Addr == 0 {
+			return errors.New("the kernel's symbols: /proc/kallsyms shows no addresses: run as root (kernel.kptr_restrict)")
+		}
+		k.core = tab
 	}
-	k.kall = symbols.NewSet(tab)
-	k.set = symbols.NewSet(tab)
+	tabs := []*symbols.Table{k.core}
+	if len(mods) > 0 {
+		tab, err := symbols.ReadMap(kallsyms, bytes.NewReader(mods))
+		if err != nil {
+			return fmt.Errorf("the kernel's symbols: the modules': %w", err)
+		}
+		tabs = append(tabs, tab)
+	}
+	k.kall = symbols.NewSet(tabs...)
+	k.set = symbols.NewSet(tabs...)
 	if k.btf != nil {
 		k.set.Add(k.btf)
 	}
@@ -84,7 +130,117 @@ func (k *ksyms) reload() error {
 		}
 	}
 	k.mods, k.loadedM = readModules()
+	k.aliases = nil
+	old := k.ino
+	k.ino, k.reloaded = map[string]uint64{}, map[string]bool{}
+	for name := range k.loadedM {
+		k.ino[name] = moduleIno(name)
+		if o, ok := old[name]; ok && o != k.ino[name] {
+			k.reloaded[name] = true
+		}
+	}
+	for a, ft := range k.text {
+		// a module's text goes with it (another module, or itself again,
+		// may load there)
+		if m := normMod(ft.module); m != "" && (!k.loaded(m) || k.reloaded[m]) {
+			delete(k.text, a)
+		}
+	}
 	return nil
+}
+
+// moduleIno is the inode number of a module's /sys/module folder (0 if
+// none): sysfs numbers each new folder afresh, so a module loaded again
+// has another.
+func moduleIno(name string) uint64 {
+	var st unix.Stat_t
+	if unix.Stat(filepath.Join("/sys/module", name), &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// reloadedSince reports whether a loaded kernel module was unloaded and
+// loaded again since the last reload (between two polls: its name is in
+// the list both times).
+func (k *ksyms) reloadedSince(name string) bool {
+	name = normMod(name)
+	o, ok := k.ino[name]
+	return ok && moduleIno(name) != o
+}
+
+// splitKallsyms splits kallsyms' text into the kernel image's lines and
+// the modules' (those with a "[MODULE]": loadable modules, and what the
+// kernel adds at run time, [bpf] programs, [__builtin__ftrace]
+// trampolines).
+func splitKallsyms(b []byte) (core, mods []byte) {
+	core = make([]byte, 0, len(b))
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i+1], b[i+1:]
+		} else {
+			b = nil
+		}
+		if bytes.IndexByte(line, '[') >= 0 {
+			mods = append(mods, line...)
+		} else {
+			core = append(core, line...)
+		}
+	}
+	return core, mods
+}
+
+// aliasesAt returns the names of the kernel's text symbols at addr when
+// there are several (an alias: __x64_sys_getppid is __do_sys_getppid,
+// the name BTF knows), nil when there is one.
+func (k *ksyms) aliasesAt(addr uint64) []string {
+	if k.aliases == nil {
+		k.aliases = readAliases("/proc/kallsyms")
+	}
+	return k.aliases[addr]
+}
+
+// readAliases reads a kallsyms file's text symbols that share an address.
+func readAliases(path string) map[uint64][]string {
+	out := map[uint64][]string{}
+	f, err := os.Open(path)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	type sym struct {
+		addr uint64
+		name string
+	}
+	var all []sym
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// ffffffff810be3a0 T __x64_sys_getppid	[module]
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 3 || fs[1] != "t" && fs[1] != "T" {
+			continue
+		}
+		a, err := strconv.ParseUint(fs[0], 16, 64)
+		if err != nil || a == 0 {
+			continue
+		}
+		all = append(all, sym{a, fs[2]})
+	}
+	slices.SortStableFunc(all, func(x, y sym) int { return cmp.Compare(x.addr, y.addr) })
+	for i := 0; i < len(all); {
+		j := i + 1
+		for j < len(all) && all[j].addr == all[i].addr {
+			j++
+		}
+		if j-i > 1 {
+			for _, s := range all[i:j] {
+				out[s.addr] = append(out[s.addr], s.name)
+			}
+		}
+		i = j
+	}
+	return out
 }
 
 // readModules reads the names of /proc/modules (none on a kernel without
@@ -186,6 +342,23 @@ func (t *Target) relocate(s *source) (*rpn.Program, error) {
 	return rpn.Load(m)
 }
 
+// removeStale removes what a gprobes killed with SIGKILL can leave in the
+// kernel: the tracefs kprobe event of a kretprobe whose maxactive is above
+// the kernel's default (bpf.AttachKretprobe), disabled and without its
+// program, but a kprobe still registered. Everything else gprobes makes is
+// a file descriptor, gone with the process.
+func (t *Target) removeStale() {
+	if t.mech.Kretprobe != nil {
+		return
+	}
+	n, err := bpf.RemoveStaleKprobeEvents()
+	if err != nil {
+		t.warn("removing the kprobe events a killed gprobes left: " + err.Error())
+	} else if n > 0 {
+		t.warn(fmt.Sprintf("removed %d kprobe event(s) a killed gprobes had left in kprobe_events", n))
+	}
+}
+
 // address resolves an offset or retprobe location to a kernel address.
 func (t *Target) address(d *rpn.Probe, kmod string) (uint64, error) {
 	switch d.Loc.Kind {
@@ -238,9 +411,9 @@ func (t *Target) checkCode(p *probe, fn symbols.Symbol, off uint64) error {
 	if off > 1<<20 {
 		return fmt.Errorf("%s+%#x: past the function's reach", fn.Name, off)
 	}
-	code := make([]byte, off+16)
-	if err := t.kmem.read(fn.Addr, code); err != nil {
-		return fmt.Errorf("reading the kernel's text at %s: %v", fn.Name, err)
+	code, err := t.funcText(fn, off+16)
+	if err != nil {
+		return err
 	}
 	var prev uint64
 	for at := uint64(0); at < off; {
@@ -258,6 +431,45 @@ func (t *Target) checkCode(p *probe, fn symbols.Symbol, off uint64) error {
 		return &mismatch{fmt.Sprintf("the byte at %s+%#x is %#02x, not the opcode %#02x", fn.Name, off, code[off], d.Opcode)}
 	}
 	return nil
+}
+
+// funcText returns at least n bytes of a function's text from its start
+// (its whole text when kallsyms tells its size, up to 1 MiB), as gprobes
+// first read it. Read again, it would show gprobes' own kprobes: a kprobe
+// writes an int3 over its instruction's first byte, an optimized one a
+// 5-byte jump, and decoding that text finds boundaries that are not there
+// (an int3 at +0xd makes +0xe look like one) and opcodes that are not
+// (0xcc). The text is kept as long as the function can be there: the
+// kernel image's for good, a module's until the module is unloaded.
+// Another tool's kprobes before gprobes first reads a function are still
+// seen; the kernel refuses a non-boundary there itself.
+func (t *Target) funcText(fn symbols.Symbol, n uint64) ([]byte, error) {
+	k := t.syms
+	ft, ok := k.text[fn.Addr]
+	if ok && uint64(len(ft.code)) >= n {
+		return ft.code, nil
+	}
+	want := max(n, min(fn.Size, 1<<20))
+	code := make([]byte, want)
+	have := copy(code, ft.code)
+	// past what was read before no probe of gprobes can be: every one
+	// is at least 16 bytes before its end
+	if err := t.kmem.read(fn.Addr+uint64(have), code[have:]); err != nil {
+		if have == 0 && want > n {
+			// the size kallsyms implies may run past mapped text:
+			// what the probe needs, at least
+			code = code[:n]
+			err = t.kmem.read(fn.Addr, code)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the kernel's text at %s: %v", fn.Name, err)
+		}
+	}
+	if k.text == nil {
+		k.text = map[uint64]funcText{}
+	}
+	k.text[fn.Addr] = funcText{module: fn.Module, code: code}
+	return code, nil
 }
 
 type mismatch struct{ msg string }
@@ -326,7 +538,11 @@ func (t *Target) attach(p *probe) error {
 		}
 		return err
 	}
-	if off == 0 && t.mech.Fentry == nil {
+	// fentry in the kernel image only: a fentry program on a module's
+	// function holds the module (its BPF trampoline takes a reference:
+	// rmmod fails, "Resource temporarily unavailable", as long as the
+	// probe is in), where a kprobe lets it go and goes with it
+	if off == 0 && t.mech.Fentry == nil && fn.Module == "" {
 		if err := t.fentry(p, o, fn); err == nil {
 			return nil
 		}
@@ -352,11 +568,11 @@ func (t *Target) attach(p *probe) error {
 // fentry puts a probe at a function's entry with an fentry program, when
 // the program reads no register fentry cannot give.
 func (t *Target) fentry(p *probe, o bpf.Options, fn symbols.Symbol) error {
-	n, err := bpf.FuncArgs(fn.Name)
+	name, n, err := t.btfFunc(fn)
 	if err != nil {
 		return err
 	}
-	o.Kind, o.Addr, o.NumArgs, o.AttachTo = bpf.KindFentry, fn.Addr, n, fn.Name
+	o.Kind, o.Addr, o.NumArgs, o.AttachTo = bpf.KindFentry, fn.Addr, n, name
 	prog, err := t.load(p.s, p, o)
 	if err != nil {
 		return err
@@ -368,6 +584,31 @@ func (t *Target) fentry(p *probe, o bpf.Options, fn symbols.Symbol) error {
 	}
 	p.prog, p.link, p.how = prog, l, "fentry"
 	return nil
+}
+
+// btfFunc finds the name BTF knows the function at fn.Addr by, and its
+// arguments in registers: fn's own name, or an alias at the same address
+// (__x64_sys_getppid is an alias of __do_sys_getppid, the function BTF
+// describes). The kernel attaches a fentry program to the address
+// kallsyms gives the name, so a name that kallsyms puts elsewhere too is
+// not taken.
+func (t *Target) btfFunc(fn symbols.Symbol) (string, int, error) {
+	n, first := bpf.FuncArgs(fn.Name)
+	if first == nil {
+		return fn.Name, n, nil
+	}
+	for _, name := range t.syms.aliasesAt(fn.Addr) {
+		if name == fn.Name {
+			continue
+		}
+		if s, err := t.syms.kall.LookupModule(fn.Module, name); err != nil || s.Addr != fn.Addr {
+			continue
+		}
+		if n, err := bpf.FuncArgs(name); err == nil {
+			return name, n, nil
+		}
+	}
+	return "", 0, first
 }
 
 // load compiles and loads a probe's program; the error names the DPDF
@@ -425,7 +666,7 @@ func (t *Target) poll() {
 		}
 		names, _ := readModules()
 		t.mu.Lock()
-		if names != t.syms.mods && !t.closed {
+		if !t.closed && (names != t.syms.mods || t.probedReloaded()) {
 			if err := t.syms.reload(); err != nil {
 				t.warn("reading the kernel's symbols again: " + err.Error())
 			} else {
@@ -436,8 +677,27 @@ func (t *Target) poll() {
 	}
 }
 
+// probedReloaded reports whether a kernel module with probes in was
+// unloaded and loaded again since the last look (rmmod and modprobe
+// within one poll: the module list reads the same, and the kernel has
+// dropped the probes, its kprobes "gone").
+func (t *Target) probedReloaded() bool {
+	for _, m := range t.modules {
+		if m.kmod == "" {
+			continue
+		}
+		for _, s := range m.srcs {
+			if s.prog != nil && t.syms.reloadedSince(m.kmod) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // modulesChanged places the sources of modules now loaded and unplaces
-// those of modules gone.
+// those of modules gone; those of a module loaded again are placed
+// again (at its new address).
 func (t *Target) modulesChanged() {
 	for _, m := range t.modules {
 		if m.kmod == "" {
@@ -445,6 +705,11 @@ func (t *Target) modulesChanged() {
 		}
 		in := t.syms.loaded(m.kmod)
 		for _, s := range m.srcs {
+			if in && s.prog != nil && t.syms.reloaded[normMod(m.kmod)] {
+				t.unplace(s)
+				t.place(s)
+				continue
+			}
 			switch {
 			case in && s.prog == nil && pendingAll(s):
 				t.place(s)

@@ -113,6 +113,7 @@ func Start(o Options) (*Target, error) {
 	}
 	t := &Target{opts: o, ended: make(chan struct{}), stop: make(chan struct{})}
 	t.mech = probeMechanisms()
+	t.removeStale()
 	var err error
 	if t.gv, err = bpf.NewGV(); err != nil {
 		return nil, fmt.Errorf("kernel target: the gv map: %w", err)
