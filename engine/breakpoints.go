@@ -210,6 +210,7 @@ func (e *Engine) forked(child, parent int) {
 		}
 		sp.jump = cj
 	}
+	e.watchForked(child, parent)
 }
 
 // prepareSlot gives a breakpoint its out-of-line slot and writes the

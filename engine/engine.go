@@ -101,6 +101,7 @@ type Engine struct {
 	gvLock  sync.Locker
 	gvShm   *shm.Mem
 	js      *jumpShared
+	watch   watchBooks // the debug registers of watch probes (watch.go)
 	// commitMu orders the Sink's calls from the loop and from the
 	// drain of the jump pads' rings
 	commitMu sync.Mutex
@@ -338,6 +339,9 @@ func (e *Engine) handle(ev Event) {
 	switch ev.Kind {
 	case EvTrap:
 		th := e.thread(ev.Tid, ev.Space)
+		if e.watchTrap(th) {
+			return
+		}
 		if th.step != nil {
 			e.stepDone(th)
 			return
@@ -364,6 +368,7 @@ func (e *Engine) handle(ev Event) {
 	case EvNewThread:
 		e.thread(ev.Tid, ev.Space)
 		e.jumpThread(ev.Tid, ev.Space)
+		e.watchThread(ev.Tid, ev.Space)
 		e.resume(ev.Tid, 0)
 	case EvNewSpace:
 		e.forked(ev.Space, ev.Parent)
@@ -660,6 +665,9 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 			errs = append(errs, err)
 		}
 		if err := e.takeOutAll(sp); err != nil {
+			errs = append(errs, err)
+		}
+		if err := e.takeOutWatches(sp); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -196,16 +196,20 @@ func (e *Engine) trap(th *thread) {
 
 // runDisplaced executes the instruction the int3 replaced, then commits.
 func (e *Engine) runDisplaced(th *thread, bp *breakpoint, recs []Record, keep []bool) {
-	m := mem{e, th.space}
+	var m x86.Mem = mem{e, th.space}
+	wm := e.watchMem(th, m) // what it touched, for watch probes
+	if wm != nil {
+		m = wm
+	}
 	switch bp.insn.Class {
 	case x86.Emulate:
 		if x86.EmulateInsn(&bp.insn, &th.regs, m) {
-			e.finish(th, recs)
+			e.finish(th, e.watchEmulated(th, wm, recs))
 			return
 		}
 	case x86.Branch:
 		if x86.EmulateBranch(&bp.insn, &th.regs, m) {
-			e.finish(th, recs)
+			e.finish(th, e.watchEmulated(th, wm, recs))
 			return
 		}
 	case x86.Boost:
@@ -385,6 +389,9 @@ func (e *Engine) stepInPlace(th *thread, bp *breakpoint, recs []Record) {
 		if ev.Tid == th.tid && (ev.Kind == EvTrap || ev.Kind == EvSignal || ev.Kind == EvKick) {
 			if sp := e.spaces[th.space]; sp != nil {
 				e.lower(sp, bp)
+			}
+			if ev.Kind == EvTrap {
+				recs = e.watchStepped(th, recs)
 			}
 			sig := 0
 			if ev.Kind == EvSignal {

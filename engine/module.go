@@ -145,12 +145,14 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 				p.state, p.reason = StateRefused, why
 			}
 		}
+		e.watchInsert(added)
 		for _, id := range e.sortedSpaces() {
 			sp := e.spaces[id]
 			if !sp.detached {
 				e.placeModule(sp, src, added)
 			}
 		}
+		e.watchSettle(src, added)
 	}
 	var out []ProbeInfo
 	for _, p := range added {
@@ -163,26 +165,23 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 // Xen) refuse a probe for its kind: they plant breakpoints at
 // instructions, and a tracepoint is the kernel's own hook (the kernel
 // target, package bpf, attaches to it); return probes need the return
-// address of every call taken over, and watch probes the debug
-// registers, which they do not do yet.
+// address of every call taken over, which they do not do yet. Watch
+// probes take debug registers (watch.go).
 const (
 	reasonTracepoint = "tracepoint probes run on --target kernel only"
 	reasonRetprobe   = "return probes are not supported on this target yet"
-	reasonWatch      = "watch probes are not supported on this target yet"
 )
 
 // kindRefused says why the engine cannot place a probe of d's kind, or
-// "" for an offset probe.
+// "" for an offset or watch probe.
 func kindRefused(d *rpn.Probe) string {
 	switch d.Kind {
-	case rpn.ProbeOffset:
+	case rpn.ProbeOffset, rpn.ProbeWatch:
 		return ""
 	case rpn.ProbeTracepoint:
 		return reasonTracepoint
 	case rpn.ProbeRetprobe:
 		return reasonRetprobe
-	case rpn.ProbeWatch:
-		return reasonWatch
 	}
 	return fmt.Sprintf("probe kind %d is not known to this gprobes", d.Kind)
 }
@@ -255,7 +254,11 @@ func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
 		return
 	}
 	for _, p := range probes {
-		if p.state != StateRemoved {
+		switch {
+		case p.state == StateRemoved:
+		case isWatch(p):
+			e.placeWatch(sp, inst, p)
+		default:
 			e.placeProbe(sp, inst, p)
 		}
 	}
@@ -636,6 +639,7 @@ func (e *Engine) removeProbes(m *Module, minors []uint16) (int, error) {
 		}
 		p.in = map[int]uint64{}
 		p.state = StateRemoved
+		e.watchRemoved(p)
 	}
 	m.probes = keep
 	return n, errors.Join(errs...)
@@ -646,6 +650,9 @@ func (e *Engine) removeProbes(m *Module, minors []uint16) (int, error) {
 func (e *Engine) unplace(sp *space, addr uint64, p *probe) error {
 	if sp == nil {
 		return nil
+	}
+	if isWatch(p) {
+		return e.unplaceWatch(sp, p)
 	}
 	if sp.jump != nil && sp.jump.sites[addr] != nil {
 		return e.unplaceJump(sp, addr, p)
@@ -670,6 +677,7 @@ func (e *Engine) unplace(sp *space, addr uint64, p *probe) error {
 // breakpoints are gone; the probes go in again where their files appear.
 func (e *Engine) execed(id int) {
 	old := e.spaces[id]
+	e.watchGone(id)
 	if old != nil {
 		e.dropJump(old, true)
 		for _, bp := range old.bps {
@@ -722,6 +730,7 @@ func (e *Engine) spaceExit(id int, how string) {
 			delete(p.in, id)
 		}
 	}
+	e.watchGone(id)
 	e.dropJump(sp, false)
 	delete(e.spaces, id)
 	if len(e.spaces) == 0 {
@@ -799,6 +808,7 @@ func (e *Engine) unmapped(sp *space) {
 			continue // cannot tell: leave it
 		}
 		delete(sp.inst, src)
+		e.watchUnmapped(sp, src)
 		if sp.jump != nil {
 			for addr, site := range sp.jump.sites {
 				if inst.ld.Exec != nil && !inst.ld.Exec(addr) {

@@ -56,6 +56,16 @@ type journal struct {
 	Owner      int         `json:"owner"`       // the tracer's process
 	OwnerStart uint64      `json:"owner_start"` // its start time
 	Bytes      []savedByte `json:"bytes"`
+	// Watch are the debug registers set in the process's threads
+	// (watch probes): the recovery turns them off in every thread
+	Watch []savedWatch `json:"watch,omitempty"`
+}
+
+type savedWatch struct {
+	Slot int    `json:"slot"`
+	Addr uint64 `json:"addr"`
+	Len  int    `json:"len"`
+	Mode string `json:"mode"`
 }
 
 type savedByte struct {
@@ -133,7 +143,36 @@ func (tg *Target) journalRemove(pid int, addr uint64) error {
 		return nil
 	}
 	delete(pj.bytes, addr)
-	if len(pj.bytes) == 0 {
+	if len(pj.bytes) == 0 && len(pj.j.Watch) == 0 {
+		tg.journalDrop(pid)
+		return nil
+	}
+	return pj.write()
+}
+
+// journalWatches records the debug registers of a process as they are
+// about to be (watch_linux.go): the journal stays while one is set.
+func (tg *Target) journalWatches(pid int) error {
+	if tg.journalDir == "" {
+		return nil
+	}
+	var ws []savedWatch
+	if pw := tg.watches[pid]; pw != nil {
+		for i, w := range pw.slots {
+			if w != nil {
+				ws = append(ws, savedWatch{Slot: i, Addr: w.Addr, Len: w.Len, Mode: w.Mode.String()})
+			}
+		}
+	}
+	pj := tg.journals[pid]
+	if pj == nil && len(ws) == 0 {
+		return nil
+	}
+	if pj == nil {
+		pj = tg.journalOf(pid)
+	}
+	pj.j.Watch = ws
+	if len(ws) == 0 && len(pj.bytes) == 0 {
 		tg.journalDrop(pid)
 		return nil
 	}
@@ -330,9 +369,20 @@ func recoverProcess(j *journal) (string, error) {
 			errs = append(errs, err)
 		}
 	}
+	cleared := 0
+	if len(j.Watch) > 0 {
+		n, err := recoverWatches(j.Pid)
+		cleared = n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	msg := fmt.Sprintf("put back after gprobes %d died with probes in: %d of %d int3 bytes restored", j.Owner, restored, len(j.Bytes)-len(pending))
 	if len(pending) > 0 {
 		msg += fmt.Sprintf(", %d of %d jumps to pads", jumps, len(pending))
+	}
+	if len(j.Watch) > 0 {
+		msg += fmt.Sprintf(", %d watch debug registers turned off in %d threads", len(j.Watch), cleared)
 	}
 	if other > 0 {
 		msg += fmt.Sprintf(" (%d restored already or no longer that file's code)", other)

@@ -22,6 +22,42 @@ import (
 // pads keep running the probes: records are counted lost once the ring
 // is full, and the process runs on (docs/engine.md).
 func restoreJumps(pid int, maps []Mapping, jumps []savedByte) (int, error) {
+	n := 0
+	err := withThreadsStopped(pid, "put the jumps back", func([]int) error {
+		var err error
+		n, err = writeBackJumps(pid, maps, jumps)
+		return err
+	})
+	return n, err
+}
+
+// recoverWatches turns off the debug registers (watch probes) a dead
+// gprobes left in every thread of a process: PTRACE_POKEUSER needs the
+// threads stopped under a tracer, so they are seized as for the jumps.
+// It returns how many threads it cleared.
+func recoverWatches(pid int) (int, error) {
+	n := 0
+	err := withThreadsStopped(pid, "turn its debug registers off", func(tids []int) error {
+		var errs []error
+		for _, tid := range tids {
+			if err := clearDebugRegs(tid); err != nil {
+				if !errors.Is(err, unix.ESRCH) {
+					errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
+				}
+				continue
+			}
+			n++
+		}
+		return errors.Join(errs...)
+	})
+	return n, err
+}
+
+// withThreadsStopped seizes and interrupts every thread of a process (once
+// the dead tracer's attachment is gone: the kernel detaches its tracees as
+// it exits), runs f with them stopped, and lets them go. why says what
+// for, in errors.
+func withThreadsStopped(pid int, why string, f func(tids []int) error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	deadline := time.Now().Add(2 * time.Second)
@@ -34,7 +70,7 @@ func restoreJumps(pid int, maps []Mapping, jumps []savedByte) (int, error) {
 	for {
 		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
-			return 0, err
+			return err
 		}
 		more := false
 		for _, ent := range ents {
@@ -52,24 +88,34 @@ func restoreJumps(pid int, maps []Mapping, jumps []savedByte) (int, error) {
 				if errors.Is(err, unix.ESRCH) {
 					continue
 				}
-				return 0, fmt.Errorf("stop thread %d to put the jumps back: %w", tid, err)
+				return fmt.Errorf("stop thread %d to %s: %w", tid, why, err)
 			}
 			seized[tid] = true
 			if err := unix.PtraceInterrupt(tid); err != nil {
-				return 0, err
+				return err
 			}
 			var ws unix.WaitStatus
 			if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil {
-				return 0, err
+				return err
 			}
 		}
 		if !more {
 			break
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("the threads of %d could not all be stopped", pid)
+			return fmt.Errorf("the threads of %d could not all be stopped to %s", pid, why)
 		}
 	}
+	tids := make([]int, 0, len(seized))
+	for tid := range seized {
+		tids = append(tids, tid)
+	}
+	return f(tids)
+}
+
+// writeBackJumps writes the original code over the jumps, every thread
+// stopped.
+func writeBackJumps(pid int, maps []Mapping, jumps []savedByte) (int, error) {
 	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_RDWR, 0)
 	if err != nil {
 		return 0, err

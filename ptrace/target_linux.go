@@ -28,6 +28,8 @@ type Target struct {
 	// the journals of the processes with int3 bytes in (journal_linux.go)
 	journals   map[int]*procJournal
 	journalDir string
+	// the watches of each process, by debug register (watch_linux.go)
+	watches map[int]*procWatches
 }
 
 var (
@@ -211,6 +213,7 @@ func (tg *Target) convert(ev Event) engine.Event {
 		out.Kind = engine.EvExec
 		delete(tg.raw, ev.Tid)
 		tg.journalDrop(ev.Pid) // a new image: none of our bytes
+		tg.watchDrop(ev.Pid)   // nor debug registers (the kernel cleared them)
 	case EventThreadExit:
 		out.Kind = engine.EvThreadExit
 		tg.forget(ev.Tid)
@@ -218,6 +221,7 @@ func (tg *Target) convert(ev Event) engine.Event {
 		out.Kind = engine.EvSpaceExit
 		tg.forget(ev.Tid)
 		tg.journalDrop(ev.Pid)
+		tg.watchDrop(ev.Pid)
 		switch {
 		case ev.Status.Exited():
 			out.Exit = fmt.Sprintf("exited %d", ev.Status.ExitStatus())

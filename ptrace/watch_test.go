@@ -1,0 +1,310 @@
+//go:build linux
+
+package ptrace_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/ptrace"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Watch probes on real processes: testdata/watch/watch.c writes and reads
+// its globals an exact number of times from threads started before and
+// after the probes go in.
+
+func watchFixture(t *testing.T) string {
+	t.Helper()
+	return testkit.CC(t, "watch", "-O1", "-g", "-pthread", "../testdata/watch/watch.c")
+}
+
+// watchSpec is one watch probe: its address expression, length, mode,
+// and the local variable its program counts hits in.
+type watchSpec struct {
+	expr  string
+	len   uint8
+	mode  rpn.WatchMode
+	lv    int
+	prog  string // program instead of "inc lv,N"
+	minor int    // 0: its place in the module, from 1
+}
+
+// watchModule builds a module of watch probes on path.
+func watchModule(t *testing.T, path string, ws ...watchSpec) *rpn.Module {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "name = PROGRAM\nmodtype = user\nvars = 8\n")
+	for i, w := range ws {
+		minor := w.minor
+		if minor == 0 {
+			minor = i + 1
+		}
+		mode := "w"
+		if w.mode == rpn.WatchReadWrite {
+			mode = "rw"
+		}
+		fmt.Fprintf(&b, "watch = %s,%d,%s\nminor = %d\n", w.expr, w.len, mode, minor)
+		if w.prog != "" {
+			b.WriteString(w.prog)
+		} else {
+			fmt.Fprintf(&b, "inc lv,%d\nexit 0\n", w.lv)
+		}
+	}
+	return compileFor(t, path, b.String())
+}
+
+// watchRun starts the fixture held at exec (argv after the program).
+func watchRun(t *testing.T, route string, args ...string) *run {
+	t.Helper()
+	return startWith(t, startConfig{path: watchFixture(t), route: route}, args...)
+}
+
+func (r *run) release() {
+	r.t.Helper()
+	if err := r.eng.Release(); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *run) lv(name string) []uint64 {
+	r.t.Helper()
+	lv, _, err := r.eng.Vars(name, false)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return lv
+}
+
+func (r *run) queryProbes() map[uint16]engine.ProbeInfo {
+	out := map[uint16]engine.ProbeInfo{}
+	for _, p := range r.eng.Query() {
+		out[p.Minor] = p
+	}
+	return out
+}
+
+// Exact counts: w counts the writes, rw the writes and the reads, from 2
+// threads running when the probes go in and 2 started after; the record
+// of a hit has rip on the instruction after the store.
+func TestWatchCounts(t *testing.T) {
+	const W, R = 3000, 2000
+	r := watchRun(t, engine.RouteAuto, fmt.Sprint(W), fmt.Sprint(R), "2", "2")
+	r.release()
+	if l := r.line(); !strings.HasPrefix(l, "ready ") {
+		t.Fatalf("fixture: %q", l)
+	}
+	fix := watchFixture(t)
+	infos := r.insert(watchModule(t, fix,
+		watchSpec{expr: "counter", len: 8, mode: rpn.WatchWrite, lv: 0},
+		watchSpec{expr: "counter", len: 8, mode: rpn.WatchReadWrite, lv: 1},
+		watchSpec{expr: "v+4", len: 4, mode: rpn.WatchWrite, prog: "inc lv,2\npush r,rip\npush mrf,1\nlog 1\nexit 1\n"},
+	))
+	for _, p := range infos {
+		if p.State != engine.StateActive || !strings.HasPrefix(p.How, "watch DR") {
+			t.Fatalf("probe %d %s: %s %s (%s)", p.Minor, p.Location, p.State, p.Reason, p.How)
+		}
+	}
+	fmt.Fprintln(r.stdin, "go")
+	lines := r.finish()
+	if len(lines) != 1 || lines[0] != fmt.Sprintf("done threads 4 writes %d reads %d", 4*W, 4*R) {
+		t.Fatalf("fixture output %q", lines)
+	}
+	lv := r.lv(fix)
+	if lv[0] != 4*W || lv[1] != 4*(W+R) || lv[2] != 4*(W+1) {
+		t.Errorf("hits: w %d (want %d), rw %d (want %d), v[1] %d (want %d)", lv[0], 4*W, lv[1], 4*(W+R), lv[2], 4*(W+1))
+	}
+	q := r.queryProbes()
+	for minor, want := range map[uint16]uint64{1: 4 * W, 2: 4 * (W + R), 3: 4 * (W + 1)} {
+		if q[minor].Hits != want {
+			t.Errorf("query: minor %d has %d hits, want %d", minor, q[minor].Hits, want)
+		}
+	}
+	// push r,rip: the instruction after the store, whose first byte the
+	// record holds; never the store's own address
+	recs := r.records(3)
+	if len(recs) != 4*(W+1) {
+		t.Fatalf("%d records of v[1]'s watch, want %d", len(recs), 4*(W+1))
+	}
+	if recs[0].Address == 0 || recs[0].Location != "v+4" {
+		t.Errorf("record: %+v", recs[0])
+	}
+}
+
+// The fifth watch is refused, naming the four in use, and the four work;
+// an unaligned one is refused; removing one gives its register back.
+func TestWatchFifthRefused(t *testing.T) {
+	const W = 500
+	r := watchRun(t, engine.RouteAuto, fmt.Sprint(W), "0", "1", "1")
+	fix := watchFixture(t)
+	infos, err := r.eng.Insert(watchModule(t, fix,
+		watchSpec{expr: "v", len: 4, lv: 0},
+		watchSpec{expr: "v+4", len: 4, lv: 1},
+		watchSpec{expr: "counter+1", len: 4, lv: 7},
+		watchSpec{expr: "v+8", len: 4, lv: 2},
+		watchSpec{expr: "v+12", len: 4, lv: 3},
+		watchSpec{expr: "v+16", len: 4, lv: 4},
+	), engine.InsertNew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range infos {
+		t.Logf("minor %d %s: %s %s %s", p.Minor, p.Location, p.State, p.How, p.Reason)
+	}
+	if p := infos[2]; p.State != engine.StateRefused || !strings.Contains(p.Reason, "not a multiple of its length 4") {
+		t.Errorf("unaligned watch: %s %q", p.State, p.Reason)
+	}
+	fifth := infos[5]
+	if fifth.State != engine.StateRefused || !strings.Contains(fifth.Reason, "no debug register left") {
+		t.Fatalf("fifth watch: %s %q", fifth.State, fifth.Reason)
+	}
+	// the unaligned one gave its register back (to v+12)
+	for _, want := range []string{"DR0 watch = v (", "DR1 watch = v+4 (", "DR2 watch = v+12 (", "DR3 watch = v+8 ("} {
+		if !strings.Contains(fifth.Reason, want) {
+			t.Errorf("the fifth's refusal does not name %q: %s", want, fifth.Reason)
+		}
+	}
+	r.release()
+	r.line()
+	fmt.Fprintln(r.stdin, "go")
+	r.finish()
+	lv := r.lv(fix)
+	for k := 0; k < 4; k++ {
+		if lv[k] != uint64(2*(W+k)) {
+			t.Errorf("v[%d]: %d hits, want %d", k, lv[k], 2*(W+k))
+		}
+	}
+	if lv[4] != 0 || lv[7] != 0 {
+		t.Errorf("refused watches counted %d and %d", lv[4], lv[7])
+	}
+}
+
+// Removing a watch gives its register back: the next one takes it; the
+// process runs on with no watch left and no SIGTRAP.
+func TestWatchRemoveReuse(t *testing.T) {
+	const W = 400
+	r := watchRun(t, engine.RouteAuto, fmt.Sprint(W), "0", "1", "1")
+	fix := watchFixture(t)
+	var specs []watchSpec
+	for k := 0; k < 4; k++ {
+		specs = append(specs, watchSpec{expr: fmt.Sprintf("v+%d", 4*k), len: 4, lv: k})
+	}
+	r.insert(watchModule(t, fix, specs...))
+	if n, err := r.eng.Remove(fix, []uint16{2}); err != nil || n != 1 {
+		t.Fatalf("remove minor 2: %d %v", n, err)
+	}
+	infos, err := r.eng.Insert(watchModule(t, fix, watchSpec{expr: "counter", len: 8, lv: 1, minor: 5}), engine.InsertMerge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if infos[0].State != engine.StateActive || infos[0].How != "watch DR1" {
+		t.Fatalf("the watch after a removal: %s %q %s", infos[0].State, infos[0].How, infos[0].Reason)
+	}
+	r.release()
+	r.line()
+	fmt.Fprintln(r.stdin, "go")
+	r.finish()
+	// lv 1: the merged watch on counter, in v[1]'s register
+	lv := r.lv(fix)
+	if lv[0] != 2*W || lv[1] != 2*W || lv[2] != 2*(W+2) || lv[3] != 2*(W+3) {
+		t.Errorf("hits %v, want [%d %d %d %d]", lv[:4], 2*W, 2*W, 2*(W+2), 2*(W+3))
+	}
+}
+
+// A fork child gets the watch (the kernel gives its thread no debug
+// register: the engine does); an exec'd image gets it again.
+func TestWatchForkExec(t *testing.T) {
+	const W = 300
+	t.Run("fork", func(t *testing.T) {
+		r := watchRun(t, engine.RouteAuto, fmt.Sprint(W), "0", "0", "1", "fork")
+		fix := watchFixture(t)
+		r.insert(watchModule(t, fix, watchSpec{expr: "counter", len: 8, prog: "inc lv,0\npush pid\nlog 1\nexit 1\n"}))
+		r.release()
+		r.line()
+		fmt.Fprintln(r.stdin, "go")
+		lines := r.finish()
+		if len(lines) != 2 || !strings.HasPrefix(lines[1], fmt.Sprintf("child writes %d status 0", W)) {
+			t.Fatalf("fixture: %q", lines)
+		}
+		if lv := r.lv(fix); lv[0] != 2*W {
+			t.Errorf("%d hits, want %d (parent and child)", lv[0], 2*W)
+		}
+		pids := map[int]int{}
+		for _, rec := range r.records(1) {
+			pids[rec.Pid]++
+		}
+		if len(pids) != 2 {
+			t.Errorf("records by pid: %v", pids)
+		}
+	})
+	t.Run("exec", func(t *testing.T) {
+		r := watchRun(t, engine.RouteAuto, fmt.Sprint(W), "0", "0", "1", "exec")
+		fix := watchFixture(t)
+		r.insert(watchModule(t, fix, watchSpec{expr: "counter", len: 8, lv: 0}))
+		r.release()
+		r.line()
+		fmt.Fprintln(r.stdin, "go")
+		r.line() // done
+		r.line() // ready, in the new image
+		fmt.Fprintln(r.stdin, "go")
+		r.finish()
+		if lv := r.lv(fix); lv[0] != 2*W {
+			t.Errorf("%d hits, want %d (both images)", lv[0], 2*W)
+		}
+	})
+}
+
+// Detach turns the debug registers off: the process, attached and let go
+// with its watch in, runs on and exits 0 (a register left on would kill
+// it with SIGTRAP at the next write).
+func TestWatchDetach(t *testing.T) {
+	fix := watchFixture(t)
+	cmd := exec.Command(fix, "200000", "0", "2", "2")
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	buf := make([]byte, 64)
+	n, _ := out.Read(buf)
+	if !strings.HasPrefix(string(buf[:n]), "ready") {
+		t.Fatalf("fixture: %q", buf[:n])
+	}
+	eng, err := engine.Start(ptrace.Attach(cmd.Process.Pid), engine.Options{Warn: func(m string) { t.Log("engine:", m) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := eng.Insert(watchModule(t, fix, watchSpec{expr: "counter", len: 8, lv: 0}), engine.InsertNew)
+	if err != nil || infos[0].State != engine.StateActive {
+		t.Fatalf("%v %+v", err, infos)
+	}
+	eng.Release()
+	fmt.Fprintln(in, "go")
+	time.Sleep(20 * time.Millisecond)
+	f, err := eng.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := f.Vars[0].LV[0]
+	st := cmd.Wait()
+	var ws syscall.WaitStatus
+	if cmd.ProcessState != nil {
+		ws = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	}
+	if st != nil {
+		t.Fatalf("the fixture after detach: %v (%v)", st, ws)
+	}
+	if hits == 0 || hits >= 4*200000 {
+		t.Errorf("%d hits before the detach", hits)
+	}
+	t.Logf("%d hits before the detach", hits)
+}
