@@ -10,7 +10,8 @@ import (
 )
 
 // Decode parses a PPDF of version MinVersion to Version (a version 2 file
-// holds offset probes and no fields, and decodes as such). It checks, in
+// holds offset probes and no fields, a version 3 file no watch probes and
+// no disabled ones, and each decodes as such). It checks, in
 // this order, the magic, the version, the file length, the checksum, then
 // every section: lengths and counts
 // against the bytes left, flags, and finally what validate checks (header
@@ -177,6 +178,7 @@ var dpdfKeywords = []string{
 	"offset", "opcode", "minor", "pass count", "passcount", "pass_count",
 	"max hits", "maxhits", "max_hits", "logonfault",
 	"retprobe", "tracepoint", "maxactive", "max active", "max_active",
+	"watch", "enabled",
 }
 
 // reader reads fixed-width fields from b. The first failure is kept in err
@@ -365,10 +367,13 @@ func (r *reader) files() []string {
 }
 
 func (r *reader) probes() []rpn.Probe {
-	v2 := r.version == 2
+	v2, v3 := r.version == 2, r.version == 3
 	size := uint64(probeSize)
-	if v2 {
+	switch {
+	case v2:
 		size = probeSizeV2
+	case v3:
+		size = probeSizeV3
 	}
 	n := r.count(uint64(r.u32("probe count")), "probe", size)
 	if n == 0 {
@@ -381,6 +386,9 @@ func (r *reader) probes() []rpn.Probe {
 		p := &probes[i]
 		if !v2 {
 			p.Kind = rpn.ProbeKind(r.u8("kind"))
+			if v3 && p.Kind > rpn.ProbeTracepoint && r.err == nil {
+				r.err = invalidf("probe %d: kind %d is not offset (0), retprobe (1) or tracepoint (2)", i, p.Kind)
+			}
 		}
 		p.Loc.Text = r.str("location text")
 		p.Loc.Kind = rpn.LocKind(r.u8("location kind"))
@@ -398,10 +406,15 @@ func (r *reader) probes() []rpn.Probe {
 		default:
 			r.err = invalidf("probe %d: %s", i, locKindMsg(p.Loc.Kind))
 		}
-		f := r.flags("flags", probeResolved|probeHasOpcode|probeLogOnFault)
+		known := uint8(probeResolved | probeHasOpcode | probeLogOnFault | probeDisabled)
+		if v2 || v3 {
+			known &^= probeDisabled
+		}
+		f := r.flags("flags", known)
 		p.Loc.Resolved = f&probeResolved != 0
 		p.HasOpcode = f&probeHasOpcode != 0
 		p.LogOnFault = f&probeLogOnFault != 0
+		p.Disabled = f&probeDisabled != 0
 		p.Loc.Addr = r.u64("address")
 		p.Opcode = r.u8("opcode")
 		p.Minor = r.u16("minor")
@@ -409,6 +422,10 @@ func (r *reader) probes() []rpn.Probe {
 		p.MaxHits = r.u64("max hits")
 		if !v2 {
 			p.MaxActive = r.u32("maxactive")
+		}
+		if !v2 && !v3 {
+			p.WatchLen = r.u8("watch length")
+			p.WatchMode = rpn.WatchMode(r.u8("watch mode"))
 		}
 		p.Entry = r.u32("entry")
 		p.End = r.u32("end")

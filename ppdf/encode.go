@@ -1,10 +1,11 @@
 package ppdf
 
-// The PPDF file format, version 3. docs/ppdf.md is the same specification
+// The PPDF file format, version 4. docs/ppdf.md is the same specification
 // for users and third-party tools, with a hex dump of a small file. Decode
-// also reads version 2 (MinVersion), whose differences are marked "v3"
-// below: it has no probe kind, no maxactive and no fields section, and its
-// location kinds stop at 2.
+// also reads versions 2 (MinVersion) and 3, whose differences are marked
+// "v3" and "v4" below: version 3 has no watch probe kind, no disabled flag
+// and no watch length and mode; version 2 also has no probe kind, no
+// maxactive and no fields section, and its location kinds stop at 2.
 //
 // All integers are little-endian and fixed width: u8, u16, u32, u64. A str
 // is a u32 byte count followed by that many bytes (no terminator, no
@@ -28,7 +29,7 @@ package ppdf
 // exactly once, in this order, even when empty, and each payload is
 // consumed exactly. After them come optional sections, tags 0x80..0xfe in
 // ascending order: a reader skips one it does not know, so adding an
-// optional section does not change Version. Version 3 defines none. Tags
+// optional section does not change Version. Version 4 defines none. Tags
 // 0x09..0x7f, 0x00 and 0xff are reserved.
 //
 //	0x01 header
@@ -48,8 +49,8 @@ package ppdf
 //	     str  name, count times          Files[0] is the DPDF itself
 //	0x04 probes
 //	     u32  count
-//	     count times, 56 bytes (51 in version 2) + the text + the location's data:
-//	       u8   probe kind               v3: 0 offset, 1 retprobe, 2 tracepoint
+//	     count times, 58 bytes (56 in version 3, 51 in version 2) + the text + the location's data:
+//	       u8   probe kind               v3: 0 offset, 1 retprobe, 2 tracepoint; v4: 3 watch
 //	       str  location text            as written: "do_fork+0x1c", "fs/open.c:1234", "sched:sched_switch"
 //	       u8   location kind            0 symbolic, 1 line, 2 absolute, 3 tracepoint (v3)
 //	       ...  the location's data, by kind:
@@ -58,13 +59,16 @@ package ppdf
 //	                            u32 line from 1
 //	              2 absolute:   nothing  the address is the address below
 //	              3 tracepoint: nothing  the text is the data: SUBSYS:EVENT
-//	       u8   flags                    bit 0 resolved, bit 1 has opcode, bit 2 logonfault
+//	       u8   flags                    bit 0 resolved, bit 1 has opcode, bit 2 logonfault,
+//	                                     bit 3 disabled (v4: enabled = no)
 //	       u64  resolved address         link-time address; kept even when not resolved
 //	       u8   expected opcode          kept even without the has-opcode flag
 //	       u16  minor
 //	       u64  pass count
 //	       u64  max hits                 0 = unlimited
 //	       u32  maxactive                v3: a retprobe's, 0..4096; 0 = the default (64)
+//	       u8   watch length             v4: a watch probe's, 1, 2, 4 or 8; 0 for the other kinds
+//	       u8   watch mode               v4: a watch probe's, 1 w, 3 rw; 0 for the other kinds
 //	       u32  entry                    byte offset of the program in the code
 //	       u32  end                      byte offset just past it; entry <= end <= len(code)
 //	       u16  pos file                 source position of the offset line
@@ -119,7 +123,7 @@ package ppdf
 // Canonical form: Encode writes the only encoding of a Module, so equal
 // Modules give equal bytes and Decode(b) succeeding implies
 // Encode(Decode(b)) == b (when b is of version Version and has no optional
-// sections; a version 2 file is encoded again as version 3). Decode returns
+// sections; a version 2 or 3 file is encoded again as version 4). Decode returns
 // nil, never an empty non-nil slice, for every empty table, for empty Code
 // and for an empty BuildID; Encode treats nil and empty alike.
 
@@ -140,10 +144,13 @@ import (
 // 2: locations and relocations as data (sums of terms, file and line).
 // 3: probe kinds (offset, retprobe, tracepoint), maxactive, the fields
 // section.
-const Version = 3
+// 4: the watch probe kind with its length and mode, the disabled flag
+// (enabled = no); the opcodes enable, disable, push iv and pop iv.
+const Version = 4
 
 // MinVersion is the oldest version Decode reads: a version 2 file holds
-// offset probes only, and no fields, and decodes as such.
+// offset probes only, and no fields, and decodes as such; a version 3
+// file has no watch probes and no disabled ones.
 const MinVersion = 2
 
 // Limits of the format. Encode rejects a Module past them with ErrLimit;
@@ -164,8 +171,9 @@ const (
 	minFileSize  = preambleSize + checksumSize
 
 	headerFixed = 1 + 2 + 4 + 4 + 1 + 2 + 2 + 1 // header payload without the name's bytes, after its u32 length
-	probeSize   = 1 + 4 + 1 + 1 + 8 + 1 + 2 + 8 + 8 + 4 + 4 + 4 + posSize
-	probeSizeV2 = probeSize - 1 - 4 // no probe kind, no maxactive
+	probeSize   = 1 + 4 + 1 + 1 + 8 + 1 + 2 + 8 + 8 + 4 + 1 + 1 + 4 + 4 + posSize
+	probeSizeV3 = probeSize - 1 - 1   // no watch length, no watch mode
+	probeSizeV2 = probeSizeV3 - 1 - 4 // no probe kind, no maxactive
 	posSize     = 2 + 4 + 4
 	lineSize    = 4 + posSize
 	relocSize   = 4 + 1 + 8 + 4 + sumSize
@@ -175,6 +183,7 @@ const (
 	probeResolved   = 1 << 0
 	probeHasOpcode  = 1 << 1
 	probeLogOnFault = 1 << 2
+	probeDisabled   = 1 << 3 // v4
 	relocResolved   = 1 << 0
 )
 
@@ -290,13 +299,15 @@ func encode(m *rpn.Module) ([]byte, error) {
 			e.str(p.Loc.File)
 			e.u32(p.Loc.Line)
 		}
-		e.u8(bit(p.Loc.Resolved, probeResolved) | bit(p.HasOpcode, probeHasOpcode) | bit(p.LogOnFault, probeLogOnFault))
+		e.u8(bit(p.Loc.Resolved, probeResolved) | bit(p.HasOpcode, probeHasOpcode) | bit(p.LogOnFault, probeLogOnFault) | bit(p.Disabled, probeDisabled))
 		e.u64(p.Loc.Addr)
 		e.u8(p.Opcode)
 		e.u16(p.Minor)
 		e.u64(p.PassCount)
 		e.u64(p.MaxHits)
 		e.u32(p.MaxActive)
+		e.u8(p.WatchLen)
+		e.u8(uint8(p.WatchMode))
 		e.u32(p.Entry)
 		e.u32(p.End)
 		e.pos(p.Pos)

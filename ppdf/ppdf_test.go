@@ -66,8 +66,41 @@ func sym(name string) rpn.Sum {
 
 // fullModule sets every field, most of them to extreme values, on i386
 // kernel code with a 20-byte build ID and non-ASCII file names: a probe of
-// every kind and every location kind, and a field table.
+// every kind and every location kind, disabled ones, and a field table.
 func fullModule() *rpn.Module {
+	m := fullModuleV3()
+	m.Probes[1].Disabled = true
+	m.Probes[4].Disabled = true
+	m.Probes = append(m.Probes,
+		rpn.Probe{
+			Kind:      rpn.ProbeWatch,
+			WatchLen:  4,
+			WatchMode: rpn.WatchReadWrite,
+			Disabled:  true,
+			Loc: rpn.Location{Text: "jiffies + offsetof(struct s, f)", Kind: rpn.LocExpr, Addr: 0xc2000004, Resolved: true,
+				Sum: rpn.Sum{Terms: []rpn.Term{{Kind: rpn.TermSymbol, Factor: 1, Name: "jiffies"}, {Kind: rpn.TermOffsetof, Factor: 1, Name: "struct s", Field: "f"}}}},
+			Minor: 5,
+			Entry: 150,
+			End:   200,
+			Pos:   rpn.Pos{File: 0, Line: 30, Col: 1},
+		},
+		rpn.Probe{
+			Kind:      rpn.ProbeWatch,
+			WatchLen:  1,
+			WatchMode: rpn.WatchWrite,
+			Loc:       rpn.Location{Text: "0xc0100001", Kind: rpn.LocAbsolute, Addr: 0xc0100001, Resolved: true},
+			Minor:     math.MaxUint16,
+			Entry:     200,
+			End:       200,
+			Pos:       rpn.Pos{File: 0, Line: 40, Col: 1},
+		},
+	)
+	return m
+}
+
+// fullModuleV3 is fullModule as version 3 knew it: no watch probes, none
+// disabled. testdata/version3-full.ppdf is its encoding by that version.
+func fullModuleV3() *rpn.Module {
 	m := fullModuleV2()
 	m.Probes = append(m.Probes,
 		rpn.Probe{
@@ -404,7 +437,7 @@ func TestModuleShape(t *testing.T) {
 	want := map[reflect.Type]string{
 		reflect.TypeFor[rpn.Module]():    "Header Probes Code Lines Files Relocs BuildID Fields",
 		reflect.TypeFor[rpn.Header]():    "Name ModType Major JmpMax LogMax DfltExit Vars GVars Arch",
-		reflect.TypeFor[rpn.Probe]():     "Kind MaxActive Loc HasOpcode Opcode Minor PassCount MaxHits LogOnFault Entry End Pos",
+		reflect.TypeFor[rpn.Probe]():     "Kind MaxActive WatchLen WatchMode Disabled Loc HasOpcode Opcode Minor PassCount MaxHits LogOnFault Entry End Pos",
 		reflect.TypeFor[rpn.Location]():  "Text Kind Sum File Line Addr Resolved",
 		reflect.TypeFor[rpn.Sum]():       "Terms Addend",
 		reflect.TypeFor[rpn.Term]():      "Kind Factor Name Field",
@@ -521,12 +554,12 @@ func TestNotPPDF(t *testing.T) {
 			"not a PPDF file: its header was changed in transit (CR/LF or 8-bit conversion): copy the file in binary mode"},
 		{"7-bit", append([]byte{0x09}, valid[1:]...), ErrNotPPDF,
 			"not a PPDF file: its header was changed in transit (CR/LF or 8-bit conversion): copy the file in binary mode"},
-		{"newer", withVersion(valid, 4), ErrVersion,
-			"PPDF version 4 is newer than this gprobes reads (2 to 3): upgrade gprobes or rebuild the PPDF"},
+		{"newer", withVersion(valid, 5), ErrVersion,
+			"PPDF version 5 is newer than this gprobes reads (2 to 4): upgrade gprobes or rebuild the PPDF"},
 		{"older", withVersion(valid, 0), ErrVersion,
-			"PPDF version 0 is older than this gprobes reads (2 to 3): rebuild it from its DPDF with gprobes build"},
-		{"newer, short", withVersion(valid, 5)[:len(magic)+2], ErrVersion,
-			"PPDF version 5 is newer than this gprobes reads (2 to 3): upgrade gprobes or rebuild the PPDF"},
+			"PPDF version 0 is older than this gprobes reads (2 to 4): rebuild it from its DPDF with gprobes build"},
+		{"newer, short", withVersion(valid, 6)[:len(magic)+2], ErrVersion,
+			"PPDF version 6 is newer than this gprobes reads (2 to 4): upgrade gprobes or rebuild the PPDF"},
 	} {
 		m, err := Decode(tc.data)
 		if m != nil || !errors.Is(err, tc.is) || err.Error() != tc.msg {
@@ -659,8 +692,16 @@ func TestHostile(t *testing.T) {
 		{"bad modtype", mod(func(m *rpn.Module) { m.ModType = 0xff }), ErrInvalid, "decode header: module type 255 is neither user (0) nor kernel (1)"},
 		{"bad location kind", mod(func(m *rpn.Module) { m.Probes[2].Loc.Kind = 4 }), ErrInvalid,
 			"decode probes: probe 2: location kind 4 is not symbolic (0), line (1), absolute (2) or tracepoint (3)"},
-		{"bad probe kind", mod(func(m *rpn.Module) { m.Probes[1].Kind = 3 }), ErrInvalid,
-			"decode probes: probe 1: kind 3 is not offset (0), retprobe (1) or tracepoint (2)"},
+		{"bad probe kind", mod(func(m *rpn.Module) { m.Probes[1].Kind = 4 }), ErrInvalid,
+			"decode probes: probe 1: kind 4 is not offset (0), retprobe (1), tracepoint (2) or watch (3)"},
+		{"watch length 3", mod(func(m *rpn.Module) { m.Probes[5].WatchLen = 3 }), ErrInvalid,
+			"decode probes: probe 5: watch length 3 is not 1, 2, 4 or 8 (or 0, off a watch probe)"},
+		{"watch length 16", mod(func(m *rpn.Module) { m.Probes[6].WatchLen = 16 }), ErrInvalid,
+			"decode probes: probe 6: watch length 16 is not 1, 2, 4 or 8 (or 0, off a watch probe)"},
+		{"watch mode 2", mod(func(m *rpn.Module) { m.Probes[5].WatchMode = 2 }), ErrInvalid,
+			"decode probes: probe 5: watch mode 2 is not w (1) or rw (3) (or 0, off a watch probe)"},
+		{"watch mode 255", mod(func(m *rpn.Module) { m.Probes[0].WatchMode = 255 }), ErrInvalid,
+			"decode probes: probe 0: watch mode 255 is not w (1) or rw (3) (or 0, off a watch probe)"},
 		{"tracepoint not SUBSYS:EVENT", mod(func(m *rpn.Module) { m.Probes[4].Loc.Text = "../../sched:x" }), ErrInvalid,
 			`decode probes: probe 4: tracepoint location "../../sched:x" is not SUBSYS:EVENT (letters, digits and _)`},
 		{"maxactive 4097", mod(func(m *rpn.Module) { m.Probes[3].MaxActive = 4097 }), ErrInvalid,
@@ -873,7 +914,9 @@ func TestEncodeRejects(t *testing.T) {
 		{"dotted field name", mod(func(m *rpn.Module) { m.Fields[3] = "a.b" }), ErrInvalid,
 			`encode fields: field 3: name "a.b" is not an identifier`},
 		{"probe kind 9", mod(func(m *rpn.Module) { m.Probes[0].Kind = 9 }), ErrInvalid,
-			"encode probes: probe 0: kind 9 is not offset (0), retprobe (1) or tracepoint (2)"},
+			"encode probes: probe 0: kind 9 is not offset (0), retprobe (1), tracepoint (2) or watch (3)"},
+		{"watch length 5", mod(func(m *rpn.Module) { m.Probes[5].WatchLen = 5 }), ErrInvalid,
+			"encode probes: probe 5: watch length 5 is not 1, 2, 4 or 8 (or 0, off a watch probe)"},
 		{"tracepoint with a sum", mod(func(m *rpn.Module) { m.Probes[4].Loc.Sum.Addend = 1 }), ErrInvalid,
 			"encode probes: probe 4: location kind tracepoint with a sum: only a symbolic location has one"},
 		{"file on a tracepoint", mod(func(m *rpn.Module) { m.Probes[4].Loc.File = "a.c" }), ErrInvalid,
@@ -973,11 +1016,11 @@ func TestFiles(t *testing.T) {
 func ExampleDecode() {
 	_, err := Decode([]byte("name = ./a.out\nmodtype = user\n"))
 	fmt.Println(err)
-	_, err = Decode([]byte("\x89PPDF\r\n\x1a\n\x04\x00"))
+	_, err = Decode([]byte("\x89PPDF\r\n\x1a\n\x05\x00"))
 	fmt.Println(err)
 	// Output:
 	// not a PPDF file: looks like a DPDF source file; use gprobes check/build
-	// PPDF version 4 is newer than this gprobes reads (2 to 3): upgrade gprobes or rebuild the PPDF
+	// PPDF version 5 is newer than this gprobes reads (2 to 4): upgrade gprobes or rebuild the PPDF
 }
 
 // TestOldVersionRefused: a PPDF of version 1, which kept locations and
@@ -994,7 +1037,7 @@ func TestOldVersionRefused(t *testing.T) {
 	if m != nil || !errors.Is(err, ErrVersion) || !errors.As(err, &ve) || ve.Got != 1 || ve.Want != Version {
 		t.Fatalf("got %v, %#v", m, err)
 	}
-	const want = "PPDF version 1 is older than this gprobes reads (2 to 3): rebuild it from its DPDF with gprobes build"
+	const want = "PPDF version 1 is older than this gprobes reads (2 to 4): rebuild it from its DPDF with gprobes build"
 	if err.Error() != want {
 		t.Errorf("got %q\nwant %q", err, want)
 	}
@@ -1122,6 +1165,83 @@ func TestVersion2Decodes(t *testing.T) {
 	}
 }
 
+// TestVersion3Decodes: the PPDFs of version 3 (testdata/version3-*.ppdf,
+// written by that gprobes) keep decoding: without watch probes and with
+// every probe enabled. Encoded again, they are version 4 files of the same
+// module; a version 3 file cannot hold a watch probe or the disabled flag.
+func TestVersion3Decodes(t *testing.T) {
+	for _, g := range []struct {
+		file string
+		m    *rpn.Module
+	}{
+		{"version3-tiny.ppdf", tinyModule()},
+		{"version3-full.ppdf", fullModuleV3()},
+	} {
+		path := filepath.Join("testdata", g.file)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := binary.LittleEndian.Uint16(data[len(magic):]); v != 3 {
+			t.Fatalf("%s is version %d", path, v)
+		}
+		m, err := ReadFile(path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if !reflect.DeepEqual(m, canonical(g.m)) {
+			t.Fatalf("%s decodes to another module:\ngot  %+v\nwant %+v", path, summarize(m), summarize(g.m))
+		}
+		for i, p := range m.Probes {
+			if p.Kind == rpn.ProbeWatch || p.WatchLen != 0 || p.WatchMode != 0 || p.Disabled {
+				t.Errorf("%s: probe %d: %+v", path, i, p)
+			}
+		}
+		b := mustEncode(t, m)
+		if v := binary.LittleEndian.Uint16(b[len(magic):]); v != Version {
+			t.Errorf("%s encoded again as version %d", path, v)
+		}
+		if again, err := Decode(b); err != nil || !reflect.DeepEqual(again, m) {
+			t.Errorf("%s as version %d: %v", path, Version, err)
+		}
+		for n := range len(data) {
+			if _, err := Decode(data[:n]); !errors.Is(err, ErrTruncated) {
+				t.Fatalf("%s: the first %d bytes: %v", path, n, err)
+			}
+		}
+	}
+	tiny, _ := os.ReadFile(filepath.Join("testdata", "version3-tiny.ppdf"))
+	if _, err := rpn.Load(mustDecode(t, tiny)); err != nil {
+		t.Errorf("version3-tiny.ppdf does not verify: %v", err)
+	}
+	// probe 0's kind is the byte before its text "main" (length 4), its
+	// flags 40 bytes after the text's length: the text, the location
+	// kind, the sum (addend, count, one term "main")
+	text := bytes.Index(tiny, []byte("\x04\x00\x00\x00main"))
+	c := bytes.Clone(tiny[:len(tiny)-checksumSize])
+	c[text-1] = byte(rpn.ProbeWatch)
+	const want = "decode probes: probe 0: kind 3 is not offset (0), retprobe (1) or tracepoint (2)"
+	if _, err := Decode(seal(c)); !errors.Is(err, ErrInvalid) || err.Error() != want {
+		t.Errorf("a version 3 watch probe: got %v, want %q", err, want)
+	}
+	c = bytes.Clone(tiny[:len(tiny)-checksumSize])
+	if c[text+40] != probeResolved {
+		t.Fatalf("flags at %#x are %#x", text+40, c[text+40])
+	}
+	c[text+40] |= probeDisabled
+	const wantFlags = "decode probes: probe 0: unknown flags bits 0x08"
+	if _, err := Decode(seal(c)); !errors.Is(err, ErrInvalid) || err.Error() != wantFlags {
+		t.Errorf("a version 3 disabled probe: got %v, want %q", err, wantFlags)
+	}
+	// the same flag in a version 4 file is enabled = no
+	v4 := mustEncode(t, tinyModule())
+	c = bytes.Clone(v4[:len(v4)-checksumSize])
+	c[text+40] |= probeDisabled
+	if m := mustDecode(t, seal(c)); !m.Probes[0].Disabled {
+		t.Error("version 4: the disabled flag is not read")
+	}
+}
+
 func mustDecode(t *testing.T, b []byte) *rpn.Module {
 	t.Helper()
 	m, err := Decode(b)
@@ -1162,7 +1282,10 @@ func TestProbeKindsRoundTrip(t *testing.T) {
 	for _, p := range got.Probes {
 		kinds[p.Kind]++
 	}
-	if kinds[rpn.ProbeOffset] != 1 || kinds[rpn.ProbeRetprobe] != 2 || kinds[rpn.ProbeTracepoint] != 3 || got.Probes[1].MaxActive != 128 || len(got.Fields) != 4 {
+	if kinds[rpn.ProbeOffset] != 2 || kinds[rpn.ProbeRetprobe] != 3 || kinds[rpn.ProbeTracepoint] != 3 || kinds[rpn.ProbeWatch] != 3 || got.Probes[1].MaxActive != 128 || len(got.Fields) != 4 {
 		t.Errorf("kinds %v, maxactive %d, fields %q", kinds, got.Probes[1].MaxActive, got.Fields)
+	}
+	if w := got.Probes[8]; w.WatchLen != 8 || w.WatchMode != rpn.WatchWrite || !w.Disabled || w.Loc.Text != "jiffies" {
+		t.Errorf("probe 8: %+v", w)
 	}
 }

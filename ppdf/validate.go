@@ -33,8 +33,12 @@ func validate(m *rpn.Module) (section string, err error) {
 	for i := range m.Probes {
 		p := &m.Probes[i]
 		switch {
-		case p.Kind > rpn.ProbeTracepoint:
-			err = invalidf("probe %d: kind %d is not offset (0), retprobe (1) or tracepoint (2)", i, p.Kind)
+		case p.Kind > rpn.ProbeWatch:
+			err = invalidf("probe %d: kind %d is not offset (0), retprobe (1), tracepoint (2) or watch (3)", i, p.Kind)
+		case p.WatchLen != 0 && p.WatchLen != 1 && p.WatchLen != 2 && p.WatchLen != 4 && p.WatchLen != 8:
+			err = invalidf("probe %d: watch length %d is not 1, 2, 4 or 8 (or 0, off a watch probe)", i, p.WatchLen)
+		case p.WatchMode != 0 && p.WatchMode != rpn.WatchWrite && p.WatchMode != rpn.WatchReadWrite:
+			err = invalidf("probe %d: watch mode %d is not w (1) or rw (3) (or 0, off a watch probe)", i, p.WatchMode)
 		case len(p.Loc.Text) > MaxString:
 			err = limitf("probe %d: location text is %d bytes, at most %d", i, len(p.Loc.Text), MaxString)
 		case p.Loc.Kind > rpn.LocTracepoint:
