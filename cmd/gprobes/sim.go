@@ -21,14 +21,21 @@ prints each hit's outcome, its committed log, the variables and whether the prob
 disabled. Memory given with --mem is readable and writable; every other address faults, as an
 unmapped address would. VALUE and ADDR take decimal or 0x hex. A tracepoint probe's push field
 reads the fields given with --field; a retprobe's program runs as at the function's return
-(give the return value as --reg rax=VALUE).
+(give the return value as --reg rax=VALUE), a watch probe's as after the access (--reg rip is
+the next instruction). Every hit is in one call, whose instance variables (push iv, pop iv)
+start as --iv gives them, 0 otherwise, and are printed after the hits. A probe with
+"enabled = no" runs as if switched on. enable and disable are printed under the hit that ran
+them; the simulator runs one probe, so a switch changes nothing else, except that a disable of
+the probe's own minor leaves its later hits not run ("off").
 
 With --json it prints exactly one JSON object:
   {"hits":[{"outcome":"exit","exit":1,"exception":"","major":1,"minor":2,
             "log":"0a00000000000000","truncated":false}],"lv":["0","3"],"gv":[],"disabled":false}
-outcome is exit, abort, rem, exception or skipped; exception is "", invalid-address,
+outcome is exit, abort, rem, exception, skipped or off; exception is "", invalid-address,
 max-jumps, call-depth, divide-by-zero or invalid-operand; log is the hex of the committed
-bytes, empty when nothing is committed.`,
+bytes, empty when nothing is committed. A hit that ran enable or disable has
+"switches":["enable 3","disable 4"]; "iv":["0",...] (8 words) is there when the probe uses
+instance variables or --iv is given.`,
 		ArgsUsage: "FILE.dpdf|FILE.ppdf",
 		Flags: append(sourceFlags(),
 			&cli.IntFlag{Name: "probe", Value: 0, Usage: "run probe `N` (0-based, in file order)"},
@@ -37,6 +44,7 @@ bytes, empty when nothing is committed.`,
 			&cli.StringSliceFlag{Name: "mem", Usage: "make memory `ADDR=HEXBYTES` exist (readable and writable)"},
 			&cli.StringSliceFlag{Name: "lv", Usage: "set local variable `I=V` before the first hit"},
 			&cli.StringSliceFlag{Name: "gv", Usage: "set global variable `I=V` before the first hit"},
+			&cli.StringSliceFlag{Name: "iv", Usage: "set the call's instance variable `I=V` (I 0..7) before the first hit, for push iv"},
 			&cli.StringSliceFlag{Name: "io", Usage: "make IO port `PORT=VALUE` exist (without any, programs using port IO are refused)"},
 			&cli.StringFlag{Name: "pid", Usage: "value of push pid"},
 			&cli.StringFlag{Name: "tid", Usage: "value of push tid"},
@@ -64,6 +72,9 @@ bytes, empty when nothing is committed.`,
 				return cli.Exit("sim: "+err.Error(), 2)
 			}
 			if opts.GV, err = assignments(c.StringSlice("gv"), "--gv"); err != nil {
+				return cli.Exit("sim: "+err.Error(), 2)
+			}
+			if opts.IV, err = assignments(c.StringSlice("iv"), "--iv"); err != nil {
 				return cli.Exit("sim: "+err.Error(), 2)
 			}
 			if opts.Hits < 1 {
