@@ -5,7 +5,10 @@
 // fault, system values, IO), so the same machine serves gprobes sim, the
 // engine and every target. A tracepoint probe's push field asks the Env
 // for the event's field through the optional FieldEnv interface; an Env
-// without it makes push field an invalid-operand exception.
+// without it makes push field an invalid-operand exception. Likewise enable
+// and disable ask the optional Switcher (without it: invalid-operand), and
+// push iv and pop iv the optional IVEnv for the call's instance variables
+// (without it: eight zero words of the hit's own).
 //
 // The trap: bytecode from anywhere (a PPDF file above all) is untrusted.
 // Only Load turns a Module into a runnable Program, after verifying it; a
