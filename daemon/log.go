@@ -30,6 +30,7 @@ type LogLine struct {
 	Major     uint16    `json:"major"`
 	Minor     uint16    `json:"minor"`
 	Location  string    `json:"location"`
+	Probe     string    `json:"probe,omitempty"` // the probe's kind, when not an offset probe: "retprobe", "watch"
 	Address   string    `json:"address"`
 	Pid       int       `json:"pid"`
 	Tid       int       `json:"tid"`
@@ -47,15 +48,19 @@ type LogLine struct {
 // FromRecord converts an engine record.
 func FromRecord(target string, r *engine.Record) LogLine {
 	return LogLine{Time: r.Time, Kind: r.Kind, Target: target, Module: r.Module, Major: r.Major, Minor: r.Minor,
-		Location: r.Location, Address: "0x" + strconv.FormatUint(r.Address, 16), Pid: r.Pid, Tid: r.Tid, CPU: r.CPU,
+		Location: r.Location, Probe: r.Probe, Address: "0x" + strconv.FormatUint(r.Address, 16), Pid: r.Pid, Tid: r.Tid, CPU: r.CPU,
 		Exit: r.Exit, Data: hex.EncodeToString(r.Data), Truncated: r.Truncated, Exception: r.Exception,
 		PC: r.PC, Line: r.Line, Dump: r.Dump, Debugger: r.Debugger}
 }
 
 // Text formats a record for a person: one line.
 func (l *LogLine) Text() string {
+	loc := l.Location
+	if l.Probe != "" {
+		loc = l.Probe + " " + loc // retprobe write
+	}
 	s := fmt.Sprintf("%s %s %s(%d,%d) %s %s pid %d tid %d", l.Time.Format("15:04:05.000000"), l.Kind, l.Module, l.Major, l.Minor,
-		l.Location, l.Address, l.Pid, l.Tid)
+		loc, l.Address, l.Pid, l.Tid)
 	switch {
 	case l.Exception != "":
 		s += fmt.Sprintf(" exception %s at pc %#x", l.Exception, l.PC)
@@ -624,6 +629,10 @@ func (l *LogLine) AppendJSON(b []byte) []byte {
 	b = strconv.AppendUint(b, uint64(l.Minor), 10)
 	b = append(b, `,"location":`...)
 	b = appendString(b, l.Location)
+	if l.Probe != "" {
+		b = append(b, `,"probe":`...)
+		b = appendString(b, l.Probe)
+	}
 	b = append(b, `,"address":`...)
 	b = appendString(b, l.Address)
 	b = append(b, `,"pid":`...)

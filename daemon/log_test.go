@@ -13,6 +13,7 @@ func sampleLines() []LogLine {
 			Address: "0x7f00", Pid: 1, Tid: 2, CPU: 3, Exit: 1, Data: "00ff", Truncated: true},
 		{Time: t.In(time.FixedZone("x", 3600)), Kind: "exception", Module: "a\"b\\c<d>&\n\t\x01é\u2028", Location: "f",
 			Exception: "invalid-address", PC: 12, Line: "p.dpdf:3", Dump: "/d", Debugger: "gdb -p 1"},
+		{Time: t, Kind: "log", Module: "m", Location: "write", Probe: "retprobe", Address: "0x7f10", Exit: 1},
 		{},
 	}
 }

@@ -45,8 +45,9 @@ type space struct {
 	xol        []*xolArea
 	rendezvous uint64
 	detached   bool
-	noXOL      bool       // the target cannot map out-of-line slots
-	jump       *jumpState // jump pads (jump.go), nil until a probe tries one
+	noXOL      bool        // the target cannot map out-of-line slots
+	jump       *jumpState  // jump pads (jump.go), nil until a probe tries one
+	calls      *spaceCalls // return probes (retprobe.go), nil until one goes in
 }
 
 // breakpoint is a physical breakpoint: one address, its original
@@ -211,6 +212,7 @@ func (e *Engine) forked(child, parent int) {
 		sp.jump = cj
 	}
 	e.watchForked(child, parent)
+	e.callsForked(sp, ps)
 }
 
 // prepareSlot gives a breakpoint its out-of-line slot and writes the

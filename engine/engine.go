@@ -23,6 +23,7 @@ type Record struct {
 	Major     uint16    `json:"major"`
 	Minor     uint16    `json:"minor"`
 	Location  string    `json:"location"`
+	Probe     string    `json:"probe,omitempty"` // the probe's kind, when not an offset probe: "retprobe", "watch"
 	Address   uint64    `json:"address"`
 	Pid       int       `json:"pid"`
 	Tid       int       `json:"tid"`
@@ -392,6 +393,7 @@ func (e *Engine) handle(ev Event) {
 	case EvThreadExit:
 		delete(e.threads, ev.Tid)
 		e.jumpThreadGone(ev.Tid)
+		e.callsThreadGone(ev.Tid)
 	case EvSpaceExit:
 		delete(e.threads, ev.Tid)
 		e.jumpThreadGone(ev.Tid)
@@ -477,6 +479,7 @@ type ProbeInfo struct {
 	Module   string     `json:"module"`
 	Minor    uint16     `json:"minor"`
 	Location string     `json:"location"`
+	Kind     string     `json:"kind,omitempty"` // the probe's kind, when not an offset probe (ProbeKindName)
 	Address  uint64     `json:"address"`
 	State    ProbeState `json:"state"`
 	Reason   string     `json:"reason,omitempty"`
@@ -486,8 +489,12 @@ type ProbeInfo struct {
 	Faults   uint64     `json:"faults"`
 	// Missed are hits whose program did not run: the kernel target's
 	// hits the kernel skipped (another eBPF program was running on the
-	// CPU, kprobes' own misses)
+	// CPU, kprobes' own misses); a return probe's calls beyond maxactive
 	Missed uint64 `json:"missed,omitempty"`
+	// Dropped are a return probe's calls whose return was never seen
+	// (a longjmp or an exception out of the function, a thread that
+	// exited inside it): their records were never made
+	Dropped uint64 `json:"dropped,omitempty"`
 	// Lost is how many records the target could not hand over (a jump
 	// pad's ring was full)
 	Lost   uint64 `json:"lost,omitempty"`

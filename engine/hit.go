@@ -44,6 +44,9 @@ type hitEnv struct {
 	// of guest memory, and the records of the hit name the task too
 	sys     [8]uint64
 	sysHave uint8
+	// the instance variables of the call the running program belongs
+	// to, nil for none (retprobe.go)
+	iv *[rpn.MaxIV]uint64
 }
 
 func (h *hitEnv) Reg(r rpn.Reg, user bool) (uint64, bool) {
@@ -160,15 +163,18 @@ func (e *Engine) trap(th *thread) {
 	th.env.sysHave = 0
 	recs := th.recs[:0]
 	var keep []bool
+	var calls callEntries
 	e.gvLock.Lock()
+	e.callsEnter(th, sp, addr, &calls) // return probes: a call begins here
 	for _, p := range bp.probes {
-		if p.state != StateActive {
+		if p.state != StateActive || p.def().Kind != rpn.ProbeOffset {
 			continue
 		}
 		inst := sp.inst[p.src]
 		if inst == nil {
 			continue
 		}
+		calls.ivOf(&th.env, p)
 		r := th.mach.Run(inst.prog, p.idx, &p.st, p.mod.lv, e.gv, &th.env)
 		rec := e.record(th, p, addr, r)
 		switch {
@@ -181,11 +187,14 @@ func (e *Engine) trap(th *thread) {
 			keep = append(keep, p.def().LogOnFault)
 		}
 	}
+	th.env.iv = nil
+	recs, keep = e.callsReturn(th, sp, bp, addr, recs, keep) // return probes: calls return here
 	e.gvLock.Unlock()
 	th.recs = recs
 	if th.regs[rpn.RegRIP] != addr {
 		// a program moved rip (pop r,rip): the displaced instruction is
-		// skipped, as a kprobe pre-handler returning 1 does
+		// skipped, as a kprobe pre-handler returning 1 does; or a return
+		// probe's ret was emulated (retprobe.go)
 		e.fail(e.tgt.SetRegs(th.tid, &th.regs), "move thread %d where the probe's program put rip", th.tid)
 		e.commitAll(th, recs)
 		e.resume(th.tid, 0)
@@ -422,7 +431,7 @@ func (e *Engine) record(th *thread, p *probe, addr uint64, r *rpn.Result) Record
 	d := p.def()
 	rec := Record{
 		Time: th.env.now, Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,
-		Location: d.Loc.Text, Address: addr, Pid: th.space, Tid: th.tid, CPU: e.tgt.ThreadIndex(th.tid),
+		Location: d.Loc.Text, Probe: ProbeKindName(d), Address: addr, Pid: th.space, Tid: th.tid, CPU: e.tgt.ThreadIndex(th.tid),
 		Exit: r.Exit, Truncated: r.Truncated,
 	}
 	switch r.Outcome {

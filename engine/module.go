@@ -33,6 +33,10 @@ type probe struct {
 	lost   uint64 // records a jump pad's ring dropped, from regions gone
 	addr   uint64
 	in     map[int]uint64 // space -> address where it is inserted
+
+	// a retprobe's calls beyond maxactive, and calls whose return was
+	// never seen (retprobe.go)
+	missed, dropped uint64
 }
 
 func (p *probe) def() *rpn.Probe { return &p.src.Probes[p.idx] }
@@ -43,8 +47,9 @@ func (p *probe) info() ProbeInfo {
 	if st == StateActive && p.st.Disabled {
 		st = StateDisabled
 	}
-	return ProbeInfo{Module: p.mod.name, Minor: d.Minor, Location: d.Loc.Text, Address: p.addr, State: st,
-		Reason: p.reason, How: p.how, Hits: p.st.Hits, Skipped: p.st.Skipped, Faults: p.st.Faults, Lost: p.lost, Spaces: len(p.in)}
+	return ProbeInfo{Module: p.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: ProbeKindName(d), Address: p.addr, State: st,
+		Reason: p.reason, How: p.how, Hits: p.st.Hits, Skipped: p.st.Skipped, Faults: p.st.Faults, Lost: p.lost, Spaces: len(p.in),
+		Missed: p.missed, Dropped: p.dropped}
 }
 
 // instance is a compiled module placed in one space: its relocated program
@@ -164,24 +169,21 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 // Why the engine's targets (processes, guest kernels through a stub or
 // Xen) refuse a probe for its kind: they plant breakpoints at
 // instructions, and a tracepoint is the kernel's own hook (the kernel
-// target, package bpf, attaches to it); return probes need the return
-// address of every call taken over, which they do not do yet. Watch
-// probes take debug registers (watch.go).
+// target, package bpf, attaches to it). Watch probes take debug
+// registers (watch.go), return probes breakpoints at a function's entry
+// and returns (retprobe.go).
 const (
 	reasonTracepoint = "tracepoint probes run on --target kernel only"
-	reasonRetprobe   = "return probes are not supported on this target yet"
 )
 
 // kindRefused says why the engine cannot place a probe of d's kind, or
-// "" for an offset or watch probe.
+// "" for an offset, watch or return probe.
 func kindRefused(d *rpn.Probe) string {
 	switch d.Kind {
-	case rpn.ProbeOffset, rpn.ProbeWatch:
+	case rpn.ProbeOffset, rpn.ProbeWatch, rpn.ProbeRetprobe:
 		return ""
 	case rpn.ProbeTracepoint:
 		return reasonTracepoint
-	case rpn.ProbeRetprobe:
-		return reasonRetprobe
 	}
 	return fmt.Sprintf("probe kind %d is not known to this gprobes", d.Kind)
 }
@@ -258,6 +260,8 @@ func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
 		case p.state == StateRemoved:
 		case isWatch(p):
 			e.placeWatch(sp, inst, p)
+		case p.def().Kind == rpn.ProbeRetprobe:
+			e.placeRetprobe(sp, inst, p)
 		default:
 			e.placeProbe(sp, inst, p)
 		}
@@ -654,6 +658,9 @@ func (e *Engine) unplace(sp *space, addr uint64, p *probe) error {
 	if isWatch(p) {
 		return e.unplaceWatch(sp, p)
 	}
+	if p.def().Kind == rpn.ProbeRetprobe {
+		return e.unplaceRet(sp, p)
+	}
 	if sp.jump != nil && sp.jump.sites[addr] != nil {
 		return e.unplaceJump(sp, addr, p)
 	}
@@ -678,6 +685,7 @@ func (e *Engine) unplace(sp *space, addr uint64, p *probe) error {
 func (e *Engine) execed(id int) {
 	old := e.spaces[id]
 	e.watchGone(id)
+	e.callsSpaceGone(old)
 	if old != nil {
 		e.dropJump(old, true)
 		for _, bp := range old.bps {
@@ -731,6 +739,7 @@ func (e *Engine) spaceExit(id int, how string) {
 		}
 	}
 	e.watchGone(id)
+	e.callsSpaceGone(sp)
 	e.dropJump(sp, false)
 	delete(e.spaces, id)
 	if len(e.spaces) == 0 {
@@ -809,6 +818,7 @@ func (e *Engine) unmapped(sp *space) {
 		}
 		delete(sp.inst, src)
 		e.watchUnmapped(sp, src)
+		e.callsUnmapped(sp, src, inst)
 		if sp.jump != nil {
 			for addr, site := range sp.jump.sites {
 				if inst.ld.Exec != nil && !inst.ld.Exec(addr) {

@@ -399,7 +399,7 @@ func (t *Target) record(s *source, r *bpf.Record) *engine.Record {
 	}
 	if int(r.Probe) < len(s.all) {
 		p := s.all[r.Probe]
-		rec.Location, rec.Address = p.def().Loc.Text, p.addr
+		rec.Location, rec.Address, rec.Probe = p.def().Loc.Text, p.addr, engine.ProbeKindName(p.def())
 	}
 	if r.Exception != rpn.ExNone {
 		rec.Kind = "exception"
@@ -469,7 +469,7 @@ func (t *Target) info(p *probe) engine.ProbeInfo {
 	if st == engine.StateActive && c.Disabled {
 		st = engine.StateDisabled
 	}
-	return engine.ProbeInfo{Module: p.s.mod.name, Minor: d.Minor, Location: d.Loc.Text, Address: p.addr, State: st,
+	return engine.ProbeInfo{Module: p.s.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: engine.ProbeKindName(d), Address: p.addr, State: st,
 		Reason: p.reason, How: p.how, Hits: c.Hits, Skipped: c.Skipped, Faults: c.Faults, Missed: c.Missed, Lost: c.Lost, Spaces: boolInt(p.link != nil)}
 }
 

@@ -222,14 +222,18 @@ func insertCommand() *cli.Command {
 
 func printProbes(w io.Writer, probes []daemon.TargetProbe) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tMODULE\tMINOR\tLOCATION\tADDRESS\tSTATE\tHOW\tHITS\tSKIPPED\tFAULTS\tMISSED\tLOST\tREASON")
+	fmt.Fprintln(tw, "TARGET\tMODULE\tMINOR\tLOCATION\tADDRESS\tSTATE\tHOW\tHITS\tSKIPPED\tFAULTS\tMISSED\tDROPPED\tLOST\tREASON")
 	for _, p := range probes {
 		addr := "-"
 		if p.Address != 0 {
 			addr = fmt.Sprintf("%#x", p.Address)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Target, p.Module, p.Minor, p.Location, addr,
-			p.State, dash(p.How), p.Hits, p.Skipped, p.Faults, p.Missed, p.Lost, p.Reason)
+		loc := p.Location
+		if p.Kind != "" {
+			loc = p.Kind + " " + loc // retprobe write
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Target, p.Module, p.Minor, loc, addr,
+			p.State, dash(p.How), p.Hits, p.Skipped, p.Faults, p.Missed, p.Dropped, p.Lost, p.Reason)
 	}
 	tw.Flush()
 }
