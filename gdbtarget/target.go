@@ -63,6 +63,10 @@ type Target struct {
 	// included (a vCPU may have stopped past one)
 	owner engine.Owner
 	noZ   bool
+	// the stub's watchpoints by debug register, and the address of the
+	// watchpoint each vCPU's last stop named (watch.go)
+	watch     [engine.NumWatch]*engine.Watch
+	watchStop map[int]watchStopOf
 }
 
 var (
@@ -88,7 +92,7 @@ func Open(addr string, opts Options) func() (engine.Target, error) {
 		if err != nil {
 			return nil, fmt.Errorf("gdb:%s: %w", addr, err)
 		}
-		t := &Target{addr: addr, conn: conn, opts: opts, byNum: map[int]gdbremote.Thread{}, regs: map[int][]byte{}}
+		t := &Target{addr: addr, conn: conn, opts: opts, byNum: map[int]gdbremote.Thread{}, regs: map[int][]byte{}, watchStop: map[int]watchStopOf{}}
 		if err := t.setup(); err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("gdb:%s: %w", addr, err)
@@ -181,6 +185,13 @@ func (t *Target) Wait() (engine.Event, error) {
 		// it waited for the ack of this stop reply and sent the reply
 		// again; a request absorbs the copy before anything resumes.)
 		kicked = false
+	}
+	clear(t.watchStop)
+	if isWatchStop(st) {
+		// the access has happened: a trap even when a ^C crossed it
+		// (the stub ignores a ^C that comes when it has stopped)
+		t.watchStop[tid] = watchStopOf{reason: st.Reason, addr: st.Addr}
+		return engine.Event{Kind: engine.EvTrap, Tid: tid}, nil
 	}
 	switch {
 	case st.Signal == gdbremote.SigTrap && !kicked:

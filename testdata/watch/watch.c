@@ -18,6 +18,8 @@
  * writes W"); with "exec" it execs itself as `watch W R 0 1` (one thread
  * more, stdin's next line first).
  *
+ * With "nowait" it reads no line from stdin.
+ *
  * A SIGTRAP it gets kills it (the default): a debug register left set by
  * a tracer that died shows so.
  */
@@ -69,7 +71,7 @@ int main(int argc, char **argv)
 		pthread_create(&th[i], NULL, work, NULL);
 	printf("ready %d\n", (int)getpid());
 	char line[64];
-	if (!fgets(line, sizeof line, stdin))
+	if (strcmp(then, "nowait") != 0 && !fgets(line, sizeof line, stdin))
 		return 3;
 	for (int i = t1; i < t1 + t2; i++)
 		pthread_create(&th[i], NULL, work, NULL);
