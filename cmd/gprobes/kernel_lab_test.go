@@ -1,0 +1,613 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"debug/elf"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/arch/x86/x86asm"
+
+	"github.com/gprobes/gprobes/daemon"
+	qemulab "github.com/gprobes/gprobes/lab/qemu"
+)
+
+// The kernel target's function probes (offset, retprobe, kernel modules)
+// for real, in the QEMU lab's guest: Debian's 6.1 kernel has kprobes and
+// fentry where this machine's kernel has neither (docs/kernel.md,
+// docs/qemu-lab.md). A static gprobes built from this tree runs inside
+// the guest, with testdata/kernel's DPDFs, and gpwork's exact counts are
+// the reference.
+
+const kernelLabData = "../../testdata/kernel"
+
+// kernelLabFiles are the files a kernel-lab guest gets: a static gprobes,
+// gpprogs (counts the eBPF programs named gp_*: the guest has no bpftool)
+// and testdata/kernel's DPDFs under /root/kernel, then extra (which may
+// replace one of those).
+func kernelLabFiles(t testing.TB, extra ...qemulab.File) []qemulab.File {
+	t.Helper()
+	dir := t.TempDir()
+	t0 := time.Now()
+	var files []qemulab.File
+	for _, b := range []struct{ pkg, name string }{
+		{"github.com/gprobes/gprobes/cmd/gprobes", "gprobes"},
+		{"github.com/gprobes/gprobes/testdata/kernel/gpprogs", "gpprogs"},
+	} {
+		bin := filepath.Join(dir, b.name)
+		if err := qemulab.BuildStatic(b.pkg, bin); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, qemulab.File{Guest: "/bin/" + b.name, Host: bin})
+	}
+	t.Logf("static gprobes and gpprogs built in %v", time.Since(t0).Round(time.Millisecond))
+	dpdfs, _ := filepath.Glob(filepath.Join(kernelLabData, "*.dpdf"))
+	replaced := map[string]bool{}
+	for _, f := range extra {
+		replaced[f.Guest] = true
+	}
+	for _, p := range dpdfs {
+		if g := "/root/kernel/" + filepath.Base(p); !replaced[g] {
+			files = append(files, qemulab.File{Guest: g, Host: p})
+		}
+	}
+	return append(files, extra...)
+}
+
+// bootKernelLab boots the lab guest with kernelLabFiles; the test fails if
+// the guest's kernel complained (an oops, a WARN, a BUG) by its end.
+func bootKernelLab(t testing.TB, extra ...qemulab.File) *qemulab.VM {
+	t.Helper()
+	qemulab.Require(t)
+	files := kernelLabFiles(t, extra...)
+	vm, err := qemulab.Boot(t.Context(), qemulab.Options{Files: files})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("guest %s booted in %v", vm.KernelRelease(), vm.BootTime().Round(time.Millisecond))
+	t.Cleanup(func() {
+		if e := vm.KernelErrors(); len(e) > 0 {
+			t.Errorf("the guest's kernel complained:\n%s", strings.Join(e, "\n"))
+		}
+		vm.Kill()
+	})
+	return vm
+}
+
+// guest runs cmd in the guest and returns its output (stdout and stderr)
+// and status.
+func guest(t testing.TB, vm *qemulab.VM, cmd string) (string, int) {
+	t.Helper()
+	out, rc, err := vm.Run(cmd, 5*time.Minute)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, vm.LogTail(4000))
+	}
+	return out, rc
+}
+
+// mustGuest is guest for commands that must succeed.
+func mustGuest(t testing.TB, vm *qemulab.VM, cmd string) string {
+	t.Helper()
+	out, rc := guest(t, vm, cmd)
+	if rc != 0 {
+		t.Fatalf("%s: status %d\n%s", cmd, rc, out)
+	}
+	return out
+}
+
+var (
+	gpworkPidRe = regexp.MustCompile(`(?m)^GPWORK pid (\d+)$`)
+	gppidRe     = regexp.MustCompile(`(?m)^GPPID (\d+)$`)
+)
+
+// kernelRun is one `gprobes run --target kernel --json FILE -- gpwork ...`
+// in the guest, as read from its output.
+type kernelRun struct {
+	out     string
+	rc      int
+	gprobes int // gprobes' pid: gpwork's parent, getppid's answer
+	gpwork  int // the workload's pid
+	records []daemon.LogLine
+	rows    map[uint16]map[string]string // the summary's probe table by minor
+	lv      []uint64
+}
+
+// runKernel runs `gprobes run --target kernel --json FILE -- WORK` in the
+// guest. The shell execs gprobes after printing its own pid, which is
+// then gprobes': gpwork's parent.
+func runKernel(t *testing.T, vm *qemulab.VM, file, work string) *kernelRun {
+	t.Helper()
+	r := &kernelRun{}
+	r.out, r.rc = guest(t, vm, "echo GPPID $$; exec gprobes run --target kernel --json "+file+" -- "+work)
+	show := r.out
+	if len(show) > 3000 {
+		show = show[:1500] + "\n...\n" + show[len(show)-1500:]
+	}
+	if r.rc != 0 {
+		t.Fatalf("gprobes run %s -- %s: status %d\n%s", file, work, r.rc, show)
+	}
+	m, w := gppidRe.FindStringSubmatch(r.out), gpworkPidRe.FindStringSubmatch(r.out)
+	if m == nil || w == nil {
+		t.Fatalf("no pids in:\n%s", show)
+	}
+	r.gprobes, _ = strconv.Atoi(m[1])
+	r.gpwork, _ = strconv.Atoi(w[1])
+	for _, l := range strings.Split(r.out, "\n") {
+		if !strings.HasPrefix(l, "{") {
+			continue
+		}
+		var rec daemon.LogLine
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("%v: %s", err, l)
+		}
+		r.records = append(r.records, rec)
+	}
+	r.rows = tableRows(r.out)
+	if lv := regexp.MustCompile(`(?m) vmlinux: lv (.*)$`).FindStringSubmatch(r.out); lv != nil {
+		for _, f := range strings.Fields(lv[1]) {
+			_, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseUint(v, 10, 64)
+			r.lv = append(r.lv, n)
+		}
+	}
+	t.Logf("gprobes run %s -- %s: gprobes pid %d, gpwork pid %d, %d records, lv %v\n%s", file, work, r.gprobes, r.gpwork, len(r.records), r.lv, tableOf(r.out))
+	return r
+}
+
+// tableRows reads the probe table run prints at its end, per minor, by
+// the columns of its header (tabwriter's: a location may hold a space,
+// "retprobe __x64_sys_getppid").
+func tableRows(out string) map[uint16]map[string]string {
+	rows := map[uint16]map[string]string{}
+	var cols []string
+	var starts []int
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "TARGET ") {
+			cols, starts = strings.Fields(l), nil
+			for _, c := range cols {
+				starts = append(starts, strings.Index(l, c))
+			}
+			continue
+		}
+		if cols == nil || len(l) < starts[len(starts)-1] {
+			continue
+		}
+		row := map[string]string{}
+		for i, c := range cols {
+			end := len(l)
+			if i+1 < len(starts) {
+				end = starts[i+1]
+			}
+			row[c] = strings.TrimSpace(l[starts[i]:end])
+		}
+		if m, err := strconv.ParseUint(row["MINOR"], 10, 16); err == nil {
+			rows[uint16(m)] = row
+		}
+	}
+	return rows
+}
+
+// tableOf is the probe table at the end of run's output.
+func tableOf(out string) string {
+	if i := strings.Index(out, "TARGET "); i >= 0 {
+		return out[i:]
+	}
+	return ""
+}
+
+// probe checks a probe of the summary: its HOW, state and hits.
+func (r *kernelRun) probe(t *testing.T, minor uint16, how, state string, hits int) {
+	t.Helper()
+	row := r.rows[minor]
+	if row == nil {
+		t.Errorf("no probe of minor %d in the summary", minor)
+		return
+	}
+	if row["HOW"] != how || row["STATE"] != state || row["HITS"] != strconv.Itoa(hits) || row["FAULTS"] != "0" || row["MISSED"] != "0" {
+		t.Errorf("minor %d: state %s, how %s, hits %s, faults %s, missed %s; want %s, %s, %d hits, no faults or misses",
+			minor, row["STATE"], row["HOW"], row["HITS"], row["FAULTS"], row["MISSED"], state, how, hits)
+	}
+}
+
+// words checks each record: minor, the workload's pid, and one logged
+// word, which check is given.
+func (r *kernelRun) words(t *testing.T, n int, check func(v uint64) bool) {
+	t.Helper()
+	if len(r.records) != n {
+		t.Errorf("%d records, want %d", len(r.records), n)
+	}
+	bad := 0
+	for _, rec := range r.records {
+		d, err := hex.DecodeString(rec.Data)
+		if rec.Kind != "log" || rec.Minor != 1 || rec.Pid != r.gpwork || rec.Tid != r.gpwork || err != nil || len(d) != 8 || !check(binary.LittleEndian.Uint64(d)) {
+			if bad++; bad <= 5 {
+				t.Errorf("record %+v", rec)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d records wrong", bad, len(r.records))
+	}
+}
+
+// getppidBoundary decodes __x64_sys_getppid in the lab's vmlinux (the
+// kernel the guest runs, at its link-time address: the lab boots without
+// KASLR) and returns the first instruction past the entry's 5 bytes
+// (ftrace's call site) that is at least 3 bytes long and neither a call
+// nor a jump: its offset, length and text as gprobes names it.
+func getppidBoundary(t *testing.T) (off, n int, text string) {
+	t.Helper()
+	dir, err := qemulab.Artifacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := qemulab.Symbol("__x64_sys_getppid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(filepath.Join(dir, "vmlinux"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	text0 := f.Section(".text")
+	code := make([]byte, 64)
+	if _, err := text0.ReadAt(code, int64(addr-text0.Addr)); err != nil {
+		t.Fatal(err)
+	}
+	for at := 0; at < 48; {
+		in, err := x86asm.Decode(code[at:], 64)
+		if err != nil {
+			t.Fatalf("__x64_sys_getppid+%#x: %v (% x)", at, err, code)
+		}
+		if at >= 5 && in.Len >= 3 && in.Op != x86asm.CALL && in.Op != x86asm.JMP {
+			return at, in.Len, in.String()
+		}
+		at += in.Len
+	}
+	t.Fatalf("no instruction of 3 bytes or more in __x64_sys_getppid: % x", code)
+	return
+}
+
+// TestKernelLab: gprobes run --target kernel and the daemon in the lab
+// guest, on function probes (docs/kernel.md, issue 12), with the exact
+// counts of gpwork:
+//
+//   - entry: offset = __x64_sys_getppid goes in as fentry; hits, lv and
+//     the records' pid are gpwork's N calls and pid;
+//   - inside: a kprobe at an instruction boundary inside the function
+//     counts exactly, an offset inside that instruction is refused naming
+//     it, the module's other probe going in;
+//   - retprobe: a kretprobe logs getppid's return, rax: gprobes' pid;
+//   - rsp: a probe reading rsp at the entry, which fentry cannot give,
+//     goes in as a kprobe and counts exactly;
+//   - modules: name = rmd160 inserted while rmd160 is not loaded is
+//     pending; modprobe puts it in, rmmod makes it pending, modprobe puts
+//     it in again, and an rmmod and modprobe within one poll too; exact
+//     counts of gpwork hash rmd160 N throughout; a module that does not
+//     exist is refused;
+//   - insert100: 100 function probes in one module (fentry where it can,
+//     kprobes otherwise; then 100 kprobes): the insert's time is logged,
+//     not asserted (TCG);
+//   - sigkill: a daemon with every kind of probe in, killed with SIGKILL,
+//     leaves no gp_* program and no enabled kprobe; the one thing left (a
+//     kretprobe's tracefs event, maxactive above the kernel's default) is
+//     removed by the next start of the kernel target; getppid still works.
+func TestKernelLab(t *testing.T) {
+	off, n, insn := getppidBoundary(t)
+	t.Logf("__x64_sys_getppid+%#x: %s, %d bytes", off, insn, n)
+	inside, err := os.ReadFile(filepath.Join(kernelLabData, "getppid_inside.dpdf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dpdf := strings.Replace(string(inside), "offset = __x64_sys_getppid+0xd\n", fmt.Sprintf("offset = __x64_sys_getppid+%#x\n", off), 1)
+	dpdf = strings.Replace(dpdf, "offset = __x64_sys_getppid+0xe\n", fmt.Sprintf("offset = __x64_sys_getppid+%#x\n", off+1), 1)
+	many, fns := manyProbes(t, "", 100)
+	manyK, _ := manyProbes(t, "push r,rsp\n", 100)
+	vm := bootKernelLab(t,
+		qemulab.File{Guest: "/root/kernel/getppid_inside.dpdf", Data: []byte(dpdf)},
+		qemulab.File{Guest: "/root/many.dpdf", Data: []byte(many)},
+		qemulab.File{Guest: "/root/manyk.dpdf", Data: []byte(manyK)},
+	)
+	const calls = 1000
+	work := fmt.Sprintf("gpwork counts %d", calls)
+
+	t.Run("entry", func(t *testing.T) {
+		r := runKernel(t, vm, "/root/kernel/getppid_entry.dpdf", work)
+		r.probe(t, 1, "fentry", "active", calls)
+		if !slices.Equal(r.lv, []uint64{calls}) {
+			t.Errorf("lv %v, want [%d]", r.lv, calls)
+		}
+		r.words(t, calls, func(v uint64) bool { return v == uint64(r.gpwork) })
+	})
+
+	t.Run("inside", func(t *testing.T) {
+		r := runKernel(t, vm, "/root/kernel/getppid_inside.dpdf", work)
+		r.probe(t, 1, "kprobe", "active", calls)
+		r.probe(t, 2, "-", "refused", 0)
+		if !slices.Equal(r.lv, []uint64{calls, 0}) {
+			t.Errorf("lv %v, want [%d 0]", r.lv, calls)
+		}
+		// decoded from the text before minor 1's kprobe went in
+		why := fmt.Sprintf("__x64_sys_getppid+%#x is not an instruction boundary: the instruction at +%#x (%s) runs to +%#x", off+1, off, insn, off+n)
+		if !strings.Contains(r.out, fmt.Sprintf("gprobes: probe __x64_sys_getppid+%#x (minor 2) refused: %s\n", off+1, why)) {
+			t.Errorf("no refusal %q in:\n%s", why, r.out)
+		}
+		if row := r.rows[1]; row != nil && row["LOCATION"] != fmt.Sprintf("__x64_sys_getppid+%#x", off) {
+			t.Errorf("minor 1 at %s", row["LOCATION"])
+		}
+	})
+
+	t.Run("retprobe", func(t *testing.T) {
+		r := runKernel(t, vm, "/root/kernel/getppid_ret.dpdf", work)
+		r.probe(t, 1, "kretprobe", "active", calls)
+		if !slices.Equal(r.lv, []uint64{calls}) {
+			t.Errorf("lv %v, want [%d]", r.lv, calls)
+		}
+		// getppid returns gpwork's parent: gprobes, which started it
+		r.words(t, calls, func(v uint64) bool { return v == uint64(r.gprobes) })
+	})
+
+	t.Run("rsp", func(t *testing.T) {
+		r := runKernel(t, vm, "/root/kernel/getppid_rsp.dpdf", work)
+		r.probe(t, 1, "kprobe", "active", calls)
+		if !slices.Equal(r.lv, []uint64{calls}) {
+			t.Errorf("lv %v, want [%d]", r.lv, calls)
+		}
+		// a kernel stack address
+		r.words(t, calls, func(v uint64) bool { return v >= 0xffff800000000000 && v&7 == 0 })
+	})
+
+	// the daemon for what follows
+	daemonPid := strings.TrimSpace(mustGuest(t, vm, "gprobes daemon </dev/null >/tmp/daemon.log 2>&1 & echo $!; i=0; until [ -S /run/gprobes/gprobes.sock ]; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done"))
+	t.Logf("daemon pid %s", daemonPid)
+
+	t.Run("modules", func(t *testing.T) {
+		testKernelLabModules(t, vm)
+	})
+
+	t.Run("insert100", func(t *testing.T) {
+		for _, c := range []struct{ file, what string }{{"/root/many.dpdf", "entries"}, {"/root/manyk.dpdf", "entries reading rsp"}} {
+			d := timed(t, vm, "gprobes insert --target kernel --json "+c.file+" >/tmp/q")
+			q := queryDaemon(t, vm)
+			how := map[string]int{}
+			active := 0
+			for _, p := range q {
+				if p.Module != "vmlinux" {
+					continue
+				}
+				how[p.How]++
+				if p.State == "active" {
+					active++
+				} else {
+					t.Errorf("%s: %s (%s)", p.Location, p.State, p.Reason)
+				}
+			}
+			if active != len(fns) {
+				t.Errorf("%d of %d probes active", active, len(fns))
+			}
+			rm := timed(t, vm, "gprobes remove vmlinux")
+			t.Logf("100 probes at %d functions' %s: insert %.2f s (%v), remove %.2f s, in the TCG guest", len(fns), c.what, d, how, rm)
+		}
+	})
+
+	t.Run("sigkill", func(t *testing.T) {
+		mustGuest(t, vm, "gprobes insert --target kernel /root/kernel/sigkill.dpdf && gpwork counts 3")
+		q := queryDaemon(t, vm)
+		hows := map[uint16]string{}
+		for _, p := range q {
+			if p.Module == "vmlinux" {
+				hows[p.Minor] = p.How
+				// system-wide: gpwork's 3 calls, and the one of the
+				// shell the query's command runs in (busybox sh sets
+				// $PPID as it starts)
+				if p.State != "active" || p.Hits != 4 {
+					t.Errorf("minor %d %s: %s, %d hits, want active and 4", p.Minor, p.Location, p.State, p.Hits)
+				}
+			}
+		}
+		if want := map[uint16]string{1: "fentry", 2: "kprobe", 3: "kretprobe", 4: "kretprobe", 5: "tracepoint"}; !sameMap(hows, want) {
+			t.Errorf("mechanisms %v, want %v", hows, want)
+		}
+		before := mustGuest(t, vm, "gpprogs; cat /sys/kernel/debug/kprobes/list; cat /sys/kernel/tracing/kprobe_events")
+		t.Logf("with the daemon:\n%s", before)
+		if !strings.Contains(before, "gpprogs gp_ 7\n") { // 5 probes, rmd160's, and kmem's
+			t.Errorf("want 7 programs gp_*:\n%s", before)
+		}
+		mustGuest(t, vm, "kill -9 "+daemonPid+"; i=0; while kill -0 "+daemonPid+" 2>/dev/null; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done")
+		after := mustGuest(t, vm, "i=0; until gpprogs | grep -q ' 0$'; do i=$((i+1)); [ $i -gt 50 ] && break; sleep 0.1; done; gpprogs; cat /sys/kernel/debug/kprobes/list; cat /sys/kernel/tracing/kprobe_events")
+		t.Logf("after SIGKILL:\n%s", after)
+		if !strings.HasPrefix(after, "gpprogs gp_ 0\n") {
+			t.Errorf("programs left:\n%s", after)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(after), "\n")[1:] {
+			// the maxactive 64 kretprobe's tracefs event, and its kprobe,
+			// disabled: nothing else
+			if !strings.Contains(l, "[DISABLED]") && !strings.Contains(l, ":gprobes_") {
+				t.Errorf("left: %s", l)
+			}
+		}
+		// the next start of the kernel target removes the event
+		r := runKernel(t, vm, "/root/kernel/getppid_entry.dpdf", "gpwork counts 3")
+		r.probe(t, 1, "fentry", "active", 3)
+		if strings.Contains(after, ":gprobes_") && !strings.Contains(r.out, "gprobes: removed 1 kprobe event(s) a killed gprobes had left in kprobe_events\n") {
+			t.Errorf("the stale event was not removed:\n%s", r.out)
+		}
+		clean := mustGuest(t, vm, "gpprogs; cat /sys/kernel/debug/kprobes/list; cat /sys/kernel/tracing/kprobe_events; gpwork counts 3")
+		if !strings.HasPrefix(clean, "gpprogs gp_ 0\nGPWORK pid ") || !strings.Contains(clean, "GPWORK done getppid 3 read 3 write 3 open 6\n") {
+			t.Errorf("after the next run:\n%s", clean)
+		}
+	})
+}
+
+func sameMap(a, b map[uint16]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// timed runs cmd in the guest and returns how long it took there, in
+// seconds (/proc/uptime: the guest's clock follows the host's).
+func timed(t *testing.T, vm *qemulab.VM, cmd string) float64 {
+	t.Helper()
+	out := mustGuest(t, vm, "s=$(cut -d' ' -f1 /proc/uptime); "+cmd+"; st=$?; e=$(cut -d' ' -f1 /proc/uptime); echo TIMED $s $e; exit $st")
+	m := regexp.MustCompile(`(?m)^TIMED ([0-9.]+) ([0-9.]+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("%s: no times:\n%s", cmd, out)
+	}
+	s, _ := strconv.ParseFloat(m[1], 64)
+	e, _ := strconv.ParseFloat(m[2], 64)
+	return e - s
+}
+
+// queryDaemon is `gprobes query --all --json` in the guest.
+func queryDaemon(t *testing.T, vm *qemulab.VM) []daemon.TargetProbe {
+	t.Helper()
+	out := mustGuest(t, vm, "gprobes query --all --json")
+	var q struct {
+		Probes []daemon.TargetProbe `json:"probes"`
+	}
+	if err := json.Unmarshal([]byte(out), &q); err != nil {
+		t.Fatalf("query: %v\n%s", err, out)
+	}
+	return q.Probes
+}
+
+// waitState waits in the guest until query shows module's probes in
+// state (at most 30 s) and returns how long that took, in seconds.
+func waitState(t *testing.T, vm *qemulab.VM, module, state, before string) float64 {
+	t.Helper()
+	d := timed(t, vm, before+"; i=0; until gprobes query "+module+" | grep -q ' "+state+" '; do i=$((i+1)); [ $i -gt 150 ] && exit 1; sleep 0.2; done")
+	return d
+}
+
+// The probes of a kernel module, through the daemon: pending, active at
+// the module's load, pending at its unload, and so on.
+func testKernelLabModules(t *testing.T, vm *qemulab.VM) {
+	mustGuest(t, vm, "modprobe algif_hash && ! grep -q rmd160 /proc/modules")
+	// a module that does not exist
+	out, rc := guest(t, vm, "gprobes insert --target kernel /root/kernel/nosuchmod.dpdf")
+	if rc != 1 || !strings.Contains(out, "no kernel module no_such_module_gp is loaded, built in or installed") {
+		t.Errorf("a module that does not exist: status %d\n%s", rc, out)
+	}
+	out, rc = guest(t, vm, "gprobes run --target kernel /root/kernel/nosuchmod.dpdf -- gpwork counts 1")
+	if rc != 1 || !strings.Contains(out, "no kernel module no_such_module_gp is loaded, built in or installed") || strings.Contains(out, "GPWORK") {
+		t.Errorf("run, a module that does not exist: status %d\n%s", rc, out)
+	}
+
+	// one probe, its state, how and hits; lv 0 by getvars
+	check := func(step, state, how string, hits int, reason string) {
+		t.Helper()
+		q := queryDaemon(t, vm)
+		var found bool
+		for _, p := range q {
+			if p.Module != "rmd160" {
+				continue
+			}
+			found = true
+			if string(p.State) != state || p.How != how || p.Hits != uint64(hits) || p.Faults != 0 || p.Missed != 0 || !strings.Contains(p.Reason, reason) {
+				t.Errorf("%s: %s %s, how %q, %d hits (%d faults, %d missed), reason %q; want %s, how %q, %d hits, reason %q",
+					step, p.Location, p.State, p.How, p.Hits, p.Faults, p.Missed, p.Reason, state, how, hits, reason)
+			}
+		}
+		if !found {
+			t.Fatalf("%s: no probe of rmd160 in %+v", step, q)
+		}
+		if state == "active" || hits > 0 {
+			out := mustGuest(t, vm, "gprobes getvars rmd160")
+			if !strings.Contains(out, fmt.Sprintf("rmd160: lv 0=%d\n", hits)) {
+				t.Errorf("%s: getvars, want lv 0=%d:\n%s", step, hits, out)
+			}
+		}
+	}
+	hash := func(n int) {
+		t.Helper()
+		out := mustGuest(t, vm, fmt.Sprintf("gpwork hash rmd160 %d", n))
+		if !strings.Contains(out, fmt.Sprintf("GPWORK hash rmd160 %d 8eb208f7e05d987a9b044a8e98c6b087f15a0bfc\n", n)) {
+			t.Errorf("gpwork hash:\n%s", out)
+		}
+	}
+
+	mustGuest(t, vm, "gprobes insert --target kernel /root/kernel/rmd160.dpdf")
+	check("inserted, rmd160 not loaded", "pending", "", 0, "kernel module rmd160 is not loaded")
+
+	d := waitState(t, vm, "rmd160", "active", "modprobe rmd160")
+	t.Logf("modprobe rmd160: active after %.2f s", d)
+	check("loaded", "active", "kprobe", 0, "")
+	hash(20)
+	check("20 hashes", "active", "kprobe", 20, "")
+
+	d = waitState(t, vm, "rmd160", "pending", "rmmod rmd160")
+	t.Logf("rmmod rmd160: pending after %.2f s", d)
+	check("unloaded", "pending", "kprobe", 20, "kernel module rmd160 was unloaded; its probes go in again when it is loaded")
+
+	d = waitState(t, vm, "rmd160", "active", "modprobe rmd160")
+	t.Logf("modprobe rmd160 again: active after %.2f s", d)
+	hash(7)
+	check("loaded again, 7 hashes", "active", "kprobe", 27, "")
+
+	// unloaded and loaded again within one poll: the kernel drops the
+	// kprobe ([GONE] in its list); gprobes places it again
+	d = timed(t, vm, "rmmod rmd160 && modprobe rmd160; i=0; until grep rmd160_final /sys/kernel/debug/kprobes/list | grep -vq GONE; do i=$((i+1)); [ $i -gt 150 ] && exit 1; sleep 0.2; done")
+	t.Logf("rmmod and modprobe at once: the kprobe placed again after %.2f s", d)
+	hash(5)
+	check("reloaded at once, 5 hashes", "active", "kprobe", 32, "")
+}
+
+// manyProbes writes a module (name = vmlinux) of n probes at the entries
+// of n distinct system call functions of the lab kernel (System.map's
+// __x64_sys_*), each running body then inc lv,0.
+func manyProbes(t *testing.T, body string, n int) (string, []string) {
+	t.Helper()
+	dir, err := qemulab.Artifacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "System.map"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) == 3 && (fs[1] == "T" || fs[1] == "t") && strings.HasPrefix(fs[2], "__x64_sys_") {
+			seen[fs[2]] = true
+		}
+	}
+	var fns []string
+	for fn := range seen {
+		fns = append(fns, fn)
+	}
+	sort.Strings(fns)
+	if len(fns) < n {
+		t.Fatalf("only %d __x64_sys_* functions", len(fns))
+	}
+	fns = fns[:n]
+	var b strings.Builder
+	fmt.Fprintf(&b, "name = vmlinux\nmodtype = kernel\nvars = 1\n")
+	for i, fn := range fns {
+		fmt.Fprintf(&b, "\noffset = %s\nminor = %d\n%sinc lv,0\nexit 0\n", fn, i+1, body)
+	}
+	return b.String(), fns
+}
