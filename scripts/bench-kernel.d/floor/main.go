@@ -19,10 +19,10 @@
 //
 // -prog:
 //
-//	count     syscalls:sys_enter_getppid: one atomic add to a one-entry
+//	count     syscalls:sys_enter_getppid (or -tp's): one atomic add to a one-entry
 //	          array (what the issue calls the floor); with -pid the pid
 //	          filter first (bpf_get_current_pid_tgid, shift, compare)
-//	log       syscalls:sys_enter_getppid: bpf_get_current_pid_tgid, the pid
+//	log       syscalls:sys_enter_getppid (or -tp's): bpf_get_current_pid_tgid, the pid
 //	          filter (-pid), pid and tid stored as two 8-byte words (what
 //	          gprobes' "push pid; push tid; log 2" logs), bpf_ringbuf_output
 //	          of those 16 bytes; wakeup as gprobes does by default
@@ -36,7 +36,8 @@
 //	          of the child's comm (bpf_probe_read_kernel at the __data_loc
 //	          offset) to the ring, the same wakeup
 //
-// -steps, for finding what costs what in gprobes' programs (count only):
+// -steps, for finding what costs what in gprobes' programs (count and
+// log):
 // a comma-separated list of the pieces of gprobes' prologue (bpf/
 // compile.go, mainFunc) to add before the count's atomic add, in gprobes'
 // order: pid (the filter), pidbtf (the filter as task->tgid through
@@ -48,7 +49,19 @@
 // the clock offset loaded and added, stored: the record's time), cpu
 // (bpf_get_smp_processor_id), pidtgid (one more
 // bpf_get_current_pid_tgid), lookup (bpf_map_lookup_elem of a per-CPU
-// array: gprobes' scratch value), query (bpf_ringbuf_query).
+// array: gprobes' scratch value), query (bpf_ringbuf_query), rec64 (log
+// only: 48 bytes of header stored before the 16 logged, a 64-byte record
+// as gprobes' is), probe16 (bpf_probe_read_kernel of 16 bytes of the event
+// record, the context's address taken as a number through a map value:
+// gprobes' push field of an array + log mrf). A step may come more than
+// once.
+//
+// -wakemode level|edge, -wakeup BYTES: when a commit wakes the reader
+// (log, forkkill): level forces a wakeup at every commit while BYTES or
+// more wait (gprobes' policy, bpf/compile.go tails), edge only at the
+// commit that brings them to BYTES. -readsleep D: the reader sleeps D each
+// time it finds the ring empty, as a reader that falls behind (descheduled,
+// or slower than the records come).
 //
 // -dpdf FILE: instead, gprobes' own programs for FILE's tracepoint probes,
 // compiled and loaded by package bpf as gprobes run --target kernel does
@@ -97,6 +110,9 @@ var (
 	statsFlag = flag.Bool("stats", false, "print the programs' run counts and ns per run (BPF_ENABLE_STATS while the command runs)")
 	dumpFlag  = flag.Bool("dump", false, "print the programs and exit")
 	dpdfFlag  = flag.String("dpdf", "", "gprobes' programs for this DPDF's tracepoint probes instead of the floor's")
+	wakeMode  = flag.String("wakemode", "level", "level: force a wakeup at every commit while -wakeup bytes wait (gprobes' policy); edge: only at the commit that makes them reach -wakeup")
+	readSleep = flag.Duration("readsleep", 0, "the reader sleeps this long each time it finds the ring empty (a reader that falls behind)")
+	tpFlag    = flag.String("tp", "syscalls:sys_enter_getppid", "the tracepoint of -prog count and log, `GROUP:EVENT`")
 	jitedFlag = flag.String("jited", "", "write each program's machine code to `DIR`/NAME.bin, its address in NAME.addr (objdump -D -b binary -mi386:x86-64 --adjust-vma=ADDR)")
 	ringFlag  = flag.Int("ring", 1<<20, "ring buffer size, bytes")
 	wakeFlag  = flag.Int("wakeup", 64<<10, "bytes of records waiting before a commit wakes the reader (0: the kernel's default, a wakeup whenever the reader waits)")
@@ -104,8 +120,9 @@ var (
 
 const (
 	wakeAvail, noWakeup, forceWakeup = 0, 1, 2 // BPF_RB_AVAIL_DATA, BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP
-	fpRec                            = -16     // 16 bytes of record on the stack
-	fpKey                            = -20
+	fpRec                            = -16     // the 16 bytes logged, on the stack
+	fpHdr                            = -64     // 48 bytes before them: rec64's header
+	fpKey                            = -72
 )
 
 // the maps
@@ -146,11 +163,12 @@ func pidFilter(pid uint32, done string) asm.Instructions {
 	}
 }
 
-// commit: bpf_ringbuf_output of the 16 bytes at fp-16, with the wakeup
-// policy; a refusal counted in lost. Needs r6 free.
-func commit() asm.Instructions {
+// commit: bpf_ringbuf_output of the 16 bytes at fp-16 (size 16) or of the
+// 64 at fp-64 (size 64), with the wakeup policy; a refusal counted in lost.
+func commit(size int32) asm.Instructions {
 	var in asm.Instructions
-	if *wakeFlag > 0 {
+	switch {
+	case *wakeFlag > 0 && *wakeMode == "level":
 		in = append(in,
 			mapPtr(asm.R1, ring),
 			asm.Mov.Imm(asm.R2, wakeAvail),
@@ -160,14 +178,33 @@ func commit() asm.Instructions {
 			asm.Mov.Imm(asm.R4, forceWakeup),
 			asm.Mov.Reg(asm.R4, asm.R4).WithSymbol("few"),
 		)
-	} else {
+	case *wakeFlag > 0 && *wakeMode == "edge":
+		// the bytes waiting before this record: below the mark, and
+		// at it or above with the record (8 bytes of ring header)
+		in = append(in,
+			mapPtr(asm.R1, ring),
+			asm.Mov.Imm(asm.R2, wakeAvail),
+			asm.FnRingbufQuery.Call(),
+			asm.Mov.Imm(asm.R4, noWakeup),
+			asm.JGE.Imm(asm.R0, int32(*wakeFlag), "few"),
+			asm.JLT.Imm(asm.R0, int32(*wakeFlag)-size-8, "few"),
+			asm.Mov.Imm(asm.R4, forceWakeup),
+			asm.Mov.Reg(asm.R4, asm.R4).WithSymbol("few"),
+		)
+	case *wakeFlag > 0:
+		fail(fmt.Errorf("-wakemode %q: level or edge", *wakeMode))
+	default:
 		in = append(in, asm.Mov.Imm(asm.R4, 0))
+	}
+	off := int32(fpRec)
+	if size == 64 {
+		off = fpHdr
 	}
 	in = append(in,
 		mapPtr(asm.R1, ring),
 		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, fpRec),
-		asm.Mov.Imm(asm.R3, 16),
+		asm.Add.Imm(asm.R2, off),
+		asm.Mov.Imm(asm.R3, size),
 		asm.FnRingbufOutput.Call(),
 		asm.JEq.Imm(asm.R0, 0, "done"),
 		mapValue(asm.R1, lost, 0),
@@ -181,6 +218,101 @@ func ret() asm.Instructions {
 	return asm.Instructions{asm.Mov.Imm(asm.R0, 0).WithSymbol("done"), asm.Return()}
 }
 
+// step is one piece of gprobes' prologue or commit (-steps), emitted as
+// gprobes emits it; values are stored in the 48 bytes of header below
+// the record (fpHdr).
+func step(pid uint32, s string) asm.Instructions {
+	var in asm.Instructions
+	switch s {
+	case "pid":
+		in = append(in, pidFilter(pid, "done")...)
+	case "pidbtf": // the filter without a helper call's return:
+		// bpf_get_current_task_btf (inlined by the verifier where
+		// the kernel does) and task->tgid loaded through BTF
+		in = append(in,
+			asm.FnGetCurrentTaskBtf.Call(),
+			asm.LoadMem(asm.R1, asm.R0, tgidOffset(), asm.Word),
+			asm.JNE.Imm(asm.R1, int32(pid), "done"),
+		)
+	case "disabled": // counters word 8: disabled
+		in = append(in,
+			mapValue(asm.R1, counters, 0),
+			asm.LoadMem(asm.R2, asm.R1, 8, asm.DWord),
+			asm.JNE.Imm(asm.R2, 0, "done"),
+		)
+	case "runs": // counters word 16: runs
+		in = append(in,
+			mapValue(asm.R1, counters, 0),
+			asm.Mov.Imm(asm.R0, 1),
+			asm.AddAtomic.Mem(asm.R1, asm.R0, asm.DWord, 16),
+		)
+	case "runsfetch": // max hits 1000000000
+		in = append(in,
+			mapValue(asm.R1, counters, 0),
+			asm.Mov.Imm(asm.R0, 1),
+			fetchAdd(asm.R1, asm.R0, 16),
+			asm.Add.Imm(asm.R0, 1),
+			asm.Mov.Imm(asm.R2, 1000000000),
+			asm.JGT.Reg(asm.R0, asm.R2, "done"),
+		)
+	case "hitsfetch": // pass count 1
+		in = append(in,
+			mapValue(asm.R1, counters, 0),
+			asm.Mov.Imm(asm.R0, 1),
+			fetchAdd(asm.R1, asm.R0, 24),
+			asm.Add.Imm(asm.R0, 1),
+			asm.Mov.Imm(asm.R2, 0),
+			asm.JLE.Reg(asm.R0, asm.R2, "done"),
+		)
+	case "ts":
+		in = append(in,
+			asm.FnKtimeGetNs.Call(),
+			mapValue(asm.R1, counters, 32),
+			asm.LoadMem(asm.R1, asm.R1, 0, asm.DWord),
+			asm.Add.Reg(asm.R0, asm.R1),
+			asm.StoreMem(asm.R10, fpHdr+24, asm.R0, asm.DWord),
+		)
+	case "cpu":
+		in = append(in, asm.FnGetSmpProcessorId.Call(), asm.StoreMem(asm.R10, fpHdr+8, asm.R0, asm.Word))
+	case "pidtgid":
+		in = append(in, asm.FnGetCurrentPidTgid.Call(), asm.StoreMem(asm.R10, fpHdr+16, asm.R0, asm.DWord))
+	case "lookup":
+		in = append(in,
+			asm.StoreImm(asm.R10, fpKey, 0, asm.Word),
+			mapPtr(asm.R1, scratch),
+			asm.Mov.Reg(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, fpKey),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "done"),
+			asm.Mov.Reg(asm.R6, asm.R0),
+			asm.StoreImm(asm.R6, 0, 0, asm.Word),
+		)
+	case "query":
+		in = append(in, mapPtr(asm.R1, ring), asm.Mov.Imm(asm.R2, wakeAvail), asm.FnRingbufQuery.Call())
+	case "probe16": // log mrf of 16 bytes of the event record, as gprobes
+		// does it: the record's address through the scratch value (a
+		// number), bpf_probe_read_kernel into the log
+		in = append(in,
+			mapValue(asm.R1, counters, 40),
+			asm.StoreMem(asm.R1, 0, asm.R9, asm.DWord),
+			asm.LoadMem(asm.R3, asm.R1, 0, asm.DWord),
+			asm.Add.Imm(asm.R3, 8),
+			asm.Mov.Reg(asm.R1, asm.R10),
+			asm.Add.Imm(asm.R1, fpHdr),
+			asm.Mov.Imm(asm.R2, 16),
+			asm.FnProbeReadKernel.Call(),
+		)
+	case "rec64": // gprobes' 48-byte header: the record is 64 bytes
+		for off := int16(fpHdr); off < fpRec; off += 8 {
+			// BPF_ST BPF_DW, which asm.StoreImm does not make
+			in = append(in, asm.Instruction{OpCode: asm.StoreImmOp(asm.DWord), Dst: asm.R10, Offset: off})
+		}
+	default:
+		fail(fmt.Errorf("-steps: unknown step %q", s))
+	}
+	return in
+}
+
 // countProg: the count, after the steps asked for.
 func countProg(pid uint32, steps []string) asm.Instructions {
 	var in asm.Instructions
@@ -189,75 +321,10 @@ func countProg(pid uint32, steps []string) asm.Instructions {
 	}
 	in = append(in, asm.Mov.Reg(asm.R9, asm.R1)) // the context, as gprobes keeps it
 	for _, s := range steps {
-		switch s {
-		case "pid":
-			in = append(in, pidFilter(pid, "done")...)
-		case "pidbtf": // the filter without a helper call's return:
-			// bpf_get_current_task_btf (inlined by the verifier where
-			// the kernel does) and task->tgid loaded through BTF
-			in = append(in,
-				asm.FnGetCurrentTaskBtf.Call(),
-				asm.LoadMem(asm.R1, asm.R0, tgidOffset(), asm.Word),
-				asm.JNE.Imm(asm.R1, int32(pid), "done"),
-			)
-		case "disabled": // counters word 8: disabled
-			in = append(in,
-				mapValue(asm.R1, counters, 0),
-				asm.LoadMem(asm.R2, asm.R1, 8, asm.DWord),
-				asm.JNE.Imm(asm.R2, 0, "done"),
-			)
-		case "runs": // counters word 16: runs
-			in = append(in,
-				mapValue(asm.R1, counters, 0),
-				asm.Mov.Imm(asm.R0, 1),
-				asm.AddAtomic.Mem(asm.R1, asm.R0, asm.DWord, 16),
-			)
-		case "runsfetch": // max hits 1000000000
-			in = append(in,
-				mapValue(asm.R1, counters, 0),
-				asm.Mov.Imm(asm.R0, 1),
-				fetchAdd(asm.R1, asm.R0, 16),
-				asm.Add.Imm(asm.R0, 1),
-				asm.Mov.Imm(asm.R2, 1000000000),
-				asm.JGT.Reg(asm.R0, asm.R2, "done"),
-			)
-		case "hitsfetch": // pass count 1
-			in = append(in,
-				mapValue(asm.R1, counters, 0),
-				asm.Mov.Imm(asm.R0, 1),
-				fetchAdd(asm.R1, asm.R0, 24),
-				asm.Add.Imm(asm.R0, 1),
-				asm.Mov.Imm(asm.R2, 0),
-				asm.JLE.Reg(asm.R0, asm.R2, "done"),
-			)
-		case "ts":
-			in = append(in,
-				asm.FnKtimeGetNs.Call(),
-				mapValue(asm.R1, counters, 32),
-				asm.LoadMem(asm.R1, asm.R1, 0, asm.DWord),
-				asm.Add.Reg(asm.R0, asm.R1),
-				asm.StoreMem(asm.R10, fpRec, asm.R0, asm.DWord),
-			)
-		case "cpu":
-			in = append(in, asm.FnGetSmpProcessorId.Call(), asm.StoreMem(asm.R10, fpRec, asm.R0, asm.Word))
-		case "pidtgid":
-			in = append(in, asm.FnGetCurrentPidTgid.Call(), asm.StoreMem(asm.R10, fpRec, asm.R0, asm.DWord))
-		case "lookup":
-			in = append(in,
-				asm.StoreImm(asm.R10, fpKey, 0, asm.Word),
-				mapPtr(asm.R1, scratch),
-				asm.Mov.Reg(asm.R2, asm.R10),
-				asm.Add.Imm(asm.R2, fpKey),
-				asm.FnMapLookupElem.Call(),
-				asm.JEq.Imm(asm.R0, 0, "done"),
-				asm.Mov.Reg(asm.R6, asm.R0),
-				asm.StoreImm(asm.R6, 0, 0, asm.Word),
-			)
-		case "query":
-			in = append(in, mapPtr(asm.R1, ring), asm.Mov.Imm(asm.R2, wakeAvail), asm.FnRingbufQuery.Call())
-		default:
-			fail(fmt.Errorf("-steps: unknown step %q", s))
+		if s == "rec64" {
+			fail(errors.New("-steps rec64 goes with -prog log"))
 		}
+		in = append(in, step(pid, s)...)
 	}
 	in = append(in,
 		mapValue(asm.R1, counters, 0),
@@ -305,9 +372,11 @@ func tgidOffset() int16 {
 	return 0
 }
 
-// logProg: pid and tid, 16 bytes, to the ring.
-func logProg(pid uint32) asm.Instructions {
+// logProg: pid and tid, 16 bytes, to the ring, after the steps asked
+// for (rec64: with 48 bytes of header before them).
+func logProg(pid uint32, steps []string) asm.Instructions {
 	var in asm.Instructions
+	in = append(in, asm.Mov.Reg(asm.R9, asm.R1))
 	if *pidFlag {
 		in = append(in, pidFilter(pid, "done")...)
 	} else {
@@ -320,7 +389,19 @@ func logProg(pid uint32) asm.Instructions {
 		asm.Mov.Reg32(asm.R1, asm.R0),
 		asm.StoreMem(asm.R10, fpRec+8, asm.R1, asm.DWord), // tid
 	)
-	in = append(in, commit()...)
+	size := int32(16)
+	for _, s := range steps {
+		if s == "rec64" { // first: the others store into the header
+			size = 64
+			in = append(in, step(pid, s)...)
+		}
+	}
+	for _, s := range steps {
+		if s != "rec64" && s != "pid" { // the filter is -pid's here
+			in = append(in, step(pid, s)...)
+		}
+	}
+	in = append(in, commit(size)...)
 	return append(in, ret()...)
 }
 
@@ -362,7 +443,7 @@ func forkKillProg(pid uint32, k int) asm.Instructions {
 			asm.FnProbeReadKernel.Call(),
 		)
 	}
-	in = append(in, commit()...)
+	in = append(in, commit(16)...)
 	return append(in, ret()...)
 }
 
@@ -465,9 +546,13 @@ func main() {
 	var steps []string
 	if *stepsFlag != "" {
 		steps = strings.Split(*stepsFlag, ",")
-		if *progFlag != "count" {
-			fail(errors.New("-steps goes with -prog count"))
+		if *progFlag != "count" && *progFlag != "log" {
+			fail(errors.New("-steps goes with -prog count or log"))
 		}
+	}
+	tpGroup, tpEvent, ok := strings.Cut(*tpFlag, ":")
+	if !ok {
+		fail(fmt.Errorf("-tp %q: GROUP:EVENT", *tpFlag))
 	}
 	newMaps()
 
@@ -506,9 +591,9 @@ func main() {
 		atts, gmaps = gprobesProgs(*dpdfFlag, filter)
 		ring = gmaps.Ring
 	case *progFlag == "count":
-		atts = []attachment{{"syscalls", "sys_enter_getppid", "floor_count", countProg(pid, steps), nil}}
+		atts = []attachment{{tpGroup, tpEvent, "floor_count", countProg(pid, steps), nil}}
 	case *progFlag == "log":
-		atts = []attachment{{"syscalls", "sys_enter_getppid", "floor_log", logProg(pid), nil}}
+		atts = []attachment{{tpGroup, tpEvent, "floor_log", logProg(pid, steps), nil}}
 	case *progFlag == "forkkill":
 		atts = []attachment{
 			{"signal", "signal_generate", "floor_kill", forkKillProg(pid, 0), nil},
@@ -574,6 +659,10 @@ func main() {
 			default:
 			}
 			dl := time.Now().Add(50 * time.Millisecond)
+			if *readSleep > 0 && !stopping && rd.AvailableBytes() == 0 {
+				time.Sleep(*readSleep) // off the CPU, as a reader descheduled
+				continue
+			}
 			if stopping || rd.AvailableBytes() > 0 {
 				dl = time.Now()
 			}
