@@ -332,10 +332,9 @@ func (t *Target) unplace(s *source) {
 				p.base = c
 			}
 		}
-		if p.link != nil {
-			p.link.Close()
-			p.link = nil
-		}
+	}
+	closeLinks(s.probes)
+	for _, p := range s.probes {
 		if p.prog != nil {
 			p.prog.Close()
 			p.prog = nil
@@ -546,13 +545,15 @@ func (t *Target) Remove(name string, minors []uint16) (int, error) {
 func (t *Target) removeProbes(m *module, minors []uint16) int {
 	n := 0
 	for _, s := range m.srcs {
-		var keep []*probe
+		var keep, gone []*probe
 		for _, p := range s.probes {
 			if minors == nil || containsMinor(minors, p.def().Minor) {
-				if p.link != nil {
-					p.link.Close()
-					p.link = nil
-				}
+				gone = append(gone, p)
+			}
+		}
+		closeLinks(gone)
+		for _, p := range s.probes {
+			if minors == nil || containsMinor(minors, p.def().Minor) {
 				if c, err := t.counters(p); err == nil {
 					t.lost += c.Lost
 				}
@@ -636,16 +637,13 @@ func (t *Target) Close() (engine.Final, error) {
 	t.mu.Lock()
 	var f engine.Final
 	// links first: nothing commits once they are closed
+	var all []*probe
 	for _, m := range t.modules {
 		for _, s := range m.srcs {
-			for _, p := range s.probes {
-				if p.link != nil {
-					p.link.Close()
-					p.link = nil
-				}
-			}
+			all = append(all, s.probes...)
 		}
 	}
+	closeLinks(all)
 	for _, m := range t.modules {
 		for _, s := range m.srcs {
 			for _, p := range s.probes {
