@@ -24,7 +24,8 @@ import (
 //     target's memory), SymbolLoader (more symbol files after open, on
 //     the OS), SignalHolder (keep a signal back during a step),
 //     OwnerAware (the engine's "is this trap ours?" for a backend that
-//     classifies stops itself).
+//     classifies stops itself), Watcher (debug registers for watch
+//     probes, watch.go).
 //
 // The engine owns everything else: the loop, the breakpoints and what is
 // ours (breakpoints.go), hits, steps, commits. A backend never runs probe
