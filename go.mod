@@ -9,6 +9,7 @@ require (
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/arch v0.32.0
 	golang.org/x/sys v0.46.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
