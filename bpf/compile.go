@@ -85,6 +85,7 @@ const (
 	MapCounters = "gprobes_counters"
 	MapLV       = "gprobes_lv"
 	MapGV       = "gprobes_gv"
+	// MapSwitch (switch.go)
 )
 
 // Options are what Compile needs besides the program.
@@ -400,7 +401,7 @@ func (c *compiler) check() error {
 				return err
 			}
 		}
-		if in.Op > rpn.OpPushField || in.Op == rpn.OpInvalid {
+		if (in.Op > rpn.OpPushField && in.Op != rpn.OpEnable && in.Op != rpn.OpDisable) || in.Op == rpn.OpInvalid {
 			return c.unsupported(i, "%s: not compiled to eBPF yet", in.Op)
 		}
 		switch in.Op {
@@ -870,6 +871,9 @@ func (c *compiler) mainFunc() {
 		}
 	}
 
+	// switched off: no hit at all (switch.go)
+	c.switchCheck()
+
 	// counters, pass count, max hits (jit/compile.go, prologue)
 	c.counters(asm.R1, 0)
 	if pr.PassCount > 0 {
@@ -1337,6 +1341,7 @@ func (c *compiler) insnBody(i int) {
 			asm.Add.Imm(r2, -1),
 			asm.StoreMem(rScratch, offJumps, r2, asm.DWord),
 			asm.Mov.Reg(r3, r1),
+			asm.And.Imm(r3, rpn.MaxCallDepth-1), // never changes it: bounds for Linux 6.1's verifier
 			asm.LSh.Imm(r3, 3),
 			asm.Add.Reg(r3, rScratch),
 			asm.Mov.Imm(r2, int32(c.blockID[i+1])),
@@ -1353,6 +1358,7 @@ func (c *compiler) insnBody(i int) {
 		c.emit(
 			asm.Add.Imm(r1, -1),
 			asm.StoreMem(rScratch, offDepth, r1, asm.DWord),
+			asm.And.Imm(r1, rpn.MaxCallDepth-1), // never changes it: bounds for Linux 6.1's verifier
 			asm.LSh.Imm(r1, 3),
 			asm.Add.Reg(r1, rScratch),
 			asm.LoadMem(r2, r1, offCalls, asm.DWord),
@@ -1367,6 +1373,8 @@ func (c *compiler) insnBody(i int) {
 		}
 	case rpn.OpAbort:
 		c.stop(statusNone, c.lDone)
+	case rpn.OpEnable, rpn.OpDisable:
+		c.switchStore(in)
 	case rpn.OpRem:
 		c.counters(r1, cntDisabled)
 		c.emit(
@@ -1467,15 +1475,12 @@ func (c *compiler) insnBody(i int) {
 			c.emit(asm.LSh.Imm(r1, 32), asm.ArSh.Imm(r1, 32), asm.LSh.Imm(r2, 32), asm.ArSh.Imm(r2, 32))
 		}
 		a.jmpImm(asm.JEq, r1, 0, c.raise(rpn.ExDivideByZero, i), false)
-		div, mod := asm.Div, asm.Mod
 		if in.Op == rpn.OpIDiv {
-			// BPF's sdiv/smod: MinInt64 / -1 is MinInt64, remainder 0, as Go
-			div, mod = asm.SDiv, asm.SMod
-		}
-		c.emit(asm.Mov.Reg(r3, r2), div.Reg(r2, r1), mod.Reg(r3, r1))
-		if in.Op == rpn.OpIDiv {
+			c.sdiv()
 			c.maskW(r2)
 			c.maskW(r3)
+		} else {
+			c.emit(asm.Mov.Reg(r3, r2), asm.Div.Reg(r2, r1), asm.Mod.Reg(r3, r1))
 		}
 		c.store(0, r2, r4)
 		c.store(1, r3, r5)
@@ -1586,6 +1591,33 @@ func (c *compiler) insnBody(i int) {
 		// refused by check
 		panic(fmt.Sprintf("bpf: %v not handled", in.Op))
 	}
+}
+
+// sdiv: r2 = r2 / r1 and r3 = r2 % r1, signed, truncated (Go's: MinInt64
+// / -1 is MinInt64, remainder 0), r1 not 0; r0, r4, r5 clobbered. Unsigned
+// division of the magnitudes, the quotient's sign set after, the
+// remainder y - q*x: BPF's own sdiv and smod are Linux 6.6's (ISA v4), and
+// Linux 6.1 (the lab's) refuses them.
+func (c *compiler) sdiv() {
+	a := &c.a
+	r0, r1, r2, r3, r4, r5 := asm.R0, asm.R1, asm.R2, asm.R3, asm.R4, asm.R5
+	pos1, pos2, pos3 := a.newLabel(), a.newLabel(), a.newLabel()
+	c.emit(asm.Mov.Reg(r3, r2), asm.Mov.Reg(r4, r1))
+	a.jmpImm(asm.JSGE, r3, 0, pos1, false)
+	c.emit(asm.Neg.Imm(r3, 0)) // |MinInt64| is 1<<63 unsigned
+	a.bind(pos1)
+	a.jmpImm(asm.JSGE, r4, 0, pos2, false)
+	c.emit(asm.Neg.Imm(r4, 0))
+	a.bind(pos2)
+	c.emit(asm.Div.Reg(r3, r4), asm.Mov.Reg(r0, r2), asm.Xor.Reg(r0, r1))
+	a.jmpImm(asm.JSGE, r0, 0, pos3, false)
+	c.emit(asm.Neg.Imm(r3, 0))
+	a.bind(pos3)
+	c.emit(
+		asm.Mov.Reg(r0, r3), asm.Mul.Reg(r0, r1), // q*x
+		asm.Mov.Reg(r5, r2), asm.Sub.Reg(r5, r0), // y - q*x
+		asm.Mov.Reg(r2, r3), asm.Mov.Reg(r3, r5),
+	)
 }
 
 // size is the eBPF size of a word.

@@ -8,12 +8,13 @@
 //
 // CompileProbe turns probe pi of a program into one eBPF program of the
 // type its attachment needs (Options.Kind: tracepoint, raw tracepoint,
-// kprobe, uprobe). It starts from the RPN verifier's proofs (jump targets
+// kprobe, uprobe, fentry, kretprobe). It starts from the RPN verifier's proofs (jump targets
 // in the probe, variable indices, register names) and is a template
 // compiler, as package jit is for x86-64: each RPN instruction becomes a
 // short fixed sequence. Registers: r6 this CPU's scratch value, r7 the TOS
-// index (dynamic stack only), r8 the log length, r9 the jumps left
-// (straight mode, when counted); r0-r5 are temporaries and helper
+// index (dynamic stack only), r8 the log length, r9 the context in the
+// prologue and then the jumps left (straight mode, when counted); r0-r5
+// are temporaries and helper
 // arguments. The per-instruction eBPF carries the RPN disassembly as BTF
 // line info, so the verifier's log reads as the RPN program; a refusal of
 // the verifier is mapped back to the RPN instruction, its pc and DPDF line
@@ -116,13 +117,16 @@
 // that the kernel's times read as the other targets' (Unix ns); taken once
 // per hit.
 //
-// push r reads the probe's pt_regs (copied into the scratch value at the
-// hit): a kprobe's or uprobe's context. rip is the probed address (a
-// kprobe's regs->ip, past the int3, less one). A tracepoint (or raw
+// push r reads the probe's registers, copied into the scratch value at
+// the hit (its register area): a kprobe's, kretprobe's or uprobe's
+// pt_regs, a fentry program's arguments (Function probes, below). rip is
+// the probed address (a kprobe's regs->ip, past the int3, less one; a
+// kprobe asked at a function's first byte, when that is an endbr64
+// (IBT), is placed past it by the kernel, and rip is then the function +
+// 4: not seen in the lab). A tracepoint (or raw
 // tracepoint) has no probed instruction and so no registers: push r is
-// refused there (the push field,NAME is the tracepoint's data).
-// Registers pt_regs does not hold (ds, es, fs, gs, fs_base, gs_base, cr0-4)
-// are refused. push u reads the task's user-mode registers, saved at its
+// refused there (push field reads its data). Registers pt_regs does not
+// hold (ds, es, fs, gs, fs_base, gs_base, cr0-4) are refused. push u reads the task's user-mode registers, saved at its
 // entry into the kernel: bpf_task_pt_regs(bpf_get_current_task_btf()). At
 // a system call's entry rax there is -ENOSYS (the kernel's), the number
 // being in orig_rax, which RPN cannot name. A kernel thread's saved
@@ -143,6 +147,107 @@
 // the machine names the first unreadable byte, which may be a later page).
 // vfy_r: a one-byte read.
 //
+// # Tracepoint fields (push field)
+//
+// A tracepoint's context is the event's record, laid out as tracefs's
+// events/GROUP/EVENT/format says (ReadFormat, ParseFormat: each field's
+// offset, size, sign and kind). CompileProbe resolves push field's names
+// (Module.Fields) in Options.Format; a name the event lacks is an
+// Unsupported at the instruction whose message lists the event's fields
+// (its own first, then the common ones) with the closest names. The
+// fields a probe reads are copied at the hit, in the prologue while r9
+// still holds the context, into the scratch value's register area (a
+// tracepoint has no registers; 30 different fields at most per probe),
+// so that push field is one load in straight mode and in the loop's
+// callback alike, and reads the record as it was at the hit:
+//
+//   - an integer (1, 2, 4 or 8 bytes) or a pointer: its value, loaded
+//     from the context, sign-extended when the format says signed. The
+//     verifier allows a tracepoint program to load from its context at
+//     any offset from 8 to PERF_MAX_TRACE_SIZE, aligned to the size, read
+//     only; elsewhere (a misaligned field, one beyond 2048 bytes: 6.1
+//     allows 8192, older kernels 2048) bpf_probe_read_kernel of the
+//     record's bytes.
+//   - an array ("char comm[16]"), or an inline value of another size:
+//     its address in the record (a kernel address: log str, log mrf and
+//     push mrf read it with bpf_probe_read_kernel, the address being in
+//     the upper half).
+//   - __data_loc: the record's address + the u32's low 16 bits (its high
+//     16 are the length); __rel_loc the same counted from the field's end.
+//
+// The record's address is a number to RPN: the prologue stores the
+// context pointer in the scratch value and loads it back, which the
+// verifier allows a privileged loader (a pointer stored in a map value:
+// CAP_PERFMON's allow_ptr_leaks) and sees as a scalar after.
+//
+// The common fields are not what the format says: before it runs the
+// programs, the kernel writes the pt_regs pointer over the record's first
+// 8 bytes (perf_trace_run_bpf_submit, perf_call_bpf_enter for system
+// calls; TestFieldCommonOverwritten reads a kernel address there), and the
+// verifier refuses loads below offset 8 for that reason. So common_type
+// is the event's id (Format.ID, a constant), common_pid the current
+// thread's id (what the kernel writes there), and common_flags and
+// common_preempt_count are refused.
+//
+// # Function probes: kprobe, kretprobe, fentry
+//
+// A kprobe (KindKprobe) runs at symbol+offset, AttachKprobe: a perf event
+// of the kernel's kprobe PMU opened by this package (not cilium/ebpf's
+// Kprobe, which falls back to tracefs and loses the errno) and a BPF link
+// to it; the link holds the event, so a gprobes that dies leaves nothing.
+// The kernel's refusals are told apart: EILSEQ, the offset is not an
+// instruction boundary (the kernel decodes the function from its start),
+// ErrNotBoundary; ENOENT, no such symbol, ErrUnknownSymbol; EINVAL (and
+// E2BIG), the function is on the kprobe blacklist (named as such when
+// /sys/kernel/debug/kprobes/blacklist is readable) or the offset is
+// outside it, ErrCannotProbe.
+//
+// A kretprobe (KindKretprobe, AttachKretprobe) is a kprobe program whose
+// pt_regs are the function's return: rax its return value, rip the return
+// address, rsp the caller's stack pointer past it, the callee-saved
+// registers the caller's, the others what the function left. maxactive is
+// the kernel's number of calls tracked at once (beyond it a return is
+// missed, the kernel's nmissed, not run): up to the kernel's default,
+// max(10, 2 × possible CPUs), the kprobe PMU's kretprobe gives at least as
+// many; above it only a tracefs kprobe event can say it (cilium/ebpf's
+// Kretprobe, group gprobes_<random>), which a gprobes killed with SIGKILL
+// leaves in kprobe_events, disabled and without a program, for
+// RemoveStaleKprobeEvents.
+//
+// A fentry program (KindFentry, BPF_PROG_TYPE_TRACING, BPF_TRACE_FENTRY,
+// AttachFentry) is called by a BPF trampoline from the function's ftrace
+// call site: no int3, no single-step. It is loaded for its function
+// (Options.AttachTo, found in vmlinux's or a module's BTF) and its context
+// is the function's arguments, one u64 each: push r of rdi, rsi, rdx, rcx,
+// r8, r9 reads argument 0 to 5 when it is below Options.NumArgs, which
+// FuncArgs gives (the leading arguments that are integers, enums or
+// pointers: a struct passed by value shifts the slots); an int argument's
+// upper half is whatever the register held, as with a kprobe. rip is
+// Options.Addr. The verifier enforces the count (reading past the last
+// argument is refused). Any other register, or rip without Addr, is an
+// Unsupported wrapping ErrNeedsKprobe: the caller compiles the probe again
+// as a kprobe at the function's address, which sees every register.
+// Everything else is a kprobe's (push u through bpf_task_pt_regs, memory,
+// system values, bpf_loop): the helpers the compiler calls are all
+// allowed to tracing programs, which TestFentryContext proves on a
+// kernel that refuses fentry itself, by loading the same program as a
+// BTF raw tracepoint (tp_btf, the same program type and context) on
+// sys_enter.
+//
+// # Mechanisms
+//
+// Probe says which of tracepoint, raw tracepoint, kprobe, kretprobe,
+// kprobe.multi, fentry, ringbuf and bpf_loop this kernel has, each nil or
+// an error with a one-line reason (cilium/ebpf's feature tests, a trivial
+// program attached and detached at once, a kprobe perf event opened and
+// closed), once per process; Mechanisms.ForKind is the reason a probe of
+// a kind cannot go in. This host (6.18): no kprobe PMU (a kernel built
+// without CONFIG_KPROBES), and BPF_PROG_LOAD refuses every fentry program
+// with EPERM before its verifier, as root (tp_btf loads: a policy or
+// lockdown of this kernel), so kprobe, kretprobe, fentry and kprobe.multi
+// are absent. The QEMU lab's Debian 6.1 has all but kprobe.multi (no
+// CONFIG_FPROBE).
+//
 // # Refused (Unsupported)
 //
 // pop mrf (eBPF cannot write kernel memory; bpf_probe_write_user taints
@@ -150,7 +255,10 @@
 // change registers), push io and pop io (no port IO), exit 3 (a dump
 // needs the task stopped) and exit 4 (a debugger), vfy_rw (a program can
 // test a read, not a write without writing), push r where there are no
-// registers, and any opcode added to the machine after this compiler.
+// registers (and, ErrNeedsKprobe, those a fentry program does not see),
+// push field outside a tracepoint probe, without the event's format, of a
+// field the event lacks or of common_flags and common_preempt_count, and
+// any opcode added to the machine after this compiler.
 //
 // # What differs from the machine (SPEC §3)
 //

@@ -312,6 +312,48 @@ func TestKretprobe(t *testing.T) {
 	}
 }
 
+// RemoveStaleKprobeEvents removes a gprobes_* kprobe event nobody uses
+// (what a gprobes killed with SIGKILL leaves) and leaves others.
+func TestRemoveStaleKprobeEvents(t *testing.T) {
+	needBPF(t)
+	if err := bpf.Probe().Kretprobe; err != nil {
+		t.Skip(err)
+	}
+	const events = "/sys/kernel/tracing/kprobe_events"
+	add := func(def string) {
+		f, err := os.OpenFile(events, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Skip(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(def + "\n"); err != nil {
+			t.Fatalf("%s: %v", def, err)
+		}
+	}
+	add("r100:gprobes_stale/gp_test do_sys_openat2")
+	add("r100:gprobes_other_test/gp_keep vfs_read")
+	// an event in use stays: a perf event open on gprobes_other_test's
+	id, err := os.ReadFile("/sys/kernel/tracing/events/gprobes_other_test/gp_keep/id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := strconv.ParseUint(strings.TrimSpace(string(id)), 10, 64)
+	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Size: unix.PERF_ATTR_SIZE_VER1, Config: cfg, Sample_type: unix.PERF_SAMPLE_RAW, Sample: 1, Wakeup: 1}
+	fd, err := unix.PerfEventOpen(&attr, -1, 0, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := bpf.RemoveStaleKprobeEvents()
+	b, _ := os.ReadFile(events)
+	unix.Close(fd)
+	if err != nil || n != 1 || strings.Contains(string(b), "gprobes_stale") || !strings.Contains(string(b), "gprobes_other_test/gp_keep") {
+		t.Fatalf("removed %d (%v); left:\n%s", n, err, b)
+	}
+	if n, err := bpf.RemoveStaleKprobeEvents(); err != nil || n != 1 {
+		t.Fatalf("the second, unused now: removed %d (%v)", n, err)
+	}
+}
+
 // A kprobe at do_sys_openat2+0 (rip is the probed address), and the
 // kernel's refusals: a non-boundary, an unknown symbol, a blacklisted
 // function. Where the kernel has no kprobes, the refusal naming that.
