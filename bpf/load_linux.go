@@ -110,6 +110,14 @@ func NewMaps(m *rpn.Module, o MapOptions) (*Maps, error) {
 		}
 		ms.ownLV = true
 	}
+	if o.Switch != nil {
+		ms.Switch = o.Switch
+	} else {
+		if ms.Switch, err = NewSwitch(); err != nil {
+			return nil, err
+		}
+		ms.ownSwitch = true
+	}
 	if o.GV != nil {
 		ms.GV = o.GV
 	} else {
@@ -227,6 +235,9 @@ func (m *Maps) Close() error {
 	}
 	if m.ownGV && m.GV != nil {
 		m.GV.Close()
+	}
+	if m.ownSwitch && m.Switch != nil {
+		m.Switch.Close()
 	}
 	return nil
 }

@@ -22,6 +22,9 @@ import (
 //	LV        array, 1 entry (mmapable): the module's vars, 8 bytes each
 //	GV        array, 1 entry (mmapable): rpn.MaxGVars words, shared by the
 //	          modules given the same map (MapOptions.GV)
+//	Switch    array, 1 entry (mmapable): SwitchSize bytes, the module's
+//	          switches, a byte per minor (switch.go), shared by the
+//	          sources given the same map (MapOptions.Switch)
 //
 // One-entry arrays are addressed directly (BPF_PSEUDO_MAP_VALUE: a 64-bit
 // load of the value's address, no lookup call).
@@ -31,11 +34,13 @@ type Maps struct {
 	Counters *ebpf.Map
 	LV       *ebpf.Map
 	GV       *ebpf.Map
+	Switch   *ebpf.Map
 
 	probes, vars int
 	ownGV        bool
 	ownRing      bool
 	ownLV        bool
+	ownSwitch    bool
 }
 
 // MapOptions tune NewMaps.
@@ -51,6 +56,9 @@ type MapOptions struct {
 	// LV, when set, is the lv map to use (NewLV: the sources of one
 	// module inserted with --merge share it); otherwise NewMaps makes one.
 	LV *ebpf.Map
+	// Switch, when set, is the switch map to use (NewSwitch: the sources
+	// of one module share it); otherwise NewMaps makes one.
+	Switch *ebpf.Map
 }
 
 // DefaultRingSize is the ring buffer's size when MapOptions.RingSize is 0.
