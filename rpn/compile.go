@@ -140,6 +140,8 @@ type compiler struct {
 	// probe's minor failed to compile, so the check would mislead
 	switches     []switchUse
 	minorUnknown bool
+	// enabledAt: where each probe's enabled keyword is, by probe index
+	enabledAt map[int]lexer.Position
 
 	// per probe
 	kind    ProbeKind
@@ -470,6 +472,10 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 		case "enabled":
 			if w, ok := c.word(kv, "yes", "no"); ok {
 				p.Disabled = w == "no"
+				if c.enabledAt == nil {
+					c.enabledAt = map[int]lexer.Position{}
+				}
+				c.enabledAt[index] = kv.Pos
 			}
 		}
 	}
@@ -996,7 +1002,23 @@ func (c *compiler) iv(pos lexer.Position, what string, e *dpdf.Expr, op Opcode) 
 // minor in it replaces this file's, so a program can only switch minors
 // its own file defines (docs/language.md, "Switching").
 func (c *compiler) checkSwitches() {
-	if len(c.switches) == 0 || c.minorUnknown {
+	if c.minorUnknown {
+		return
+	}
+	if i, j, ok := SwitchConflict(c.m.Probes); ok {
+		// said at the enabled = no, naming the other probe's line
+		off, on := i, j
+		if !c.m.Probes[off].Disabled {
+			off, on = j, i
+		}
+		line := int(c.m.Probes[on].Pos.Line)
+		if at, ok := c.enabledAt[on]; ok {
+			line = at.Line
+		}
+		minor := c.m.Probes[off].Minor
+		c.errorf(c.enabledAt[off], "probes of minor %d differ in enabled (line %d): a switch belongs to a minor, as enable %d, disable %d and gprobes enable --minor %d switch them all; give the probes that start switched off a minor of their own", minor, line, minor, minor, minor)
+	}
+	if len(c.switches) == 0 {
 		return
 	}
 	have := map[uint16]bool{}

@@ -178,3 +178,26 @@ func TestIVEnv(t *testing.T) {
 		t.Errorf("i386: log %x", r.Log)
 	}
 }
+
+// TestSwitchStates: the probes of one minor share a switch, so they must
+// start in one state; the compiler says where, the verifier refuses a
+// PPDF that mixes them.
+func TestSwitchStates(t *testing.T) {
+	ok := "name = a\nmodtype = user\noffset = f\nminor = 1\nenabled = no\nexit\noffset = g\nminor = 1\nenabled = NO\nexit\noffset = h\nexit\n"
+	if _, err := compileWith(t, ok, nil); err != nil {
+		t.Fatal(errText(err))
+	}
+	bad := "name = a\nmodtype = user\noffset = f\nexit\noffset = g\nenabled = no\nexit\n"
+	_, err := compileWith(t, bad, nil)
+	if want := "sum.dpdf:6:1: probes of minor 0 differ in enabled (line 3): a switch belongs to a minor"; !strings.Contains(errText(err), want) {
+		t.Errorf("got %s, want %s", errText(err), want)
+	}
+	m, err := compileWith(t, ok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Probes[1].Disabled = false
+	if _, err := rpn.Load(m); err == nil || !strings.Contains(err.Error(), "probes 0 and 1 of minor 1 differ in enabled") {
+		t.Errorf("Load of mixed states: %v", err)
+	}
+}

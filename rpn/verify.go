@@ -82,8 +82,9 @@ func (e *VerifyError) Format(s fmt.State, verb rune) {
 // instructions (a tracepoint that is not SUBSYS:EVENT, maxactive off a
 // retprobe, a watch's length and mode off a watch probe or out of range,
 // push field outside a tracepoint probe or past Fields, push iv and pop
-// iv past MaxIV or in a tracepoint or watch probe). enable and disable
-// may name any minor: a module merged later may have it.
+// iv past MaxIV or in a tracepoint or watch probe, probes of one minor
+// that differ in enabled). enable and disable may name any minor: a
+// module merged later may have it.
 func Load(m *Module) (*Program, error) {
 	v := &verifier{m: m}
 	if msg := checkHeader(&m.Header); msg != "" {
@@ -101,6 +102,9 @@ func Load(m *Module) (*Program, error) {
 		if err := v.probe(i); err != nil {
 			return nil, err
 		}
+	}
+	if i, j, ok := SwitchConflict(m.Probes); ok {
+		return nil, &VerifyError{Probe: j, PC: m.Probes[j].Entry, Msg: fmt.Sprintf("probes %d and %d of minor %d differ in enabled: the probes of a minor share one switch", i, j, m.Probes[i].Minor), m: m}
 	}
 	if err := v.relocs(); err != nil {
 		return nil, err
@@ -498,4 +502,26 @@ func (p *Program) Listing(probe int) string {
 	pr := p.m.Probes[probe]
 	disasmRange(&b, p.m, pr.Entry, pr.End, ^uint32(0))
 	return b.String()
+}
+
+// SwitchConflict finds two probes of one minor that differ in Disabled
+// (enabled = no): the first probe of that minor, i, and the first that
+// differs from it, j. A switch belongs to a minor of a module (enable
+// MINOR, disable MINOR and gprobes enable --minor switch every probe of
+// it), so the probes of a minor start in one state; a merge replaces
+// the probes of a minor all at once, so a module's probes of one minor
+// always come from one file.
+func SwitchConflict(probes []Probe) (i, j int, ok bool) {
+	first := map[uint16]int{}
+	for k := range probes {
+		f, seen := first[probes[k].Minor]
+		if !seen {
+			first[probes[k].Minor] = k
+			continue
+		}
+		if probes[f].Disabled != probes[k].Disabled {
+			return f, k, true
+		}
+	}
+	return 0, 0, false
 }
