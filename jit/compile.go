@@ -10,8 +10,9 @@ import (
 
 // The compiled code, for one probe (Compile):
 //
-//	prologue   Hits, Disabled, pass count, Runs, max hits (the skip and
-//	           over-max exits are out of line)
+//	prologue   the probe's switch (Layout.Switch: off returns at once,
+//	           nothing counted), Hits, Disabled, pass count, Runs, max
+//	           hits (the off, skip and over-max exits are out of line)
 //	init       major/minor and truncated into the header, log length 0,
 //	           the jump budget, the call depth, the stack slots that need it
 //	           zeroed
@@ -237,9 +238,10 @@ func (c *compiler) check() error {
 		case rpn.OpPopU:
 			return &Unsupported{Reason: "pop u"}
 		case rpn.OpEnable, rpn.OpDisable:
-			// the machine switches through its Env (rpn.Switcher) on
-			// the int3 route; a pad cannot yet
-			return &Unsupported{Reason: fmt.Sprintf("%s: switching is the int3 route's", in.Op)}
+			// a store to the minor's switch byte (Layout.Switch)
+			if c.l.Switch == 0 {
+				return &Unsupported{Reason: fmt.Sprintf("%s: no switches in this layout", in.Op)}
+			}
 		case rpn.OpPushIV, rpn.OpPopIV:
 			// a call's instance variables live in the engine, with the
 			// return probe that reads them (engine/retprobe.go)
@@ -393,6 +395,17 @@ func (c *compiler) epilogue() {
 func (c *compiler) prologue() {
 	a := &c.a
 	pr := c.pr
+	if c.l.Switch != 0 {
+		// switched off: no hit at all, nothing counted
+		a.movAbs(rax, c.l.Switch+uint64(pr.Minor))
+		a.movzx8(rax, at(rax, 0))
+		a.testRR(false, rax, rax)
+		off := c.later(func() {
+			a.aluRR(aluXor, false, rax, rax)
+			a.ret()
+		})
+		a.jcc(condNE, off)
+	}
 	a.movAbs(rdi, c.l.Probe)
 	a.movImm(rax, 1)
 	a.lockXadd(true, at(rdi, offHits), rax)
@@ -524,6 +537,15 @@ func (c *compiler) insn(i int) {
 	case rpn.OpAbort:
 		a.aluRR(aluXor, false, rax, rax)
 		c.epilogue()
+	case rpn.OpEnable, rpn.OpDisable:
+		// a plain byte store: every later hit, on any thread, loads it
+		// in its prologue (x86 keeps stores in order)
+		a.movAbs(rax, c.l.Switch+uint64(in.B))
+		v := uint8(0)
+		if in.Op == rpn.OpDisable {
+			v = 1
+		}
+		a.store8Imm(at(rax, 0), v)
 	case rpn.OpRem:
 		a.movAbs(rax, c.l.Probe)
 		a.storeImm(true, at(rax, offDisabled), 1)

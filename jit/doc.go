@@ -59,8 +59,17 @@
 // `query`'s HOW column) for programs the pad cannot run: exit 3 and exit
 // 4 (they need the tracer), pop r of rip, rsp, fs_base or gs_base (the
 // pad restores none of them), pop u, push field (a tracepoint probe's,
-// which only the kernel target runs), enable and disable (the machine
-// switches probes through its Env). Those probes stay on the int3 route.
+// which only the kernel target runs), push iv and pop iv (a call's
+// instance variables live in the engine), and enable and disable without
+// a Layout.Switch. Those probes stay on the int3 route.
+//
+// # Switching
+//
+// With Layout.Switch, the module's switches (a byte per minor, shared with
+// gprobes and every other pad of the module), the prologue first loads
+// the probe's minor's byte and returns ResultNone at once when it is not
+// 0: a probe switched off is no hit, nothing is counted. enable MINOR and
+// disable MINOR store 0 and 1 to MINOR's byte.
 //
 // compile.go describes the code: its register allocation, the RPN stack
 // in the scratch area (ScratchSize), the counters under concurrency, and

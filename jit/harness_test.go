@@ -36,6 +36,8 @@ import (
 const (
 	memPages = 8
 	pageSize = 4096
+	// switchBlock is a module's switches: a byte per minor
+	switchBlock = 1 << 16
 )
 
 // page protections of the memory region
@@ -77,6 +79,8 @@ type harness struct {
 	gsBase   uint64
 	maps     []mapping
 	stats    map[string]int // outcomes seen, for the random test's log
+	// the module's switches (Layout.Switch), and the machine's copy
+	sw, swShadow []byte
 }
 
 type mapping struct{ lo, hi uint64 }
@@ -96,9 +100,15 @@ func newHarness(t testing.TB, seed uint64) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.sw, err = unix.Mmap(-1, 0, switchBlock, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.swShadow = make([]byte, switchBlock)
 	t.Cleanup(func() {
 		unix.Munmap(h.data)
 		unix.Munmap(h.mem)
+		unix.Munmap(h.sw)
 	})
 	h.base = uint64(uintptr(unsafe.Pointer(&h.mem[0])))
 	if h.base+memPages*pageSize > 1<<32 {
@@ -192,6 +202,7 @@ func (h *harness) layout() jit.Layout {
 		Clock:    h.addr(dClock),
 		Threads:  h.addr(dThreads),
 		FSGSBase: h.fsgsbase,
+		Switch:   uint64(uintptr(unsafe.Pointer(&h.sw[0]))),
 	}
 }
 
@@ -315,6 +326,15 @@ func (e *env) Sys(v rpn.SysValue) (uint64, bool) {
 
 func (e *env) IO(uint64, uint8, bool, uint64) (uint64, bool) { return 0, false }
 
+// Switch is the machine's enable and disable: the shadow of the switches.
+func (e *env) Switch(minor uint16, on bool) bool {
+	e.h.swShadow[minor] = 0
+	if !on {
+		e.h.swShadow[minor] = 1
+	}
+	return true
+}
+
 // probeRun is one program under test: the compiled code and the
 // machine's side of the state.
 type probeRun struct {
@@ -365,6 +385,8 @@ func (h *harness) start(p *rpn.Program) (*probeRun, error) {
 	for i := 0; i < jit.ThreadSlots; i++ {
 		*h.u64(dThreads + i*8) = 0
 	}
+	clear(h.sw)
+	clear(h.swShadow)
 	return r, nil
 }
 
@@ -403,7 +425,13 @@ func (h *harness) randomSetup() hitSetup {
 func (r *probeRun) hit(s hitSetup) string {
 	h := r.h
 	e := &env{h: h, frame: s.frame, tsc: s.tsc}
-	res := r.mach.Run(r.p, 0, &r.st, r.lv, r.gv, e)
+	var res *rpn.Result
+	if h.swShadow[r.p.Module().Probes[0].Minor] != 0 {
+		// switched off: what the engine does, no hit (no run, no count)
+		res = &rpn.Result{Outcome: rpn.OutcomeSkipped}
+	} else {
+		res = r.mach.Run(r.p, 0, &r.st, r.lv, r.gv, e)
+	}
 	if e.err != nil {
 		h.t.Fatalf("%v\n%s", e.err, r.p.Listing(0))
 	}
@@ -511,6 +539,13 @@ func (r *probeRun) hit(s hitSetup) string {
 	for p, prot := range memProt {
 		if prot&unix.PROT_READ != 0 && !bytes.Equal(h.mem[p*pageSize:(p+1)*pageSize], h.shadow[p*pageSize:(p+1)*pageSize]) {
 			diff("memory page %d differs", p)
+		}
+	}
+	if !bytes.Equal(h.sw, h.swShadow) {
+		for m := range h.sw {
+			if h.sw[m] != h.swShadow[m] {
+				diff("switch of minor %d is %d, want %d", m, h.sw[m], h.swShadow[m])
+			}
 		}
 	}
 	if len(diffs) == 0 {

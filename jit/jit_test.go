@@ -127,6 +127,8 @@ var tableCases = []struct{ name, src string }{
 	{"io", "push d,0x80\npush io,1\nexit 1"},
 	{"pop io", "push d,0x80\npush d,1\npop io,1\nexit 1"},
 	{"nop", "nop\nnop\nexit 1"},
+	{"enable disable", "minor = 7\nenable 8\ndisable 9\nenable 65535\ndisable 0\nexit 1\noffset = 0x2000\nminor = 8\nexit\noffset = 0x3000\nminor = 9\nexit\noffset = 0x4000\nminor = 65535\nexit\noffset = 0x5000\nminor = 0\nexit"},
+	{"disable itself", "minor = 3\npush d,1\nlog 1\ndisable 3\nexit 1"},
 	{"i386 arith", "arch = i386\npush d,0xffffffff\npush d,2\nadd\npush d,-1\npush r,eax\nmul\npush r,ecx\npush r,edx\nsub\nnot\nneg\nlog 4\nexit 1"},
 	{"i386 jumps", "arch = i386\npush d,0x80000000\njlt neg\nexit 0\nneg: push d,0xffffffff\nlog 1\nexit 1"},
 	{"i386 idiv sar", "arch = i386\npush d,-9\npush d,2\nidiv\npush d,0x80000000\nsar 4\nlog 3\npush d,0x80000000\npush d,-1\nidiv\nlog 2\nexit 1"},
@@ -245,8 +247,8 @@ func TestUnsupported(t *testing.T) {
 		{"push d,1\npop r,fs_base\nexit 1", "pop r fs_base"},
 		{"push d,1\npop r,gs_base\nexit 1", "pop r gs_base"},
 		{"modtype = kernel\npush d,1\npop u,rax\nexit 1", "pop u"},
-		{"minor = 1\nenable 1\nexit 1", "enable: switching is the int3 route's"},
-		{"minor = 1\ndisable 1\nexit 1", "disable: switching is the int3 route's"},
+		{"minor = 1\nenable 1\nexit 1", "enable: no switches in this layout"},
+		{"minor = 1\ndisable 1\nexit 1", "disable: no switches in this layout"},
 	} {
 		p := compileSrc(t, c.src)
 		_, err := jit.Compile(p, 0, jit.Layout{})
@@ -388,5 +390,35 @@ func TestVMCases(t *testing.T) {
 	}
 	if ran < 80 {
 		t.Errorf("only %d cases ran", ran)
+	}
+}
+
+// A probe switched off (its minor's byte in Layout.Switch not 0) is no
+// hit: the code returns at once and counts nothing, and counts again
+// once it is on; enable and disable store to the bytes of their minors.
+func TestSwitchOff(t *testing.T) {
+	h := newHarness(t, 5)
+	p := compileSrc(t, "minor = 300\npass count = 1\npush d,1\nlog 1\nexit 1")
+	r, err := h.start(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sw[300], h.swShadow[300] = 1, 1
+	for i := 0; i < 3; i++ {
+		if d := r.hit(h.randomSetup()); d != "" {
+			t.Fatal(d)
+		}
+	}
+	if c := *h.counters(); c != (jit.Counters{}) {
+		t.Fatalf("switched off, counted %+v", c)
+	}
+	h.sw[300], h.swShadow[300] = 0, 0
+	for i := 0; i < 3; i++ {
+		if d := r.hit(h.randomSetup()); d != "" {
+			t.Fatal(d)
+		}
+	}
+	if c := *h.counters(); c.Hits != 3 || c.Skipped != 1 || c.Runs != 2 {
+		t.Fatalf("switched on: %+v", c)
 	}
 }

@@ -7,6 +7,12 @@ type Layout struct {
 	LV    uint64 // the module's local variables, Vars words
 	GV    uint64 // the global variables, rpn.MaxGVars words
 	Probe uint64 // this probe's Counters
+	// Switch is the module's switches (engine.SwitchBlock bytes, byte m
+	// for minor m: 0 on, non-zero off): the prologue returns at once,
+	// counting nothing, while the probe's minor is off, and enable and
+	// disable store 0 and 1 to their minor's byte. 0: no switches (no
+	// check; enable and disable are not compiled).
+	Switch uint64
 	// Clock converts the time stamp counter to nanoseconds for push ts:
 	// ns = NS0 + ((rdtsc - TSC0) * Mult) >> Shift (128-bit product).
 	Clock uint64

@@ -31,6 +31,7 @@ type gen struct {
 	ngroup int
 	push   []rpn.Reg
 	pop    []rpn.Reg
+	minor  uint16 // the probe's
 }
 
 func (g *gen) op(op rpn.Opcode) { g.code = append(g.code, byte(op)) }
@@ -173,7 +174,16 @@ func (g *gen) group() {
 		ops := []rpn.Opcode{rpn.OpPushPID, rpn.OpPushTID, rpn.OpPushProcID, rpn.OpPushTS}
 		g.op(ops[r.IntN(len(ops))])
 	case 20:
-		switch r.IntN(3) {
+		switch r.IntN(5) {
+		case 3, 4:
+			// enable or disable: the probe's own minor (its later hits
+			// are off), a neighbour's, any
+			m := [...]uint16{g.minor, g.minor, g.minor + 1, uint16(r.Uint32())}[r.IntN(4)]
+			op := rpn.OpEnable
+			if r.IntN(2) == 0 {
+				op = rpn.OpDisable
+			}
+			g.u16(op, m)
 		case 0:
 			if g.kernel {
 				g.op(rpn.OpPushTask)
@@ -282,6 +292,7 @@ func (g *gen) module() *rpn.Module {
 	g.code, g.starts, g.jumps = nil, nil, nil
 	g.ngroup = 1 + r.IntN(25)
 	g.push, g.pop = nil, nil
+	g.minor = uint16(r.Uint32())
 	for _, name := range rpn.RegNames(g.arch) {
 		reg, _ := rpn.LookupReg(g.arch, name)
 		c := reg.Canonical()
@@ -321,7 +332,7 @@ func (g *gen) module() *rpn.Module {
 		Header: h,
 		Probes: []rpn.Probe{{
 			Loc:       rpn.Location{Text: "0", Kind: rpn.LocAbsolute},
-			Minor:     uint16(r.Uint32()),
+			Minor:     g.minor,
 			PassCount: uint64(r.IntN(4) / 2),
 			MaxHits:   uint64(r.IntN(12) / 9 * (1 + r.IntN(3))),
 			Entry:     0,
