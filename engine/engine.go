@@ -89,6 +89,7 @@ type Options struct {
 // Engine drives one Target.
 type Engine struct {
 	opts    Options
+	sw      *switchMem // the modules' switches (switch.go)
 	tgt     Target
 	os      OS // tgt.OS()
 	cmds    chan func()
@@ -467,7 +468,7 @@ type ProbeState string
 const (
 	StateActive   ProbeState = "active"   // inserted; hits run its program
 	StatePending  ProbeState = "pending"  // its module is not mapped yet
-	StateDisabled ProbeState = "disabled" // max hits reached, or rem
+	StateDisabled ProbeState = "disabled" // max hits reached, rem, or switched off (Reason says which)
 	StateMismatch ProbeState = "mismatch" // the byte at the location is not its opcode
 	StateRefused  ProbeState = "refused"  // cannot go there (Reason says why)
 	StateGone     ProbeState = "gone"     // the target ended
@@ -600,6 +601,7 @@ func (e *Engine) Close() (Final, error) {
 		}
 		e.gvLock.Unlock()
 		e.closeJump()
+		e.closeSwitches()
 		e.closing = true
 	}) != nil {
 		return Final{}, nil // already stopped
@@ -801,6 +803,7 @@ func (e *Engine) Remove(name string, minors []uint16) (int, error) {
 }
 
 func (e *Engine) dropModule(m *Module) {
+	e.freeSwitches(m)
 	for i, x := range e.modules {
 		if x == m {
 			e.modules = append(e.modules[:i], e.modules[i+1:]...)

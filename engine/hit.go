@@ -47,6 +47,9 @@ type hitEnv struct {
 	// the instance variables of the call the running program belongs
 	// to, nil for none (retprobe.go)
 	iv *[rpn.MaxIV]uint64
+	// mod is the running probe's module: whose probes enable and
+	// disable switch (switch.go)
+	mod *Module
 }
 
 func (h *hitEnv) Reg(r rpn.Reg, user bool) (uint64, bool) {
@@ -175,7 +178,10 @@ func (e *Engine) trap(th *thread) {
 			continue
 		}
 		calls.ivOf(&th.env, p)
-		r := th.mach.Run(inst.prog, p.idx, &p.st, p.mod.lv, e.gv, &th.env)
+		r := e.runProbe(th, inst, p)
+		if r == nil {
+			continue // switched off: no hit
+		}
 		rec := e.record(th, p, addr, r)
 		switch {
 		case r.Outcome == rpn.OutcomeException:

@@ -65,6 +65,7 @@ type region struct {
 	ringSize int
 	addr     uint64    // in the process
 	gv       uint64    // the global variables' mapping in the process
+	sw       uint64    // the switch memory's mapping in the process (switch.go), 0: none
 	sites    []siteRef // by site number: whose counters and records
 	lvNext   int       // next free word of the region's lv area
 	lvAt     map[*Module]int
@@ -309,8 +310,12 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		if why != "" {
 			return why
 		}
+		sw, why := e.padSwitches(rg, p.mod)
+		if why != "" {
+			return why
+		}
 		code, err := jit.Compile(inst.prog, p.idx, jit.Layout{
-			LV: lv, GV: rg.gv, Probe: rg.addr + pad.OffCounters + uint64(n)*64,
+			LV: lv, GV: rg.gv, Switch: sw, Probe: rg.addr + pad.OffCounters + uint64(n)*64,
 			Clock: rg.addr + pad.OffClock, Threads: rg.addr + pad.OffThreads,
 			FSGSBase: host.FSGSBase(sp.id),
 		})
@@ -406,7 +411,7 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		return nil, js.no
 	}
 	pad.InitRegion(mem.Bytes, ringSize)
-	var addr, gv, tcbOff uint64
+	var addr, gv, sw, tcbOff uint64
 	err = e.withStoppedThread(sp.id, func(tid int) error {
 		var err error
 		if addr, err = host.MapShared(sp.id, tid, mem.FD, uint64(len(mem.Bytes))); err != nil {
@@ -414,7 +419,10 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		}
 		tcbOff = host.TIDOffset(sp.id, tid)
 		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffTCBTid:], tcbOff)
-		gv, err = host.MapShared(sp.id, tid, gvm.FD, uint64(len(gvm.Bytes)))
+		if gv, err = host.MapShared(sp.id, tid, gvm.FD, uint64(len(gvm.Bytes))); err != nil {
+			return err
+		}
+		sw, err = e.mapSwitches(host, sp.id, tid)
 		return err
 	})
 	if err != nil {
@@ -422,7 +430,7 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		js.no = err.Error()
 		return nil, js.no
 	}
-	rg := &region{mem: mem, ring: pad.NewRing(mem.Bytes), ringSize: ringSize, addr: addr, gv: gv, lvAt: map[*Module]int{}, refs: 1,
+	rg := &region{mem: mem, ring: pad.NewRing(mem.Bytes), ringSize: ringSize, addr: addr, gv: gv, sw: sw, lvAt: map[*Module]int{}, refs: 1,
 		tcbOff: tcbOff, odd: map[int]bool{}}
 	if clk, ok := e.clock(); ok {
 		// push ts converts with the calibration of the moment (a skew of
@@ -655,8 +663,8 @@ func (e *Engine) jumpCounters(p *probe, info *ProbeInfo) {
 			info.Skipped += c.Skipped
 			info.Faults += c.Faults
 			info.Lost += c.Lost
-			if c.Disabled != 0 && info.State == StateActive {
-				info.State = StateDisabled
+			if c.Disabled != 0 && (info.State == StateActive || info.State == StateDisabled) {
+				info.State, info.Reason = StateDisabled, reasonEnded
 			}
 		}
 	}

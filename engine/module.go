@@ -19,6 +19,10 @@ type Module struct {
 	gvars  int
 	probes []*probe
 	srcs   []*rpn.Module
+	// sw are its switches, a byte per minor (switch.go); swBlock its
+	// block in the switch memory, -1 when gprobes' own memory
+	sw      []byte
+	swBlock int
 }
 
 // probe is a logical probe: one DPDF probe of an inserted module.
@@ -43,13 +47,11 @@ func (p *probe) def() *rpn.Probe { return &p.src.Probes[p.idx] }
 
 func (p *probe) info() ProbeInfo {
 	d := p.def()
-	st := p.state
-	if st == StateActive && p.st.Disabled {
-		st = StateDisabled
-	}
-	return ProbeInfo{Module: p.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: ProbeKindName(d), Address: p.addr, State: st,
+	info := ProbeInfo{Module: p.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: ProbeKindName(d), Address: p.addr, State: p.state,
 		Reason: p.reason, How: p.how, Hits: p.st.Hits, Skipped: p.st.Skipped, Faults: p.st.Faults, Lost: p.lost, Spaces: len(p.in),
 		Missed: p.missed, Dropped: p.dropped}
+	p.disabledInfo(&info) // max hits or rem, or switched off (switch.go)
+	return info
 }
 
 // instance is a compiled module placed in one space: its relocated program
@@ -136,6 +138,7 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 		mod.probes = append(mod.probes, p)
 		added = append(added, p)
 	}
+	e.switchInsert(mod, src) // enabled = no (switch.go)
 	if reason := e.unsupported(src); reason != "" {
 		for _, p := range added {
 			p.state, p.reason = StateRefused, reason

@@ -15,6 +15,11 @@ type Prober interface {
 	Insert(m *rpn.Module, mode InsertMode) ([]ProbeInfo, error)
 	Release() error
 	Remove(name string, minors []uint16) (int, error)
+	// Switch switches a module's probes on or off (gprobes enable and
+	// disable): those with the given minors, or all; it returns how many
+	// probes that concerns. A minor no probe of the module has is an
+	// error (ErrNoMinor) and switches nothing.
+	Switch(name string, minors []uint16, on bool) (int, error)
 	Modules() []string
 	Query() []ProbeInfo
 	// Vars returns a module's local variables and the global ones it

@@ -822,7 +822,10 @@ func (e *Engine) runReturn(th *thread, t *callTracker, c *callInst, recs []Recor
 			continue
 		}
 		th.env.iv = &c.iv
-		r := th.mach.Run(inst.prog, p.idx, &p.st, p.mod.lv, e.gv, &th.env)
+		r := e.runProbe(th, inst, p)
+		if r == nil {
+			continue // switched off (switch.go)
+		}
 		rec := e.record(th, p, p.addr, r)
 		switch {
 		case r.Outcome == rpn.OutcomeException:

@@ -477,7 +477,10 @@ func (e *Engine) runWatches(th *thread, fired uint8, recs []Record) []Record {
 		if !in || inst == nil {
 			continue
 		}
-		r := th.mach.Run(inst.prog, p.idx, &p.st, p.mod.lv, e.gv, &th.env)
+		r := e.runProbe(th, inst, p)
+		if r == nil {
+			continue // switched off (switch.go)
+		}
 		rec := e.record(th, p, addr, r)
 		switch {
 		case r.Outcome == rpn.OutcomeException:

@@ -64,6 +64,7 @@ type module struct {
 	header rpn.Header
 	srcs   []*source
 	lv     *ebpf.Map // shared by the sources; nil without vars
+	sw     *ebpf.Map // the switches, shared by the sources (switch_linux.go)
 	gvars  int
 	// kmod: a kernel module's name ("" for the kernel image)
 	kmod string
@@ -228,6 +229,12 @@ func (t *Target) Insert(m *rpn.Module, mode engine.InsertMode) ([]engine.ProbeIn
 			t.removeProbes(mod, []uint16{m.Probes[i].Minor})
 		}
 	}
+	if err := t.switchInsert(mod, m); err != nil {
+		if len(mod.srcs) == 0 {
+			t.dropModule(mod)
+		}
+		return nil, fmt.Errorf("insert %s: %w", m.Name, err)
+	}
 	s := &source{mod: mod, src: m}
 	for i := range m.Probes {
 		s.probes = append(s.probes, &probe{s: s, idx: i, state: engine.StatePending})
@@ -295,7 +302,7 @@ func (t *Target) place(s *source) {
 		refuse(err.Error())
 		return
 	}
-	maps, err := bpf.NewMaps(s.src, bpf.MapOptions{RingSize: t.opts.RingSize, GV: t.gv, LV: s.mod.lv})
+	maps, err := bpf.NewMaps(s.src, bpf.MapOptions{RingSize: t.opts.RingSize, GV: t.gv, LV: s.mod.lv, Switch: s.mod.sw})
 	if err != nil {
 		refuse(err.Error())
 		return
@@ -464,12 +471,10 @@ func (t *Target) counters(p *probe) (bpf.Counters, error) {
 func (t *Target) info(p *probe) engine.ProbeInfo {
 	d := p.def()
 	c, _ := t.counters(p)
-	st := p.state
-	if st == engine.StateActive && c.Disabled {
-		st = engine.StateDisabled
-	}
-	return engine.ProbeInfo{Module: p.s.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: engine.ProbeKindName(d), Address: p.addr, State: st,
+	info := engine.ProbeInfo{Module: p.s.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: engine.ProbeKindName(d), Address: p.addr, State: p.state,
 		Reason: p.reason, How: p.how, Hits: c.Hits, Skipped: c.Skipped, Faults: c.Faults, Missed: c.Missed, Lost: c.Lost, Spaces: boolInt(p.link != nil)}
+	t.disabledInfo(p, c, &info) // max hits or rem, or switched off
+	return info
 }
 
 func boolInt(b bool) int {
@@ -598,6 +603,10 @@ func (t *Target) dropModule(m *module) {
 		m.lv.Close()
 		m.lv = nil
 	}
+	if m.sw != nil {
+		m.sw.Close()
+		m.sw = nil
+	}
 	for i, x := range t.modules {
 		if x == m {
 			t.modules = append(t.modules[:i], t.modules[i+1:]...)
@@ -659,6 +668,9 @@ func (t *Target) Close() (engine.Final, error) {
 		}
 		if m.lv != nil {
 			m.lv.Close()
+		}
+		if m.sw != nil {
+			m.sw.Close()
 		}
 	}
 	t.modules = nil

@@ -1,0 +1,287 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gprobes/gprobes/internal/shm"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// Switching (SPEC §6; docs/engine.md, "Switching"): enabled = no, enable
+// MINOR and disable MINOR in programs, gprobes enable and disable.
+//
+// A switch belongs to a minor of a module: every probe of the module with
+// that minor is on or off together (rpn.SwitchConflict keeps the probes
+// of a minor of one file in one state at insert, and a merge replaces a
+// minor's probes all at once). The state is one byte per minor, 0 on and
+// 1 off, in a block of SwitchBlock bytes per module: byte m of the block
+// is minor m, so the address of any minor's switch is known before a
+// probe of it is placed (a pad compiled now switches a probe that a
+// pending module places later).
+//
+// The blocks live in one memfd per engine (the switch memory), which
+// every probed process image maps beside its region (ensureRegion): a
+// pad's enable, an int3 hit's, a gprobes enable from the daemon and the
+// pads of every process of the target (a fork child, an exec'd program
+// with a region of its own) all read and write the same bytes. A
+// target without jump pads (a guest kernel, Xen) uses the same memory
+// from gprobes alone.
+//
+// A probe switched off is no hit at all: its program does not run and
+// nothing is counted (hits, skipped), on the int3 route (runProbe) and in
+// a pad (its compiled prologue, jit). It is apart from rpn.ProbeState's
+// Disabled (max hits, rem), which a switch does not change.
+
+// SwitchBlock is the bytes of a module's switches: one per minor.
+const SwitchBlock = 1 << 16
+
+// switchBlocks is how many modules' blocks the switch memory holds at
+// once (the regions' local variables serve 32 modules a process image
+// too). A module beyond them switches on the int3 route only (its
+// block is gprobes' own memory, which no pad reaches).
+const switchBlocks = 32
+
+// switchMem is the engine's switch memory.
+type switchMem struct {
+	mem   *shm.Mem  // nil: none could be made (no pads switch then)
+	owner []*Module // by block
+}
+
+// Reasons query gives for a probe it shows disabled (every Prober's).
+const (
+	ReasonEnded = "max hits reached or rem ran: it stays off (enable does not revive it)"
+	reasonEnded = ReasonEnded
+)
+
+// ReasonSwitchedOff is query's reason for a probe switched off.
+func ReasonSwitchedOff(minor uint16) string { return reasonSwitchedOff(minor) }
+
+func reasonSwitchedOff(minor uint16) string {
+	return fmt.Sprintf("switched off: enable %d in a program, or gprobes enable --minor %d, switches it on", minor, minor)
+}
+
+// switches gives module m its block of switches, all on.
+func (e *Engine) switches(m *Module) {
+	if m.sw != nil {
+		return
+	}
+	if e.sw == nil {
+		e.sw = &switchMem{owner: make([]*Module, switchBlocks)}
+		if mem, err := shm.Create("gprobes-switches", switchBlocks*SwitchBlock); err == nil {
+			e.sw.mem = mem
+		}
+	}
+	m.swBlock = -1
+	if e.sw.mem != nil {
+		for i, o := range e.sw.owner {
+			if o == nil {
+				e.sw.owner[i] = m
+				m.swBlock = i
+				m.sw = e.sw.mem.Bytes[i*SwitchBlock : (i+1)*SwitchBlock]
+				clear(m.sw) // a block used before: every minor on
+				return
+			}
+		}
+	}
+	w := make([]uint32, SwitchBlock/4) // 4-byte aligned, for switchWord
+	m.sw = unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), SwitchBlock)
+}
+
+// freeSwitches gives a module's block back (the module is gone).
+func (e *Engine) freeSwitches(m *Module) {
+	if e.sw != nil && m.swBlock >= 0 && m.swBlock < len(e.sw.owner) && e.sw.owner[m.swBlock] == m {
+		e.sw.owner[m.swBlock] = nil
+	}
+}
+
+// closeSwitches unmaps the switch memory (Close: no pad runs any more).
+func (e *Engine) closeSwitches() {
+	if e.sw != nil && e.sw.mem != nil {
+		for _, m := range e.sw.owner {
+			if m != nil {
+				m.sw = append([]byte(nil), m.sw...)
+				m.swBlock = -1
+			}
+		}
+		e.sw.mem.Close()
+		e.sw.mem = nil
+	}
+}
+
+// switchWord is the aligned 4-byte word that holds minor's byte: pads
+// store the byte itself, gprobes changes it with a compare-and-swap of
+// its word (Go has no atomic byte).
+func switchWord(sw []byte, minor uint16) (*uint32, uint) {
+	return (*uint32)(unsafe.Pointer(&sw[minor&^3])), uint(minor&3) * 8
+}
+
+// off reports whether minor is switched off in block sw.
+func switchedOff(sw []byte, minor uint16) bool {
+	w, sh := switchWord(sw, minor)
+	return atomic.LoadUint32(w)>>sh&0xff != 0
+}
+
+// setSwitch switches minor on or off in block sw.
+func setSwitch(sw []byte, minor uint16, on bool) {
+	w, sh := switchWord(sw, minor)
+	for {
+		old := atomic.LoadUint32(w)
+		v := old &^ (0xff << sh)
+		if !on {
+			v |= 1 << sh
+		}
+		if old == v || atomic.CompareAndSwapUint32(w, old, v) {
+			return
+		}
+	}
+}
+
+// off reports whether the probe is switched off.
+func (p *probe) off() bool {
+	return p.mod.sw != nil && switchedOff(p.mod.sw, p.def().Minor)
+}
+
+// switchInsert sets the switches of a source's minors as its probes
+// say: enabled = no inserts a minor switched off, and a minor the file
+// has inserts switched on again (a merge's probes start as their file
+// says, whatever the minor's probes before them were switched to).
+func (e *Engine) switchInsert(m *Module, src *rpn.Module) {
+	e.switches(m)
+	for i := range src.Probes {
+		d := &src.Probes[i]
+		setSwitch(m.sw, d.Minor, !d.Disabled)
+	}
+}
+
+// runProbe runs probe p's program for a hit of thread th, or returns nil
+// when the probe is switched off: that is no hit (nothing counted).
+func (e *Engine) runProbe(th *thread, inst *instance, p *probe) *rpn.Result {
+	if p.off() {
+		return nil
+	}
+	th.env.mod = p.mod
+	return th.mach.Run(inst.prog, p.idx, &p.st, p.mod.lv, e.gv, &th.env)
+}
+
+// Switch is rpn.Switcher: enable and disable of the running probe's
+// module.
+func (h *hitEnv) Switch(minor uint16, on bool) bool {
+	if h.mod == nil || h.mod.sw == nil {
+		return false
+	}
+	setSwitch(h.mod.sw, minor, on)
+	return true
+}
+
+var _ rpn.Switcher = (*hitEnv)(nil)
+
+// ErrNoMinor is Switch's error when the module has no probe with the
+// minors named.
+var ErrNoMinor = errors.New("no probe with that minor")
+
+// Switch switches a module's probes on or off from outside (gprobes
+// enable and disable): those with the given minors, or all of them. It
+// returns how many probes that concerns; a minor no probe of the module
+// has is an error (ErrNoMinor) and switches nothing.
+func (e *Engine) Switch(name string, minors []uint16, on bool) (int, error) {
+	n := 0
+	err := fmt.Errorf("no module %q", name)
+	if derr := e.do(func() {
+		m := e.module(name)
+		if m == nil {
+			return
+		}
+		n, err = switchMinors(name, m.minors(), minors, func(mi uint16) { setSwitch(m.sw, mi, on) })
+	}); derr != nil {
+		return 0, derr
+	}
+	return n, err
+}
+
+// switchMinors switches the minors asked for (all of have when none is)
+// with set, and returns how many probes they have (have: a probe's minor
+// per probe). It is shared with the kernel target.
+func switchMinors(name string, have, minors []uint16, set func(uint16)) (int, error) {
+	if len(minors) == 0 {
+		for _, mi := range have {
+			if !slices.Contains(minors, mi) {
+				minors = append(minors, mi)
+			}
+		}
+	}
+	var missing []string
+	n := 0
+	for _, mi := range minors {
+		k := 0
+		for _, h := range have {
+			if h == mi {
+				k++
+			}
+		}
+		if k == 0 {
+			missing = append(missing, fmt.Sprint(mi))
+		}
+		n += k
+	}
+	if len(missing) > 0 {
+		return 0, fmt.Errorf("module %s: %w %s", name, ErrNoMinor, strings.Join(missing, ", "))
+	}
+	for _, mi := range minors {
+		set(mi)
+	}
+	return n, nil
+}
+
+// SwitchMinors is switchMinors for the other Probers (package kernel):
+// have is the minor of each of the module's probes.
+func SwitchMinors(name string, have, minors []uint16, set func(uint16)) (int, error) {
+	return switchMinors(name, have, minors, set)
+}
+
+// minors is the minor of each probe of the module (removed ones not).
+func (m *Module) minors() []uint16 {
+	out := make([]uint16, 0, len(m.probes))
+	for _, p := range m.probes {
+		if p.state != StateRemoved {
+			out = append(out, p.def().Minor)
+		}
+	}
+	return out
+}
+
+// disabledInfo gives a probe query shows active its disabled state, when
+// it is: ended by max hits or rem (for good), or switched off.
+func (p *probe) disabledInfo(info *ProbeInfo) {
+	if info.State != StateActive && info.State != StateDisabled {
+		return
+	}
+	switch {
+	case p.st.Disabled:
+		info.State, info.Reason = StateDisabled, reasonEnded
+	case p.off():
+		info.State, info.Reason = StateDisabled, reasonSwitchedOff(p.def().Minor)
+	}
+}
+
+// padSwitches is the address, in a region's process, of module m's
+// switch block, for a pad (jit.Layout.Switch), or why there is none.
+func (e *Engine) padSwitches(rg *region, m *Module) (uint64, string) {
+	if rg.sw == 0 || m.swBlock < 0 {
+		return 0, "the switches of the module are not in shared memory"
+	}
+	return rg.sw + uint64(m.swBlock)*SwitchBlock, ""
+}
+
+// mapSwitches maps the switch memory into a space (a new region), using
+// stopped thread tid; 0 when there is none.
+func (e *Engine) mapSwitches(host JumpHost, spID, tid int) (uint64, error) {
+	if e.sw == nil || e.sw.mem == nil {
+		return 0, nil
+	}
+	return host.MapShared(spID, tid, e.sw.mem.FD, uint64(len(e.sw.mem.Bytes)))
+}
