@@ -133,8 +133,9 @@ func TestFentry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mech := bpf.Probe().Fentry
 	prog, err := c.Load()
-	if mech := bpf.Probe().Fentry; mech != nil {
+	if mech != nil {
 		if err == nil || !errors.Is(err, unix.EPERM) {
 			t.Fatalf("Probe says %q; the load: %v", mech, err)
 		}
@@ -269,12 +270,22 @@ func TestKretprobe(t *testing.T) {
 	needBPF(t)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// first: Probe opens files and kprobes, which the probe would see
+	mech := bpf.Probe().Kretprobe
 	p := compileProbe(t, "retprobe = do_sys_openat2\nvars = 1\ninc lv,0\npush r,rax\npush r,rip\npush r,rsp\nlog 3\nexit 1")
 	for _, loop := range []bool{false, true} {
 		prog, m, _ := load(t, p, bpf.Options{Kind: bpf.KindKretprobe, Loop: loop, PID: uint32(os.Getpid()), TID: uint32(unix.Gettid())})
 		for _, maxactive := range []int{0, 1000} {
+			// the reader first: making one may open files (cilium/ebpf's
+			// first look at the system), which the probe would see
+			rd, err := bpf.NewReader(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, _ := m.Vars(false)
 			l, err := bpf.AttachKretprobe(prog, "do_sys_openat2", maxactive)
-			if mech := bpf.Probe().Kretprobe; mech != nil {
+			if mech != nil {
+				rd.Close()
 				if err == nil || err.Error() != mech.Error() {
 					t.Fatalf("Probe says %q; AttachKretprobe: %v", mech, err)
 				}
@@ -284,11 +295,6 @@ func TestKretprobe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rd, err := bpf.NewReader(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			before, _ := m.Vars(false)
 			const n = 1000
 			openats(n)
 			l.Close()
@@ -362,10 +368,16 @@ func TestKprobe(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	const fn = "do_sys_openat2"
+	mech := bpf.Probe().Kprobe // first: it opens files and kprobes
 	p := compileProbe(t, "offset = "+fn+"\n"+openProbe)
 	prog, m, _ := load(t, p, bpf.Options{Kind: bpf.KindKprobe, PID: uint32(os.Getpid()), TID: uint32(unix.Gettid())})
+	rd, err := bpf.NewReader(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
 	l, err := bpf.AttachKprobe(prog, fn, 0)
-	if mech := bpf.Probe().Kprobe; mech != nil {
+	if mech != nil {
 		if err == nil || err.Error() != mech.Error() {
 			t.Fatalf("Probe says %q; AttachKprobe: %v", mech, err)
 		}
@@ -375,11 +387,6 @@ func TestKprobe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd, err := bpf.NewReader(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
 	const n = 1000
 	openats(n)
 	l.Close()
