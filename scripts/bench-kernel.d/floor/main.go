@@ -19,15 +19,17 @@
 //
 // -prog:
 //
-//	count     syscalls:sys_enter_getppid (or -tp's): one atomic add to a one-entry
-//	          array (what the issue calls the floor); with -pid the pid
-//	          filter first (bpf_get_current_pid_tgid, shift, compare)
-//	log       syscalls:sys_enter_getppid (or -tp's): bpf_get_current_pid_tgid, the pid
-//	          filter (-pid), pid and tid stored as two 8-byte words (what
-//	          gprobes' "push pid; push tid; log 2" logs), bpf_ringbuf_output
-//	          of those 16 bytes; wakeup as gprobes does by default
-//	          (bpf_ringbuf_query, a forced wakeup once 64 KiB wait, none
-//	          before), the reader polling every 50 ms meanwhile
+//	count     syscalls:sys_enter_getppid (or -tp's): one atomic add to a
+//	          one-entry array (what the issue calls the floor); with -pid
+//	          the pid filter first (bpf_get_current_pid_tgid, shift,
+//	          compare)
+//	log       syscalls:sys_enter_getppid (or -tp's):
+//	          bpf_get_current_pid_tgid, the pid filter (-pid), pid and tid
+//	          stored as two 8-byte words (what gprobes' "push pid; push
+//	          tid; log 2" logs), bpf_ringbuf_output of those 16 bytes;
+//	          wakeup as gprobes does by default (bpf_ringbuf_query, a
+//	          forced wakeup while 64 KiB or more wait, none below: see
+//	          -wakemode), the reader polling every 50 ms meanwhile
 //	forkkill  signal:signal_generate and sched:sched_process_fork, the
 //	          paper's fork/kill program as testdata/examples/
 //	          fork_kill_tp.dpdf has it: the pid filter (-pid), one atomic
@@ -37,24 +39,24 @@
 //	          offset) to the ring, the same wakeup
 //
 // -steps, for finding what costs what in gprobes' programs (count and
-// log):
-// a comma-separated list of the pieces of gprobes' prologue (bpf/
-// compile.go, mainFunc) to add before the count's atomic add, in gprobes'
-// order: pid (the filter), pidbtf (the filter as task->tgid through
-// bpf_get_current_task_btf, not a gprobes piece: a cheaper filter), disabled (load the probe's disabled word and
-// branch on it), runs (atomic add to the runs counter), runsfetch (atomic
-// fetch-and-add of runs, compare with max hits: gprobes' code when the
-// probe has a max hits), hitsfetch (fetch-and-add of hits, compare with
+// log): a comma-separated list of the pieces of gprobes' prologue and
+// commit (bpf/compile.go, mainFunc and tails) to add before the count's
+// atomic add, or before the log's output: pid (the filter), pidbtf (the
+// filter as task->tgid through bpf_get_current_task_btf: not gprobes', a
+// filter with another helper), switch (load the minor's switch byte and
+// branch on it), disabled (load the probe's disabled word and branch on
+// it), runs (atomic add to the runs counter), runsfetch
+// (fetch-and-add of runs, compared with max hits: gprobes' code when the
+// probe has a max hits), hitsfetch (fetch-and-add of hits, compared with
 // the pass count: gprobes' code with a pass count), ts (bpf_ktime_get_ns,
 // the clock offset loaded and added, stored: the record's time), cpu
-// (bpf_get_smp_processor_id), pidtgid (one more
-// bpf_get_current_pid_tgid), lookup (bpf_map_lookup_elem of a per-CPU
-// array: gprobes' scratch value), query (bpf_ringbuf_query), rec64 (log
-// only: 48 bytes of header stored before the 16 logged, a 64-byte record
-// as gprobes' is), probe16 (bpf_probe_read_kernel of 16 bytes of the event
-// record, the context's address taken as a number through a map value:
-// gprobes' push field of an array + log mrf). A step may come more than
-// once.
+// (bpf_get_smp_processor_id), pidtgid (one more bpf_get_current_pid_tgid),
+// lookup (bpf_map_lookup_elem of a per-CPU array: gprobes' scratch
+// value), query (bpf_ringbuf_query), probe16 (bpf_probe_read_kernel of 16
+// bytes of the event record, the context's address taken as a number
+// through a map value: gprobes' push field of an array and log mrf),
+// rec64 (log only: 48 bytes of header stored before the 16 logged, a
+// 64-byte record as gprobes' is). A step may come more than once.
 //
 // -wakemode level|edge, -wakeup BYTES: when a commit wakes the reader
 // (log, forkkill): level forces a wakeup at every commit while BYTES or
@@ -66,9 +68,8 @@
 // -dpdf FILE: instead, gprobes' own programs for FILE's tracepoint probes,
 // compiled and loaded by package bpf as gprobes run --target kernel does
 // (the pid filter with -pid, the maps, the ring and a reader draining it),
-// so that
-// -stats and -dump show them beside the floor's; prints "floor dpdf: hits
-// H records R lost L" (H the probes' hits, skipped included).
+// so that -stats and -dump show them beside the floor's; prints "floor
+// dpdf: hits H records R lost L" (H the probes' hits, skipped included).
 //
 // -stats: enable the kernel's BPF run-time statistics while the command
 // runs and print each program's runs and ns per run (the program's own
@@ -233,6 +234,12 @@ func step(pid uint32, s string) asm.Instructions {
 			asm.FnGetCurrentTaskBtf.Call(),
 			asm.LoadMem(asm.R1, asm.R0, tgidOffset(), asm.Word),
 			asm.JNE.Imm(asm.R1, int32(pid), "done"),
+		)
+	case "switch": // the minor's switch byte (bpf/switch.go switchCheck)
+		in = append(in,
+			mapValue(asm.R1, counters, 48),
+			asm.LoadMem(asm.R2, asm.R1, 0, asm.Byte),
+			asm.JNE.Imm(asm.R2, 0, "done"),
 		)
 	case "disabled": // counters word 8: disabled
 		in = append(in,
