@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -372,6 +371,7 @@ func (e *Engine) watchTrap(th *thread) bool {
 	if err != nil || fired == 0 {
 		return false
 	}
+	fired = e.watchImplied(th.space, fired)
 	if err := e.tgt.GetRegs(th.tid, &th.regs); err != nil {
 		return false
 	}
@@ -387,8 +387,9 @@ func (e *Engine) watchTrap(th *thread) bool {
 		return false
 	}
 	th.regs[rpn.RegRIP] = next
+	given := th.regs
 	recs := e.runWatches(th, fired, nil)
-	changed := th.regs != real
+	changed := th.regs != given
 	if moved || th.step != nil || other {
 		// registers belong to a pad, a slot or the stop's other handler
 		if changed {
@@ -419,12 +420,42 @@ func (e *Engine) watchTrap(th *thread) bool {
 	return true
 }
 
+// watchImplied adds to the registers that fired the rw watches covering
+// every byte of a w watch that fired: that access was a write into their
+// bytes too. A CPU sets the DR6 bit of each register whose condition was
+// met, and this changes nothing; QEMU's emulation of x86 (TCG: the Xen
+// lab's guests) sets only the first matching register's, and the xen
+// backend orders the registers w before rw so that the first is the w one.
+func (e *Engine) watchImplied(space int, fired uint8) uint8 {
+	for i, p := range e.watch.slots {
+		if p == nil || fired&(1<<i) == 0 || p.def().WatchMode != rpn.WatchWrite {
+			continue
+		}
+		a, in := p.in[space]
+		if !in {
+			continue
+		}
+		for j, q := range e.watch.slots {
+			if q == nil || q.def().WatchMode != rpn.WatchReadWrite {
+				continue
+			}
+			if b, in := q.in[space]; in && b <= a && a+uint64(p.def().WatchLen) <= b+uint64(q.def().WatchLen) {
+				fired |= 1 << j
+			}
+		}
+	}
+	return fired
+}
+
 // watchNext is the address of the instruction after the one that made
 // the access, as a watch probe's push r,rip reads it: the thread's rip,
 // except in gprobes' own code. In an out-of-line slot it is the original
 // instruction's next; in a jump pad, the next of the covered instruction
-// that ran last (moved). A trap in a pad before its covered instructions
-// is the probe program's own access (mine false).
+// that made it (moved): rip is right after a relocated covered
+// instruction (a trap follows the instruction), or inside the last one's
+// code when it transfers control (a call pushes in two steps). Anywhere
+// else in a pad the access was the pad's own, a probe program's or its
+// commit's (mine false).
 func (e *Engine) watchNext(th *thread) (next uint64, mine, moved bool) {
 	rip := th.regs[rpn.RegRIP]
 	if st := th.step; st != nil && st.bp.slot != 0 && rip == st.bp.slot+uint64(st.bp.insn.Len) {
@@ -434,27 +465,31 @@ func (e *Engine) watchNext(th *thread) (next uint64, mine, moved bool) {
 	if sp == nil || sp.jump == nil {
 		return rip, true, false
 	}
-	bp := sp.padAt(rip)
+	bp := sp.padAt(rip - 1)
 	if bp == nil {
 		return rip, true, false
 	}
-	var at []uint64
-	for a := range bp.p.Displaced {
-		if a < rip {
-			at = append(at, a)
+	origNext := func(orig uint64) uint64 {
+		for _, in := range bp.site.plan.Covered {
+			if in.Addr == orig {
+				return orig + uint64(in.Len)
+			}
+		}
+		return orig
+	}
+	for at, orig := range bp.p.Displaced {
+		if at == bp.p.Final && rip > at && rip <= bp.p.FinalEnd {
+			return origNext(orig), true, true
+		}
+		var code [16]byte
+		if at >= rip || e.tgt.ReadMem(th.space, at, code[:]) != nil {
+			continue
+		}
+		if in, err := x86.Decode(code[:], at, 64); err == nil && at+uint64(in.Len) == rip {
+			return origNext(orig), true, true
 		}
 	}
-	if len(at) == 0 {
-		return rip, false, true
-	}
-	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
-	orig := bp.p.Displaced[at[len(at)-1]]
-	for _, in := range bp.site.plan.Covered {
-		if in.Addr == orig {
-			return orig + uint64(in.Len), true, true
-		}
-	}
-	return orig, true, true
+	return rip, false, true
 }
 
 // runWatches runs the probes of the registers that fired, in register
@@ -581,6 +616,7 @@ func (e *Engine) watchStepped(th *thread, recs []Record) []Record {
 	if err != nil || fired == 0 {
 		return recs
 	}
+	fired = e.watchImplied(th.space, fired)
 	var saved Regs
 	if e.tgt.GetRegs(th.tid, &saved) != nil {
 		return recs

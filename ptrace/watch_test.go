@@ -308,3 +308,98 @@ func TestWatchDetach(t *testing.T) {
 	}
 	t.Logf("%d hits before the detach", hits)
 }
+
+// The access a watch catches is the displaced instruction of an offset
+// probe: emulated (bump's load) or stepped out of line (lockbump's lock
+// add) on the int3 route, relocated into a jump pad on the default route.
+// Each counts exactly once, and push r,rip is the original code's next
+// instruction, never a slot's or a pad's. The offset probe's own read of
+// b2 (push mrf, in the pad's code on the jump route) is no access of the
+// program's: the rw watch counts the lock adds alone.
+func TestWatchThroughProbes(t *testing.T) {
+	for _, route := range []string{engine.RouteInt3, engine.RouteAuto} {
+		t.Run(map[string]string{engine.RouteInt3: "int3", engine.RouteAuto: "jump"}[route], func(t *testing.T) {
+			const W = 2000
+			r := watchRun(t, route, fmt.Sprint(W), "0", "0", "1", "bump")
+			fix := watchFixture(t)
+			infos := r.insert(compileFor(t, fix, `name = PROGRAM
+modtype = user
+vars = 4
+offset = bump
+minor = 1
+inc lv,0
+push r,rip
+log 1
+exit 1
+offset = lockbump
+minor = 2
+inc lv,1
+push r,rip
+push d,b2
+push mrf,4
+log 2
+exit 1
+watch = b1,4,rw
+minor = 3
+inc lv,2
+push r,rip
+log 1
+exit 1
+watch = b2,4,rw
+minor = 4
+inc lv,3
+push r,rip
+push d,b2
+push mrf,4
+log 2
+exit 1
+`))
+			for _, p := range infos {
+				t.Logf("minor %d %s: %s", p.Minor, p.Location, p.How)
+			}
+			if route == engine.RouteAuto && (infos[0].How != "jump" || infos[1].How != "jump") {
+				t.Errorf("not in jump pads: %q %q", infos[0].How, infos[1].How)
+			}
+			if route == engine.RouteInt3 && (infos[0].How != "emulate" || infos[1].How != "step") {
+				t.Errorf("int3 route: %q %q, want emulate and step", infos[0].How, infos[1].How)
+			}
+			r.release()
+			lines := r.finish()
+			if len(lines) != 1 || lines[0] != fmt.Sprintf("bumped %d", W) {
+				t.Fatalf("fixture: %q", lines)
+			}
+			if lv := r.lv(fix); lv[0] != W || lv[1] != W || lv[2] != W || lv[3] != W {
+				t.Errorf("hits %v, want %d each", lv[:4], W)
+			}
+			word := func(rec engine.Record, i int) uint64 {
+				var v uint64
+				for k := 7; k >= 0; k-- {
+					v = v<<8 | uint64(rec.Data[8*i+k])
+				}
+				return v
+			}
+			bump, lock := r.records(1), r.records(2)
+			w1, w2 := r.records(3), r.records(4)
+			if len(bump) == 0 || len(lock) == 0 || len(w1) != W || len(w2) != W {
+				t.Fatalf("records: %d %d %d %d", len(bump), len(lock), len(w1), len(w2))
+			}
+			// the next instruction: bump's load is 6 bytes, lockbump's lock add 8
+			if got, want := word(w1[0], 0), word(bump[0], 0)+6; got != want {
+				t.Errorf("b1's watch: rip %#x, want %#x (bump+6)", got, want)
+			}
+			if got, want := word(w2[0], 0), word(lock[0], 0)+8; got != want {
+				t.Errorf("b2's watch: rip %#x, want %#x (lockbump+8)", got, want)
+			}
+			for i, rec := range lock {
+				if v := word(rec, 1) & 0xffffffff; v != uint64(i) {
+					t.Fatalf("lockbump's record %d read b2 = %d, want %d", i, v, i)
+				}
+			}
+			for i, rec := range w2 {
+				if v := word(rec, 1) & 0xffffffff; v != uint64(i+1) {
+					t.Fatalf("b2's watch record %d read %d, want %d", i, v, i+1)
+				}
+			}
+		})
+	}
+}

@@ -18,7 +18,12 @@
  * writes W"); with "exec" it execs itself as `watch W R 0 1` (one thread
  * more, stdin's next line first).
  *
- * With "nowait" it reads no line from stdin.
+ * With "nowait" it reads no line from stdin. With "bump" it only calls
+ * bump() and lockbump() W times each, one after the other, and prints
+ * "bumped W": their first instructions load b1 (a mov: emulated on the
+ * int3 route) and add to b2 (a lock add: stepped out of line), and a probe
+ * at each puts the store in gprobes' hands (a jump pad, a slot, the
+ * emulator).
  *
  * A SIGTRAP it gets kills it (the default): a debug register left set by
  * a tracer that died shows so.
@@ -32,6 +37,17 @@
 
 volatile long counter;
 volatile int v[5];
+volatile int b1, b2;
+
+__attribute__((noinline)) int bump(void)
+{
+	return b1;
+}
+
+__attribute__((noinline)) void lockbump(void)
+{
+	__atomic_add_fetch(&b2, 1, __ATOMIC_SEQ_CST);
+}
 static volatile long sink;
 static long W, R;
 static pthread_barrier_t start;
@@ -62,6 +78,14 @@ int main(int argc, char **argv)
 	R = atol(argv[2]);
 	int t1 = atoi(argv[3]), t2 = atoi(argv[4]);
 	const char *then = argc > 5 ? argv[5] : "";
+	if (strcmp(then, "bump") == 0) {
+		for (long i = 0; i < W; i++) {
+			sink += bump();
+			lockbump();
+		}
+		printf("bumped %ld\n", W);
+		return 0;
+	}
 	pthread_t th[64];
 	if (t1 + t2 > 64 || t1 + t2 < 1)
 		return 2;
