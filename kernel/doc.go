@@ -17,8 +17,12 @@
 //
 // Each inserted module (each PPDF or DPDF; a --merge adds another source
 // to the same module) gets its own maps (bpf.NewMaps: per-CPU scratch,
-// counters, lv, a ring buffer) and one program per probe, and a goroutine
-// that reads its ring and hands the records to the Sink. gv is one map
+// counters, a ring buffer) and one program per probe, and a goroutine
+// that reads its ring and hands the records to the Sink. The lv map and
+// the switch map (a byte per minor: enabled = no, enable, disable,
+// gprobes enable; switch_linux.go) are the module's, shared by its
+// sources, so that a --merge'd source's programs count into the same
+// variables and switch the other sources' probes. gv is one map
 // shared by every module of the target: the kernel's programs can address
 // only eBPF maps, and an eBPF map cannot be mapped into another process,
 // so the kernel's gv is its own and not the one the daemon's processes and
