@@ -2,26 +2,22 @@
 
 package kernel
 
-import (
-	"errors"
-	"os"
-)
+import "github.com/gprobes/gprobes/bpf"
 
 // mechanisms says which of the kernel's probing mechanisms this kernel
-// has: nil, or why not.
+// has: nil, or why not (one line naming what is missing).
 type mechanisms struct {
 	Kprobe, Kretprobe, Fentry error
 }
 
+// probeMechanisms asks bpf.Probe, which tries each mechanism once per
+// process (a kprobe and a kretprobe perf event opened and closed, a
+// trivial fentry program loaded and attached): a kernel with kprobes but
+// whose BPF trampoline refuses fentry (this development machine's 6.18
+// refuses even the load) is told apart from one with both, so an entry
+// probe does not try fentry, and pay a BTF copy and a refused load,
+// before its kprobe.
 func probeMechanisms() mechanisms {
-	var m mechanisms
-	_, e1 := os.Stat("/sys/bus/event_source/devices/kprobe")
-	_, e2 := os.Stat("/sys/kernel/tracing/kprobe_events")
-	_, e3 := os.Stat("/sys/kernel/debug/tracing/kprobe_events")
-	if e1 != nil && e2 != nil && e3 != nil {
-		m.Kprobe = errors.New("this kernel has no kprobes (no kprobe PMU in /sys/bus/event_source/devices, no kprobe_events in tracefs: CONFIG_KPROBES is off)")
-		m.Kretprobe = m.Kprobe
-		m.Fentry = errors.New("this kernel has no fentry here (without kprobes it has no ftrace-based function entry either)")
-	}
-	return m
+	p := bpf.Probe()
+	return mechanisms{Kprobe: p.Kprobe, Kretprobe: p.Kretprobe, Fentry: p.Fentry}
 }
