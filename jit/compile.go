@@ -442,6 +442,9 @@ func (c *compiler) prologue() {
 	// init
 	a.storeImm(false, at(rbx, OffMajor), int32(uint32(c.mod.Major)|uint32(pr.Minor)<<16))
 	a.store8Imm(at(rbx, OffTruncated), 0)
+	// the header is on the thread's stack: what an earlier hit left there
+	// (an exception) must not reach this hit's record
+	a.store8Imm(at(rbx, OffException), 0)
 	a.aluRR(aluXor, false, r14, r14)
 	if c.hasJumps {
 		a.movImm(r15, uint64(c.mod.JmpMax))

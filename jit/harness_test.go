@@ -495,6 +495,11 @@ func (r *probeRun) hit(s hitSetup) string {
 		if (hdr[jit.OffTruncated] != 0) != want.Truncated {
 			diff("truncated %d, want %v", hdr[jit.OffTruncated], want.Truncated)
 		}
+		// the pad copies the exception byte into the record: garbage
+		// there (an earlier hit's exception) would make it an exception
+		if hdr[jit.OffException] != 0 {
+			diff("exception byte %d in a committed record's header", hdr[jit.OffException])
+		}
 		r.checkMajMin(hdr, &want, diff)
 	case rpn.OutcomeException:
 		if ret != jit.ResultException {
