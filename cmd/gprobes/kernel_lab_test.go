@@ -307,6 +307,7 @@ func getppidBoundary(t *testing.T) (off, n int, text string) {
 //     kretprobe's tracefs event, maxactive above the kernel's default) is
 //     removed by the next start of the kernel target; getppid still works.
 func TestKernelLab(t *testing.T) {
+	qemulab.Require(t) // before the lab's artifacts are built
 	off, n, insn := getppidBoundary(t)
 	t.Logf("__x64_sys_getppid+%#x: %s, %d bytes", off, insn, n)
 	inside, err := os.ReadFile(filepath.Join(kernelLabData, "getppid_inside.dpdf"))
