@@ -619,7 +619,7 @@ func (t *Target) load(s *source, p *probe, o bpf.Options) (*ebpf.Program, error)
 	if err != nil {
 		return nil, err
 	}
-	return c.Load()
+	return c.LoadCached(s.btf)
 }
 
 // fields resolves the tracepoint fields a source's program names.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/gprobes/gprobes/bpf"
@@ -79,6 +80,7 @@ type source struct {
 	reader *bpf.Reader
 	done   chan struct{} // the reader goroutine ended
 	stop   *atomic.Bool  // tells the reader to drain and end
+	btf    *btf.Cache    // while place loads the source's programs
 	probes []*probe      // those not removed
 	// all are the source's probes by their index in src (a record's
 	// probe id), set before its reader starts and never changed: the
@@ -314,6 +316,10 @@ func (t *Target) place(s *source) {
 		return
 	}
 	s.prog, s.maps, s.reader = prog, maps, rd
+	// the kernel's BTF decoded once for the source's fentry programs,
+	// not once a program
+	s.btf = btf.NewCache()
+	defer func() { s.btf = nil }()
 	for _, p := range s.probes {
 		if err := t.attach(p); err != nil {
 			p.state, p.reason = engine.StateRefused, err.Error()
