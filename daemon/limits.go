@@ -122,16 +122,40 @@ func (l *Limits) httpServer(h http.Handler, cl *connLimiter) *http.Server {
 // bounded wraps a handler: its request body may be at most limit bytes
 // (refused with 413 before it is read when Content-Length says more, cut
 // there otherwise; with limit noBody, any body is refused), and writing
-// its response may take WriteTimeout.
+// its response may take WriteTimeout from when the response starts: an
+// insert that takes long (100 fentry probes in a slow guest took a minute)
+// still gets its answer to the client.
 func (s *Server) bounded(limit int64, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !bodyFits(w, r, limit) {
 			return
 		}
-		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.Limits.writeTimeout()))
-		h(w, r)
+		h(&lateDeadline{ResponseWriter: w, rc: http.NewResponseController(w), d: s.Limits.writeTimeout()}, r)
 	}
 }
+
+// lateDeadline sets the connection's write deadline when the response
+// begins (its header or its first write), not when the request came.
+type lateDeadline struct {
+	http.ResponseWriter
+	rc  *http.ResponseController
+	d   time.Duration
+	set bool
+}
+
+func (w *lateDeadline) arm() {
+	if !w.set {
+		w.set = true
+		w.rc.SetWriteDeadline(time.Now().Add(w.d))
+	}
+}
+
+func (w *lateDeadline) WriteHeader(code int) { w.arm(); w.ResponseWriter.WriteHeader(code) }
+
+func (w *lateDeadline) Write(b []byte) (int, error) { w.arm(); return w.ResponseWriter.Write(b) }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *lateDeadline) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // streaming wraps the log handler: the request has no body, and the
 // response may last as long as the client follows. The read deadline of
