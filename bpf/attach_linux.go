@@ -94,21 +94,31 @@ func kprobePMU(ret bool) (uint32, uint, error) {
 	return uint32(typ), bit, nil
 }
 
-// openKprobe opens a kprobe (or kretprobe) perf event at symbol+offset.
+// AttachKprobeAddr attaches prog (compiled with KindKprobe) at a kernel
+// address, for a function whose name kallsyms gives several times (static
+// functions of different files): by name the kernel would take the first.
+func AttachKprobeAddr(prog *ebpf.Program, addr uint64) (link.Link, error) {
+	return attachKprobe(prog, "", addr, false)
+}
+
+// openKprobe opens a kprobe (or kretprobe) perf event at symbol+offset,
+// or with symbol "" at the address offset.
 func openKprobe(symbol string, offset uint64, ret bool) (int, error) {
 	typ, bit, err := kprobePMU(ret)
 	if err != nil {
 		return -1, err
 	}
-	sym, err := unix.BytePtrFromString(symbol)
-	if err != nil {
-		return -1, fmt.Errorf("kprobe %q: %w", symbol, err)
+	var sym *byte
+	if symbol != "" {
+		if sym, err = unix.BytePtrFromString(symbol); err != nil {
+			return -1, fmt.Errorf("kprobe %q: %w", symbol, err)
+		}
 	}
 	attr := unix.PerfEventAttr{
 		Type:        typ,
 		Size:        unix.PERF_ATTR_SIZE_VER1,
-		Ext1:        uint64(uintptr(unsafe.Pointer(sym))), // config1: the symbol
-		Ext2:        offset,                               // config2: the offset
+		Ext1:        uint64(uintptr(unsafe.Pointer(sym))), // config1: the symbol (0: config2 is an address)
+		Ext2:        offset,                               // config2: the offset, or the address
 		Sample_type: unix.PERF_SAMPLE_RAW,
 		Sample:      1,
 		Wakeup:      1,

@@ -557,13 +557,27 @@ func (t *Target) attach(p *probe) error {
 	if err != nil {
 		return err
 	}
-	l, err := bpf.AttachKprobe(prog, fn.Name, off)
+	var l link.Link
+	if t.uniqueName(fn) {
+		l, err = bpf.AttachKprobe(prog, fn.Name, off)
+	} else {
+		// a name kallsyms has at several addresses: by name the kernel
+		// would probe the first of them
+		l, err = bpf.AttachKprobeAddr(prog, addr)
+	}
 	if err != nil {
 		prog.Close()
 		return err
 	}
 	p.prog, p.link, p.how = prog, l, "kprobe"
 	return nil
+}
+
+// uniqueName reports whether a function's name stands for it alone in
+// kallsyms (the kernel's and every module's).
+func (t *Target) uniqueName(fn symbols.Symbol) bool {
+	s, err := t.syms.kall.Lookup(fn.Name)
+	return err == nil && s.Addr == fn.Addr
 }
 
 // fentry puts a probe at a function's entry with an fentry program, when
