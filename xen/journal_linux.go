@@ -65,7 +65,7 @@ func (t *Target) writeJournal() error {
 		return nil
 	}
 	j := t.journal
-	j.DR = t.dr
+	j.DR = t.journalDR() // code breakpoints and watches
 	j.Bytes = j.Bytes[:0]
 	for a := range t.bps {
 		j.Bytes = append(j.Bytes, savedByte{Addr: a, Orig: t.orig[a]})

@@ -56,13 +56,15 @@ type Target struct {
 	vcpus    int
 	ctx      []Context
 	ctxOK    []bool
-	dirty    []bool          // ctx changed, to write before the vCPU runs
-	bps      map[uint64]bool // addresses holding our breakpoint byte
-	gone     map[uint64]bool // addresses whose breakpoint byte was taken out
-	dr       [4]uint64       // debug-register breakpoints (0: free slot)
-	drGone   map[uint64]bool // debug-register breakpoints taken out
-	why      []stopKind      // why each vCPU stopped, at the last stop
-	noStatus bool            // no gdbsx_domstatus: int3 stops found by rip alone
+	dirty    []bool           // ctx changed, to write before the vCPU runs
+	bps      map[uint64]bool  // addresses holding our breakpoint byte
+	gone     map[uint64]bool  // addresses whose breakpoint byte was taken out
+	dr       [4]uint64        // debug-register breakpoints (0: free slot)
+	wdr      [4]*engine.Watch // watches in debug registers (watch_linux.go)
+	wfired   []uint8          // per vCPU, the watch registers its last stop fired
+	drGone   map[uint64]bool  // debug-register breakpoints taken out
+	why      []stopKind       // why each vCPU stopped, at the last stop
+	noStatus bool             // no gdbsx_domstatus: int3 stops found by rip alone
 	queue    []engine.Event
 	pauses   int // our pauses of the domain to undo on resume
 	step     map[int]bool
@@ -86,10 +88,11 @@ type Target struct {
 type stopKind byte
 
 const (
-	stopNone stopKind = iota
-	stopByte          // past an int3/int1 byte of ours
-	stopDR            // on a debug-register breakpoint (a fault: before the instruction)
-	stopStep          // at the end of a single-step
+	stopNone  stopKind = iota
+	stopByte           // past an int3/int1 byte of ours
+	stopDR             // on a debug-register breakpoint (a fault: before the instruction)
+	stopStep           // at the end of a single-step
+	stopWatch          // after an access a watch's debug register caught (a trap)
 )
 
 // stats count how stops were learnt of, for the summary at detach.
@@ -156,6 +159,7 @@ func (t *Target) sizeVCPUs(maxID uint32) {
 	t.ctxOK = make([]bool, t.vcpus)
 	t.dirty = make([]bool, t.vcpus)
 	t.why = make([]stopKind, t.vcpus)
+	t.wfired = make([]uint8, t.vcpus)
 }
 
 func (t *Target) setup() error {
@@ -234,6 +238,7 @@ func (t *Target) release(keepPaused bool) {
 			}
 			t.queue = nil
 			t.dr = [4]uint64{}
+			t.wdr = [4]*engine.Watch{}
 			for v := 0; v < t.vcpus; v++ {
 				t.syncDR(v)
 			}
@@ -331,18 +336,17 @@ func (t *Target) syncDR(v int) {
 	if err != nil {
 		return // offline vCPU
 	}
-	var want uint64
+	addr, want := t.drWant()
 	same := true
-	for i, a := range t.dr {
+	for i, a := range addr {
 		if a != 0 {
-			want |= 2 << (2 * i) // G<i>; R/W and LEN 0: an instruction breakpoint
 			same = same && ctx.DebugReg(i) == a
 		}
 	}
 	if same && ctx.DebugReg(7)&(dr7Slots|dr7Ctl) == want {
 		return
 	}
-	for i, a := range t.dr {
+	for i, a := range addr {
 		ctx.SetDebugReg(i, a)
 	}
 	ctx.SetDebugReg(7, want)
@@ -565,6 +569,7 @@ func (t *Target) stopAll() error {
 			continue // offline vCPU
 		}
 		rip, dr6 := ctx.RIP(), ctx.DebugReg(6)
+		dr6 = t.takeWatchBits(v, ctx, dr6)
 		byteHit := t.bps[rip-1] || t.gone[rip-1]
 		switch {
 		case t.step[v]:
@@ -595,6 +600,8 @@ func (t *Target) stopAll() error {
 			t.stats.foreign++
 			trace("vCPU %d: the guest's own int3 at %#x", v, rip-1)
 			continue
+		case t.wfired[v] != 0:
+			t.why[v] = stopWatch
 		default:
 			continue
 		}
@@ -757,7 +764,7 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 	mode := t.opts.Breakpoints
 	if mode == BreakAuto || mode == BreakDR {
 		for i, a := range t.dr {
-			if a == 0 {
+			if a == 0 && t.wdr[i] == nil {
 				t.dr[i] = addr
 				if err := t.writeJournal(); err != nil {
 					t.dr[i] = 0
@@ -768,7 +775,7 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 			}
 		}
 		if mode == BreakDR {
-			return fmt.Errorf("%#x: the four debug registers hold probes already (breakpoints = dr)", addr)
+			return fmt.Errorf("%#x: the four debug registers hold probes and watches already (breakpoints = dr)", addr)
 		}
 	}
 	op := byte(opInt3)
@@ -817,7 +824,7 @@ func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 // TrapPC: a vCPU stops past an int3/int1 byte (a trap), on a debug
 // register's address (a fault).
 func (t *Target) TrapPC(tid int, rip uint64) uint64 {
-	if v, err := t.vcpu(tid); err == nil && t.why[v] == stopDR {
+	if v, err := t.vcpu(tid); err == nil && (t.why[v] == stopDR || t.why[v] == stopWatch) {
 		return rip
 	}
 	return rip - 1
