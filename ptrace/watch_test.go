@@ -403,3 +403,22 @@ exit 1
 		})
 	}
 }
+
+// Pass count and max hits apply to a watch as to any probe: the first 10
+// accesses run nothing, the next 100 run the program, then the probe is
+// disabled (still listed, its hits still counted as skipped).
+func TestWatchPassCountMaxHits(t *testing.T) {
+	const W = 500
+	r := watchRun(t, engine.RouteAuto, fmt.Sprint(W), "0", "0", "1", "nowait")
+	fix := watchFixture(t)
+	r.insert(compileFor(t, fix, "name = PROGRAM\nmodtype = user\nvars = 1\nwatch = counter,8,w\npass count = 10\nmax hits = 100\ninc lv,0\nexit 0\n"))
+	r.release()
+	r.finish()
+	if lv := r.lv(fix); lv[0] != 100 {
+		t.Errorf("the program ran %d times, want 100", lv[0])
+	}
+	p := r.queryProbes()[0]
+	if p.Hits != W || p.Skipped != W-100 || p.State != engine.StateGone {
+		t.Errorf("query: hits %d skipped %d state %s (%s), want %d, %d", p.Hits, p.Skipped, p.State, p.Reason, W, W-100)
+	}
+}
