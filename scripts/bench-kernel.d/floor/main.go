@@ -58,10 +58,12 @@
 // rec64 (log only: 48 bytes of header stored before the 16 logged, a
 // 64-byte record as gprobes' is). A step may come more than once.
 //
-// -wakemode level|edge, -wakeup BYTES: when a commit wakes the reader
-// (log, forkkill): level forces a wakeup at every commit while BYTES or
-// more wait (gprobes' policy, bpf/compile.go tails), edge only at the
-// commit that brings them to BYTES. -readsleep D: the reader sleeps D each
+// -wakemode level|edge|never, -wakeup BYTES: when a commit wakes the
+// reader (log, forkkill): level forces a wakeup at every commit while
+// BYTES or more wait (gprobes' policy, bpf/compile.go tails), edge only at
+// the commit that brings them to BYTES, never at no commit (the reader
+// polls every 50 ms; with -dpdf, gprobes' program with its threshold
+// patched out of reach). -readsleep D: the reader sleeps D each
 // time it finds the ring empty, as a reader that falls behind (descheduled,
 // or slower than the records come).
 //
@@ -111,7 +113,7 @@ var (
 	statsFlag = flag.Bool("stats", false, "print the programs' run counts and ns per run (BPF_ENABLE_STATS while the command runs)")
 	dumpFlag  = flag.Bool("dump", false, "print the programs and exit")
 	dpdfFlag  = flag.String("dpdf", "", "gprobes' programs for this DPDF's tracepoint probes instead of the floor's")
-	wakeMode  = flag.String("wakemode", "level", "level: force a wakeup at every commit while -wakeup bytes wait (gprobes' policy); edge: only at the commit that makes them reach -wakeup")
+	wakeMode  = flag.String("wakemode", "level", "level: force a wakeup at every commit while -wakeup bytes wait (gprobes' policy); edge: only at the commit that makes them reach -wakeup; never: no commit wakes the reader, it polls (with -dpdf: gprobes' threshold put out of reach)")
 	readSleep = flag.Duration("readsleep", 0, "the reader sleeps this long each time it finds the ring empty (a reader that falls behind)")
 	tpFlag    = flag.String("tp", "syscalls:sys_enter_getppid", "the tracepoint of -prog count and log, `GROUP:EVENT`")
 	jitedFlag = flag.String("jited", "", "write each program's machine code to `DIR`/NAME.bin, its address in NAME.addr (objdump -D -b binary -mi386:x86-64 --adjust-vma=ADDR)")
@@ -192,8 +194,10 @@ func commit(size int32) asm.Instructions {
 			asm.Mov.Imm(asm.R4, forceWakeup),
 			asm.Mov.Reg(asm.R4, asm.R4).WithSymbol("few"),
 		)
+	case *wakeMode == "never":
+		in = append(in, asm.Mov.Imm(asm.R4, noWakeup))
 	case *wakeFlag > 0:
-		fail(fmt.Errorf("-wakemode %q: level or edge", *wakeMode))
+		fail(fmt.Errorf("-wakemode %q: level, edge or never", *wakeMode))
 	default:
 		in = append(in, asm.Mov.Imm(asm.R4, 0))
 	}
@@ -339,6 +343,28 @@ func countProg(pid uint32, steps []string) asm.Instructions {
 		asm.AddAtomic.Mem(asm.R1, asm.R2, asm.DWord, 0),
 	)
 	return append(in, ret()...)
+}
+
+// neverWake puts gprobes' wakeup threshold out of reach in a compiled
+// program (-dpdf -wakemode never): the compare of bpf_ringbuf_query's
+// answer with bpf.DefaultWakeup that picks BPF_RB_FORCE_WAKEUP gets an
+// immediate no ring reaches, so that every commit is BPF_RB_NO_WAKEUP and
+// the reader only polls.
+func neverWake(ins asm.Instructions) {
+	n := 0
+	for i := 1; i < len(ins); i++ {
+		if ins[i-1].IsBuiltinCall() && ins[i-1].Constant == int64(asm.FnRingbufQuery) {
+			for j := i; j < len(ins) && j < i+3; j++ {
+				if ins[j].OpCode.JumpOp() == asm.JLT && ins[j].Constant == bpf.DefaultWakeup {
+					ins[j].Constant = 1<<31 - 1
+					n++
+				}
+			}
+		}
+	}
+	if n == 0 {
+		fail(errors.New("-wakemode never: no wakeup threshold found in gprobes' program"))
+	}
 }
 
 // writeJited writes p's machine code and its address to dir.
@@ -496,6 +522,9 @@ func gprobesProgs(path string, pid uint32) ([]attachment, *bpf.Maps) {
 		c, err := bpf.CompileProbe(p, pi, o)
 		if err != nil {
 			fail(err)
+		}
+		if *wakeMode == "never" {
+			neverWake(c.Spec.Instructions)
 		}
 		a := attachment{group: group, event: event, name: fmt.Sprintf("gp_%d", pi), ins: c.Spec.Instructions}
 		if !*dumpFlag {
