@@ -319,8 +319,38 @@ func (e symEnv) Symbol(name string) (uint64, error) {
 	}
 	return s.Addr, nil
 }
-func (e symEnv) Sizeof(t string) (uint64, error)      { return e.k.set.Sizeof(t) }
-func (e symEnv) Offsetof(t, f string) (uint64, error) { return e.k.set.Offsetof(t, f) }
+func (e symEnv) Sizeof(t string) (uint64, error) {
+	if m := e.modTypes(); m != nil {
+		if v, err := m.Sizeof(t); err == nil {
+			return v, nil
+		}
+	}
+	return e.k.set.Sizeof(t)
+}
+
+func (e symEnv) Offsetof(t, f string) (uint64, error) {
+	if m := e.modTypes(); m != nil {
+		if v, err := m.Offsetof(t, f); err == nil {
+			return v, nil
+		}
+	}
+	return e.k.set.Offsetof(t, f)
+}
+
+// modTypes are a kernel module's own types: its split BTF in
+// /sys/kernel/btf/MODULE, on the kernel's (read at each placement: a
+// module loaded again may have other types); nil for the kernel image or a
+// module without BTF.
+func (e symEnv) modTypes() *symbols.Set {
+	if e.kmod == "" {
+		return nil
+	}
+	tab, err := symbols.Open(filepath.Join("/sys/kernel/btf", normMod(e.kmod)))
+	if err != nil {
+		return nil
+	}
+	return symbols.NewSet(tab)
+}
 
 // relocate patches a source's relocations for the running kernel and
 // loads it.

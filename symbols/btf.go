@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -172,9 +173,37 @@ func readBTF(t *Table) (*btfInfo, error) {
 	}
 	bi, err := newBTFInfo(raw, t.ptrSize)
 	if err != nil && t.format == FormatBTF {
-		return nil, fmt.Errorf("%w (a kernel module's /sys/kernel/btf/MODULE is split BTF, which needs the types of vmlinux: not supported; pass /sys/kernel/btf/vmlinux)", err)
+		// a kernel module's /sys/kernel/btf/MODULE is split BTF: its
+		// types follow vmlinux's, beside it
+		base := filepath.Join(filepath.Dir(t.path), "vmlinux")
+		if filepath.Base(t.path) != "vmlinux" {
+			if sbi, serr := newSplitBTFInfo(raw, base, t.ptrSize); serr == nil {
+				return sbi, nil
+			}
+		}
+		return nil, fmt.Errorf("%w (a kernel module's split BTF needs the types of vmlinux beside it, %s)", err, base)
 	}
 	return bi, err
+}
+
+// newSplitBTFInfo parses split BTF (a kernel module's) on the base BTF
+// file base (the kernel's).
+func newSplitBTFInfo(raw []byte, base string, ptrSize int) (bi *btfInfo, err error) {
+	defer recoverBTF(&err)
+	bf, err := os.Open(base)
+	if err != nil {
+		return nil, err
+	}
+	defer bf.Close()
+	bs, err := btf.LoadSpecFromReader(bf)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := btf.LoadSplitSpecFromReader(bytes.NewReader(raw), bs)
+	if err != nil {
+		return nil, err
+	}
+	return &btfInfo{spec: spec, ptrSize: ptrSize, sizes: map[string]uint64{}, fields: map[string]layout{}}, nil
 }
 
 // newBTFInfo parses a raw BTF blob with cilium/ebpf. raw is not an ELF

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/btf"
 	"golang.org/x/arch/x86/x86asm"
 
 	"github.com/gprobes/gprobes/daemon"
@@ -514,6 +516,7 @@ func waitState(t *testing.T, vm *qemulab.VM, module, state, before string) float
 // The probes of a kernel module, through the daemon: pending, active at
 // the module's load, pending at its unload, and so on.
 func testKernelLabModules(t *testing.T, vm *qemulab.VM) {
+	size, bufOff := rmd160Layout(t)
 	mustGuest(t, vm, "modprobe algif_hash && ! grep -q rmd160 /proc/modules")
 	// a module that does not exist
 	out, rc := guest(t, vm, "gprobes insert --target kernel /root/kernel/nosuchmod.dpdf")
@@ -545,8 +548,12 @@ func testKernelLabModules(t *testing.T, vm *qemulab.VM) {
 		}
 		if state == "active" || hits > 0 {
 			out := mustGuest(t, vm, "gprobes getvars rmd160")
-			if !strings.Contains(out, fmt.Sprintf("rmd160: lv 0=%d\n", hits)) {
-				t.Errorf("%s: getvars, want lv 0=%d:\n%s", step, hits, out)
+			want := fmt.Sprintf("rmd160: lv 0=%d 1=%d 2=%d\n", hits, size, bufOff)
+			if hits == 0 {
+				want = "rmd160: lv 0=0 1=0 2=0\n"
+			}
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: getvars, want %q:\n%s", step, want, out)
 			}
 		}
 	}
@@ -714,4 +721,55 @@ func BenchmarkKernelLabTable1(b *testing.B) {
 	}
 	b.Logf("gpwork lat in the lab guest (TCG, 1 vCPU), ns per call, × over native; host load average %s before, %s after\nbest of %d runs:\n%s\nmedian:\n%s\nall runs: %v",
 		loadBefore, load(), rounds*runs, table(slices.Min[[]float64], true), table(median, false), res)
+}
+
+// rmd160Layout reads sizeof(struct rmd160_ctx) and offsetof its buffer
+// from the BTF of the lab's rmd160.ko on this side (split on the lab
+// vmlinux's .BTF), for the values the guest's gprobes takes from
+// /sys/kernel/btf/rmd160.
+func rmd160Layout(t *testing.T) (size, bufOff uint64) {
+	t.Helper()
+	dir, err := qemulab.Artifacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kos, _ := filepath.Glob(filepath.Join(dir, "..", "kernel", "*", "modules", "kernel", "crypto", "rmd160.ko"))
+	if len(kos) != 1 {
+		t.Fatalf("the lab's rmd160.ko: %v", kos)
+	}
+	section := func(path string) []byte {
+		f, err := elf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		sec := f.Section(".BTF")
+		if sec == nil {
+			t.Fatalf("%s has no .BTF", path)
+		}
+		b, err := sec.Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	base, err := btf.LoadSpecFromReader(bytes.NewReader(section(filepath.Join(dir, "vmlinux"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := btf.LoadSplitSpecFromReader(bytes.NewReader(section(kos[0])), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st *btf.Struct
+	if err := spec.TypeByName("rmd160_ctx", &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.Members {
+		if m.Name == "buffer" {
+			return uint64(st.Size), uint64(m.Offset.Bytes())
+		}
+	}
+	t.Fatalf("struct rmd160_ctx has no buffer: %+v", st)
+	return 0, 0
 }
