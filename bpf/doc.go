@@ -246,7 +246,13 @@
 // with EPERM before its verifier, as root (tp_btf loads: a policy or
 // lockdown of this kernel), so kprobe, kretprobe, fentry and kprobe.multi
 // are absent. The QEMU lab's Debian 6.1 has all but kprobe.multi (no
-// CONFIG_FPROBE).
+// CONFIG_FPROBE), and the package's whole test suite passes there (the
+// test binary, go test -c with CGO_ENABLED=0, run as root in the guest:
+// TestFentry, TestKprobe, TestKretprobe and TestRemoveStaleKprobeEvents
+// attach for real; with one vCPU: under TCG with two, attaching a system
+// call tracepoint while another thread makes system calls can livelock
+// the guest in the kernel's text patching of syscall_trace_enter's jump
+// label, nothing of this package's).
 //
 // # Refused (Unsupported)
 //
