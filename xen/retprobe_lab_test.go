@@ -1,0 +1,211 @@
+package xen_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
+	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	xenlab "github.com/gprobes/gprobes/lab/xen"
+)
+
+// TestXenRetprobe runs testdata/examples/getppid_latency.dpdf (an entry
+// probe stamping each call of __x64_sys_getppid in an instance variable,
+// a return probe logging the caller, the return value and the latency)
+// against a PV domU from dom0 through a daemon: the native backend with
+// debug registers (the entry and the return take two of the four), with
+// int3 bytes, and through gdbsx. Each time the calls of the workload's
+// process are exact, each returns the parent's pid, none is dropped or
+// missed, query and log name the kind, and the domain runs on afterwards.
+func TestXenRetprobe(t *testing.T) {
+	xenlab.Require(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gprobes")
+	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build gprobes: %v\n%s", err, out)
+	}
+	example, err := os.ReadFile("../testdata/examples/getppid_latency.dpdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// gdbsx gives no gs_base: no task, so push pid would be an
+	// invalid-operand exception; a 0 instead
+	gdbsxSrc := filepath.Join(dir, "getppid-gdbsx.dpdf")
+	os.WriteFile(gdbsxSrc, []byte(strings.Replace(string(example), "push pid ", "push d,0 ", 1)), 0o644)
+	extra := map[string]string{"/bin/gprobes": bin, "/etc/gprobes/getppid.dpdf": "../testdata/examples/getppid_latency.dpdf",
+		"/etc/gprobes/getppid-gdbsx.dpdf": gdbsxSrc}
+	if art, err := qemulab.Artifacts(); err == nil {
+		extra["/guest/vmlinux"] = filepath.Join(art, "vmlinux")
+		extra["/guest/System.map"] = filepath.Join(art, "System.map")
+	} else if testkit.CI() {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	vm, err := xenlab.Boot(ctx, xenlab.Options{Extra: extra, DomUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Kill()
+	d := vm.DomID("domu1")
+	run := func(cmd string) string {
+		t.Helper()
+		out, rc, err := vm.Run(cmd, 2*time.Minute)
+		if err != nil || rc != 0 {
+			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
+		}
+		return out
+	}
+	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
+	const n = 5
+	// work runs gpwork in domu1 and returns its pid and its parent's (the
+	// shell that runs the line execs gpwork: its PPid is gpwork's)
+	work := func() (pid, ppid uint64) {
+		t.Helper()
+		out, rc, err := vm.RunDomU("domu1", fmt.Sprintf("grep PPid /proc/$$/status; exec gpwork counts %d /etc/gp-a", n), 3*time.Minute)
+		m := regexp.MustCompile(`(?s)PPid:\s+(\d+).*GPWORK pid (\d+)`).FindStringSubmatch(out)
+		if err != nil || rc != 0 || m == nil || !strings.Contains(out, fmt.Sprintf("getppid %d ", n)) {
+			t.Fatalf("domu1: gpwork: rc %d %v\n%s", rc, err, out)
+		}
+		fmt.Sscan(m[1], &ppid)
+		fmt.Sscan(m[2], &pid)
+		return pid, ppid
+	}
+	// returns reads the log's return-probe records of a target: for
+	// each, the caller's pid, the value returned, the latency
+	returns := func(sock, target string) (recs [][3]uint64) {
+		for _, l := range strings.Split(run("gprobes log --json --socket "+sock), "\n") {
+			var rec struct {
+				Target, Probe string
+				Minor         int
+				Data          string
+			}
+			if json.Unmarshal([]byte(l), &rec) != nil || rec.Minor != 2 || rec.Target != target {
+				continue
+			}
+			b, _ := hex.DecodeString(rec.Data)
+			if len(b) != 24 || rec.Probe != "retprobe" {
+				t.Fatalf("record %s", l)
+			}
+			recs = append(recs, [3]uint64{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])})
+		}
+		return recs
+	}
+	// check counts gpwork's calls (and the shell's one before it exec'd
+	// gpwork), by pid, or by the value returned where the records cannot
+	// name the task; and query's counters of the return probe
+	check := func(what, sock, target string, pid, ppid uint64, byPid bool, kick func()) {
+		t.Helper()
+		recs := returns(sock, target)
+		got := 0
+		for _, r := range recs {
+			if byPid && r[0] != pid || !byPid && r[1] != ppid {
+				continue
+			}
+			got++
+			if r[1] != ppid || int64(r[2]) <= 0 {
+				t.Errorf("%s: getppid of pid %d returned %d in %d ns, want %d", what, r[0], r[1], int64(r[2]), ppid)
+			}
+		}
+		if got != n+1 {
+			t.Errorf("%s: %d returns of getppid for pid %d, want %d (of %d records)", what, got, pid, n+1, len(recs))
+		}
+		var q struct {
+			Probes []struct {
+				Target, Kind, Location, How, State string
+				Hits, Missed, Dropped              uint64
+			}
+		}
+		var out string
+		if kick == nil {
+			out = run("gprobes query --json --all --socket " + sock)
+		} else {
+			// the query waits for the target to stop: through gdbsx,
+			// at the next hit
+			run("rm -f /tmp/q.json; (gprobes query --json --all --socket " + sock + " >/tmp/q.json.part; mv /tmp/q.json.part /tmp/q.json) & sleep 1")
+			for i := 0; ; i++ {
+				kick()
+				if o, rc, _ := vm.Run("cat /tmp/q.json", time.Minute); rc == 0 {
+					out = o
+					break
+				}
+				if i == 5 {
+					t.Fatalf("%s: query did not answer", what)
+				}
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &q); err != nil {
+			t.Fatalf("%s: query: %v\n%s", what, err, out)
+		}
+		found := false
+		for _, p := range q.Probes {
+			if p.Target != target || p.Kind != "retprobe" {
+				continue
+			}
+			found = true
+			t.Logf("%s: %s %s %s, HOW %q, hits %d missed %d dropped %d", what, p.Kind, p.Location, p.State, p.How, p.Hits, p.Missed, p.Dropped)
+			if p.State != "active" || !strings.HasPrefix(p.How, "ret: entry and 1 return") || p.Hits < n+1 || p.Missed != 0 || p.Dropped != 0 {
+				t.Errorf("%s: query: %+v", what, p)
+			}
+		}
+		if !found {
+			t.Errorf("%s: no retprobe in query:\n%s", what, out)
+		}
+	}
+
+	// the native backend: debug registers (the entry and the return take
+	// two of the four), then int3 bytes (a daemon of their own)
+	run("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock --state /tmp/g3 >/tmp/daemon3.log 2>&1 & sleep 1")
+	defer func() {
+		if t.Failed() {
+			out, _, _ := vm.Run("tail -c 3000 /tmp/daemon.log; tail -c 2000 /tmp/daemon3.log; xl list", time.Minute)
+			t.Logf("dom0:\n%s", out)
+		}
+	}()
+	target := fmt.Sprintf("xen:%d", d)
+	for _, sock := range []string{"/tmp/g.sock", "/tmp/g3.sock"} {
+		run(fmt.Sprintf("gprobes insert --socket %s --target %s %s /etc/gprobes/getppid.dpdf", sock, target, syms))
+		pid, ppid := work()
+		check(target+" ("+sock+")", sock, target, pid, ppid, true, nil)
+		run("gprobes remove --socket " + sock + " --all")
+	}
+
+	// gdbsx: its registers have no gs_base, so records cannot name the
+	// task (pid 0): the calls are told by the value they return. gdbsx
+	// ignores ^C: a command to the daemon is carried out at the next hit,
+	// and the detach after the last remove, once the breakpoints are out,
+	// when the domain is paused (xl pause: gdbsx reports it as a stop and
+	// unpauses the domain as gprobes detaches)
+	gdb := "gdb:127.0.0.1:9999"
+	run(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes insert --socket /tmp/g.sock --target %s %s /etc/gprobes/getppid-gdbsx.dpdf", d, gdb, syms))
+	pid, ppid := work()
+	check("gdbsx", "/tmp/g.sock", gdb, pid, ppid, false, func() { vm.RunDomU("domu1", "true", time.Minute) })
+	run("(gprobes remove --socket /tmp/g.sock --all >/tmp/remove.out 2>&1; echo rc=$? >>/tmp/remove.out) & sleep 1")
+	vm.RunDomU("domu1", "true", time.Minute) // a hit: the remove
+	for i := 0; ; i++ {
+		out := run(fmt.Sprintf("sleep 1; xl pause %d 2>/dev/null; sleep 2; cat /tmp/remove.out; xl list %d", d, d))
+		if strings.Contains(out, "rc=0") {
+			break
+		} else if i == 5 {
+			t.Fatalf("remove through gdbsx did not end:\n%s", out)
+		}
+	}
+	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 1; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
+		t.Errorf("domu1 after gdbsx: rc %d %v\n%s", rc, err, w)
+	}
+	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 2; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
+		t.Errorf("domu1 at the end: rc %d %v\n%s", rc, err, w)
+	}
+}
