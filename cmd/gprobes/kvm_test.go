@@ -128,25 +128,41 @@ func TestKVMPioExampleChecks(t *testing.T) {
 }
 
 // probeRows reads the probe table run prints at its end: per minor, the
-// named columns.
+// named columns, cut where the header's columns start (a column may hold
+// spaces: LOCATION "tracepoint kvm:kvm_pio").
 func probeRows(out string) map[uint16]map[string]string {
 	rows := map[uint16]map[string]string{}
 	var cols []string
+	var starts []int
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) > 0 && f[0] == "TARGET" {
-			cols = f
+		line := sc.Text()
+		if strings.HasPrefix(line, "TARGET ") {
+			cols, starts = nil, nil
+			for i := 0; i < len(line); {
+				if line[i] == ' ' {
+					i++
+					continue
+				}
+				j := strings.IndexByte(line[i:], ' ')
+				if j < 0 {
+					j = len(line) - i
+				}
+				cols, starts = append(cols, line[i:i+j]), append(starts, i)
+				i += j
+			}
 			continue
 		}
-		if cols == nil || len(f) < len(cols)-1 { // REASON may be empty
+		if cols == nil || len(line) < starts[len(starts)-1] {
 			continue
 		}
 		row := map[string]string{}
 		for i, c := range cols {
-			if i < len(f) {
-				row[c] = f[i]
+			end := len(line)
+			if i+1 < len(cols) {
+				end = min(starts[i+1], len(line))
 			}
+			row[c] = strings.TrimSpace(line[starts[i]:end])
 		}
 		if m, err := strconv.ParseUint(row["MINOR"], 10, 16); err == nil {
 			rows[uint16(m)] = row
