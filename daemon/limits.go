@@ -35,8 +35,10 @@ type Limits struct {
 	// Route is engine.RouteAuto (jump pads in processes where safe) or
 	// engine.RouteInt3.
 	Route string
-	// RingSize is engine.Options.RingSize for every target.
-	RingSize int
+	// RingSize is engine.Options.RingSize for every target but the
+	// kernel, which takes KernelRingSize (0: its own default).
+	RingSize       int
+	KernelRingSize int
 
 	ReadHeaderTimeout time.Duration // request line and headers
 	ReadTimeout       time.Duration // the whole request, body included

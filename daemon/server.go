@@ -494,7 +494,10 @@ func (s *Server) opener(spec string, topts TargetOptions) (func(engine.Options) 
 		}
 		return func(eo engine.Options) (engine.Prober, error) { return engine.Start(open, eo) }, sp, nil
 	}
-	return func(eo engine.Options) (engine.Prober, error) { return sp.Start(to, eo) }, sp, nil
+	return func(eo engine.Options) (engine.Prober, error) {
+		eo.RingSize = s.Limits.KernelRingSize
+		return sp.Start(to, eo)
+	}, sp, nil
 }
 
 func ptrLine(l LogLine) *LogLine { return &l }

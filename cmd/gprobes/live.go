@@ -386,7 +386,7 @@ func logCommand() *cli.Command {
 			}, func(l *daemon.LostLine) error {
 				printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
 				if l.InTargets > 0 {
-					fmt.Fprintf(c.App.ErrWriter, "gprobes: log: %d records lost in the processes probed (their jump pads' rings were full; query's LOST column says which probes)\n", l.InTargets)
+					fmt.Fprintf(c.App.ErrWriter, "gprobes: log: %d records lost in the targets probed (jump pads' rings or the kernel's eBPF rings were full; query's LOST column says which probes)\n", l.InTargets)
 				}
 				if l.RotatedAway > 0 {
 					fmt.Fprintf(c.App.ErrWriter, "gprobes: log: fell behind: %d rotated log files were deleted before they could be read (the daemon's --log-keep)\n", l.RotatedAway)
@@ -598,7 +598,11 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	for _, p := range probes {
 		tps = append(tps, daemon.TargetProbe{Target: label, ProbeInfo: p, Lost: recOut.lost.Of("", p.Module, p.Minor) + p.Lost})
 		if p.Lost > 0 {
-			fmt.Fprintf(c.App.ErrWriter, "gprobes: probe %s (minor %d): %d records lost in the process (its jump pads' ring was full)\n", p.Location, p.Minor, p.Lost)
+			where := "in the process (its jump pads' ring was full)"
+			if spec.Kind == targets.Kernel {
+				where = "in the kernel (the module's eBPF ring buffer was full: --ring SIZE)"
+			}
+			fmt.Fprintf(c.App.ErrWriter, "gprobes: probe %s (minor %d): %d records lost %s\n", p.Location, p.Minor, p.Lost, where)
 		}
 	}
 	printProbes(out, tps)
