@@ -92,7 +92,7 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
-			srv.Limits = daemon.Limits{MaxModule: maxModule, StubTimeout: c.Duration("stub-timeout"), Route: route, RingSize: ring}
+			srv.Limits = daemon.Limits{MaxModule: maxModule, StubTimeout: c.Duration("stub-timeout"), Route: route, RingSize: ring, KernelRingSize: kernelRing(c, ring)}
 			if err := srv.Listen(); err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
@@ -526,6 +526,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 			defer held.unlock()
 			topts.KernelPID = held.pid
 		}
+		eopts.RingSize = kernelRing(c, ring)
 		eng, err = spec.Start(topts, eopts)
 	} else {
 		eng, err = engine.Start(open, eopts)
@@ -673,7 +674,17 @@ func padOptionsOf(c *cli.Context) (route string, ring int, err error) {
 	return route, int(n), nil
 }
 
+// kernelRing is the kernel target's ring size: --ring when given, else 0,
+// the kernel target's own default (kernel.DefaultRingSize), larger than a
+// process's: its programs do not wait for gprobes' reader.
+func kernelRing(c *cli.Context, ring int) int {
+	if c.IsSet("ring") {
+		return ring
+	}
+	return 0
+}
+
 // ringFlag is --ring, for run and the daemon.
 func ringFlag() cli.Flag {
-	return &cli.StringFlag{Name: "ring", Value: "1MiB", Usage: "the ring of records each probed process's jump pads commit to, `SIZE` (a power of two from 64KiB to 1GiB): a record of two logged words takes 64 bytes; records that come faster than gprobes writes them wait there, and are counted lost once it is full"}
+	return &cli.StringFlag{Name: "ring", Value: "1MiB", Usage: "the ring of records each probed process's jump pads commit to, `SIZE` (a power of two from 64KiB to 1GiB): a record of two logged words takes 64 bytes; records that come faster than gprobes writes them wait there, and are counted lost once it is full; on the kernel target, each module's eBPF ring buffer (16MiB there unless given)"}
 }
