@@ -84,7 +84,8 @@ type retFunc struct {
 	entry, end uint64
 	name       string
 	goCode     bool
-	addrs      []uint64 // every breakpoint address it uses, entry first
+	addrs      []uint64 // every breakpoint address it uses
+	entryIn    bool     // the entry has a breakpoint (some tracker needs it)
 	callers    map[uint64]bool
 	nret       int // rets and return thunks
 	nthunk     int // return thunks
@@ -100,6 +101,10 @@ type callTracker struct {
 	mod    *Module
 	probes []*probe // the module's retprobes on the function
 	limit  int      // the highest maxactive of probes
+	// entry: its calls are tracked from their entry (below); without,
+	// every return of the function runs the probes, and no call is
+	// tracked, missed or dropped
+	entry  bool
 	stacks map[callOwner][]*callInst
 	n      int
 	seq    uint64
@@ -224,6 +229,19 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *probe) {
 		t = &callTracker{fn: fn, mod: p.mod, stacks: map[callOwner][]*callInst{}}
 		fn.trackers = append(fn.trackers, t)
 	}
+	if !t.entry && (needsEntry(p) || fn.nout > 0) && !fn.entryIn {
+		if err := e.plantEntry(sp, fn); err != nil {
+			refuse("retprobe = %s: %v", d.Loc.Text, err)
+			if len(t.probes) == 0 {
+				fn.trackers = fn.trackers[:len(fn.trackers)-1]
+			}
+			if len(fn.trackers) == 0 {
+				e.dropRetFunc(sp, fn)
+			}
+			return
+		}
+	}
+	t.entry = t.entry || needsEntry(p) || fn.nout > 0
 	t.probes = append(t.probes, p)
 	t.limit = max(t.limit, int(d.ActiveLimit()))
 	for _, a := range fn.addrs {
@@ -233,12 +251,56 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *probe) {
 	}
 	p.in[sp.id] = addr
 	p.state, p.reason = StateActive, ""
-	p.how = fn.howText(e)
+	for _, t := range fn.trackers {
+		for _, q := range t.probes {
+			q.how = fn.howText(e)
+		}
+	}
+}
+
+// needsEntry reports whether a return probe needs its calls tracked from
+// their entry: it reads the call's instance variables, or bounds the
+// calls by a maxactive of its own. Otherwise it runs at every return of
+// the function, one stop a call instead of two (as Beyla's probes on Go's
+// RET instructions do), unless the function can be left by a jump (a
+// tail call: its return is found from the call's entry).
+func needsEntry(p *probe) bool {
+	d := p.def()
+	if d.MaxActive != 0 {
+		return true
+	}
+	m := p.src
+	for pc := d.Entry; pc < d.End && int(pc) < len(m.Code); {
+		op := rpn.Opcode(m.Code[pc])
+		if op == rpn.OpPushIV || op == rpn.OpPopIV {
+			return true
+		}
+		pc += uint32(max(op.Len(), 1))
+	}
+	return false
+}
+
+// plantEntry puts the breakpoint on a function's entry, with its probes.
+func (e *Engine) plantEntry(sp *space, fn *retFunc) error {
+	if err := e.ensureSite(sp, fn.entry); err != nil {
+		return err
+	}
+	fn.entryIn = true
+	fn.addrs = append(fn.addrs, fn.entry)
+	sp.calls.sites[fn.entry] = append(sp.calls.sites[fn.entry], retSite{fn: fn, kind: siteEntry})
+	bp := sp.bps[fn.entry]
+	for _, t := range fn.trackers {
+		bp.probes = append(bp.probes, t.probes...)
+	}
+	return nil
 }
 
 // howText is query's HOW of a function's return probes.
 func (fn *retFunc) howText(e *Engine) string {
-	s := fmt.Sprintf("ret: entry and %d %s", fn.nret, plural(fn.nret, "return"))
+	s := fmt.Sprintf("ret: %d %s, no entry stop", fn.nret, plural(fn.nret, "return"))
+	if fn.entryIn {
+		s = fmt.Sprintf("ret: entry and %d %s", fn.nret, plural(fn.nret, "return"))
+	}
 	if fn.nthunk > 0 {
 		s += fmt.Sprintf(" (%d by a jump to a return thunk)", fn.nthunk)
 	}
@@ -307,7 +369,7 @@ func (e *Engine) newRetFunc(sp *space, inst *instance, link, addr uint64) (*retF
 		addr uint64
 		site retSite
 	}
-	wants := []want{{addr, retSite{fn: fn, kind: siteEntry}}}
+	var wants []want // the entry goes in when a probe needs it (plantEntry)
 	for _, x := range exits {
 		s := retSite{fn: fn}
 		switch x.Kind {
@@ -545,6 +607,9 @@ func (e *Engine) callsEnter(th *thread, sp *space, addr uint64, c *callEntries) 
 	}
 	w := e.whereOf(th, fn, th.regs[rpn.RegRSP])
 	for _, t := range fn.trackers {
+		if !t.entry {
+			continue
+		}
 		inst := t.enter(w)
 		if inst != nil && c.n < len(c.mods) {
 			c.mods[c.n], c.ivs[c.n] = t.mod, &inst.iv
@@ -712,6 +777,9 @@ func (e *Engine) callsReturn(th *thread, sp *space, bp *breakpoint, addr uint64,
 		case siteMorestack:
 			w := e.whereOf(th, s.fn, rsp)
 			for _, t := range s.fn.trackers {
+				if !t.entry {
+					continue
+				}
 				if c := t.innermost(w); c != nil && c.pos == w.pos {
 					c.restart = true
 				}
@@ -740,9 +808,11 @@ func (e *Engine) callsReturn(th *thread, sp *space, bp *breakpoint, addr uint64,
 			}
 			w := e.whereOf(th, s.fn, rsp)
 			for _, t := range s.fn.trackers {
-				c := t.leave(w)
-				if c == nil {
-					continue
+				var c *callInst
+				if t.entry {
+					if c = t.leave(w); c == nil {
+						continue
+					}
 				}
 				saved := th.regs
 				th.regs = view
@@ -808,20 +878,23 @@ func (e *Engine) callLeaves(th *thread, sp *space, bp *breakpoint, fn *retFunc, 
 	}
 }
 
-// runReturn runs a tracker's return probes for call c, on the thread's
-// registers (those after the return). Records of a caller site are kept
+// runReturn runs a tracker's return probes for call c (nil for a tracker
+// without entries), on the thread's registers (those after the return). Records of a caller site are kept
 // whatever the instruction there does next: the return has happened.
 func (e *Engine) runReturn(th *thread, t *callTracker, c *callInst, recs []Record, keep []bool, atCaller bool) ([]Record, []bool) {
 	sp := e.spaces[th.space]
 	for _, p := range t.probes {
-		if p.state != StateActive || c.depth >= int(p.def().ActiveLimit()) {
+		if p.state != StateActive || c != nil && c.depth >= int(p.def().ActiveLimit()) {
 			continue
 		}
 		inst := sp.inst[p.src]
 		if inst == nil {
 			continue
 		}
-		th.env.iv = &c.iv
+		th.env.iv = nil // no call tracked: zeros, the machine's
+		if c != nil {
+			th.env.iv = &c.iv
+		}
 		r := e.runProbe(th, inst, p)
 		if r == nil {
 			continue // switched off (switch.go)
@@ -887,13 +960,13 @@ func (e *Engine) callsForked(child, parent *space) {
 	cc := child.callsState()
 	fns := map[*retFunc]*retFunc{}
 	for a, f := range parent.calls.funcs {
-		n := &retFunc{entry: f.entry, end: f.end, name: f.name, goCode: f.goCode, addrs: append([]uint64{}, f.addrs...),
+		n := &retFunc{entry: f.entry, end: f.end, name: f.name, goCode: f.goCode, addrs: append([]uint64{}, f.addrs...), entryIn: f.entryIn,
 			callers: map[uint64]bool{}, nret: f.nret, nthunk: f.nthunk, nout: f.nout}
 		for c := range f.callers {
 			n.callers[c] = true
 		}
 		for _, t := range f.trackers {
-			n.trackers = append(n.trackers, &callTracker{fn: n, mod: t.mod, probes: append([]*probe{}, t.probes...), limit: t.limit, stacks: map[callOwner][]*callInst{}})
+			n.trackers = append(n.trackers, &callTracker{fn: n, mod: t.mod, probes: append([]*probe{}, t.probes...), limit: t.limit, entry: t.entry, stacks: map[callOwner][]*callInst{}})
 			for _, p := range t.probes {
 				p.in[child.id] = f.entry
 			}

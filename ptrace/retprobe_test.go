@@ -209,10 +209,12 @@ func TestRetprobeLongjmp(t *testing.T) {
 	bin := retFixture(t)
 	const n, d, m = 30, 3, 10
 	r := startWith(t, startConfig{path: bin}, "longjmp", fmt.Sprint(n), fmt.Sprint(d), fmt.Sprint(m))
+	// maxactive given: the calls are tracked from their entry
 	expectActive(t, r.insert(compileFor(t, bin, `name = PROGRAM
 modtype = user
 retprobe = jumper
 minor = 2
+maxactive = 64
 push r,rax
 log 1
 exit 1
@@ -485,7 +487,7 @@ func TestRetprobeThreadExit(t *testing.T) {
 	bin := retFixture(t)
 	const threads = 4
 	r := startWith(t, startConfig{path: bin}, "texit", fmt.Sprint(threads))
-	expectActive(t, r.insert(compileFor(t, bin, "name = PROGRAM\nmodtype = user\nretprobe = exiter\nminor = 2\npush r,rax\nlog 1\nexit 1\n")))
+	expectActive(t, r.insert(compileFor(t, bin, "name = PROGRAM\nmodtype = user\nretprobe = exiter\nminor = 2\nmaxactive = 8\npush r,rax\nlog 1\nexit 1\n")))
 	r.eng.Release()
 	r.finish()
 	if q := probeInfo(t, r, 2); q.Hits != 0 || q.Dropped != threads || q.Missed != 0 {
@@ -557,7 +559,8 @@ func TestRetprobeJoinsJump(t *testing.T) {
 		t.Skipf("the offset probe is not on the jump route here: %q", infos[0].How)
 	}
 	// another module on the same file (by its base name)
-	r.insert(compileFor(t, bin, "name = retprobe\nmodtype = user\nretprobe = rec\nminor = 2\npush r,rax\nlog 1\nexit 1\n"))
+	// its calls tracked from the entry (maxactive given): an int3 there
+	r.insert(compileFor(t, bin, "name = retprobe\nmodtype = user\nretprobe = rec\nminor = 2\nmaxactive = 16\npush r,rax\nlog 1\nexit 1\n"))
 	q := r.eng.Query()
 	t.Logf("HOW: %q, %q", q[0].How, q[1].How)
 	if strings.HasPrefix(q[0].How, "jump") {
@@ -571,5 +574,34 @@ func TestRetprobeJoinsJump(t *testing.T) {
 	lv, _, _ := r.eng.Vars(bin, false)
 	if lv[0] != n*(d+1) {
 		t.Errorf("lv 0 = %d entries, want %d", lv[0], n*(d+1))
+	}
+}
+
+// A return probe that needs nothing from the entry (no instance
+// variables, no maxactive of its own) on a function without jumps out:
+// no entry breakpoint, one stop a call, every return seen (recursion
+// included), nothing tracked, missed or dropped.
+func TestRetprobeNoEntry(t *testing.T) {
+	bin := retFixture(t)
+	const n, d = 30, 9
+	r := startWith(t, startConfig{path: bin}, "rec", fmt.Sprint(n), fmt.Sprint(d))
+	infos := r.insert(compileFor(t, bin, "name = PROGRAM\nmodtype = user\nretprobe = rec\nminor = 2\npush r,rax\npush r,rsp\nlog 2\nexit 1\n"))
+	expectActive(t, infos)
+	if !strings.Contains(infos[0].How, "ret: 2 returns, no entry stop") {
+		t.Errorf("HOW %q", infos[0].How)
+	}
+	r.eng.Release()
+	r.finish()
+	vals := map[uint64]int{}
+	for _, rec := range r.records(2) {
+		vals[words(t, rec, 2)[0]]++
+	}
+	for v := uint64(7); v <= d+7; v++ {
+		if vals[v] != n {
+			t.Errorf("return value %d seen %d times, want %d", v, vals[v], n)
+		}
+	}
+	if q := probeInfo(t, r, 2); q.Hits != n*(d+1) || q.Missed != 0 || q.Dropped != 0 {
+		t.Errorf("query: %+v", q)
 	}
 }

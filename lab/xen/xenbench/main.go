@@ -2,8 +2,10 @@
 // the shape of Table 1 of the Xenprobes paper: the latency of the null
 // (getppid), read, write and open system calls in a domU, native, probed
 // by the native backend (xen:DOMID) with an empty program, with an empty
-// return probe (Table 1's return-probe column: an entry and a return
-// breakpoint a call) and with a logging program (debug-register
+// return probe (Table 1's return-probe column: it needs nothing from the
+// entry, so a breakpoint on the return only), with a return probe timing
+// the call through an instance variable (a breakpoint on the entry and
+// one on the return) and with a logging program (debug-register
 // breakpoints reported by VIRQ_DEBUGGER),
 // the logging program again with int3 breakpoints (found by the 1 ms
 // state check: a second daemon with GPROBES_XEN_BREAKPOINTS=int3), and
@@ -76,7 +78,8 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 	}
 	extra := map[string]string{"/bin/gprobes": bin, "/guest/System.map": filepath.Join(art, "System.map"), "/guest/vmlinux": filepath.Join(art, "vmlinux")}
 	for _, c := range calls {
-		for kind, body := range map[string]string{"empty": "exit 0\n", "logging": "inc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n", "gdbsx": "inc lv,0\npush r,rdi\nlog 1\nexit 1\n", "return": "exit 0\n"} {
+		for kind, body := range map[string]string{"empty": "exit 0\n", "logging": "inc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n", "gdbsx": "inc lv,0\npush r,rdi\nlog 1\nexit 1\n", "return": "exit 0\n",
+			"retiv": "push ts\npop iv,0\nexit 0\nretprobe = " + c.Fn + "\npush ts\npush iv,0\nsub\npop lv,0\nexit 0\n"} {
 			p := filepath.Join(dir, c.Kind+"-"+kind+".dpdf")
 			probe := "offset"
 			if kind == "return" {
@@ -114,7 +117,7 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 	}
 	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
 	fmt.Printf("Xen 4.17 (CONFIG_GDBSX) under QEMU TCG, PV domU with 1 vCPU, Linux 6.1; %d probed calls (native backend), %d through gdbsx, %d native\n", n, gdbsxN, nativeN)
-	fmt.Printf("%-6s %10s %16s %16s %16s %16s %18s %10s %10s %10s\n", "call", "native us", "empty us", "return us", "logging us", "int3 log us", "gdbsx us", "gdbsx/log", "int3/log", "ret/entry")
+	fmt.Printf("%-6s %10s %16s %16s %16s %16s %16s %18s %10s %10s %10s %10s\n", "call", "native us", "empty us", "return us", "ret+iv us", "logging us", "int3 log us", "gdbsx us", "gdbsx/log", "int3/log", "ret/entry", "iv/entry")
 	for _, c := range calls {
 		native, err := lat(c.Kind, nativeN)
 		if err != nil {
@@ -125,7 +128,7 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 				return 0, err
 			}
 			v, err := lat(c.Kind, n)
-			if err == nil && kind == "return" {
+			if err == nil && (kind == "return" || kind == "retiv") {
 				err = returnsSeen(vm, sock, n)
 			}
 			if rerr := dom0("gprobes remove --socket " + sock + " --all"); rerr != nil && err == nil {
@@ -133,7 +136,7 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 			}
 			return v, err
 		}
-		var empty, ret float64
+		var empty, ret, retiv float64
 		var ratios []string
 		for r := 0; r < max(rounds, 1); r++ {
 			e, err := probed("/tmp/g.sock", "empty")
@@ -144,13 +147,20 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 			if err != nil {
 				return err
 			}
+			ri, err := probed("/tmp/g.sock", "retiv")
+			if err != nil {
+				return err
+			}
 			if r == 0 || e < empty {
 				empty = e
 			}
 			if r == 0 || rt < ret {
 				ret = rt
 			}
-			ratios = append(ratios, fmt.Sprintf("%.2f", (rt-native)/(e-native)))
+			if r == 0 || ri < retiv {
+				retiv = ri
+			}
+			ratios = append(ratios, fmt.Sprintf("%.2f/%.2f", (rt-native)/(e-native), (ri-native)/(e-native)))
 		}
 		logging, err := probed("/tmp/g.sock", "logging")
 		if err != nil {
@@ -176,8 +186,8 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 		}
 		us := func(ns float64) string { return fmt.Sprintf("%.2f", ns/1000) }
 		ratio := func(ns float64) string { return fmt.Sprintf("%s (%.0fx)", us(ns), ns/native) }
-		fmt.Printf("%-6s %10s %16s %16s %16s %16s %18s %9.1fx %9.2fx %9.2fx  (rounds: %s)\n", c.Kind, fmt.Sprintf("%.3f", native/1000), ratio(empty), ratio(ret), ratio(logging), ratio(int3), ratio(gdbsx),
-			(gdbsx-native)/(logging-native), (int3-native)/(logging-native), (ret-native)/(empty-native), strings.Join(ratios, " "))
+		fmt.Printf("%-6s %10s %16s %16s %16s %16s %16s %18s %9.1fx %9.2fx %9.2fx %9.2fx  (rounds: %s)\n", c.Kind, fmt.Sprintf("%.3f", native/1000), ratio(empty), ratio(ret), ratio(retiv), ratio(logging), ratio(int3), ratio(gdbsx),
+			(gdbsx-native)/(logging-native), (int3-native)/(logging-native), (ret-native)/(empty-native), (retiv-native)/(empty-native), strings.Join(ratios, " "))
 	}
 	return nil
 }
