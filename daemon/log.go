@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -180,6 +181,12 @@ type LogWriter struct {
 	sys        *syslog.Writer
 	sysq       chan LogLine
 	sysLost    Losses // records syslog missed
+	// written and sysWritten count the records the file and syslog took
+	written, sysWritten atomic.Uint64
+	// Tee, when set (before the first Write), gets every record with its
+	// line as the file has it (without the newline), whether the file took
+	// it or not, under the writer's lock: the exporters' (export.go)
+	Tee func(l *LogLine, line []byte)
 }
 
 // OpenLog opens (creating) the log file in dir. A partial line at its end,
@@ -282,6 +289,9 @@ func (w *LogWriter) Write(l *LogLine) error {
 	w.mu.Lock()
 	w.buf = append(l.AppendJSON(w.buf[:0]), '\n')
 	err := w.append(w.buf)
+	if w.Tee != nil {
+		w.Tee(l, w.buf[:len(w.buf)-1])
+	}
 	var warn string
 	if err != nil {
 		w.lost.Add(l.Target, l.Module, l.Minor, err)
@@ -289,9 +299,12 @@ func (w *LogWriter) Write(l *LogLine) error {
 			w.failing, w.lostAt = true, w.lost.Total()-1
 			warn = fmt.Sprintf("records are being lost: %v", err)
 		}
-	} else if w.failing {
-		w.failing = false
-		warn = fmt.Sprintf("writing the log again, %s lost since the last error began", plural(w.lost.Total()-w.lostAt, "record"))
+	} else {
+		w.written.Add(1)
+		if w.failing {
+			w.failing = false
+			warn = fmt.Sprintf("writing the log again, %s lost since the last error began", plural(w.lost.Total()-w.lostAt, "record"))
+		}
 	}
 	close(w.notify)
 	w.notify = make(chan struct{})
@@ -411,6 +424,8 @@ func (w *LogWriter) syslogger() {
 		case l := <-w.sysq:
 			if err := w.sys.Info(l.Text()); err != nil {
 				w.sysLost.Add(l.Target, l.Module, l.Minor, fmt.Errorf("syslog: %w", err))
+			} else {
+				w.sysWritten.Add(1)
 			}
 		case <-w.stop:
 			return
@@ -427,10 +442,11 @@ func (w *LogWriter) Lost(target, module string, minor uint16) (file, syslog uint
 // Status says what was lost and how the log rotates.
 func (w *LogWriter) Status() LogStatus {
 	w.mu.Lock()
-	st := LogStatus{LogSize: w.size, LogMaxSize: w.opts.MaxSize, LogKeep: w.opts.Keep, RotateError: w.rotateErr}
+	st := LogStatus{LogSize: w.size, LogMaxSize: w.opts.MaxSize, LogKeep: w.opts.Keep, RotateError: w.rotateErr, Rotations: w.gen}
 	w.mu.Unlock()
 	st.Lost = w.lost.Summary()
 	st.SyslogLost = w.sysLost.Summary()
+	st.Written, st.SyslogWritten = w.written.Load(), w.sysWritten.Load()
 	return st
 }
 

@@ -96,12 +96,15 @@ func plural(n uint64, what string) string {
 // LogStatus is what /v1/status says about the log: the records lost on
 // the way to the file and to syslog, and the rotation settings.
 type LogStatus struct {
-	Lost        LossSummary `json:"lost"`        // records that are not in the log file
-	SyslogLost  LossSummary `json:"syslog_lost"` // records syslog did not get
-	LogSize     int64       `json:"log_size"`    // bytes in the current log file
-	LogMaxSize  int64       `json:"log_max_size"`
-	LogKeep     int         `json:"log_keep"`
-	RotateError string      `json:"rotate_error,omitempty"` // why the last rotation failed, if it did
+	Lost          LossSummary `json:"lost"`           // records that are not in the log file
+	SyslogLost    LossSummary `json:"syslog_lost"`    // records syslog did not get
+	Written       uint64      `json:"written"`        // records written to the log file
+	SyslogWritten uint64      `json:"syslog_written"` // records syslog took
+	Rotations     uint64      `json:"rotations"`      // times the log file was rotated
+	LogSize       int64       `json:"log_size"`       // bytes in the current log file
+	LogMaxSize    int64       `json:"log_max_size"`
+	LogKeep       int         `json:"log_keep"`
+	RotateError   string      `json:"rotate_error,omitempty"` // why the last rotation failed, if it did
 }
 
 // LostLine is the line /v1/log sends, among the records, when records

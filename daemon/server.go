@@ -89,6 +89,7 @@ type Server struct {
 	ln         net.Listener
 	http       *http.Server
 	started    time.Time
+	ext        extensions // exporters and metrics (export.go)
 }
 
 // target is one target of the daemon. While it is being opened (ptrace
@@ -138,6 +139,9 @@ func New(socket, state string, logOpts ...LogOptions) (*Server, error) {
 // path that is not a socket (a file, a directory, a symbolic link), which
 // is left as it is (clearStaleSocket).
 func (s *Server) Listen() error {
+	if ln, err := s.activated(); ln != nil || err != nil {
+		return err // systemd's socket (activation.go)
+	}
 	if err := os.MkdirAll(filepath.Dir(s.socket), 0o700); err != nil {
 		return err
 	}
@@ -186,6 +190,7 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("POST /v1/vars/reset", s.bounded(noBody, s.handleVars))
 	mux.HandleFunc("GET /v1/probes", s.bounded(noBody, s.handleProbes))
 	mux.HandleFunc("GET /v1/log", s.streaming(s.handleLog))
+	s.routeMetrics(mux)
 	return mux
 }
 
@@ -233,6 +238,9 @@ func (s *Server) Shutdown() error {
 	}
 	if s.sockID != nil {
 		removeSocketIfOurs(s.socket, s.sockID)
+	}
+	if err := s.closeExtensions(); err != nil {
+		errs = append(errs, err)
 	}
 	s.log.Close()
 	return errors.Join(errs...)
@@ -413,7 +421,7 @@ func (s *Server) openTarget(spec, key string, exec, named bool, start func(engin
 	defer s.opens.Done()
 	s.mu.Unlock()
 	eng, err := start(engine.Options{
-		Sink:     engine.SinkFunc(func(r *engine.Record) { s.log.Write(ptrLine(FromRecord(t.name, r))) }),
+		Sink:     engine.SinkFunc(func(r *engine.Record) { s.commit(t.name, r) }),
 		DumpDir:  filepath.Join(s.state, "dumps"),
 		GV:       s.gv,
 		GVMem:    s.gvMem,
@@ -499,8 +507,6 @@ func (s *Server) opener(spec string, topts TargetOptions) (func(engine.Options) 
 		return sp.Start(to, eo)
 	}, sp, nil
 }
-
-func ptrLine(l LogLine) *LogLine { return &l }
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
@@ -716,30 +722,16 @@ type StatusResponse struct {
 	// LogStatus: records lost on the way to the log file and to syslog,
 	// and the log's rotation
 	LogStatus
+	// LostInTargets: records the targets dropped (jump pads' full rings)
+	LostInTargets uint64 `json:"lost_in_targets"`
+	// Exporters: what each exporter (--otlp) sent and dropped
+	Exporters map[string]ExportStatus `json:"exporters,omitempty"`
+	// Metrics: the address of the Prometheus metrics listener (--metrics)
+	Metrics string `json:"metrics,omitempty"`
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	st := StatusResponse{Pid: os.Getpid(), Socket: s.socket, State: s.state, Log: s.log.Path(), Since: s.started, Targets: map[string]string{}, LogStatus: s.log.Status()}
-	all := make(map[string]*target, len(s.targets))
-	for n, t := range s.targets {
-		all[n] = t
-		if !t.ready() {
-			st.Targets[n] = "opening"
-		}
-	}
-	s.mu.Unlock()
-	for n, t := range all {
-		if st.Targets[n] != "" {
-			continue
-		}
-		if g := t.eng.EndReason(); g != "" {
-			st.Targets[n] = "gone: " + g
-		} else {
-			st.Targets[n] = "running"
-		}
-	}
-	writeJSON(w, http.StatusOK, st)
+	writeJSON(w, http.StatusOK, s.Status())
 }
 
 // targetLost counts the records the targets dropped (their jump pads'

@@ -51,11 +51,16 @@ log.jsonl is rotated when a record would take it past --log-max-size: it becomes
 disk) is counted as lost, per probe, and never leaves a partial line; query, log and
 /v1/status show the counts, and writing resumes when the disk has room again.
 
+--otlp also sends every record to an OpenTelemetry collector as an OTLP log, batched and retried
+off the probes' path; what it could not send is counted (gprobes status). Prometheus metrics are
+at GET /metrics on the socket, and on a TCP port with --metrics. Under systemd the daemon takes
+its socket from gprobes.socket (socket activation): README.md, "As a service".
+
 Each target is opened and changed under its own lock: a target that is slow or stuck (a GDB
 stub that never answers, given up after --stub-timeout) holds up no other. Request bodies,
 headers, connections and their durations are bounded (docs/api.md, "Limits"). --socket must be
 a socket or nothing: a stale socket is replaced, anything else is an error and is left alone.`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			socketFlag(),
 			&cli.StringFlag{Name: "state", EnvVars: []string{"GPROBES_STATE"}, Usage: "state `DIR` for the log and dumps (default: /var/lib/gprobes as root, $XDG_STATE_HOME/gprobes otherwise)"},
 			&cli.StringFlag{Name: "log-max-size", Value: "64MiB", Usage: "rotate log.jsonl before it grows past `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB); 0 never rotates"},
@@ -63,7 +68,7 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			routeFlag(), ringFlag(),
 			&cli.StringFlag{Name: "max-module", Value: "64MiB", Usage: "refuse to insert a module (PPDF) larger than `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB; at most 4GiB)"},
 			&cli.DurationFlag{Name: "stub-timeout", Value: 30 * time.Second, Usage: "give up on a GDB stub that does not answer within `DURATION`: connecting, the handshake, each reply"},
-		},
+		}, exporterFlags()...),
 		Action: func(c *cli.Context) error {
 			state := c.String("state")
 			if state == "" {
@@ -93,6 +98,9 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 				return cli.Exit(err.Error(), 1)
 			}
 			srv.Limits = daemon.Limits{MaxModule: maxModule, StubTimeout: c.Duration("stub-timeout"), Route: route, RingSize: ring, KernelRingSize: kernelRing(c, ring)}
+			if err := startExporters(c, srv); err != nil { // exporters.go
+				return err
+			}
 			if err := srv.Listen(); err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
@@ -102,7 +110,7 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve() }()
-			fmt.Fprintf(c.App.Writer, "gprobes daemon %d serving %s, state %s\n", os.Getpid(), socketOf(c), state)
+			fmt.Fprintf(c.App.Writer, "gprobes daemon %d serving %s, state %s\n", os.Getpid(), srv.Socket(), state)
 			select {
 			case sig := <-sigs:
 				fmt.Fprintf(c.App.Writer, "%v: removing every probe\n", sig)
