@@ -42,7 +42,7 @@ func TestJumpRingLossShown(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	_, errs, code := gprobes(t, "log", "--socket", sock)
-	if lost > 0 && (code != 0 || !strings.Contains(errs, fmt.Sprintf("%d records lost in the processes probed", lost))) {
+	if lost > 0 && (code != 0 || !strings.Contains(errs, fmt.Sprintf("%d records lost in the targets probed", lost))) {
 		t.Errorf("log: exit %d, standard error %q: want the %d records lost in the process", code, errs, lost)
 	}
 	if lost == 0 {
