@@ -190,6 +190,7 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("POST /v1/vars/reset", s.bounded(noBody, s.handleVars))
 	mux.HandleFunc("GET /v1/probes", s.bounded(noBody, s.handleProbes))
 	mux.HandleFunc("GET /v1/log", s.streaming(s.handleLog))
+	s.routeSwitch(mux) // POST /v1/enable, /v1/disable (switch.go)
 	s.routeMetrics(mux)
 	return mux
 }
