@@ -179,3 +179,20 @@ func bpfIDs(t *testing.T, pid int, key string) []uint32 {
 	}
 	return out
 }
+
+// Without the rights eBPF needs, the kernel target is refused with what is
+// missing, before anything runs: the command is not started.
+func TestKernelUnprivileged(t *testing.T) {
+	u := unprivileged(t)
+	probe := filepath.Join(u.dir, "k.dpdf")
+	os.WriteFile(probe, []byte("name = vmlinux\nmodtype = kernel\ntracepoint = syscalls:sys_enter_getppid\nexit 0\n"), 0o644)
+	marker := filepath.Join(u.dir, "ran")
+	exe, _ := os.Executable()
+	_, errs, code := u.run(t, exe, "run", "--target", "kernel", probe, "--", "/bin/sh", "-c", "echo > "+marker)
+	if code != 1 || !strings.Contains(errs, "eBPF: permission denied") || !strings.Contains(errs, "run as root (or with CAP_BPF and CAP_PERFMON)") {
+		t.Fatalf("unprivileged run --target kernel: exit %d, standard error %q", code, errs)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran although the kernel target was refused")
+	}
+}
