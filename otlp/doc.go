@@ -6,7 +6,7 @@
 // the probed thread's path) only puts the record, as its log.jsonl line,
 // in a ring in shared memory, or counts it dropped when the ring is full:
 // no system call, no allocation, nothing that waits. The forwarder, a
-// second gprobes the Exporter starts (gprobes otlp-forward, at nice 19),
+// second gprobes the Exporter starts (gprobes otlp-forward, SCHED_IDLE),
 // takes the records from the ring every 20 ms, turns them into
 // OpenTelemetry log records and emits them into the SDK's BatchProcessor,
 // which sends batches through the OTLP exporter, retrying as its retry
