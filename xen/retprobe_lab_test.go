@@ -167,7 +167,7 @@ func TestXenRetprobe(t *testing.T) {
 
 	// the native backend: debug registers (the entry and the return take
 	// two of the four), then int3 bytes (a daemon of their own)
-	run("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock --state /tmp/g3 >/tmp/daemon3.log 2>&1 & sleep 1")
+	run("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1; GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock --state /tmp/g3 >/tmp/daemon3.log 2>&1 & sleep 1")
 	defer func() {
 		if t.Failed() {
 			out, _, _ := vm.Run("tail -c 3000 /tmp/daemon.log; tail -c 2000 /tmp/daemon3.log; xl list", time.Minute)

@@ -112,7 +112,12 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 		}
 		return qemulab.ParseLatency(out)
 	}
-	if err := dom0("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock --state /tmp/g3 >/tmp/daemon3.log 2>&1 & sleep 1"); err != nil {
+	// the first daemon binds VIRQ_DEBUGGER, which its debug-register
+	// probes are reported by; the int3 one, started after it, finds its
+	// stops by the 1 ms state check. Started together, either could bind
+	// it first, and the debug-register rows then measured the 50 ms state
+	// check instead (a run had them at 10-40 ms a call)
+	if err := dom0("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1; GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock --state /tmp/g3 >/tmp/daemon3.log 2>&1 & sleep 1"); err != nil {
 		return err
 	}
 	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
