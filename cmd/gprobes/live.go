@@ -108,9 +108,11 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			startGuard(c.App.ErrWriter)
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			// said before the first request is answered: a socket-activated
+			// daemon has its first client waiting already
+			fmt.Fprintf(c.App.Writer, "gprobes daemon %d serving %s, state %s\n", os.Getpid(), srv.Socket(), state)
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve() }()
-			fmt.Fprintf(c.App.Writer, "gprobes daemon %d serving %s, state %s\n", os.Getpid(), srv.Socket(), state)
 			select {
 			case sig := <-sigs:
 				fmt.Fprintf(c.App.Writer, "%v: removing every probe\n", sig)
