@@ -166,6 +166,15 @@ func (w *Writer) flush(s *stream) {
 	s.events = 0
 }
 
+// Flush implements timeline.Flusher: every stream's open packet is
+// written. The lost counts still wait for Close.
+func (w *Writer) Flush() error {
+	for _, s := range w.order {
+		w.flush(s)
+	}
+	return nil
+}
+
 // Close writes every open packet and the gprobes stream with the lost
 // counts, if any.
 func (w *Writer) Close() error {

@@ -352,6 +352,11 @@ func (w *Writer) flush() error {
 	return err
 }
 
+// Flush implements timeline.Flusher: the chunk is written now (a record
+// that could not be is reported to Options.OnLost). The clock snapshot
+// and the lost counts still wait for Close.
+func (w *Writer) Flush() error { return w.flush() }
+
 // Loss implements timeline.Writer: the counts are written at Close.
 func (w *Writer) Loss(l timeline.Loss) { w.losses = append(w.losses, l) }
 

@@ -168,6 +168,16 @@ func (b *Builder) flushHeld(t *thread) {
 	}
 }
 
+// Tick releases, on every thread, the records older than Window before
+// now: a reader that follows a live log calls it while no record comes, so
+// that a quiet thread's records are not held until the end.
+func (b *Builder) Tick(now time.Time) {
+	limit := now.Add(-b.Window)
+	for _, t := range b.order {
+		b.release(t, limit)
+	}
+}
+
 // Loss passes a count of lost records on to the writer.
 func (b *Builder) Loss(l Loss) { b.w.Loss(l) }
 

@@ -141,3 +141,29 @@ func TestMaxHeld(t *testing.T) {
 		t.Errorf("%d slices, want 1", s)
 	}
 }
+
+// Tick releases the records older than the window before now on every
+// thread, quiet ones included, and not the newer ones; an open call stays
+// held until its return comes.
+func TestTick(t *testing.T) {
+	w := &recorder{}
+	b := NewBuilder(w)
+	b.Returns("m", "f")
+	b.Window = 10
+	b.Add(rec(1, "a", 1))
+	b.Add(rec(2, "f", 2))
+	b.Add(rec(1, "b", 8))
+	b.Tick(t0.Add(5)) // nothing is older than 10 before it
+	if len(w.got) != 0 {
+		t.Fatalf("written within the window: %v", w.got)
+	}
+	b.Tick(t0.Add(15)) // 1:a, 2:f (held: an open call)
+	if got := strings.Join(w.got, " "); got != "1:ia@1" {
+		t.Fatalf("after tick at 15: %s", got)
+	}
+	b.Add(rec(2, "r:f", 16))
+	b.Tick(t0.Add(100))
+	if got := strings.Join(w.got, " "); got != "1:ia@1 1:ib@8 2:Bf@2 2:Er:f@16" {
+		t.Errorf("after tick at 100: %s", got)
+	}
+}

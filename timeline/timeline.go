@@ -73,6 +73,13 @@ type Writer interface {
 	Close() error
 }
 
+// Flusher is a Writer that can write what it buffers now, as whole
+// pieces, so that a trace being written while records still come (log
+// --follow) is readable up to its last Flush even if gprobes is killed.
+type Flusher interface {
+	Flush() error
+}
+
 // Options are the writers' common options.
 type Options struct {
 	// OnLost, if set, is told of each record that could not be written

@@ -374,7 +374,7 @@ func logCommand() *cli.Command {
 		Name:  "log",
 		Usage: "print the committed log stream, and with --follow the records committed from now on",
 		Flags: []cli.Flag{socketFlag(),
-			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new records"},
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new records; with --format or --hist, take the records committed from now on until SIGINT or SIGTERM"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON lines as stored"},
 			formatFlag(),
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "with --format, write the trace to `OUT` (a new directory for ctf, a file for perfetto)"},

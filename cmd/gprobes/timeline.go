@@ -59,14 +59,15 @@ func logModes(c *cli.Context) error {
 		return nil
 	case format != "" && n >= 0:
 		return cli.Exit("log: --format or --hist, not both", 2)
-	case c.Bool("follow"):
-		return cli.Exit("log: --format and --hist read the log as it stands, not with --follow", 2)
 	case format != "":
 		if format != "ctf" && format != "perfetto" {
 			return cli.Exit(fmt.Sprintf("log: --format %q: ctf or perfetto", format), 2)
 		}
 		if out == "" {
 			return cli.Exit("log: --format writes a trace: give -o OUT", 2)
+		}
+		if c.Bool("follow") {
+			return logTimelineFollow(c, format, out)
 		}
 		return logTimeline(c, format, out)
 	case out != "":
@@ -201,13 +202,122 @@ func logTimeline(c *cli.Context, format, out string) error {
 	return nil
 }
 
-// logHist prints a log2 histogram of word n of each probe's records.
+// followTick is how often log --follow --format releases what the
+// builder holds and writes it out.
+var followTick = time.Second
+
+// logTimelineFollow writes the records committed from now on as a trace,
+// until SIGINT or SIGTERM. Which functions have return probes is asked of
+// the daemon (query) at the start and again at the first record of a
+// module it did not list then (inserted since). Every followTick the
+// records older than the builder's window go to the writer and the writer
+// writes its buffers out whole, so that the trace is readable up to that
+// point if gprobes is killed; the lost counts and the end (Perfetto's
+// clock snapshot, CTF's loss stream) come at the signal.
+func logTimelineFollow(c *cli.Context, format, out string) error {
+	ctx, cancel := signalContext()
+	defer cancel()
+	cl := client(c)
+	var lost daemon.Losses
+	w, err := openTimeline(format, out, timeline.Options{OnLost: func(r *timeline.Record, err error) { lost.Add(r.Target, r.Module, r.Minor, err) }})
+	if err != nil {
+		return cli.Exit("log: "+err.Error(), 1)
+	}
+	b := timeline.NewBuilder(w)
+	known := map[string]bool{}
+	learn := func() error {
+		probes, err := cl.Probes("")
+		if err != nil {
+			return err
+		}
+		for _, p := range probes {
+			known[p.Module] = true
+			if p.Kind == "retprobe" {
+				b.Returns(p.Module, p.Location)
+			}
+		}
+		return nil
+	}
+	if err := learn(); err != nil {
+		w.Close()
+		return cli.Exit("log: "+err.Error(), 1)
+	}
+	var mu sync.Mutex
+	done := make(chan struct{})
+	ticked := make(chan struct{})
+	go func() {
+		defer close(ticked)
+		t := time.NewTicker(followTick)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			mu.Lock()
+			b.Tick(timeNow())
+			if f, ok := w.(timeline.Flusher); ok {
+				f.Flush()
+			}
+			mu.Unlock()
+		}
+	}()
+	fmt.Fprintf(c.App.ErrWriter, "gprobes: log: writing the records committed from now on to %s (%s format); Ctrl-C ends it\n", out, format)
+	var losses []timeline.Loss
+	err = cl.Log(ctx, true, func(l *daemon.LogLine) error {
+		if !known[l.Module] {
+			known[l.Module] = true // asked once, even if it is gone by now
+			if err := learn(); err != nil {
+				return err
+			}
+		}
+		r, err := recordOf(l)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		b.Add(r)
+		mu.Unlock()
+		return nil
+	}, func(l *daemon.LostLine) error {
+		losses = append(losses, lossesOf(l)...)
+		printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
+		return nil
+	})
+	close(done)
+	<-ticked
+	b.Flush()
+	for _, l := range losses {
+		b.Loss(l)
+	}
+	cerr := w.Close()
+	records, slices, late := b.Stats()
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("log: %v (%s written to %s)", err, plural(int(records), "record"), out), 1)
+	}
+	if cerr != nil {
+		return cli.Exit(fmt.Sprintf("log: %s: %v", out, cerr), 1)
+	}
+	if late > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "gprobes: log: %d records came more than %v after later ones of their thread: placed after them\n", late, b.Window)
+	}
+	if s := lost.Summary(); s.Records > 0 {
+		return cli.Exit(fmt.Sprintf("log: %d of %d records could not be written to %s: %s", s.Records, records, out, s), exitLost)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "gprobes: log: %s: %s, %s (%s format)\n", out, plural(int(records), "record"), plural(int(slices), "slice"), format)
+	return nil
+}
+
+// logHist prints a log2 histogram of word n of each probe's records: of
+// the log as it stands, or with --follow of the records committed from now
+// until SIGINT or SIGTERM (as bpftrace prints its maps at the end).
 func logHist(c *cli.Context, n int) error {
 	ctx, cancel := signalContext()
 	defer cancel()
 	var set hist.Set
 	short := map[string]uint64{}
-	err := client(c).Log(ctx, false, func(l *daemon.LogLine) error {
+	err := client(c).Log(ctx, c.Bool("follow"), func(l *daemon.LogLine) error {
 		if l.Kind == "exception" {
 			return nil
 		}

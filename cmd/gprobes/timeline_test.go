@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -437,6 +439,102 @@ func TestLogTimeline(t *testing.T) {
 	}
 }
 
+// gprobes log --follow --format ctf|perfetto and --follow --hist: started
+// before the module is inserted, they write the records committed from
+// then on; the CTF trace is whole on disk before the signal (what a
+// SIGKILLed follower leaves is readable), and at SIGINT each trace holds
+// every record, paired into slices (the return probes learned from the
+// daemon when the new module's first record came), as log --json has them.
+func TestLogTimelineFollow(t *testing.T) {
+	prog := timelineFixture(t)
+	sock, _ := startDaemon(t)
+	dir := t.TempDir()
+	ctfDir, pf := filepath.Join(dir, "ctf"), filepath.Join(dir, "trace.pftrace")
+	exe, _ := os.Executable()
+	type follower struct {
+		cmd      *exec.Cmd
+		out, err lockedBuffer
+	}
+	var fs []*follower
+	for _, args := range [][]string{{"--format", "ctf", "-o", ctfDir}, {"--format", "perfetto", "-o", pf}, {"--hist", "1"}} {
+		f := &follower{cmd: exec.Command(exe, append([]string{"log", "--follow", "--socket", sock}, args...)...)}
+		f.cmd.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
+		f.cmd.Stdout, f.cmd.Stderr = &f.out, &f.err
+		if err := f.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer f.cmd.Process.Kill()
+		fs = append(fs, f)
+	}
+	// the log's follow stream is open once the daemon has a reader: the
+	// trace writers say so; --hist says nothing, so a moment more
+	for _, f := range fs[:2] {
+		for end := time.Now().Add(20 * time.Second); !strings.Contains(f.err.String(), "from now on"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("log --follow %v never started:\n%s", f.cmd.Args, f.err.String())
+			}
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("exec:%s calls %d", prog, timelineCalls), timelineDPDF(t, prog))
+	var lines []daemon.LogLine
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		lines = lines[:0]
+		sc := bufio.NewScanner(strings.NewReader(mustRun(t, "log", "--socket", sock, "--json")))
+		for sc.Scan() {
+			var l daemon.LogLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, l)
+		}
+		if len(lines) >= 12*timelineCalls {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d records in the log, want %d", len(lines), 12*timelineCalls)
+		}
+	}
+	pid := lines[0].Pid
+	tee := &tracecheck.Tee{W: nullWriter{}}
+	b := timeline.NewBuilder(tee)
+	b.Returns(prog, "outer")
+	b.Returns(prog, "inner")
+	for i := range lines {
+		r, err := recordOf(&lines[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Add(r)
+	}
+	b.Flush()
+	want := tee.Events
+	checkCalls(t, "log --json", want, prog, fmt.Sprintf("pid:%d", pid), pid)
+	// before the signal: the window (1 s) and a tick (1 s) later, every
+	// record is in the CTF trace's stream files, in whole packets
+	time.Sleep(timeline.DefaultWindow + 2*followTick)
+	tracecheck.CTF(t, ctfDir, want, nil)
+	for _, f := range fs {
+		f.cmd.Process.Signal(syscall.SIGINT)
+	}
+	for _, f := range fs {
+		if err := f.cmd.Wait(); err != nil {
+			t.Fatalf("log --follow %v: %v\n%s%s", f.cmd.Args, err, f.out.String(), f.err.String())
+		}
+	}
+	for _, f := range fs[:2] {
+		if s := fmt.Sprintf("%d records, %d slices", 12*timelineCalls, 4*timelineCalls); !strings.Contains(f.err.String(), s) {
+			t.Errorf("log --follow %v says\n%s\nwant %q", f.cmd.Args, f.err.String(), s)
+		}
+	}
+	tracecheck.CTF(t, ctfDir, want, nil)
+	tracecheck.Perfetto(t, pf, want, nil)
+	key := fmt.Sprintf("@[pid:%d, %s, %d, %s]: \n", pid, prog, 5, "mark")
+	if want := key + "[4K, 8K)             600 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\n"; fs[2].out.String() != want {
+		t.Errorf("log --follow --hist 1:\n%s\nwant\n%s", fs[2].out.String(), want)
+	}
+}
+
 type nullWriter struct{}
 
 func (nullWriter) Event(timeline.Event) {}
@@ -451,7 +549,6 @@ func TestTimelineFlags(t *testing.T) {
 	}{
 		{[]string{"log", "--format", "ctf"}, "--format writes a trace: give -o OUT"},
 		{[]string{"log", "--format", "svg", "-o", "x"}, `--format "svg": ctf or perfetto`},
-		{[]string{"log", "--format", "ctf", "-o", "x", "--follow"}, "not with --follow"},
 		{[]string{"log", "--hist", "0", "--format", "ctf", "-o", "x"}, "--format or --hist, not both"},
 		{[]string{"log", "-o", "x"}, "-o writes a trace: give --format"},
 		{[]string{"run", "--format", "ctf", examples + "/malloc.dpdf", "--", "true"}, "--format writes a trace: give -o OUT"},
