@@ -30,23 +30,83 @@ func Decode(data []byte) (*rpn.Module, error) {
 // decode is Decode that also reports whether it skipped optional sections,
 // in which case Encode of the result is not the input.
 func decode(data []byte) (m *rpn.Module, skipped bool, err error) {
+	builds, skipped, err := decodePack(data)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(builds) > 1 {
+		return nil, false, &fault{ErrSeveralBuilds, fmt.Sprintf("the pack holds %d builds of %s (%s): read it with DecodePack and choose the target's", len(builds), builds[0].Name, BuildList(builds))}
+	}
+	return builds[0], skipped, nil
+}
+
+// decodePack decodes a file of any version Decode reads into its builds:
+// one for versions 2 to 4, two or more for version 5.
+func decodePack(data []byte) (builds []*rpn.Module, skipped bool, err error) {
 	version, err := checkPreamble(data)
 	if err != nil {
 		return nil, false, err
 	}
 	body := data[preambleSize : len(data)-checksumSize]
-	m = new(rpn.Module)
 	r := reader{b: body}
+	if version < 5 {
+		m, err := r.module(version)
+		if err != nil {
+			return nil, false, err
+		}
+		builds = []*rpn.Module{m}
+	} else {
+		for r.off < len(r.b) && r.b[r.off] == tagBuild {
+			_, payload := r.section()
+			if r.err != nil {
+				return nil, false, wrap("decode", "sections", r.err)
+			}
+			s := reader{b: payload}
+			m, err := s.module(version)
+			if err == nil && s.off != len(s.b) {
+				err = wrap("decode", "sections", invalidf("%d bytes after the fields section of build %d", len(s.b)-s.off, len(builds)))
+			}
+			if err != nil {
+				return nil, false, fmt.Errorf("build %d: %w", len(builds), err)
+			}
+			builds = append(builds, m)
+		}
+		if r.err == nil {
+			if sect, err := validatePack(builds); err != nil {
+				return nil, false, wrap("decode", sect, err)
+			}
+		}
+	}
+	// Optional sections: none is known to this version, so skip them all.
+	prev := -1
+	for r.off < len(r.b) && r.err == nil {
+		t, _ := r.section()
+		if r.err == nil && (t < tagOptional || t == 0xff || int(t) <= prev) {
+			r.err = invalidf("found section tag 0x%02x after the last required section: only optional sections (tags 0x80..0xfe, ascending) may follow it", t)
+		}
+		prev = int(t)
+		skipped = true
+	}
+	if r.err != nil {
+		return nil, false, wrap("decode", "sections", r.err)
+	}
+	return builds, skipped, nil
+}
+
+// module reads the required sections of one module (a version 2 to 4
+// file's, or one build's of version 5) and validates it.
+func (r *reader) module(version uint16) (*rpn.Module, error) {
+	m := new(rpn.Module)
 	for tag := uint8(tagHeader); tag <= lastTag(version); tag++ {
 		if r.off == len(r.b) {
-			return nil, false, wrap("decode", "sections", invalidf("section %s (tag 0x%02x) is missing", sectionNames[tag], tag))
+			return nil, wrap("decode", "sections", invalidf("section %s (tag 0x%02x) is missing", sectionNames[tag], tag))
 		}
 		t, payload := r.section()
 		if r.err != nil {
-			return nil, false, wrap("decode", "sections", r.err)
+			return nil, wrap("decode", "sections", r.err)
 		}
 		if t != tag {
-			return nil, false, wrap("decode", "sections", invalidf("found %s (tag 0x%02x) where section %s (tag 0x%02x) belongs", describe(t), t, sectionNames[tag], tag))
+			return nil, wrap("decode", "sections", invalidf("found %s (tag 0x%02x) where section %s (tag 0x%02x) belongs", describe(t), t, sectionNames[tag], tag))
 		}
 		s := reader{b: payload, version: version}
 		switch tag {
@@ -71,26 +131,13 @@ func decode(data []byte) (m *rpn.Module, skipped bool, err error) {
 			s.err = invalidf("%d bytes of unexpected data after the last field", len(s.b)-s.off)
 		}
 		if s.err != nil {
-			return nil, false, wrap("decode", sectionNames[tag], s.err)
+			return nil, wrap("decode", sectionNames[tag], s.err)
 		}
-	}
-	// Optional sections: none is known to this version, so skip them all.
-	prev := -1
-	for r.off < len(r.b) && r.err == nil {
-		t, _ := r.section()
-		if r.err == nil && (t < tagOptional || t == 0xff || int(t) <= prev) {
-			r.err = invalidf("found section tag 0x%02x after the last required section: only optional sections (tags 0x80..0xfe, ascending) may follow it", t)
-		}
-		prev = int(t)
-		skipped = true
-	}
-	if r.err != nil {
-		return nil, false, wrap("decode", "sections", r.err)
 	}
 	if sect, err := validate(m); err != nil {
-		return nil, false, wrap("decode", sect, err)
+		return nil, wrap("decode", sect, err)
 	}
-	return m, skipped, nil
+	return m, nil
 }
 
 // checkPreamble checks magic, version, file length and checksum: when it

@@ -146,7 +146,15 @@ import (
 // section.
 // 4: the watch probe kind with its length and mode, the disabled flag
 // (enabled = no); the opcodes enable, disable, push iv and pop iv.
-const Version = 4
+// 5: a pack of several builds: one build section (0x10) per build, each
+// holding the eight sections of version 4. A pack of one build is still
+// written as version 4 (ModuleVersion), which gprobes 4 reads too.
+const Version = 5
+
+// ModuleVersion is the version Encode writes: a pack of one build has the
+// layout of version 4, so that a gprobes that reads up to version 4 reads
+// it. EncodePack writes Version for several builds.
+const ModuleVersion = 4
 
 // MinVersion is the oldest version Decode reads: a version 2 file holds
 // offset probes only, and no fields, and decodes as such; a version 3
@@ -197,6 +205,7 @@ const (
 	tagLines   = 0x06
 	tagRelocs  = 0x07
 	tagFields  = 0x08 // v3
+	tagBuild   = 0x10 // v5: one build of a pack, its payload the sections 0x01..0x08
 
 	tagOptional = 0x80 // first tag of the optional range 0x80..0xfe
 )
@@ -210,6 +219,7 @@ var sectionNames = [...]string{
 	tagLines:   "lines",
 	tagRelocs:  "relocs",
 	tagFields:  "fields",
+	tagBuild:   "build",
 }
 
 // lastTag is the last required section of a version.
@@ -259,9 +269,16 @@ func encode(m *rpn.Module) ([]byte, error) {
 	}
 	e := encoder{buf: make([]byte, 0, size)}
 	e.buf = append(e.buf, magic...)
-	e.u16(Version)
+	e.u16(ModuleVersion)
 	e.u32(uint32(size))
+	e.module(m)
+	sum := sha256.Sum256(e.buf)
+	e.buf = append(e.buf, sum[:]...)
+	return e.buf, nil
+}
 
+// module writes the eight required sections of one module.
+func (e *encoder) module(m *rpn.Module) {
 	s := e.begin(tagHeader)
 	e.str(m.Name)
 	e.u8(uint8(m.ModType))
@@ -344,16 +361,17 @@ func encode(m *rpn.Module) ([]byte, error) {
 		e.str(f)
 	}
 	e.end(s)
-
-	sum := sha256.Sum256(e.buf)
-	e.buf = append(e.buf, sum[:]...)
-	return e.buf, nil
 }
 
 // encodedSize is the exact length of the encoding of m, computed before
 // anything is allocated so that an oversized Module fails cheaply.
 func encodedSize(m *rpn.Module) uint64 {
-	n := uint64(preambleSize + 8*sectionHead + checksumSize)
+	return uint64(preambleSize+checksumSize) + moduleSize(m)
+}
+
+// moduleSize is the length of the eight required sections of m.
+func moduleSize(m *rpn.Module) uint64 {
+	n := uint64(8 * sectionHead)
 	n += headerFixed + 4 + uint64(len(m.Name))
 	n += uint64(len(m.BuildID))
 	n += 2 + 4*uint64(len(m.Files))

@@ -35,6 +35,10 @@ var (
 	// Encode returns it for a Module it would refuse to read back.
 	ErrInvalid = errors.New("invalid module")
 
+	// ErrSeveralBuilds: Decode was given a pack of several builds (a
+	// version 5 file); DecodePack reads it.
+	ErrSeveralBuilds = errors.New("a pack of several builds")
+
 	// ErrLimit: a string, table or the whole file is larger than the format
 	// allows (see the Max constants). Encode refuses rather than truncate.
 	ErrLimit = errors.New("exceeds a PPDF limit")

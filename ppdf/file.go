@@ -18,10 +18,21 @@ import (
 // the new one, never a half-written PPDF. The file is created with mode
 // 0666 minus the umask, like a compiler's output.
 func WriteFile(path string, m *rpn.Module) (err error) {
-	data, err := Encode(m)
+	return WritePackFile(path, []*rpn.Module{m})
+}
+
+// WritePackFile is WriteFile for the builds of a pack (EncodePack).
+func WritePackFile(path string, builds []*rpn.Module) (err error) {
+	data, err := EncodePack(builds)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	return WriteAtomic(path, data)
+}
+
+// WriteAtomic writes data to path as WriteFile does: to a new file in
+// the same directory, synced, then renamed over path.
+func WriteAtomic(path string, data []byte) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."

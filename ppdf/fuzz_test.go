@@ -25,6 +25,7 @@ func FuzzDecode(f *testing.F) {
 		func() []byte { return mustEncode(f, fullModule()) },
 		func() []byte { return mustEncode(f, emptyModule()) },
 		func() []byte { return mustEncode(f, manyModule(3)) },
+		func() []byte { return mustEncodePack(f, packBuilds()) },
 		func() []byte {
 			return patch(f, func(s []section) []section { return append(s, section{0x80, []byte("future")}) })
 		},
@@ -59,10 +60,13 @@ func FuzzDecode(f *testing.F) {
 var errorClasses = []error{ErrNotPPDF, ErrVersion, ErrTruncated, ErrChecksum, ErrTrailing, ErrInvalid, ErrLimit}
 
 func checkDecode(t *testing.T, data []byte) {
-	m, skipped, err := decode(data)
+	if m, _, err := decode(data); err != nil && m != nil {
+		t.Fatalf("decode returned a module and the error %v", err)
+	}
+	builds, skipped, err := decodePack(data)
 	if err != nil {
-		if m != nil {
-			t.Fatalf("decode returned a module and the error %v", err)
+		if builds != nil {
+			t.Fatalf("decodePack returned builds and the error %v", err)
 		}
 		for _, class := range errorClasses {
 			if errors.Is(err, class) {
@@ -71,26 +75,26 @@ func checkDecode(t *testing.T, data []byte) {
 		}
 		t.Fatalf("decode error %q is none of the documented errors", err)
 	}
-	b, err := Encode(m)
+	b, err := EncodePack(builds)
 	if err != nil {
-		t.Fatalf("Decode accepted a module Encode refuses: %v", err)
+		t.Fatalf("DecodePack accepted builds EncodePack refuses: %v", err)
 	}
-	if version := binary.LittleEndian.Uint16(data[len(magic):]); version != Version {
+	if version := binary.LittleEndian.Uint16(data[len(magic):]); version < ModuleVersion {
 		// an older version is read, and written again as the current one
-		m2, err := Decode(b)
-		if err != nil || !reflect.DeepEqual(m, m2) {
+		m2, err := DecodePack(b)
+		if err != nil || !reflect.DeepEqual(builds, m2) {
 			t.Fatalf("re-encoding a version %d file: %v", version, err)
 		}
 		return
 	}
 	if !skipped {
 		if !bytes.Equal(b, data) {
-			t.Fatalf("Encode(Decode(data)) != data: the encoding is not canonical")
+			t.Fatalf("EncodePack(DecodePack(data)) != data: the encoding is not canonical")
 		}
 		return
 	}
-	m2, err := Decode(b)
-	if err != nil || !reflect.DeepEqual(m, m2) {
+	m2, err := DecodePack(b)
+	if err != nil || !reflect.DeepEqual(builds, m2) {
 		t.Fatalf("re-encoding a file with optional sections: %v", err)
 	}
 }

@@ -554,12 +554,12 @@ func TestNotPPDF(t *testing.T) {
 			"not a PPDF file: its header was changed in transit (CR/LF or 8-bit conversion): copy the file in binary mode"},
 		{"7-bit", append([]byte{0x09}, valid[1:]...), ErrNotPPDF,
 			"not a PPDF file: its header was changed in transit (CR/LF or 8-bit conversion): copy the file in binary mode"},
-		{"newer", withVersion(valid, 5), ErrVersion,
-			"PPDF version 5 is newer than this gprobes reads (2 to 4): upgrade gprobes or rebuild the PPDF"},
+		{"newer", withVersion(valid, 6), ErrVersion,
+			"PPDF version 6 is newer than this gprobes reads (2 to 5): upgrade gprobes or rebuild the PPDF"},
 		{"older", withVersion(valid, 0), ErrVersion,
-			"PPDF version 0 is older than this gprobes reads (2 to 4): rebuild it from its DPDF with gprobes build"},
-		{"newer, short", withVersion(valid, 6)[:len(magic)+2], ErrVersion,
-			"PPDF version 6 is newer than this gprobes reads (2 to 4): upgrade gprobes or rebuild the PPDF"},
+			"PPDF version 0 is older than this gprobes reads (2 to 5): rebuild it from its DPDF with gprobes build"},
+		{"newer, short", withVersion(valid, 7)[:len(magic)+2], ErrVersion,
+			"PPDF version 7 is newer than this gprobes reads (2 to 5): upgrade gprobes or rebuild the PPDF"},
 	} {
 		m, err := Decode(tc.data)
 		if m != nil || !errors.Is(err, tc.is) || err.Error() != tc.msg {
@@ -600,7 +600,7 @@ func split(t testing.TB, b []byte) []section {
 // valid checksum: only the contents can be wrong.
 func assemble(secs []section) []byte {
 	b := []byte(magic)
-	b = binary.LittleEndian.AppendUint16(b, Version)
+	b = binary.LittleEndian.AppendUint16(b, ModuleVersion)
 	b = binary.LittleEndian.AppendUint32(b, 0)
 	for _, s := range secs {
 		b = append(b, s.tag)
@@ -1016,11 +1016,11 @@ func TestFiles(t *testing.T) {
 func ExampleDecode() {
 	_, err := Decode([]byte("name = ./a.out\nmodtype = user\n"))
 	fmt.Println(err)
-	_, err = Decode([]byte("\x89PPDF\r\n\x1a\n\x05\x00"))
+	_, err = Decode([]byte("\x89PPDF\r\n\x1a\n\x06\x00"))
 	fmt.Println(err)
 	// Output:
 	// not a PPDF file: looks like a DPDF source file; use gprobes check/build
-	// PPDF version 5 is newer than this gprobes reads (2 to 4): upgrade gprobes or rebuild the PPDF
+	// PPDF version 6 is newer than this gprobes reads (2 to 5): upgrade gprobes or rebuild the PPDF
 }
 
 // TestOldVersionRefused: a PPDF of version 1, which kept locations and
@@ -1037,7 +1037,7 @@ func TestOldVersionRefused(t *testing.T) {
 	if m != nil || !errors.Is(err, ErrVersion) || !errors.As(err, &ve) || ve.Got != 1 || ve.Want != Version {
 		t.Fatalf("got %v, %#v", m, err)
 	}
-	const want = "PPDF version 1 is older than this gprobes reads (2 to 4): rebuild it from its DPDF with gprobes build"
+	const want = "PPDF version 1 is older than this gprobes reads (2 to 5): rebuild it from its DPDF with gprobes build"
 	if err.Error() != want {
 		t.Errorf("got %q\nwant %q", err, want)
 	}
@@ -1131,7 +1131,7 @@ func TestVersion2Decodes(t *testing.T) {
 			t.Errorf("%s: fields %q", path, m.Fields)
 		}
 		b := mustEncode(t, m)
-		if v := binary.LittleEndian.Uint16(b[len(magic):]); v != Version {
+		if v := binary.LittleEndian.Uint16(b[len(magic):]); v != ModuleVersion {
 			t.Errorf("%s encoded again as version %d", path, v)
 		}
 		if again, err := Decode(b); err != nil || !reflect.DeepEqual(again, m) {
@@ -1198,7 +1198,7 @@ func TestVersion3Decodes(t *testing.T) {
 			}
 		}
 		b := mustEncode(t, m)
-		if v := binary.LittleEndian.Uint16(b[len(magic):]); v != Version {
+		if v := binary.LittleEndian.Uint16(b[len(magic):]); v != ModuleVersion {
 			t.Errorf("%s encoded again as version %d", path, v)
 		}
 		if again, err := Decode(b); err != nil || !reflect.DeepEqual(again, m) {
