@@ -148,8 +148,8 @@ func TestRefusals(t *testing.T) {
 	tampered := bytes.Clone(pack)
 	tampered[len(tampered)-1] ^= 1
 	line := principal + " " + pubLine(t, key)
-	past := time.Now().Add(-48 * time.Hour).UTC().Format("20060102") + "Z"
-	future := time.Now().Add(48 * time.Hour).UTC().Format("20060102") + "Z"
+	past := time.Now().Add(-48*time.Hour).UTC().Format("20060102") + "Z"
+	future := time.Now().Add(48*time.Hour).UTC().Format("20060102") + "Z"
 	revoked := write(t, filepath.Join(dir, "revoked"), pubLine(t, key)+"\n")
 	for _, tc := range []struct {
 		name    string
