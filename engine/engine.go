@@ -713,7 +713,11 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 		if len(sigs) > 0 {
 			s = sigs[0]
 		}
-		if sig != 0 && tid == spID {
+		// the signal to detach with (SIGSTOP for exit 4) goes to a
+		// process's main thread; a guest has no such thread (its space
+		// is 0, its vCPUs 1...): every vCPU gets it, and the backend
+		// detaches once, staying stopped
+		if sig != 0 && (tid == spID || e.os.Kernel()) {
 			s = sig
 		}
 		if err := e.tgt.Detach(tid, s); err != nil {

@@ -64,7 +64,12 @@ func (h *hitEnv) Reg(r rpn.Reg, user bool) (uint64, bool) {
 
 func (h *hitEnv) SetReg(r rpn.Reg, user bool, v uint64) bool {
 	if user {
-		return false // the user-mode registers of a task are read-only to probes
+		// the saved user-mode registers of a kernel's current task, where
+		// the OS can write them (a user module's pop u is pop r)
+		if w, ok := h.e.os.(UserRegWriter); ok {
+			return w.SetUserReg(h.th.tid, &h.th.regs, r, v)
+		}
+		return false
 	}
 	switch {
 	case r <= rpn.RegRFLAGS, r == rpn.RegFSBase, r == rpn.RegGSBase:
@@ -485,7 +490,11 @@ func (e *Engine) commitAll(th *thread, recs []Record) {
 				r.Dump = path
 			}
 		case rpn.ExitDebugger:
-			r.Debugger = fmt.Sprintf("gdb -p %d", th.space)
+			if h, ok := e.tgt.(Handover); ok {
+				r.Debugger = h.DebuggerCommand(th.space, th.tid)
+			} else {
+				r.Debugger = fmt.Sprintf("gdb -p %d", th.space)
+			}
 			detach = true
 		}
 		e.commit(r)

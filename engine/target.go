@@ -20,12 +20,12 @@ import (
 //     processes (ptrace) and once for Linux guest kernels seen from
 //     outside (linuxkernel.Guest, used by gdbtarget and xen alike).
 //   - optional abilities a backend may have, found with a type assertion
-//     on the Target: Dumper (exit 3), XOLMapper (out-of-line slots in the
+//     on the Target: Dumper (exit 3), Handover (exit 4), XOLMapper (out-of-line slots in the
 //     target's memory), SymbolLoader (more symbol files after open, on
 //     the OS), SignalHolder (keep a signal back during a step),
 //     OwnerAware (the engine's "is this trap ours?" for a backend that
 //     classifies stops itself), Watcher (debug registers for watch
-//     probes, watch.go).
+//     probes, watch.go); on the OS, UserRegWriter (pop u in a kernel).
 //
 // The engine owns everything else: the loop, the breakpoints and what is
 // ours (breakpoints.go), hits, steps, commits. A backend never runs probe
@@ -139,6 +139,23 @@ type OS interface {
 type Dumper interface {
 	// Dump writes a dump into dir; tid is the thread that hit first.
 	Dump(space, tid int, dir string) (string, error)
+}
+
+// Handover is a target that knows how a debugger attaches to it after
+// exit 4 (a guest: the stub gprobes leaves, gdbsx for a Xen domain). A
+// target without one is a process: "gdb -p PID".
+type Handover interface {
+	// DebuggerCommand is the command that attaches a debugger to the
+	// space once the engine has let go of it, stopped where tid hit.
+	DebuggerCommand(space, tid int) string
+}
+
+// UserRegWriter is an OS that can write a user-mode register of a
+// kernel's current task (pop u): the saved registers the task returns to
+// user mode with. ok false raises the program's invalid-operand
+// exception (no such task, a kernel thread, a register not saved there).
+type UserRegWriter interface {
+	SetUserReg(tid int, regs *Regs, r rpn.Reg, v uint64) bool
 }
 
 // XOLMapper is a target that can map executable memory for out-of-line

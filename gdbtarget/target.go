@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -73,6 +74,7 @@ var (
 	_ engine.Target     = (*Target)(nil)
 	_ engine.Dumper     = (*Target)(nil)
 	_ engine.OwnerAware = (*Target)(nil)
+	_ engine.Handover   = (*Target)(nil)
 )
 
 // Open returns an opener for engine.Start that connects to a stub at
@@ -126,7 +128,8 @@ func (t *Target) setup() error {
 // memory reads guest memory for the kernel awareness.
 type memory struct{ t *Target }
 
-func (m memory) ReadMem(addr uint64, p []byte) error { return m.t.conn.ReadMem(addr, p) }
+func (m memory) ReadMem(addr uint64, p []byte) error  { return m.t.conn.ReadMem(addr, p) }
+func (m memory) WriteMem(addr uint64, p []byte) error { return m.t.conn.WriteMem(addr, p) }
 
 // stopGuest makes sure the guest is stopped: a stub stops it on connect
 // (QEMU) or not (gdbsx on a running domain).
@@ -406,11 +409,29 @@ func (t *Target) IsStopped(tid int) bool {
 	return !t.running
 }
 
-// Dump asks QEMU, through its monitor (qRcmd), for a core of the guest's
-// memory.
+// DebuggerCommand (exit 4): gdb on the same stub, with the kernel's
+// symbols. The engine has taken its breakpoints out and closed the
+// connection without detaching: the guest stays stopped where it hit.
+func (t *Target) DebuggerCommand(space, tid int) string {
+	return t.kern.GDBCommand(t.addr)
+}
+
+// Dump asks QEMU, through its monitor (qRcmd), for an ELF core of the
+// guest's memory (dump-guest-memory -p: PT_LOADs at the guest's virtual
+// addresses, as its page tables map them, which gdb reads with the
+// vmlinux; notes with every vCPU's registers). QEMU writes the file on
+// its own host, so dir is made absolute here and must be a folder QEMU
+// can write. The guest is stopped while QEMU writes and stays so.
 func (t *Target) Dump(space, tid int, dir string) (string, error) {
-	path := fmt.Sprintf("%s/guest-%s.core", strings.TrimRight(dir, "/"), time.Now().UTC().Format("20060102T150405.000000000"))
-	out, err := t.monitor("dump-guest-memory " + path)
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(abs, fmt.Sprintf("guest-%s.core", time.Now().UTC().Format("20060102T150405.000000000")))
+	if strings.ContainsAny(path, " \t\n\"'") {
+		return "", fmt.Errorf("dump path %q: QEMU's monitor takes no spaces or quotes in a file name", path)
+	}
+	out, err := t.monitor("dump-guest-memory -p " + path)
 	if err != nil {
 		return "", fmt.Errorf("the stub cannot dump the guest (qRcmd dump-guest-memory): %v", err)
 	}

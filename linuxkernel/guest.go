@@ -20,8 +20,9 @@ type Guest struct {
 }
 
 var (
-	_ engine.OS           = (*Guest)(nil)
-	_ engine.SymbolLoader = (*Guest)(nil)
+	_ engine.OS            = (*Guest)(nil)
+	_ engine.SymbolLoader  = (*Guest)(nil)
+	_ engine.UserRegWriter = (*Guest)(nil)
 )
 
 func (g *Guest) Kernel() bool { return true }
@@ -49,6 +50,12 @@ func (g *Guest) Sys(tid int, regs *engine.Regs, v rpn.SysValue) (uint64, bool) {
 
 func (g *Guest) UserReg(tid int, regs *engine.Regs, r rpn.Reg) (uint64, bool) {
 	return g.K.UserReg(regs, r)
+}
+
+// SetUserReg writes a user-mode register of the current task (pop u): the
+// pt_regs at the top of its kernel stack.
+func (g *Guest) SetUserReg(tid int, regs *engine.Regs, r rpn.Reg, v uint64) bool {
+	return g.K.SetUserReg(regs, r, v)
 }
 
 // AddSymbols loads more symbol files for the kernel (repeated inserts may

@@ -129,13 +129,65 @@ func (k *kernelInfo) userReg(regs *engine.Regs, r rpn.Reg) (uint64, bool) {
 	if !ok || k.ptSize == 0 {
 		return 0, false
 	}
+	base, ok := k.ptRegsAddr(regs)
+	if !ok {
+		return 0, false
+	}
+	return k.read(base+off, 8)
+}
+
+// userFlags are the rflags bits a user-mode task may change itself, the
+// bits ptrace lets a debugger write (arch/x86/kernel/ptrace.c FLAG_MASK):
+// CF PF AF ZF SF TF DF OF RF AC. pop u,rflags writes these and keeps the
+// others (IOPL, IF, VM, NT...), which the kernel would load on the way
+// back to user mode.
+const userFlags = 1<<0 | 1<<2 | 1<<4 | 1<<6 | 1<<7 | 1<<8 | 1<<10 | 1<<11 | 1<<16 | 1<<18
+
+// ptRegsAddr is the address of the current task's user-mode pt_regs.
+func (k *kernelInfo) ptRegsAddr(regs *engine.Regs) (uint64, bool) {
+	if k == nil || k.ptSize == 0 {
+		return 0, false
+	}
 	task, ok := k.current(regs)
 	if !ok {
 		return 0, false
 	}
 	stack, ok := k.read(task+k.stack.off, 8)
-	if !ok {
+	if !ok || stack == 0 {
 		return 0, false
 	}
-	return k.read(stack+k.threadSize-k.ptSize+off, 8)
+	return stack + k.threadSize - k.ptSize, true
+}
+
+// setUserReg writes a user-mode register of the current task (pop u) into
+// the pt_regs at the top of its kernel stack, which the kernel loads on
+// its way back to user mode (sysret or iret). Only a frame saved from user
+// mode (cs with RPL 3) is written: a kernel thread has no user registers.
+func (k *kernelInfo) setUserReg(mem MemoryWriter, regs *engine.Regs, r rpn.Reg, v uint64) bool {
+	off, ok := k.pt[r]
+	if !ok || mem == nil {
+		return false
+	}
+	csOff, ok := k.pt[rpn.RegCS]
+	if !ok {
+		return false
+	}
+	base, ok := k.ptRegsAddr(regs)
+	if !ok {
+		return false
+	}
+	cs, ok := k.read(base+csOff, 8)
+	if !ok || cs&3 != 3 {
+		return false
+	}
+	if r == rpn.RegRFLAGS {
+		old, ok := k.read(base+off, 8)
+		if !ok {
+			return false
+		}
+		v = old&^userFlags | v&userFlags
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], v)
+	return mem.WriteMem(base+off, b[:]) == nil
 }

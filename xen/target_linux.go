@@ -252,9 +252,13 @@ func (t *Target) release(keepPaused bool) {
 		for ; t.pauses > 0; t.pauses-- {
 			t.hv.Unpause(t.dom)
 		}
-		if t.debugging {
-			t.hv.SetDebugging(t.dom, false)
-		}
+	}
+	if !t.dead && t.debugging {
+		// kept paused for a debugger (exit 4), the domain leaves
+		// debugging mode all the same: gdbsx turns it on when it
+		// attaches, and an `xl unpause` without a debugger must not
+		// leave the guest's own int3s pausing it
+		t.hv.SetDebugging(t.dom, false)
 	}
 	for _, m := range []map[uint64][]byte{t.frames, t.wframes} {
 		for f, b := range m {
@@ -286,7 +290,8 @@ func (t *Target) summary() {
 // kmem reads the kernel's memory for linuxkernel.
 type kmem struct{ t *Target }
 
-func (m kmem) ReadMem(addr uint64, p []byte) error { return m.t.ReadMem(0, addr, p) }
+func (m kmem) ReadMem(addr uint64, p []byte) error  { return m.t.ReadMem(0, addr, p) }
+func (m kmem) WriteMem(addr uint64, p []byte) error { return m.t.WriteMem(0, addr, p) }
 
 func (t *Target) vcpu(tid int) (int, error) {
 	if tid < 1 || tid > t.vcpus {
@@ -751,10 +756,6 @@ func (t *Target) IsStopped(tid int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return !t.run
-}
-
-func (t *Target) Dump(space, tid int, dir string) (string, error) {
-	return "", errors.New("the native Xen backend does not write guest dumps yet (xl dump-core DOMID does)")
 }
 
 // InsertBreakpoint takes a free debug register (modes auto and dr) or
