@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 
@@ -19,6 +18,9 @@ type Module struct {
 	gvars  int
 	probes []*probe
 	srcs   []*rpn.Module
+	// builds are the builds of the sources inserted from packs of
+	// several (build.go), by the source whose probes stand for them all
+	builds map[*rpn.Module][]*rpn.Module
 	// sw are its switches, a byte per minor (switch.go); swBlock its
 	// block in the switch memory, -1 when gprobes' own memory
 	sw      []byte
@@ -62,7 +64,12 @@ type instance struct {
 	ident string
 	bias  uint64
 	ld    *Loaded
+	build *rpn.Module // the build of the pack for this file (the source itself for a pack of one)
 }
+
+// def is a probe as its build for this file has it: its location and
+// expected opcode are that build's.
+func (inst *instance) def(p *probe) *rpn.Probe { return &inst.build.Probes[p.idx] }
 
 // InsertMode says what to do when a module of the same name is in.
 type InsertMode uint8
@@ -81,18 +88,30 @@ var ErrModuleIn = errors.New("module already inserted")
 // cannot go in are refused with a reason; the others work. Probes whose
 // file is not mapped yet stay pending until it is.
 func (e *Engine) Insert(m *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
-	if _, err := rpn.Load(m); err != nil {
-		return nil, fmt.Errorf("insert %s: %v", m.Name, err)
+	return e.InsertPack([]*rpn.Module{m}, mode)
+}
+
+// InsertPack is Insert of a pack of several builds of one module (package
+// ppdf checks that they are one DPDF's): each space takes the build of the
+// file it has loaded, when it loads it.
+func (e *Engine) InsertPack(builds []*rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
+	if len(builds) == 0 {
+		return nil, errors.New("insert: a pack of no build")
+	}
+	for _, m := range builds {
+		if _, err := rpn.Load(m); err != nil {
+			return nil, fmt.Errorf("insert %s: %v", m.Name, err)
+		}
 	}
 	var out []ProbeInfo
 	var err error
 	e.do(func() {
-		out, err = e.insert(m, mode)
+		out, err = e.insert(builds[0], mode, builds)
 	})
 	return out, err
 }
 
-func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
+func (e *Engine) insert(src *rpn.Module, mode InsertMode, builds []*rpn.Module) ([]ProbeInfo, error) {
 	if e.gone != "" {
 		return nil, fmt.Errorf("insert %s: the target is gone (%s)", src.Name, e.gone)
 	}
@@ -126,6 +145,12 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 	}
 	mod.gvars = max(mod.gvars, int(src.GVars))
 	mod.srcs = append(mod.srcs, src)
+	if len(builds) > 1 {
+		if mod.builds == nil {
+			mod.builds = map[*rpn.Module][]*rpn.Module{}
+		}
+		mod.builds[src] = builds
+	}
 	var added []*probe
 	for i := range src.Probes {
 		if mode == InsertMerge {
@@ -308,14 +333,19 @@ func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, er
 	if inst, ok := sp.inst[src]; ok && inst.key == ld.Key && inst.ident == ld.Ident && inst.bias == ld.Bias {
 		return inst, nil
 	}
-	if len(src.BuildID) > 0 && len(ld.BuildID) > 0 && !bytes.Equal(ld.BuildID, src.BuildID) {
-		return nil, fmt.Errorf("%s has build ID %x, the PPDF was built for %x: rebuild it against this file", ld.Key, ld.BuildID, src.BuildID)
+	builds := []*rpn.Module{src}
+	if mod := e.module(src.Name); mod != nil && mod.builds[src] != nil {
+		builds = mod.builds[src]
 	}
-	m := src
-	if len(src.Relocs) > 0 {
-		cp := *src
-		cp.Code = append([]byte{}, src.Code...)
-		for _, r := range src.Relocs {
+	build, err := SelectBuild(builds, ld.BuildID, e.buildWhere(ld))
+	if err != nil {
+		return nil, err
+	}
+	m := build
+	if len(build.Relocs) > 0 {
+		cp := *build
+		cp.Code = append([]byte{}, build.Code...)
+		for _, r := range build.Relocs {
 			v, err := evalSum(r.Sum, ld.Symbols, ld.Bias)
 			if err != nil {
 				if !r.Resolved {
@@ -333,7 +363,7 @@ func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, er
 	if err != nil {
 		return nil, err
 	}
-	inst := &instance{prog: prog, key: ld.Key, ident: ld.Ident, bias: ld.Bias, ld: ld}
+	inst := &instance{prog: prog, key: ld.Key, ident: ld.Ident, bias: ld.Bias, ld: ld, build: build}
 	sp.inst[src] = inst
 	return inst, nil
 }
@@ -358,7 +388,7 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 	if _, ok := p.in[sp.id]; ok {
 		return
 	}
-	d := p.def()
+	d := inst.def(p)
 	refuse := func(state ProbeState, format string, args ...any) {
 		if len(p.in) == 0 {
 			p.state, p.reason = state, fmt.Sprintf(format, args...)

@@ -183,7 +183,7 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *probe) {
 	if _, ok := p.in[sp.id]; ok {
 		return
 	}
-	d := p.def()
+	d := inst.def(p)
 	refuse := func(format string, args ...any) {
 		if len(p.in) == 0 {
 			p.state, p.reason = StateRefused, fmt.Sprintf(format, args...)

@@ -199,7 +199,7 @@ func (e *Engine) placeWatch(sp *space, inst *instance, p *probe) {
 	if slot < 0 {
 		return // refused at insert
 	}
-	d := p.def()
+	d := inst.def(p)
 	refuse := func(format string, args ...any) {
 		if len(p.in) == 0 {
 			// in no space: refused for good, and its register is free

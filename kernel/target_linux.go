@@ -80,8 +80,11 @@ type module struct {
 
 // source is one inserted rpn.Module: its maps, programs and ring reader.
 type source struct {
-	mod    *module
-	src    *rpn.Module
+	mod *module
+	src *rpn.Module // the build placed (or to place): one of builds
+	// builds are the pack's builds of the source, one when it is not a
+	// pack of several: place takes the running build's (build_linux.go)
+	builds []*rpn.Module
 	prog   *rpn.Program // relocated for the running kernel; nil while pending
 	maps   *bpf.Maps
 	reader *bpf.Reader
@@ -194,9 +197,22 @@ func (t *Target) module(name string) *module {
 
 // Insert loads a module's probes into the kernel.
 func (t *Target) Insert(m *rpn.Module, mode engine.InsertMode) ([]engine.ProbeInfo, error) {
-	if _, err := rpn.Load(m); err != nil {
-		return nil, fmt.Errorf("insert %s: %v", m.Name, err)
+	return t.InsertPack([]*rpn.Module{m}, mode)
+}
+
+// InsertPack is Insert of a pack of several builds of one module: the
+// build of the running kernel, or of the kernel module as it is loaded,
+// is placed (and at each load of the module, that load's).
+func (t *Target) InsertPack(builds []*rpn.Module, mode engine.InsertMode) ([]engine.ProbeInfo, error) {
+	if len(builds) == 0 {
+		return nil, errors.New("insert: a pack of no build")
 	}
+	for _, b := range builds {
+		if _, err := rpn.Load(b); err != nil {
+			return nil, fmt.Errorf("insert %s: %v", b.Name, err)
+		}
+	}
+	m := builds[0]
 	if m.ModType != rpn.ModKernel {
 		return nil, fmt.Errorf("insert %s: modtype %s: the kernel target probes kernel code (modtype = kernel)", m.Name, m.ModType)
 	}
@@ -247,7 +263,7 @@ func (t *Target) Insert(m *rpn.Module, mode engine.InsertMode) ([]engine.ProbeIn
 		}
 		return nil, fmt.Errorf("insert %s: %w", m.Name, err)
 	}
-	s := &source{mod: mod, src: m}
+	s := &source{mod: mod, src: m, builds: builds}
 	for i := range m.Probes {
 		s.probes = append(s.probes, &probe{s: s, idx: i, state: engine.StatePending})
 	}
@@ -308,6 +324,10 @@ func (t *Target) place(s *source) {
 		for _, p := range s.probes {
 			p.state, p.reason = engine.StateRefused, reason
 		}
+	}
+	if err := t.selectBuild(s); err != nil {
+		refuse(err.Error())
+		return
 	}
 	prog, err := t.relocate(s)
 	if err != nil {

@@ -150,7 +150,11 @@ func (k *Kernel) Resolve(name string) (*engine.Loaded, bool, error) {
 	}
 	ld := &engine.Loaded{Key: "vmlinux", Bias: k.slide, Symbols: k.syms}
 	if k.syms != nil {
-		ld.BuildID = k.syms.BuildID()
+		// the build the guest runs, not the one of the files given
+		ld.BuildID = k.GuestBuildID()
+		if ld.BuildID == nil {
+			ld.BuildID = k.syms.BuildID()
+		}
 		if lo, err := k.syms.Lookup("_stext"); err == nil {
 			if hi, err := k.syms.Lookup("_etext"); err == nil {
 				start, end := lo.Addr+k.slide, hi.Addr+k.slide
@@ -162,6 +166,34 @@ func (k *Kernel) Resolve(name string) (*engine.Loaded, bool, error) {
 		return nil, false, errors.New("the kernel's KASLR slide is unknown: give System.map or a kallsyms copy with --symbols, or --kaslr-offset")
 	}
 	return ld, true, nil
+}
+
+// maxNotes bounds the kernel's .notes read from guest memory (a few
+// hundred bytes in every kernel seen; the symbols could say anything).
+const maxNotes = 4096
+
+// GuestBuildID reads the build ID of the kernel the guest runs from guest
+// memory: the GNU build-ID note among the kernel's notes, between
+// __start_notes and __stop_notes (System.map, kallsyms or the vmlinux
+// give them) moved by the KASLR slide. nil when the symbols do not have
+// them, the slide is unknown, or the memory holds no build ID.
+func (k *Kernel) GuestBuildID() []byte {
+	if k.syms == nil || !k.slideOK {
+		return nil
+	}
+	start, err := k.syms.Lookup("__start_notes")
+	if err != nil {
+		return nil
+	}
+	stop, err := k.syms.Lookup("__stop_notes")
+	if err != nil || stop.Addr <= start.Addr || stop.Addr-start.Addr > maxNotes {
+		return nil
+	}
+	b := make([]byte, stop.Addr-start.Addr)
+	if err := k.mem.ReadMem(start.Addr+k.slide, b); err != nil {
+		return nil
+	}
+	return symbols.NotesBuildID(b)
 }
 
 // Sys answers push task, pid and tid for a vCPU at a hit (procid is the

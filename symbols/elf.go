@@ -201,6 +201,16 @@ func buildID(ef *elf.File) []byte {
 	return nil
 }
 
+// maxNotes bounds a notes file (the kernel's /sys/kernel/notes is a few
+// hundred bytes).
+const maxNotes = 64 << 10
+
+// NotesBuildID returns the GNU build ID (NT_GNU_BUILD_ID) among the
+// little-endian ELF notes b, as /sys/kernel/notes, a module's
+// /sys/module/NAME/notes/.note.gnu.build-id and a kernel's .notes section
+// in memory hold them; nil if there is none.
+func NotesBuildID(b []byte) []byte { return findBuildID(b, binary.LittleEndian) }
+
 // findBuildID walks ELF notes: namesz, descsz, type, name and desc, each of
 // the last two padded to 4 bytes.
 func findBuildID(b []byte, bo binary.ByteOrder) []byte {

@@ -39,7 +39,8 @@ const (
 	FormatELF       = "elf"
 	FormatSystemMap = "system.map"
 	FormatKallsyms  = "kallsyms"
-	FormatBTF       = "btf" // raw BTF, as in /sys/kernel/btf/vmlinux: types, no symbols
+	FormatBTF       = "btf"   // raw BTF, as in /sys/kernel/btf/vmlinux: types, no symbols
+	FormatNotes     = "notes" // ELF notes, as in /sys/kernel/notes: a build ID, no symbols
 )
 
 // Table holds what one file says: symbols, and for ELF files with DWARF, line
@@ -79,8 +80,10 @@ type Table struct {
 // the file name: an ELF file (.symtab, .dynsym, .note.gnu.build-id, DWARF and
 // .BTF if present), a System.map, a copy of /proc/kallsyms (the same "ADDR
 // TYPE NAME [module]" text; tabs or spaces), or raw BTF (magic 0xEB9F, what
-// /sys/kernel/btf/vmlinux holds: types, no symbols). Anything else is an
-// error wrapping ErrUnknownFormat.
+// /sys/kernel/btf/vmlinux holds: types, no symbols), or ELF notes with a
+// GNU build ID (a copy of /sys/kernel/notes or of a module's
+// /sys/module/NAME/notes/.note.gnu.build-id: the build ID, no symbols).
+// Anything else is an error wrapping ErrUnknownFormat.
 //
 // Addresses are the values in the file: for ET_DYN objects (PIE executables
 // and shared libraries) they are link-time addresses, and the caller adds the
@@ -107,6 +110,18 @@ func Open(path string) (*Table, error) {
 	var size int64
 	if st, err := f.Stat(); err == nil {
 		size = st.Size()
+	}
+	if n == 4 && size <= maxNotes && magic[1] == 0 && magic[2] == 0 && magic[3] == 0 {
+		// a note's name size, a small little-endian u32: text never
+		// starts with three NULs
+		b, err := io.ReadAll(io.LimitReader(f, maxNotes))
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
+		if id := NotesBuildID(b); id != nil {
+			return &Table{path: path, format: FormatNotes, buildID: id}, nil
+		}
+		return nil, fmt.Errorf("open %s: %w: ELF notes without a GNU build ID", path, ErrUnknownFormat)
 	}
 	return parseMap(path, f, size)
 }
