@@ -856,6 +856,12 @@ func checkReg(reg Reg, h Header, write, user bool) string {
 		if write {
 			return fmt.Sprintf("%s is read-only", reg)
 		}
+	case regBase:
+		if user && write {
+			// a task's user fs_base and gs_base live in its thread
+			// state, not in the pt_regs that pop u writes
+			return fmt.Sprintf("pop u,%s: the user-mode %s is not among the registers a task saves on entry (pt_regs); pop u writes the general registers, rip and rflags", reg, reg)
+		}
 	}
 	return ""
 }
