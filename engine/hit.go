@@ -114,7 +114,13 @@ func (h *hitEnv) Sys(v rpn.SysValue) (uint64, bool) {
 	return x, ok
 }
 
-func (h *hitEnv) IO(uint64, uint8, bool, uint64) (uint64, bool) { return 0, false }
+func (h *hitEnv) IO(port uint64, size uint8, write bool, v uint64) (uint64, bool) {
+	if p, ok := h.e.tgt.(PortIO); ok {
+		x, err := p.PortIO(port, size, write, v)
+		return x, err == nil
+	}
+	return 0, false
+}
 
 // mem lets the x86 emulator reach the thread's memory.
 type mem struct {

@@ -20,7 +20,7 @@ import (
 //     processes (ptrace) and once for Linux guest kernels seen from
 //     outside (linuxkernel.Guest, used by gdbtarget and xen alike).
 //   - optional abilities a backend may have, found with a type assertion
-//     on the Target: Dumper (exit 3), Handover (exit 4), XOLMapper (out-of-line slots in the
+//     on the Target: Dumper (exit 3), Handover (exit 4), PortIO, XOLMapper (out-of-line slots in the
 //     target's memory), SymbolLoader (more symbol files after open, on
 //     the OS), SignalHolder (keep a signal back during a step),
 //     OwnerAware (the engine's "is this trap ours?" for a backend that
@@ -156,6 +156,12 @@ type Handover interface {
 // exception (no such task, a kernel thread, a register not saved there).
 type UserRegWriter interface {
 	SetUserReg(tid int, regs *Regs, r rpn.Reg, v uint64) bool
+}
+
+// PortIO is a target that reaches the IO space of what it runs (push io,
+// pop io): a QEMU guest through its monitor. size is 1, 2 or 4.
+type PortIO interface {
+	PortIO(port uint64, size uint8, write bool, v uint64) (uint64, error)
 }
 
 // XOLMapper is a target that can map executable memory for out-of-line

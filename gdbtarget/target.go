@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -64,6 +65,7 @@ type Target struct {
 	// included (a vCPU may have stopped past one)
 	owner engine.Owner
 	noZ   bool
+	io    bool // the stub's monitor is QEMU's: port IO through it
 	// the stub's watchpoints by debug register, and the address of the
 	// watchpoint each vCPU's last stop named (watch.go)
 	watch     [engine.NumWatch]*engine.Watch
@@ -75,6 +77,7 @@ var (
 	_ engine.Dumper     = (*Target)(nil)
 	_ engine.OwnerAware = (*Target)(nil)
 	_ engine.Handover   = (*Target)(nil)
+	_ engine.PortIO     = (*Target)(nil)
 )
 
 // Open returns an opener for engine.Start that connects to a stub at
@@ -122,7 +125,53 @@ func (t *Target) setup() error {
 	// reading them is beyond a probe's vfy_rw: readable kernel memory is
 	// taken as writable (WritableAt nil)
 	t.os = &linuxkernel.Guest{K: t.kern, Target: "gdb:", NoIO: "a GDB stub gives no access to the guest's IO space", VCPU: t.ThreadIndex}
+	if err == nil && t.qemuMonitor() {
+		t.io = true
+		t.os.NoIO = ""
+	}
 	return err
+}
+
+// qemuMonitor reports whether the stub passes monitor commands to QEMU's
+// HMP (which has the port IO commands i and o).
+func (t *Target) qemuMonitor() bool {
+	out, err := t.monitor("info version")
+	if err != nil {
+		return false
+	}
+	v := strings.TrimSpace(out)
+	return v != "" && v[0] >= '0' && v[0] <= '9' // "7.2.22 (Debian ...)"
+}
+
+// PortIO reads or writes a port of the guest's IO space through QEMU's
+// monitor: HMP's "i /FMT PORT" and "o /FMT PORT VALUE", as the vCPU
+// would (the device models see the access; nothing else of the guest
+// runs meanwhile: it is stopped at the hit).
+func (t *Target) PortIO(port uint64, size uint8, write bool, v uint64) (uint64, error) {
+	if !t.io {
+		return 0, errors.New("no IO space through this stub")
+	}
+	f := map[uint8]string{1: "b", 2: "w", 4: "l"}[size]
+	if f == "" || port > 0xffff {
+		return 0, fmt.Errorf("port IO of size %d at %#x", size, port)
+	}
+	if write {
+		out, err := t.monitor(fmt.Sprintf("o /%s %#x %#x", f, port, v))
+		if err == nil && strings.TrimSpace(out) != "" {
+			err = fmt.Errorf("o: %s", strings.TrimSpace(out))
+		}
+		return 0, err
+	}
+	out, err := t.monitor(fmt.Sprintf("i /%s %#x", f, port))
+	if err != nil {
+		return 0, err
+	}
+	// "portb[0x03ff] = 0x5a"
+	_, val, ok := strings.Cut(out, "= ")
+	if !ok {
+		return 0, fmt.Errorf("i: %q", strings.TrimSpace(out))
+	}
+	return strconv.ParseUint(strings.TrimSpace(val), 0, 32)
 }
 
 // memory reads guest memory for the kernel awareness.

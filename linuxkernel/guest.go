@@ -11,7 +11,7 @@ import (
 type Guest struct {
 	K      *Kernel
 	Target string // the target kind, for messages: "gdb:", "xen:"
-	NoIO   string // why the guest's IO space is out of reach
+	NoIO   string // why the guest's IO space is out of reach; "" when the backend reaches it (engine.PortIO)
 	// VCPU is a vCPU thread's index (push procid).
 	VCPU func(tid int) int
 	// WritableAt says whether the guest may write addr (vfy_rw); nil:

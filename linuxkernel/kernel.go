@@ -121,7 +121,8 @@ func (k *Kernel) Symbols() *symbols.Set { return k.syms }
 
 // Check says why a module cannot be probed in this kernel, or "": what
 // every guest target refuses alike (target names the kind for messages;
-// noIO says why the guest's port IO is out of reach).
+// noIO says why the guest's port IO is out of reach, "" when the target
+// reaches it).
 func (k *Kernel) Check(m *rpn.Module, target, noIO string) string {
 	if m.ModType != rpn.ModKernel {
 		return fmt.Sprintf("modtype = user: a %s target is a guest kernel; probe processes with pid: or exec:", target)
@@ -134,7 +135,7 @@ func (k *Kernel) Check(m *rpn.Module, target, noIO string) string {
 			return fmt.Sprintf("%s needs the current task: %s", where, msg)
 		}
 	}
-	if where, ok := engine.UsesIO(m); ok {
+	if where, ok := engine.UsesIO(m); ok && noIO != "" {
 		return fmt.Sprintf("port IO (%s): %s", where, noIO)
 	}
 	return ""

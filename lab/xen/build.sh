@@ -246,6 +246,20 @@ if [ ! -e "$O/.done" ]; then
 	cp "$O.tmp/domU-initrd.gz" "$R/guest/domU-initrd.gz"
 	mkinitrd "$R" "$O.tmp/dom0-initrd.gz"
 	rm -rf "$R"
+
+	# gdb for dom0, not in its initrd (the tests that open a guest's core or
+	# attach through gdbsx add it with Extra): Debian's gdb-minimal (gdb
+	# without Python, which would need its library tree) and every library
+	# it loads, for LD_LIBRARY_PATH=gdb/lib
+	G=$O.tmp/gdb
+	mkdir -p "$G/lib" "$O.tmp/gdb-root"
+	dpkg-deb -x "$(fetch gdb-minimal)" "$O.tmp/gdb-root"
+	cp "$O.tmp/gdb-root/usr/bin/gdb" "$G/gdb"
+	rm -rf "$O.tmp/gdb-root"
+	if ldd "$G/gdb" | grep 'not found' >/dev/null; then
+		die "gdb-minimal needs libraries this host lacks (apt-get install gdb brings them): $(ldd "$G/gdb" | grep 'not found' | tr '\n' ' ')"
+	fi
+	ldd "$G/gdb" | awk '/=>/ {print $3}' | while read -r lib; do cp -L "$lib" "$G/lib/"; done
 	{
 		echo "KVER=$KVER"
 		echo "KERNEL_PACKAGE=linux-image-$KVER $(cat "$K/package-version")"
