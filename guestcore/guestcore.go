@@ -37,6 +37,17 @@ type Memory interface {
 	ReadFrame(frame uint64, p []byte) error
 }
 
+// BatchMemory is a Memory that reads many frames in one go (one mapping
+// for a batch of frames): WriteFile uses it when the Memory has it.
+type BatchMemory interface {
+	Memory
+	// ReadFrames reads len(frames) frames into p, PageSize bytes each.
+	ReadFrames(frames []uint64, p []byte) error
+}
+
+// batch is how many frames WriteFile asks a BatchMemory for at once.
+const batch = 256
+
 // Range is a range of guest-virtual addresses to dump.
 type Range struct {
 	Name       string // for messages: "kernel image", "direct map"
@@ -234,17 +245,31 @@ func WriteFile(path string, mem Memory, opts Options) (Stats, error) {
 	if _, err := f.WriteAt(p.header(), 0); err != nil {
 		return st, err
 	}
-	page := make([]byte, PageSize)
-	for i, fr := range p.frames {
-		if err := mem.ReadFrame(fr, page); err != nil {
-			return st, fmt.Errorf("read frame %#x: %w", fr, err)
+	bm, _ := mem.(BatchMemory)
+	buf := make([]byte, batch*PageSize)
+	for i := 0; i < len(p.frames); i += batch {
+		frames := p.frames[i:min(i+batch, len(p.frames))]
+		data := buf[:len(frames)*PageSize]
+		if bm != nil {
+			if err := bm.ReadFrames(frames, data); err != nil {
+				return st, fmt.Errorf("read frames %#x...: %w", frames[0], err)
+			}
+		} else {
+			for j, fr := range frames {
+				if err := mem.ReadFrame(fr, data[j*PageSize:(j+1)*PageSize]); err != nil {
+					return st, fmt.Errorf("read frame %#x: %w", fr, err)
+				}
+			}
 		}
-		if zero(page) {
-			st.Zero++
-			continue
-		}
-		if _, err := f.WriteAt(page, int64(p.data)+int64(i)*PageSize); err != nil {
-			return st, err
+		for j := range frames {
+			page := data[j*PageSize : (j+1)*PageSize]
+			if zero(page) {
+				st.Zero++
+				continue
+			}
+			if _, err := f.WriteAt(page, int64(p.data)+int64(i+j)*PageSize); err != nil {
+				return st, err
+			}
 		}
 	}
 	if err := f.Close(); err != nil {

@@ -192,3 +192,41 @@ func TestWriteFileLimit(t *testing.T) {
 		t.Errorf("left %v", ents)
 	}
 }
+
+type batchMem struct {
+	fakeMem
+	calls int
+}
+
+func (m *batchMem) ReadFrames(frames []uint64, p []byte) error {
+	m.calls++
+	for i, f := range frames {
+		m.ReadFrame(f, p[i*PageSize:(i+1)*PageSize])
+	}
+	return nil
+}
+
+// TestBatchSame: a BatchMemory gives the same file, in few calls.
+func TestBatchSame(t *testing.T) {
+	mem := fakeMem{frames: map[uint64][]byte{}}
+	for f := uint64(0); f < 16; f++ {
+		mem.frames[f] = bytes.Repeat([]byte{byte(f + 1)}, PageSize)
+	}
+	opts := Options{Ranges: []Range{
+		{Name: "kernel image", Start: ki, End: ki + 4*PageSize},
+		{Name: "direct map", Start: dm, End: dm + 16*PageSize},
+	}, VCPUs: []VCPU{{}}}
+	dir := t.TempDir()
+	if _, err := WriteFile(filepath.Join(dir, "a"), mem, opts); err != nil {
+		t.Fatal(err)
+	}
+	bm := &batchMem{fakeMem: mem}
+	if _, err := WriteFile(filepath.Join(dir, "b"), bm, opts); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(filepath.Join(dir, "a"))
+	b, _ := os.ReadFile(filepath.Join(dir, "b"))
+	if !bytes.Equal(a, b) || bm.calls != 1 {
+		t.Errorf("batch: equal %v, %d calls", bytes.Equal(a, b), bm.calls)
+	}
+}
