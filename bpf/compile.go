@@ -45,6 +45,11 @@ const (
 	// caller's next instruction), the callee-saved registers the
 	// caller's; the argument registers hold whatever the function left.
 	KindKretprobe
+	// KindWatch: BPF_PROG_TYPE_PERF_EVENT on a hardware breakpoint perf
+	// event per CPU (AttachWatch): the context's pt_regs are the task's
+	// right after the instruction that accessed the watched bytes (rip the
+	// next instruction's address).
+	KindWatch
 )
 
 func (k Kind) String() string {
@@ -61,6 +66,8 @@ func (k Kind) String() string {
 		return "fentry"
 	case KindKretprobe:
 		return "kretprobe"
+	case KindWatch:
+		return "watch"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -73,6 +80,8 @@ func (k Kind) progType() ebpf.ProgramType {
 		return ebpf.Kprobe
 	case KindFentry:
 		return ebpf.Tracing
+	case KindWatch:
+		return ebpf.PerfEvent
 	}
 	return ebpf.TracePoint
 }
@@ -134,6 +143,11 @@ type Options struct {
 	// Addr is a fentry probe's function's address: what push r,rip
 	// reads there (without it push r,rip is refused, ErrNeedsKprobe).
 	Addr uint64
+
+	// IV, when set, is the probe's part in its function's instance
+	// variables (iv.go); without it push iv and pop iv use 8 words of
+	// zero of the hit's own.
+	IV *IVOptions
 
 	// tpBTF, set by tests only (export_linux_test.go), makes a KindFentry
 	// program a BTF raw tracepoint (BPF_TRACE_RAW_TP) on this tracepoint:
@@ -205,6 +219,7 @@ type compiler struct {
 	hasCalls, cyclic, loopMode bool
 	countJumps                 bool // straight mode: the jump budget is checked at run time
 	needScratch, usesTS        bool
+	usesIV                     bool           // push iv or pop iv
 	usesIDs                    bool           // push pid or push tid: bpf_get_current_pid_tgid once, in the header
 	regs                       []rpn.Reg      // ctx registers push r reads, canonical
 	fields                     []*Field       // tracepoint fields push field reads, copied at the hit
@@ -223,6 +238,7 @@ type compiler struct {
 	lCommit   label // main: r8 the log length; header filled but for the hit's identity
 	lExcept   label // main: the header holds the exception
 	lDone     label // return 0
+	lEnd      label // the program has run (exit 0, abort, after a commit): an entry probe saves its instance; else lDone
 	lSkip     label // count skipped, return 0
 	inCB      bool  // emitting the loop callback
 	used      map[label]bool
@@ -270,6 +286,10 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 		c.labels[i] = c.a.newLabel()
 	}
 	c.lCommit, c.lExcept, c.lDone, c.lSkip = c.a.newLabel(), c.a.newLabel(), c.a.newLabel(), c.a.newLabel()
+	c.lEnd = c.lDone
+	if r := c.ivRole(); r == IVEntryFirst || r == IVEntry {
+		c.lEnd = c.a.newLabel()
+	}
 
 	c.mainFunc()
 	if c.loopMode {
@@ -403,8 +423,10 @@ func (c *compiler) check() error {
 			if err := c.checkField(i, in.B); err != nil {
 				return err
 			}
+		case rpn.OpPushIV, rpn.OpPopIV:
+			c.usesIV = true
 		}
-		if (in.Op > rpn.OpPushField && in.Op != rpn.OpEnable && in.Op != rpn.OpDisable) || in.Op == rpn.OpInvalid {
+		if (in.Op > rpn.OpPushField && in.Op != rpn.OpEnable && in.Op != rpn.OpDisable && in.Op != rpn.OpPushIV && in.Op != rpn.OpPopIV) || in.Op == rpn.OpInvalid {
 			return c.unsupported(i, "%s: not compiled to eBPF yet", in.Op)
 		}
 		switch in.Op {
@@ -417,6 +439,18 @@ func (c *compiler) check() error {
 		default:
 			c.needScratch = true
 		}
+	}
+	switch r := c.ivRole(); {
+	case (r == IVEntryFirst || r == IVEntry) && c.o.Kind == KindFentry:
+		u := c.unsupported(0, "instance variables: the call's entry needs its stack pointer, which a fentry program does not see").(*Unsupported)
+		u.Err = ErrNeedsKprobe
+		return u
+	case (r == IVEntryFirst || r == IVEntry) && c.o.Kind != KindKprobe:
+		return c.unsupported(0, "instance variables: a call's entry probe is a kprobe, not a %s", c.o.Kind)
+	case r == IVReturn && c.o.Kind != KindKretprobe:
+		return c.unsupported(0, "instance variables: a call's return probe is a kretprobe, not a %s", c.o.Kind)
+	case r == IVEntryFirst || r == IVEntry:
+		c.needScratch = true
 	}
 	return nil
 }
@@ -874,6 +908,11 @@ func (c *compiler) mainFunc() {
 		}
 	}
 
+	// a return ends its call's instance, switched off or skipped (iv.go)
+	if c.ivRole() == IVReturn {
+		c.ivReturn()
+	}
+
 	// switched off: no hit at all (switch.go)
 	c.switchCheck()
 
@@ -935,6 +974,7 @@ func (c *compiler) mainFunc() {
 		for k, fd := range c.fields {
 			c.copyField(fd, int16(offFields+k*8))
 		}
+		c.ivScratch()
 		if c.usesTS {
 			c.timestamp()
 		}
@@ -1105,9 +1145,15 @@ func (c *compiler) tails() {
 			asm.Add.Imm(asm.R3, HeaderSize),
 			asm.FnRingbufOutput.Call(),
 		)
-		a.jmpImm(asm.JEq, asm.R0, 0, c.lDone, false)
+		a.jmpImm(asm.JEq, asm.R0, 0, c.lEnd, false)
 		c.counters(asm.R1, cntLost)
 		c.emit(asm.Mov.Imm(asm.R2, 1), atomicAdd(asm.R1, asm.R2, asm.DWord, 0))
+		a.ja(c.lEnd)
+	}
+	if c.lEnd != c.lDone {
+		a.bind(c.lEnd)
+		a.note("instance saved")
+		c.ivSave()
 		a.ja(c.lDone)
 	}
 	a.bind(c.lSkip)
@@ -1176,7 +1222,7 @@ func (c *compiler) startLoop() {
 		asm.LoadMem(asm.R1, rScratch, offStatus, asm.DWord),
 	)
 	c.used[c.lExcept], c.used[c.lCommit] = true, true
-	a.jmpImm(asm.JEq, asm.R1, statusNone, c.lDone, false)
+	a.jmpImm(asm.JEq, asm.R1, statusNone, c.lEnd, false)
 	a.jmpImm(asm.JEq, asm.R1, statusException, c.lExcept, false)
 	commit := a.newLabel()
 	a.jmpImm(asm.JEq, asm.R1, statusCommit, commit, false)
@@ -1381,12 +1427,12 @@ func (c *compiler) insnBody(i int) {
 
 	case rpn.OpExit:
 		if in.A == rpn.ExitNone {
-			c.stop(statusNone, c.lDone)
+			c.stop(statusNone, c.lEnd)
 		} else {
 			c.commit(in.A)
 		}
 	case rpn.OpAbort:
-		c.stop(statusNone, c.lDone)
+		c.stop(statusNone, c.lEnd)
 	case rpn.OpEnable, rpn.OpDisable:
 		c.switchStore(in)
 	case rpn.OpRem:
@@ -1557,6 +1603,13 @@ func (c *compiler) insnBody(i int) {
 		c.emit(asm.LoadMem(r1, rScratch, int16(offFields+c.fieldAt[in.B]*8), asm.DWord))
 		c.maskW(r1)
 		c.push(r1)
+	case rpn.OpPushIV:
+		c.emit(asm.LoadMem(r1, rScratch, int16(offIV+8*int(in.A)), asm.DWord))
+		c.push(r1)
+	case rpn.OpPopIV:
+		c.load(r1, 0, asm.R5)
+		c.emit(asm.StoreMem(rScratch, int16(offIV+8*int(in.A)), r1, asm.DWord))
+		c.adjust(-1)
 	case rpn.OpPushU:
 		r := rpn.Reg(in.B)
 		c.emit(asm.FnGetCurrentTaskBtf.Call(), asm.Mov.Reg(r1, r0), asm.FnTaskPtRegs.Call())

@@ -19,11 +19,13 @@ const (
 	offLogN   = offState + 8
 	offDepth  = offState + 16
 	offBlock  = offState + 24
-	offJumps  = offState + 32 // jumps left before max-jumps
-	offStatus = offState + 40 // statusRunning ... statusException
-	offRegs   = 576           // [numRegs]u64: the ctx registers push r reads, copied at the hit
-	offFields = offRegs       // a tracepoint's (no registers): the fields push field reads, copied at the hit
-	offHeader = offRegs + numRegs*8
+	offJumps  = offState + 32       // jumps left before max-jumps
+	offStatus = offState + 40       // statusRunning ... statusException
+	offRegs   = 576                 // [numRegs]u64: the ctx registers push r reads, copied at the hit
+	offFields = offRegs             // a tracepoint's (no registers): the fields push field reads, copied at the hit
+	offIV     = offRegs + numRegs*8 // [8]u64: the call's instance variables (iv.go)
+	offIVKey  = offIV + 64          // an entry probe's instance key, 24 bytes
+	offHeader = offIVKey + 32
 	offLog    = offHeader + HeaderSize
 )
 

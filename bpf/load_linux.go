@@ -119,6 +119,13 @@ func NewMaps(m *rpn.Module, o MapOptions) (*Maps, error) {
 		}
 		ms.ownSwitch = true
 	}
+	if o.IV {
+		ms.IV, err = ebpf.NewMap(&ebpf.MapSpec{Name: "gp_iv", Type: ebpf.LRUHash, KeySize: IVKeySize, ValueSize: IVValueSize, MaxEntries: IVEntries})
+		if err != nil {
+			return nil, missing("the instance map (LRU hash)", err)
+		}
+		ms.ownIV = true
+	}
 	if o.GV != nil {
 		ms.GV = o.GV
 	} else {
@@ -239,6 +246,9 @@ func (m *Maps) Close() error {
 	}
 	if m.ownSwitch && m.Switch != nil {
 		m.Switch.Close()
+	}
+	if m.ownIV && m.IV != nil {
+		m.IV.Close()
 	}
 	return nil
 }

@@ -35,12 +35,14 @@ type Maps struct {
 	LV       *ebpf.Map
 	GV       *ebpf.Map
 	Switch   *ebpf.Map
+	IV       *ebpf.Map // LRU hash: the module's calls' instance variables (iv.go), nil when no probe has a part in them
 
 	probes, vars int
 	ownGV        bool
 	ownRing      bool
 	ownLV        bool
 	ownSwitch    bool
+	ownIV        bool
 }
 
 // MapOptions tune NewMaps.
@@ -59,6 +61,9 @@ type MapOptions struct {
 	// Switch, when set, is the switch map to use (NewSwitch: the sources
 	// of one module share it); otherwise NewMaps makes one.
 	Switch *ebpf.Map
+	// IV makes the instance map (Maps.IV, iv.go), for a module whose
+	// probes share calls' instance variables.
+	IV bool
 }
 
 // DefaultRingSize is the ring buffer's size when MapOptions.RingSize is 0.

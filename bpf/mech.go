@@ -43,6 +43,8 @@ func (m Mechanisms) ForKind(k Kind) error {
 		return m.Kretprobe
 	case KindFentry:
 		return m.Fentry
+	case KindWatch:
+		return nil // AttachWatch says what the CPU or kernel refuses
 	}
 	return fmt.Errorf("unknown probe kind %v", k)
 }

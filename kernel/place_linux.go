@@ -511,7 +511,7 @@ func (m *mismatch) Error() string { return m.msg }
 func (t *Target) attach(p *probe) error {
 	d := p.def()
 	s := p.s
-	o := bpf.Options{Maps: s.maps, Probe: uint32(p.idx), PID: uint32(t.opts.PID)}
+	o := bpf.Options{Maps: s.maps, Probe: uint32(p.idx), PID: uint32(t.opts.PID), IV: s.iv[p.idx]}
 	switch d.Kind {
 	case rpn.ProbeTracepoint:
 		group, event, _ := strings.Cut(d.Loc.Text, ":")
@@ -529,6 +529,8 @@ func (t *Target) attach(p *probe) error {
 		}
 		p.prog, p.link, p.how = prog, l, "tracepoint"
 		return nil
+	case rpn.ProbeWatch:
+		return t.attachWatch(p, o)
 	case rpn.ProbeOffset, rpn.ProbeRetprobe:
 	default:
 		return fmt.Errorf("probe kind %s: not supported by the kernel target", d.Kind)

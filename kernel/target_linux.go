@@ -88,10 +88,11 @@ type source struct {
 	prog   *rpn.Program // relocated for the running kernel; nil while pending
 	maps   *bpf.Maps
 	reader *bpf.Reader
-	done   chan struct{} // the reader goroutine ended
-	stop   *atomic.Bool  // tells the reader to drain and end
-	btf    *btf.Cache    // while place loads the source's programs
-	probes []*probe      // those not removed
+	done   chan struct{}          // the reader goroutine ended
+	stop   *atomic.Bool           // tells the reader to drain and end
+	btf    *btf.Cache             // while place loads the source's programs
+	iv     map[int]*bpf.IVOptions // the probes with a part in calls' instances (iv_linux.go), by index; nil if none
+	probes []*probe               // those not removed
 	// all are the source's probes by their index in src (a record's
 	// probe id), set before its reader starts and never changed: the
 	// reader reads it without the lock
@@ -334,7 +335,8 @@ func (t *Target) place(s *source) {
 		refuse(err.Error())
 		return
 	}
-	maps, err := bpf.NewMaps(s.src, bpf.MapOptions{RingSize: t.opts.RingSize, GV: t.gv, LV: s.mod.lv, Switch: s.mod.sw})
+	s.iv = t.ivRoles(s, prog)
+	maps, err := bpf.NewMaps(s.src, bpf.MapOptions{RingSize: t.opts.RingSize, GV: t.gv, LV: s.mod.lv, Switch: s.mod.sw, IV: len(s.iv) > 0})
 	if err != nil {
 		refuse(err.Error())
 		return

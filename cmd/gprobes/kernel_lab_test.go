@@ -322,6 +322,7 @@ func TestKernelLab(t *testing.T) {
 	manyK, _ := manyProbes(t, "push r,rsp\n", 100)
 	vm := bootKernelLab(t,
 		qemulab.File{Guest: "/root/kernel/getppid_inside.dpdf", Data: []byte(dpdf)},
+		qemulab.File{Guest: "/root/getppid_latency.dpdf", Host: examples + "/getppid_latency.dpdf"},
 		qemulab.File{Guest: "/root/many.dpdf", Data: []byte(many)},
 		qemulab.File{Guest: "/root/manyk.dpdf", Data: []byte(manyK)},
 	)
@@ -374,9 +375,37 @@ func TestKernelLab(t *testing.T) {
 		r.words(t, calls, func(v uint64) bool { return v >= 0xffff800000000000 && v&7 == 0 })
 	})
 
+	t.Run("iv", func(t *testing.T) {
+		// testdata/examples/getppid_latency.dpdf, as written for guests
+		r := runKernel(t, vm, "/root/getppid_latency.dpdf", work)
+		r.probe(t, 1, "kprobe", "active", calls)
+		r.probe(t, 2, "kretprobe", "active", calls)
+		if len(r.records) != calls {
+			t.Errorf("%d records, want %d", len(r.records), calls)
+		}
+		bad := 0
+		var sum uint64
+		for _, rec := range r.records {
+			w := recordWords(rec)
+			if rec.Minor != 2 || len(w) != 3 || w[0] != uint64(r.gpwork) || w[1] != uint64(r.gprobes) || w[2] == 0 || w[2] > 1e9 {
+				if bad++; bad <= 5 {
+					t.Errorf("record %+v: words %v; want pid %d, return %d, 0 < ns < 1e9", rec, w, r.gpwork, r.gprobes)
+				}
+			}
+			if len(w) == 3 {
+				sum += w[2]
+			}
+		}
+		t.Logf("getppid entry to return: %d ns a call on average in the TCG guest", sum/uint64(max(len(r.records), 1)))
+	})
+
 	// the daemon for what follows
 	daemonPid := strings.TrimSpace(mustGuest(t, vm, "gprobes daemon </dev/null >/tmp/daemon.log 2>&1 & echo $!; i=0; until [ -S /run/gprobes/gprobes.sock ]; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done"))
 	t.Logf("daemon pid %s", daemonPid)
+
+	t.Run("iv4", func(t *testing.T) {
+		testKernelLabIV(t, vm)
+	})
 
 	t.Run("modules", func(t *testing.T) {
 		testKernelLabModules(t, vm)
@@ -772,4 +801,72 @@ func rmd160Layout(t *testing.T) (size, bufOff uint64) {
 	}
 	t.Fatalf("struct rmd160_ctx has no buffer: %+v", st)
 	return 0, 0
+}
+
+// recordWords is a record's logged words.
+func recordWords(rec daemon.LogLine) []uint64 {
+	d, err := hex.DecodeString(rec.Data)
+	if err != nil {
+		return nil
+	}
+	var w []uint64
+	for len(d) >= 8 {
+		w = append(w, binary.LittleEndian.Uint64(d))
+		d = d[8:]
+	}
+	return w
+}
+
+// testKernelLabIV: instance variables with four processes calling getppid
+// at once, through the daemon (testdata/kernel/getppid_iv.dpdf): each
+// process's records are exactly its calls, each carries its own task's
+// instance, a positive latency and the return value (the shell that
+// started it).
+func testKernelLabIV(t *testing.T, vm *qemulab.VM) {
+	const n, procs = 500, 4
+	mustGuest(t, vm, "gprobes insert --target kernel /root/kernel/getppid_iv.dpdf")
+	defer guest(t, vm, "gprobes remove vmlinux")
+	out := mustGuest(t, vm, fmt.Sprintf("echo SH $$; for i in $(seq %d); do gpwork counts %d & done; wait", procs, n))
+	sh := regexp.MustCompile(`(?m)^SH (\d+)$`).FindStringSubmatch(out)
+	pids := map[int]int{}
+	for _, m := range gpworkPidRe.FindAllStringSubmatch(out, -1) {
+		p, _ := strconv.Atoi(m[1])
+		pids[p] = 0
+	}
+	if sh == nil || len(pids) != procs {
+		t.Fatalf("no shell pid or not %d gpwork pids:\n%s", procs, out)
+	}
+	shell, _ := strconv.ParseUint(sh[1], 10, 64)
+	q := queryDaemon(t, vm)
+	for _, p := range q {
+		if p.Module != "vmlinux" {
+			continue
+		}
+		want := map[uint16]string{1: "kprobe", 2: "kretprobe"}[p.Minor]
+		if p.State != "active" || !strings.HasPrefix(p.How, want) || p.Hits < procs*n || p.Missed != 0 || p.Faults != 0 {
+			t.Errorf("minor %d: %s (%s), how %s, hits %d, missed %d, faults %d; want active, %s, at least %d hits", p.Minor, p.State, p.Reason, p.How, p.Hits, p.Missed, p.Faults, want, procs*n)
+		}
+	}
+	bad := 0
+	for _, l := range strings.Split(mustGuest(t, vm, "gprobes log --json"), "\n") {
+		var rec daemon.LogLine
+		if json.Unmarshal([]byte(l), &rec) != nil || rec.Major != 4 {
+			continue
+		}
+		if _, ours := pids[rec.Pid]; !ours {
+			continue
+		}
+		pids[rec.Pid]++
+		w := recordWords(rec)
+		if rec.Kind != "log" || rec.Minor != 2 || len(w) != 3 || w[0] == 0 || w[0] > 1e9 || w[1] != 0 || w[2] != shell {
+			if bad++; bad <= 5 {
+				t.Errorf("record %+v: words %v; want 0 < ns < 1e9, 0 (its own task's instance), return %d", rec, w, shell)
+			}
+		}
+	}
+	for p, k := range pids {
+		if k != n {
+			t.Errorf("gpwork %d: %d records, want %d", p, k, n)
+		}
+	}
 }
