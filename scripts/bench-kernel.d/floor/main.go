@@ -27,9 +27,10 @@
 //	          bpf_get_current_pid_tgid, the pid filter (-pid), pid and tid
 //	          stored as two 8-byte words (what gprobes' "push pid; push
 //	          tid; log 2" logs), bpf_ringbuf_output of those 16 bytes;
-//	          wakeup as gprobes does by default (bpf_ringbuf_query, a
-//	          forced wakeup while 64 KiB or more wait, none below: see
-//	          -wakemode), the reader polling every 50 ms meanwhile
+//	          wakeup as gprobes does by default since 45d834c
+//	          (bpf_ringbuf_query, a forced wakeup at the commit that
+//	          brings 64 KiB, none otherwise: see -wakemode), the reader
+//	          polling every 50 ms meanwhile
 //	forkkill  signal:signal_generate and sched:sched_process_fork, the
 //	          paper's fork/kill program as testdata/examples/
 //	          fork_kill_tp.dpdf has it: the pid filter (-pid), one atomic
@@ -60,8 +61,9 @@
 //
 // -wakemode level|edge|never, -wakeup BYTES: when a commit wakes the
 // reader (log, forkkill): level forces a wakeup at every commit while
-// BYTES or more wait (gprobes' policy, bpf/compile.go tails), edge only at
-// the commit that brings them to BYTES, never at no commit (the reader
+// BYTES or more wait (gprobes' policy before 45d834c), edge only at the
+// commit that brings them to BYTES (gprobes' policy since, bpf/compile.go
+// tails: the default), never at no commit (the reader
 // polls every 50 ms; with -dpdf, gprobes' program with its threshold
 // patched out of reach). -readsleep D: the reader sleeps D each
 // time it finds the ring empty, as a reader that falls behind (descheduled,
@@ -113,11 +115,11 @@ var (
 	statsFlag = flag.Bool("stats", false, "print the programs' run counts and ns per run (BPF_ENABLE_STATS while the command runs)")
 	dumpFlag  = flag.Bool("dump", false, "print the programs and exit")
 	dpdfFlag  = flag.String("dpdf", "", "gprobes' programs for this DPDF's tracepoint probes instead of the floor's")
-	wakeMode  = flag.String("wakemode", "level", "level: force a wakeup at every commit while -wakeup bytes wait (gprobes' policy); edge: only at the commit that makes them reach -wakeup; never: no commit wakes the reader, it polls (with -dpdf: gprobes' threshold put out of reach)")
+	wakeMode  = flag.String("wakemode", "edge", "level: force a wakeup at every commit while -wakeup bytes wait (gprobes' policy before 45d834c); edge: only at the commit that makes them reach -wakeup (gprobes' policy since); never: no commit wakes the reader, it polls (with -dpdf: gprobes' threshold put out of reach)")
 	readSleep = flag.Duration("readsleep", 0, "the reader sleeps this long each time it finds the ring empty (a reader that falls behind)")
 	tpFlag    = flag.String("tp", "syscalls:sys_enter_getppid", "the tracepoint of -prog count and log, `GROUP:EVENT`")
 	jitedFlag = flag.String("jited", "", "write each program's machine code to `DIR`/NAME.bin, its address in NAME.addr (objdump -D -b binary -mi386:x86-64 --adjust-vma=ADDR)")
-	ringFlag  = flag.Int("ring", 1<<20, "ring buffer size, bytes")
+	ringFlag  = flag.Int("ring", 16<<20, "ring buffer size, bytes (gprobes' kernel target's default)")
 	wakeFlag  = flag.Int("wakeup", 64<<10, "bytes of records waiting before a commit wakes the reader (0: the kernel's default, a wakeup whenever the reader waits)")
 )
 
