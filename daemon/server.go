@@ -69,6 +69,9 @@ type Server struct {
 	// Limits bound requests, connections and stub connections; zero
 	// fields take the defaults of limits.go. Set before Listen.
 	Limits Limits
+	// Trust says which packs the daemon inserts (trust.go). Set before
+	// Listen.
+	Trust Trust
 
 	// mu guards targets and closing only: nothing slow (attaching,
 	// connecting to a stub, inserting) is done while holding it. Each
@@ -251,7 +254,10 @@ func (s *Server) Shutdown() error {
 type InsertRequest struct {
 	Target string `json:"target"` // pid:N, exec:PATH ARGS..., gdb:HOST:PORT
 	Mode   string `json:"mode"`   // "", "merge" or "replace"
-	PPDF   []byte `json:"ppdf"`   // the module, PPDF-encoded (base64 in JSON)
+	PPDF   []byte `json:"ppdf"`   // the module, PPDF-encoded (base64 in JSON): a pack of one build or several
+	// Signature is the pack's SSHSIG signature, armored (the PPDF's .sig
+	// file), when it has one.
+	Signature string `json:"signature,omitempty"`
 	// Symbols are files on the daemon's machine for a guest kernel
 	// (System.map, kallsyms copy, vmlinux with BTF or DWARF).
 	Symbols []string `json:"symbols,omitempty"`
@@ -292,10 +298,20 @@ func (s *Server) handleInsert(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, code, err)
 		return
 	}
-	m, err := ppdf.Decode(req.PPDF)
+	// the signature first: nothing of a stranger's pack is decoded, and
+	// no target opened, before it is verified
+	if _, code, err := s.Trust.verify(req.PPDF, req.Signature); err != nil {
+		writeErr(w, code, err)
+		return
+	}
+	builds, err := ppdf.DecodePack(req.PPDF)
 	req.PPDF = nil // the module is decoded: let the GC have the bytes
 	if err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("insert: %w", err))
+		return
+	}
+	if err := s.Trust.readOnly(builds); err != nil {
+		writeErr(w, http.StatusForbidden, err)
 		return
 	}
 	mode := engine.InsertNew
@@ -309,7 +325,7 @@ func (s *Server) handleInsert(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("insert: mode %q: merge or replace", req.Mode))
 		return
 	}
-	resp, code, err := s.Insert(req.Target, m, mode, TargetOptions{Symbols: req.Symbols, KASLROffset: req.KASLROffset})
+	resp, code, err := s.InsertPack(req.Target, builds, mode, TargetOptions{Symbols: req.Symbols, KASLROffset: req.KASLROffset})
 	if err != nil {
 		writeErr(w, code, err)
 		return
@@ -327,6 +343,13 @@ type TargetOptions struct {
 }
 
 func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
+	return s.InsertPack(spec, []*rpn.Module{m}, mode, topts)
+}
+
+// InsertPack is Insert of the builds of a pack: the target takes the one
+// of the build it runs (engine.InsertPack).
+func (s *Server) InsertPack(spec string, builds []*rpn.Module, mode engine.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
+	m := builds[0]
 	t, code, err := s.target(spec, topts)
 	if err != nil {
 		return nil, code, err
@@ -339,7 +362,7 @@ func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode, topt
 	if mode == engine.InsertNew && contains(t.eng.Modules(), m.Name) {
 		return nil, http.StatusConflict, fmt.Errorf("insert %s: %w in %s: use --merge to add these probes to it, or --replace to replace it", m.Name, engine.ErrModuleIn, t.name)
 	}
-	probes, err := t.eng.Insert(m, mode)
+	probes, err := engine.InsertPack(t.eng, builds, mode)
 	if err != nil {
 		code := http.StatusBadRequest
 		if errors.Is(err, engine.ErrModuleIn) {

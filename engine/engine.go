@@ -500,6 +500,10 @@ type ProbeInfo struct {
 	// pad's ring was full)
 	Lost   uint64 `json:"lost,omitempty"`
 	Spaces int    `json:"spaces"` // address spaces it is inserted in
+	// Writes says what the probe's program writes in its target:
+	// "registers", "user registers", "memory", "port IO" (rpn.WriteKinds);
+	// "" when it only reads
+	Writes string `json:"writes,omitempty"`
 }
 
 // Query lists every probe of every module, in insertion order.

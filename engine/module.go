@@ -51,7 +51,7 @@ func (p *probe) info() ProbeInfo {
 	d := p.def()
 	info := ProbeInfo{Module: p.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: ProbeKindName(d), Address: p.addr, State: p.state,
 		Reason: p.reason, How: p.how, Hits: p.st.Hits, Skipped: p.st.Skipped, Faults: p.st.Faults, Lost: p.lost, Spaces: len(p.in),
-		Missed: p.missed, Dropped: p.dropped}
+		Missed: p.missed, Dropped: p.dropped, Writes: rpn.WriteKinds(rpn.ProbeWrites(p.src, p.idx))}
 	p.disabledInfo(&info) // max hits or rem, or switched off (switch.go)
 	return info
 }

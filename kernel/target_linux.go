@@ -510,7 +510,8 @@ func (t *Target) info(p *probe) engine.ProbeInfo {
 	d := p.def()
 	c, _ := t.counters(p)
 	info := engine.ProbeInfo{Module: p.s.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: engine.ProbeKindName(d), Address: p.addr, State: p.state,
-		Reason: p.reason, How: p.how, Hits: c.Hits, Skipped: c.Skipped, Faults: c.Faults, Missed: c.Missed, Lost: c.Lost, Spaces: boolInt(p.link != nil)}
+		Reason: p.reason, How: p.how, Hits: c.Hits, Skipped: c.Skipped, Faults: c.Faults, Missed: c.Missed, Lost: c.Lost, Spaces: boolInt(p.link != nil),
+		Writes: rpn.WriteKinds(rpn.ProbeWrites(p.s.src, p.idx))}
 	t.disabledInfo(p, c, &info) // max hits or rem, or switched off
 	return info
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/packsign"
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
@@ -42,10 +44,14 @@ var _ rpn.Resolver = resolver{}
 
 // loaded is a module read from a DPDF or a PPDF.
 type loaded struct {
-	mod  *rpn.Module
-	prog *rpn.Program
-	deps []string // files read, for make
-	ppdf bool
+	mod    *rpn.Module
+	prog   *rpn.Program
+	builds []*rpn.Module // a PPDF's builds (mod is the first); [mod] for a DPDF
+	deps   []string      // files read, for make
+	ppdf   bool
+	raw    []byte // a PPDF's bytes, as read: what its signature is over
+	sig    []byte // its signature (PPDF.sig, or --signature), nil if none
+	signer string // who signed it, when verified (trust.go)
 }
 
 // loadSymbols opens every --symbols file.
@@ -75,29 +81,50 @@ func isPPDF(data []byte) bool {
 		bytes.HasPrefix(data, []byte("\x89PPDF"))
 }
 
-// load reads a DPDF (compiling it) or a PPDF (verifying it).
+// load reads a DPDF (compiling it) or a PPDF (verifying it: its
+// signature first when the command was given --allowed-signers, then its
+// structure and bytecode).
 func load(c *cli.Context, path string) (*loaded, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, cli.Exit(err.Error(), 1)
 	}
 	if isPPDF(data) {
+		sig, signer, err := verifyPack(c, path, data) // trust.go
+		if err != nil {
+			return nil, err
+		}
 		// a PPDF is a stranger's file: its text reaches the terminal
 		// escaped
-		m, err := ppdf.Decode(data)
+		builds, err := ppdf.DecodePack(data)
 		if err != nil {
 			return nil, cli.Exit(dpdf.Escape(fmt.Sprintf("%s: %v", path, err)), 1)
 		}
-		prog, err := rpn.Load(m)
-		if err != nil {
-			return nil, cli.Exit(dpdf.Escape(fmt.Sprintf("%s: %v", path, err)), 1)
+		var prog *rpn.Program
+		for _, m := range builds {
+			p, err := rpn.Load(m)
+			if err != nil {
+				return nil, cli.Exit(dpdf.Escape(fmt.Sprintf("%s: build %s: %v", path, ppdf.BuildIDString(m.BuildID), err)), 1)
+			}
+			if prog == nil {
+				prog = p
+			}
 		}
-		return &loaded{mod: m, prog: prog, deps: []string{path}, ppdf: true}, nil
+		return &loaded{mod: builds[0], prog: prog, builds: builds, deps: []string{path}, ppdf: true, raw: data, sig: sig, signer: signer}, nil
+	}
+	if err := refuseUnsigned(c, path); err != nil { // trust.go
+		return nil, err
 	}
 	set, err := loadSymbols(c)
 	if err != nil {
 		return nil, cli.Exit(err.Error(), 1)
 	}
+	return compileSource(c, path, set)
+}
+
+// compileSource compiles the DPDF at path against the symbols of set (nil:
+// none).
+func compileSource(c *cli.Context, path string, set *symbols.Set) (*loaded, error) {
 	opts := dpdf.Options{Defines: c.StringSlice("D"), Includes: c.StringSlice("I"), CPP: c.String("cpp")}
 	f, err := dpdf.Parse(path, opts)
 	if f == nil {
@@ -117,7 +144,7 @@ func load(c *cli.Context, path string) (*loaded, error) {
 	if set != nil {
 		deps = append(deps, set.Files()...)
 	}
-	return &loaded{mod: m, prog: prog, deps: deps}, nil
+	return &loaded{mod: m, prog: prog, builds: []*rpn.Module{m}, deps: deps}, nil
 }
 
 // reportErrors prints every positioned error with its source line and
@@ -134,9 +161,9 @@ func reportErrors(c *cli.Context, err error) error {
 func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "check",
-		Usage:     "parse and verify DPDF files; print every error as file:line:col: message",
-		ArgsUsage: "FILE.dpdf...",
-		Flags:     sourceFlags(),
+		Usage:     "parse and verify DPDF files (or PPDF packs); print every error as file:line:col: message, and what a module writes in its target",
+		ArgsUsage: "FILE.dpdf|FILE.ppdf...",
+		Flags:     append(sourceFlags(), trustFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
 				return cli.Exit("check: name a DPDF file", 2)
@@ -167,7 +194,14 @@ func checkCommand() *cli.Command {
 				if unresolved > 0 {
 					fmt.Fprintf(c.App.Writer, ", %s left for insert-time resolution", plural(unresolved, "symbolic value"))
 				}
+				if len(l.builds) > 1 {
+					fmt.Fprintf(c.App.Writer, ", %d builds (%s)", len(l.builds), ppdf.BuildList(l.builds))
+				}
 				fmt.Fprintln(c.App.Writer)
+				if l.signer != "" {
+					fmt.Fprintf(c.App.Writer, "%s: signed by %s\n", path, dpdf.Escape(l.signer))
+				}
+				printWrites(c.App.Writer, path, l.mod)
 			}
 			if failed {
 				return cli.Exit("", 1)
@@ -180,12 +214,21 @@ func checkCommand() *cli.Command {
 func buildCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "build",
-		Usage:     "pre-build a DPDF into a binary PPDF pack (byte-identical output for identical input)",
+		Usage:     "pre-build a DPDF into a binary PPDF pack (byte-identical output for identical input), for one build or several, signed or not",
 		ArgsUsage: "FILE.dpdf",
+		Description: `The pack is bound to the build of the probed module: the build ID of the --symbols files
+(an ELF file's, or a copy of the kernel's /sys/kernel/notes), checked where it is inserted.
+Each --for is one build of the module (a kernel, a library, a kernel module): its symbol files,
+comma-separated; the pack holds the module compiled for each, and insert takes the build the
+target runs. --sign KEY signs the pack with an SSH key (SSHSIG, namespace gprobes) into
+OUT.sig, which ssh-keygen -Y verify -n gprobes checks and insert --allowed-signers verifies.
+docs/ppdf.md, "Packs for customers".`,
 		Flags: append(sourceFlags(),
 			&cli.StringFlag{Name: "o", Usage: "write the PPDF to `OUT` (default: FILE.ppdf)"},
 			&cli.BoolFlag{Name: "MD", Usage: "also write a make dependency file OUT.d, as gcc -MD does"},
 			&cli.StringFlag{Name: "MF", Usage: "write the dependency file to `FILE` (implies -MD)"},
+			&cli.StringSliceFlag{Name: "for", Usage: "one build the pack is for: its symbol `FILE[,FILE...]` (repeatable, one a build; --symbols files are added to each)"},
+			&cli.StringFlag{Name: "sign", Usage: "sign the pack with the SSH private `KEY` (or a public key whose private key ssh-agent holds; an encrypted key's passphrase in $GPROBES_SIGN_PASSPHRASE) into OUT.sig"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -196,28 +239,108 @@ func buildCommand() *cli.Command {
 			if out == "" {
 				out = strings.TrimSuffix(in, filepath.Ext(in)) + ".ppdf"
 			}
-			l, err := load(c, in)
+			builds, deps, err := buildModules(c, in)
 			if err != nil {
 				return err
 			}
-			if l.ppdf {
-				return cli.Exit(fmt.Sprintf("build: %s is already a PPDF", in), 1)
+			data, err := ppdf.EncodePack(builds)
+			if err != nil {
+				return cli.Exit(fmt.Sprintf("build %s: %v", out, err), 1)
 			}
-			if err := ppdf.WriteFile(out, l.mod); err != nil {
-				return cli.Exit(err.Error(), 1)
+			var sig []byte
+			if key := c.String("sign"); key != "" {
+				if sig, err = packsign.Sign(data, key); err != nil {
+					return cli.Exit("build: "+err.Error(), 1)
+				}
+				deps = append(deps, key)
+			}
+			if err := ppdf.WriteAtomic(out, data); err != nil {
+				return cli.Exit(fmt.Sprintf("write %s: %v", out, err), 1)
+			}
+			if sig != nil {
+				if err := ppdf.WriteAtomic(out+packsign.SigSuffix, sig); err != nil {
+					return cli.Exit(fmt.Sprintf("write %s: %v", out+packsign.SigSuffix, err), 1)
+				}
 			}
 			if c.Bool("MD") || c.String("MF") != "" {
 				depfile := c.String("MF")
 				if depfile == "" {
 					depfile = strings.TrimSuffix(out, filepath.Ext(out)) + ".d"
 				}
-				if err := writeDepfile(depfile, out, l.deps); err != nil {
+				if err := writeDepfile(depfile, out, deps); err != nil {
 					return cli.Exit(err.Error(), 1)
 				}
 			}
-			fmt.Fprintf(c.App.Writer, "%s: module %q, %s, %d bytes of bytecode\n", out, l.mod.Name, plural(len(l.mod.Probes), "probe"), len(l.mod.Code))
+			m := builds[0]
+			fmt.Fprintf(c.App.Writer, "%s: module %q, %s, %d bytes of bytecode", out, m.Name, plural(len(m.Probes), "probe"), len(m.Code))
+			if len(builds) > 1 {
+				fmt.Fprintf(c.App.Writer, ", %d builds (%s)", len(builds), ppdf.BuildList(builds))
+			} else if len(m.BuildID) > 0 {
+				fmt.Fprintf(c.App.Writer, ", build %s", ppdf.BuildIDString(m.BuildID))
+			}
+			if sig != nil {
+				fmt.Fprintf(c.App.Writer, ", signed into %s", out+packsign.SigSuffix)
+			}
+			fmt.Fprintln(c.App.Writer)
+			printWrites(c.App.Writer, out, m)
 			return nil
 		},
+	}
+}
+
+// buildModules compiles the DPDF for each --for build, or once against
+// --symbols, and returns the builds and every file read.
+func buildModules(c *cli.Context, in string) ([]*rpn.Module, []string, error) {
+	if data, err := os.ReadFile(in); err == nil && isPPDF(data) {
+		return nil, nil, cli.Exit(fmt.Sprintf("build: %s is already a PPDF", in), 1)
+	}
+	fors := c.StringSlice("for")
+	if len(fors) == 0 {
+		l, err := load(c, in)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []*rpn.Module{l.mod}, l.deps, nil
+	}
+	var builds []*rpn.Module
+	var deps []string
+	seen := map[string]string{}
+	for _, f := range fors {
+		set := symbols.NewSet()
+		for _, p := range append(strings.Split(f, ","), c.StringSlice("symbols")...) {
+			if p == "" {
+				continue
+			}
+			t, err := symbols.Open(p)
+			if err != nil {
+				return nil, nil, cli.Exit(fmt.Sprintf("build: --for %s: %v", f, err), 1)
+			}
+			set.Add(t)
+		}
+		id := set.BuildID()
+		if len(fors) > 1 && len(id) == 0 {
+			return nil, nil, cli.Exit(fmt.Sprintf("build: --for %s: no build ID in these files: the builds of a pack are told apart by build ID (give the ELF file, or a copy of the kernel's /sys/kernel/notes)", f), 1)
+		}
+		if other, ok := seen[string(id)]; ok {
+			return nil, nil, cli.Exit(fmt.Sprintf("build: --for %s and --for %s are the same build (%s): give each build once", other, f, ppdf.BuildIDString(id)), 1)
+		}
+		seen[string(id)] = f
+		l, err := compileSource(c, in, set)
+		if err != nil {
+			return nil, nil, err
+		}
+		builds = append(builds, l.mod)
+		deps = append(deps, l.deps...)
+	}
+	return builds, deps, nil
+}
+
+// printWrites says what a module writes in its target, when it writes:
+// one line naming each kind of write and where it is first. A module that
+// only reads gets no line.
+func printWrites(w io.Writer, name string, m *rpn.Module) {
+	if s := rpn.WritesSummary(rpn.Writes(m)); s != "" {
+		fmt.Fprintf(w, "%s: module %q writes its target: %s\n", name, dpdf.Escape(m.Name), dpdf.Escape(s))
 	}
 }
 
@@ -268,9 +391,9 @@ func makeEscape(s string) string {
 func disasmCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "disasm",
-		Usage:     "list the bytecode of a DPDF or PPDF with the DPDF line of each instruction",
+		Usage:     "list the bytecode of a DPDF or PPDF with the DPDF line of each instruction, and what it writes in its target",
 		ArgsUsage: "FILE.dpdf|FILE.ppdf",
-		Flags:     sourceFlags(),
+		Flags:     append(sourceFlags(), trustFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return cli.Exit("disasm: name one DPDF or PPDF file", 2)
@@ -279,7 +402,18 @@ func disasmCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rpn.Disasm(c.App.Writer, l.mod)
+			if s := rpn.WritesSummary(rpn.Writes(l.mod)); s != "" {
+				fmt.Fprintf(c.App.Writer, "; writes its target: %s\n", dpdf.Escape(s))
+			}
+			if len(l.builds) > 1 {
+				fmt.Fprintf(c.App.Writer, "; a pack of %d builds: %s\n", len(l.builds), ppdf.BuildList(l.builds))
+			}
+			for i, b := range l.builds {
+				if i > 0 {
+					fmt.Fprintln(c.App.Writer)
+				}
+				rpn.Disasm(c.App.Writer, b)
+			}
 			return nil
 		},
 	}

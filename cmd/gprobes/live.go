@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gprobes/gprobes/daemon"
+	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/pad"
 	"github.com/gprobes/gprobes/ppdf"
@@ -68,6 +69,10 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			routeFlag(), ringFlag(),
 			&cli.StringFlag{Name: "max-module", Value: "64MiB", Usage: "refuse to insert a module (PPDF) larger than `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB; at most 4GiB)"},
 			&cli.DurationFlag{Name: "stub-timeout", Value: 30 * time.Second, Usage: "give up on a GDB stub that does not answer within `DURATION`: connecting, the handshake, each reply"},
+			&cli.BoolFlag{Name: "require-signed", Usage: "insert only PPDF packs signed by a key of --allowed-signers, verified before the target is opened: unsigned, tampered and unknown-signer packs (and DPDF source) are refused with the reason"},
+			&cli.StringFlag{Name: "allowed-signers", Usage: "the allowed_signers `FILE` (ssh-keygen's format) signed packs are verified against, read again at each insert; with it, a signed pack is verified even without --require-signed"},
+			&cli.StringFlag{Name: "revoked-keys", Usage: "refuse signatures by the public keys listed in `FILE` (one a line), read again at each insert"},
+			&cli.BoolFlag{Name: "read-only", Usage: "refuse modules that write their target's registers, memory or IO ports (pop r, pop u, pop mrf, pop io)"},
 		}, exporterFlags()...),
 		Action: func(c *cli.Context) error {
 			state := c.String("state")
@@ -92,12 +97,24 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 			if err != nil {
 				return err
 			}
+			trust := daemon.Trust{RequireSigned: c.Bool("require-signed"), AllowedSigners: c.String("allowed-signers"), RevokedKeys: c.String("revoked-keys"), ReadOnly: c.Bool("read-only")}
+			if trust.RequireSigned && trust.AllowedSigners == "" {
+				return cli.Exit("daemon: --require-signed needs --allowed-signers FILE: who may sign", 2)
+			}
+			if trust.AllowedSigners != "" {
+				// read now, so that a mistake shows at start; read again
+				// at each insert, so that an edit (a key revoked) counts
+				if _, err := policy(trust.AllowedSigners, trust.RevokedKeys); err != nil {
+					return cli.Exit("daemon: "+err.Error(), 2)
+				}
+			}
 			srv, err := daemon.New(socketOf(c), state, daemon.LogOptions{MaxSize: maxSize, Keep: c.Int("log-keep"),
 				Warn: func(msg string) { fmt.Fprintln(c.App.ErrWriter, "gprobes daemon:", msg) }})
 			if err != nil {
 				return cli.Exit(err.Error(), 1)
 			}
 			srv.Limits = daemon.Limits{MaxModule: maxModule, StubTimeout: c.Duration("stub-timeout"), Route: route, RingSize: ring, KernelRingSize: kernelRing(c, ring)}
+			srv.Trust = trust
 			if err := startExporters(c, srv); err != nil { // exporters.go
 				return err
 			}
@@ -164,7 +181,7 @@ func insertCommand() *cli.Command {
 		Name:      "insert",
 		Usage:     "insert a module's probes into a target (pid:N, exec:PATH ARGS, gdb:HOST:PORT, xen:DOMID)",
 		ArgsUsage: "FILE.dpdf|FILE.ppdf",
-		Flags: append(sourceFlags(), socketFlag(),
+		Flags: append(append(sourceFlags(), trustFlags()...), socketFlag(),
 			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach), exec:PATH ARGS (start it), gdb:HOST:PORT (a guest kernel through its GDB stub), xen:DOMID (a Xen PV domain's kernel, from dom0) or kernel (this machine's kernel, through eBPF)", Required: true},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "the guest kernel's KASLR slide, `OFFSET` (default: found from linux_banner)"},
 			&cli.BoolFlag{Name: "merge", Usage: "add the probes to the module of that name already in"},
@@ -182,9 +199,16 @@ func insertCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			pack, err := ppdf.Encode(l.mod)
-			if err != nil {
-				return cli.Exit(err.Error(), 1)
+			// a PPDF goes as it is, with its signature, for the daemon
+			// to verify for itself; a DPDF compiled here, unsigned
+			pack, sig := l.raw, string(l.sig)
+			if !l.ppdf {
+				if pack, err = ppdf.Encode(l.mod); err != nil {
+					return cli.Exit(err.Error(), 1)
+				}
+			}
+			if l.signer != "" {
+				fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: signed by %s\n", c.Args().First(), dpdf.Escape(l.signer))
 			}
 			mode := ""
 			if c.Bool("merge") {
@@ -192,7 +216,7 @@ func insertCommand() *cli.Command {
 			} else if c.Bool("replace") {
 				mode = "replace"
 			}
-			req := daemon.InsertRequest{Target: c.String("target"), Mode: mode, PPDF: pack}
+			req := daemon.InsertRequest{Target: c.String("target"), Mode: mode, PPDF: pack, Signature: sig}
 			for _, p := range c.StringSlice("symbols") {
 				abs, err := filepath.Abs(p)
 				if err != nil {
@@ -246,6 +270,12 @@ func printProbes(w io.Writer, probes []daemon.TargetProbe) {
 			p.State, dash(p.How), p.Hits, p.Skipped, p.Faults, p.Missed, p.Dropped, p.Lost, p.Reason)
 	}
 	tw.Flush()
+	// what the probes write in their targets, said plainly (SPEC §8)
+	for _, p := range probes {
+		if p.Writes != "" {
+			fmt.Fprintf(w, "writes: %s %s minor %d %s: %s\n", p.Target, p.Module, p.Minor, p.Location, p.Writes)
+		}
+	}
 }
 
 func dash(s string) string {
@@ -419,7 +449,7 @@ func runCommand() *cli.Command {
 		Name:      "run",
 		Usage:     "one shot, no daemon: start COMMAND (or attach to --target), insert FILE, print records as they commit, then the variables and probes",
 		ArgsUsage: "FILE -- COMMAND [ARGS...]",
-		Flags: append(sourceFlags(),
+		Flags: append(append(sourceFlags(), trustFlags()...),
 			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command; or kernel, this machine's kernel through eBPF: with -- COMMAND, only COMMAND's process is probed, and run ends when it exits"},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
@@ -442,12 +472,16 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return runOnce(c, l.mod, command)
+			if l.signer != "" {
+				fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: signed by %s\n", file, dpdf.Escape(l.signer))
+			}
+			return runOnce(c, l.builds, command)
 		},
 	}
 }
 
-func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
+func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
+	mod := builds[0]
 	target := c.String("target")
 	spec := targets.ExecArgv(command)
 	if target != "" {
@@ -555,7 +589,7 @@ func runOnce(c *cli.Context, mod *rpn.Module, command []string) error {
 	if trace != nil {
 		trace.setTarget(label)
 	}
-	probes, err := eng.Insert(mod, engine.InsertNew)
+	probes, err := engine.InsertPack(eng, builds, engine.InsertNew)
 	if err != nil {
 		eng.Close()
 		if held != nil {
