@@ -12,6 +12,7 @@ package qemu
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -480,4 +481,38 @@ func Symbol(name string) (uint64, error) {
 		return 0, fmt.Errorf("qemulab: %s not in System.map", name)
 	}
 	return a, nil
+}
+
+var lines struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// LineVmlinux returns the guest kernel's vmlinux with its DWARF line
+// tables (dbg-vmlinux.sh: from Debian's linux-image-KVER-dbg, reduced to
+// the symbol table and what line lookups read, 230 MB; cached beside the
+// lab's kernel). It downloads about 860 MB the first time.
+func LineVmlinux() (string, error) {
+	lines.once.Do(func() {
+		dir, err := Artifacts()
+		if err != nil {
+			lines.err = err
+			return
+		}
+		var out, errb bytes.Buffer
+		c := exec.Command("bash", filepath.Join(SourceDir(), "dbg-vmlinux.sh"), dir)
+		c.Stdout, c.Stderr = &out, &errb
+		if err := c.Run(); err != nil {
+			lines.err = fmt.Errorf("qemulab: dbg-vmlinux.sh: %v\n%s", err, labkit.Tail(errb.String(), 20))
+			return
+		}
+		f := strings.Fields(out.String())
+		if len(f) == 0 {
+			lines.err = fmt.Errorf("qemulab: dbg-vmlinux.sh printed no file\n%s", labkit.Tail(errb.String(), 20))
+			return
+		}
+		lines.path = f[len(f)-1]
+	})
+	return lines.path, lines.err
 }
