@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/symbols"
 )
 
 const packExample = "../../testdata/examples/pack"
@@ -250,5 +252,51 @@ func TestWritesShown(t *testing.T) {
 	}
 	if j := mustRun(t, "query", "--socket", sock, "--all", "--json"); !strings.Contains(j, `"writes":"registers"`) {
 		t.Errorf("query --json:\n%s", j)
+	}
+}
+
+// TestPackRunningKernel (issue 15.1, 15.2): on the kernel target a pack is
+// bound to the running kernel's build ID (/sys/kernel/notes): one built
+// for it (its symbols a copy of the notes) goes in, one built for another
+// kernel is refused naming both IDs, and a pack of both builds takes this
+// kernel's.
+func TestPackRunningKernel(t *testing.T) {
+	needKernelBPF(t)
+	notes, err := os.ReadFile("/sys/kernel/notes")
+	id := symbols.NotesBuildID(notes)
+	if err != nil || id == nil {
+		testkit.SkipOrFail(t, "this kernel shows no build ID in /sys/kernel/notes: %v", err)
+	}
+	dir := t.TempDir()
+	real := filepath.Join(dir, "notes-this")
+	os.WriteFile(real, notes, 0o644)
+	fakeID := bytes.Clone(id)
+	fakeID[0] ^= 0xff
+	other := filepath.Join(dir, "notes-other")
+	os.WriteFile(other, bytes.Replace(notes, id, fakeID, 1), 0o644)
+	src := filepath.Join(dir, "k.dpdf")
+	os.WriteFile(src, []byte("name = vmlinux\nmodtype = kernel\nvars = 1\ntracepoint = syscalls:sys_enter_getppid\ninc lv,0\nexit 0\n"), 0o644)
+	this, wrong, both := filepath.Join(dir, "this.ppdf"), filepath.Join(dir, "other.ppdf"), filepath.Join(dir, "both.ppdf")
+	mustRun(t, "build", src, "--symbols", real, "-o", this)
+	mustRun(t, "build", src, "--symbols", other, "-o", wrong)
+	if o := mustRun(t, "build", src, "--for", real, "--for", other, "-o", both); !strings.Contains(o, "2 builds") {
+		t.Fatalf("build: %s", o)
+	}
+	runKernel := func(pack string) (string, string) {
+		o, e, code := gprobes(t, "run", "--target", "kernel", pack, "--", "/bin/true")
+		if code != 0 {
+			t.Fatalf("run %s: exit %d\n%s%s", pack, code, o, e)
+		}
+		return o, e
+	}
+	for _, pack := range []string{this, both} {
+		if o, e := runKernel(pack); !strings.Contains(o, " active ") && !strings.Contains(o, " gone ") || strings.Contains(o+e, "refused") {
+			t.Errorf("%s: the probe did not go in:\n%s%s", filepath.Base(pack), o, e)
+		}
+	}
+	o, e := runKernel(wrong)
+	want := fmt.Sprintf("has build ID %x, the pack was built for %x", id, fakeID)
+	if !strings.Contains(e, "refused") || !strings.Contains(e, "the running kernel") || !strings.Contains(e, want) {
+		t.Errorf("a pack for another kernel: want %q:\n%s%s", want, o, e)
 	}
 }
