@@ -227,7 +227,7 @@ docs/ppdf.md, "Packs for customers".`,
 			&cli.StringFlag{Name: "o", Usage: "write the PPDF to `OUT` (default: FILE.ppdf)"},
 			&cli.BoolFlag{Name: "MD", Usage: "also write a make dependency file OUT.d, as gcc -MD does"},
 			&cli.StringFlag{Name: "MF", Usage: "write the dependency file to `FILE` (implies -MD)"},
-			&cli.StringSliceFlag{Name: "for", Usage: "one build the pack is for: its symbol `FILE[,FILE...]` (repeatable, one a build; --symbols files are added to each)"},
+			&cli.GenericFlag{Name: "for", Value: &buildList{}, Usage: "one build the pack is for: its symbol `FILE[,FILE...]` (repeatable, one a build; --symbols files are added to each)"},
 			&cli.StringFlag{Name: "sign", Usage: "sign the pack with the SSH private `KEY` (or a public key whose private key ssh-agent holds; an encrypted key's passphrase in $GPROBES_SIGN_PASSPHRASE) into OUT.sig"},
 		),
 		Action: func(c *cli.Context) error {
@@ -294,7 +294,10 @@ func buildModules(c *cli.Context, in string) ([]*rpn.Module, []string, error) {
 	if data, err := os.ReadFile(in); err == nil && isPPDF(data) {
 		return nil, nil, cli.Exit(fmt.Sprintf("build: %s is already a PPDF", in), 1)
 	}
-	fors := c.StringSlice("for")
+	var fors []string
+	if b, ok := c.Generic("for").(*buildList); ok {
+		fors = *b
+	}
 	if len(fors) == 0 {
 		l, err := load(c, in)
 		if err != nil {
@@ -334,6 +337,13 @@ func buildModules(c *cli.Context, in string) ([]*rpn.Module, []string, error) {
 	}
 	return builds, deps, nil
 }
+
+// buildList is --for: each value one build, its files comma-separated
+// (a StringSliceFlag would split them into builds of their own).
+type buildList []string
+
+func (b *buildList) Set(v string) error { *b = append(*b, v); return nil }
+func (b *buildList) String() string     { return strings.Join(*b, " ") }
 
 // printWrites says what a module writes in its target, when it writes:
 // one line naming each kind of write and where it is first. A module that
