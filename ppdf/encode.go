@@ -1,11 +1,19 @@
 package ppdf
 
-// The PPDF file format, version 4. docs/ppdf.md is the same specification
-// for users and third-party tools, with a hex dump of a small file. Decode
-// also reads versions 2 (MinVersion) and 3, whose differences are marked
-// "v3" and "v4" below: version 3 has no watch probe kind, no disabled flag
-// and no watch length and mode; version 2 also has no probe kind, no
-// maxactive and no fields section, and its location kinds stop at 2.
+// The PPDF file format, versions 4 and 5. docs/ppdf.md is the same
+// specification for users and third-party tools, with a hex dump of a
+// small file. Decode also reads versions 2 (MinVersion) and 3, whose
+// differences are marked "v3" and "v4" below: version 3 has no watch probe
+// kind, no disabled flag and no watch length and mode; version 2 also has
+// no probe kind, no maxactive and no fields section, and its location kinds
+// stop at 2.
+//
+// Version 5 is a pack of several builds (pack.go): after the file length,
+// two or more build sections, tag 0x10, each payload the eight required
+// sections below for one build exactly as version 4 has them, sorted by
+// build ID (distinct, non-empty), the builds one DPDF's (validatePack);
+// then optional sections and the checksum. A pack of one build is written
+// as version 4 (ModuleVersion).
 //
 // All integers are little-endian and fixed width: u8, u16, u32, u64. A str
 // is a u32 byte count followed by that many bytes (no terminator, no

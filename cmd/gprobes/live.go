@@ -57,6 +57,10 @@ off the probes' path; what it could not send is counted (gprobes status). Promet
 at GET /metrics on the socket, and on a TCP port with --metrics. Under systemd the daemon takes
 its socket from gprobes.socket (socket activation): README.md, "As a service".
 
+--require-signed --allowed-signers FILE inserts only packs signed by a key FILE allows (SSHSIG,
+namespace gprobes, the PPDF's .sig), verified before the pack is decoded or the target opened;
+--read-only refuses modules that write their target. docs/ppdf.md, "Packs for customers".
+
 Each target is opened and changed under its own lock: a target that is slow or stuck (a GDB
 stub that never answers, given up after --stub-timeout) holds up no other. Request bodies,
 headers, connections and their durations are bounded (docs/api.md, "Limits"). --socket must be
