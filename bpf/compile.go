@@ -220,6 +220,7 @@ type compiler struct {
 	countJumps                 bool // straight mode: the jump budget is checked at run time
 	needScratch, usesTS        bool
 	usesIV                     bool           // push iv or pop iv
+	ctxLog                     map[int]*Field // log mrf of a constant length of a tracepoint\'s array field: copied from the context (ctxlog.go)
 	usesIDs                    bool           // push pid or push tid: bpf_get_current_pid_tgid once, in the header
 	regs                       []rpn.Reg      // ctx registers push r reads, canonical
 	fields                     []*Field       // tracepoint fields push field reads, copied at the hit
@@ -280,6 +281,7 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 		return nil, err
 	}
 	c.analyze()
+	c.findCtxLogs()
 	c.names = listing(p, pi)
 	c.labels = make([]label, c.n)
 	for i := range c.labels {
@@ -894,6 +896,9 @@ func (c *compiler) mainFunc() {
 	c.funcStart(progName(c.o), btf.GlobalFunc, []btf.FuncParam{{Name: "ctx", Type: typPtr}})
 	a.note("prologue")
 	c.emit(asm.Mov.Reg(rJumps, asm.R1)) // the context, until the registers are copied
+	if len(c.ctxLog) > 0 {
+		c.emit(asm.StoreMem(asm.R10, fpCtx, asm.R1, asm.DWord)) // for log mrf of a field (ctxlog.go)
+	}
 
 	// a hit of another process or thread is not a hit of this probe
 	if c.o.PID != 0 || c.o.TID != 0 {
@@ -1457,7 +1462,11 @@ func (c *compiler) insnBody(i int) {
 	case rpn.OpLogStr:
 		c.logStr(i)
 	case rpn.OpLogMrf:
-		c.logMrf(i)
+		if fd := c.ctxLog[i]; fd != nil {
+			c.logCtx(fd, int(c.insn(i-2).Imm))
+		} else {
+			c.logMrf(i)
+		}
 	case rpn.OpLogLV, rpn.OpLogGV:
 		n := int(in.C)
 		c.varsBase(r2, in.Op == rpn.OpLogGV, int(in.B)*8)

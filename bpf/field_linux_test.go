@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/gprobes/gprobes/bpf"
@@ -332,4 +333,68 @@ func mustRead(t testing.TB, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// log mrf of an array field right after its push field and a constant
+// length is copied from the context (ctxlog.go), not read through
+// bpf_probe_read_kernel; the same bytes either way, the log cut at
+// logmax alike. The helper is there when the log mrf is a jump target.
+func TestFieldArrayFromContext(t *testing.T) {
+	needBPF(t)
+	f := format(t, "sched", "sched_switch")
+	for _, c := range []struct {
+		name, src string
+		helper    bool
+		n         int // bytes of the comm logged
+		truncated bool
+	}{
+		{"context", "push d,16\npush field,prev_comm\nlog mrf\nexit 1", false, 16, false},
+		{"jump target", "push d,16\npush field,prev_comm\njmp l\nl: log mrf\nexit 1", true, 16, false},
+		{"cut at logmax", "logmax = 12\npush d,8\nlog 1\npush d,16\npush field,prev_comm\nlog mrf\nexit 1", false, 4, true},
+		{"part of it", "push d,5\npush field,prev_comm\nlog mrf\nexit 1", false, 5, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			tid := unix.Gettid()
+			comm, err := os.ReadFile("/proc/thread-self/comm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]byte, 16)
+			copy(want, strings.TrimSpace(string(comm)))
+			p := compileProbe(t, "tracepoint = sched:sched_switch\n"+c.src)
+			prog, m, cp := load(t, p, bpf.Options{Kind: bpf.KindTracepoint, Format: f, PID: uint32(os.Getpid()), TID: uint32(tid)})
+			helper := false
+			for _, in := range cp.Spec.Instructions {
+				if in.IsBuiltinCall() && asm.BuiltinFunc(in.Constant) == asm.FnProbeReadKernel {
+					helper = true
+				}
+			}
+			if helper != c.helper {
+				t.Errorf("bpf_probe_read_kernel in the program: %v, want %v", helper, c.helper)
+			}
+			recs := readRecords(t, m, 3, func() {
+				l, err := bpf.AttachTracepoint(prog, "sched", "sched_switch")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < 3; i++ {
+					ts := unix.NsecToTimespec(int64(100 * time.Microsecond))
+					unix.Nanosleep(&ts, nil)
+				}
+				l.Close()
+			})
+			for i, r := range recs {
+				log := want[:c.n]
+				if c.name == "cut at logmax" {
+					// the word 8, then 4 of the comm's 16 bytes
+					log = append(binary.LittleEndian.AppendUint64(nil, 8), want[:4]...)
+				}
+				if string(r.Log) != string(log) || r.Truncated != c.truncated {
+					t.Fatalf("record %d: %q truncated %v, want %q truncated %v", i, r.Log, r.Truncated, log, c.truncated)
+				}
+			}
+		})
+	}
 }
