@@ -111,7 +111,7 @@ import (
 var (
 	progFlag  = flag.String("prog", "count", "count, log or forkkill")
 	pidFlag   = flag.Bool("pid", false, "filter by the command's pid")
-	stepsFlag = flag.String("steps", "", "pieces of gprobes' prologue to add (count only): pid,pidbtf,disabled,runs,runsfetch,hitsfetch,ts,cpu,pidtgid,lookup,query")
+	stepsFlag = flag.String("steps", "", "pieces of gprobes' prologue and commit to add (count, log; forkkill: ts alone makes sense): pid,pidbtf,disabled,runs,runsfetch,hitsfetch,ts,cpu,pidtgid,lookup,query")
 	statsFlag = flag.Bool("stats", false, "print the programs' run counts and ns per run (BPF_ENABLE_STATS while the command runs)")
 	dumpFlag  = flag.Bool("dump", false, "print the programs and exit")
 	dpdfFlag  = flag.String("dpdf", "", "gprobes' programs for this DPDF's tracepoint probes instead of the floor's")
@@ -443,7 +443,7 @@ func logProg(pid uint32, steps []string) asm.Instructions {
 // forkKillProg: count k, 16 bytes of a comm to the ring. signal_generate's
 // comm is a char[16] at offset 20 of the record, sched_process_fork's
 // child_comm a __data_loc at offset 16.
-func forkKillProg(pid uint32, k int) asm.Instructions {
+func forkKillProg(pid uint32, k int, steps []string) asm.Instructions {
 	var in asm.Instructions
 	in = append(in, asm.Mov.Reg(asm.R6, asm.R1))
 	if *pidFlag {
@@ -477,6 +477,11 @@ func forkKillProg(pid uint32, k int) asm.Instructions {
 			asm.Mov.Imm(asm.R2, 16),
 			asm.FnProbeReadKernel.Call(),
 		)
+	}
+	for _, s := range steps { // -steps ts: the record's time, as gprobes takes it
+		if s != "pid" {
+			in = append(in, step(pid, s)...)
+		}
 	}
 	in = append(in, commit(16)...)
 	return append(in, ret()...)
@@ -634,8 +639,8 @@ func main() {
 		atts = []attachment{{tpGroup, tpEvent, "floor_log", logProg(pid, steps), nil}}
 	case *progFlag == "forkkill":
 		atts = []attachment{
-			{"signal", "signal_generate", "floor_kill", forkKillProg(pid, 0), nil},
-			{"sched", "sched_process_fork", "floor_fork", forkKillProg(pid, 1), nil},
+			{"signal", "signal_generate", "floor_kill", forkKillProg(pid, 0, steps), nil},
+			{"sched", "sched_process_fork", "floor_fork", forkKillProg(pid, 1, steps), nil},
 		}
 	default:
 		fail(fmt.Errorf("-prog %q: count, log or forkkill", *progFlag))
