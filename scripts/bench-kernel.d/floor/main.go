@@ -589,8 +589,8 @@ func main() {
 	var steps []string
 	if *stepsFlag != "" {
 		steps = strings.Split(*stepsFlag, ",")
-		if *progFlag != "count" && *progFlag != "log" {
-			fail(errors.New("-steps goes with -prog count or log"))
+		if *progFlag != "count" && *progFlag != "log" && (*progFlag != "forkkill" || *stepsFlag != "ts") {
+			fail(errors.New("-steps goes with -prog count or log (forkkill: -steps ts only)"))
 		}
 	}
 	tpGroup, tpEvent, ok := strings.Cut(*tpFlag, ":")
