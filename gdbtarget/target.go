@@ -476,6 +476,7 @@ func (t *Target) Dump(space, tid int, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	os.MkdirAll(abs, 0o700) // for a QEMU on this host; a remote one's folder is its own
 	path := filepath.Join(abs, fmt.Sprintf("guest-%s.core", time.Now().UTC().Format("20060102T150405.000000000")))
 	if strings.ContainsAny(path, " \t\n\"'") {
 		return "", fmt.Errorf("dump path %q: QEMU's monitor takes no spaces or quotes in a file name", path)

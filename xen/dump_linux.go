@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -89,6 +90,9 @@ func (t *Target) Dump(space, tid int, dir string) (string, error) {
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return "", err
 	}
 	path := filepath.Join(abs, fmt.Sprintf("xen%d-%s.core", t.dom, time.Now().UTC().Format("20060102T150405.000000000")))

@@ -253,6 +253,15 @@ func (t *Target) release(keepPaused bool) {
 			t.hv.Unpause(t.dom)
 		}
 	}
+	if !t.dead && keepPaused {
+		// exit 4: the domain stays paused by one pause, the one the
+		// printed command's `xl unpause` takes back once the debugger
+		// is done (gdbsx takes back only its own); the debug trap's
+		// and any other of gprobes' are undone here
+		for ; t.pauses > 1; t.pauses-- {
+			t.hv.Unpause(t.dom)
+		}
+	}
 	if !t.dead && t.debugging {
 		// kept paused for a debugger (exit 4), the domain leaves
 		// debugging mode all the same: gdbsx turns it on when it

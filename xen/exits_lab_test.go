@@ -1,0 +1,308 @@
+package xen_test
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
+	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	xenlab "github.com/gprobes/gprobes/lab/xen"
+	"github.com/gprobes/gprobes/symbols"
+)
+
+// TestXenGuestExits: on a PV domU probed natively from dom0 (xen:DOMID),
+// through a daemon:
+//   - pop u writes the task's saved user-mode registers: at exit_group's
+//     entry status 7 becomes 42, and the shell sees 42;
+//   - exit 3 writes an ELF core of the guest from its mapped frames, which
+//     gdb (in dom0) opens with the guest's vmlinux: jiffies there is what
+//     the probe read live, linux_banner and init_task.comm the kernel's;
+//   - exit 4 leaves the domain paused at the probe and prints a command
+//     (gdbsx, gdb, xl unpause) that the test runs with gdb in batch mode:
+//     gdb's pc is the probed function, and the domain runs on after it.
+func TestXenGuestExits(t *testing.T) {
+	xenlab.Require(t)
+	art, err := qemulab.Artifacts() // the domU kernel's vmlinux (BTF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab, err := xenlab.Artifacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gprobes")
+	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build gprobes: %v\n%s", err, out)
+	}
+	extra := map[string]string{
+		"/bin/gprobes":      bin,
+		"/guest/vmlinux":    filepath.Join(art, "vmlinux"),
+		"/guest/System.map": filepath.Join(art, "System.map"),
+	}
+	// gdb in dom0: the lab's gdb-minimal and its libraries
+	gdbDir := filepath.Join(lab, "gdb")
+	if _, err := os.Stat(filepath.Join(gdbDir, "gdb")); err != nil {
+		if testkit.CI() {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	extra["/opt/gdb/gdb"] = filepath.Join(gdbDir, "gdb")
+	libs, _ := os.ReadDir(filepath.Join(gdbDir, "lib"))
+	for _, l := range libs {
+		extra["/opt/gdb/lib/"+l.Name()] = filepath.Join(gdbDir, "lib", l.Name())
+	}
+	wrapper := filepath.Join(dir, "gdb.sh")
+	os.WriteFile(wrapper, []byte("#!/bin/sh\nLD_LIBRARY_PATH=/opt/gdb/lib exec /opt/gdb/gdb \"$@\"\n"), 0o755)
+	extra["/bin/gdb"] = wrapper
+	files := map[string]string{"io.dpdf": portIO, "popu.dpdf": popU, "dump.dpdf": dumpOnce, "handover.dpdf": handover}
+	for name, src := range files {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(src), 0o644)
+		extra["/etc/gprobes/"+name] = p
+	}
+	// the vmlinux extracted from the vmlinuz has no symbol table for gdb:
+	// addresses from System.map, comm's offset from the BTF
+	set := symbols.NewSet()
+	for _, f := range []string{"System.map", "vmlinux"} {
+		tab, err := symbols.Open(filepath.Join(art, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set.Add(tab)
+	}
+	comm, err := set.Offsetof("struct task_struct", "comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := func(name string) uint64 {
+		s, err := set.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Addr
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	vm, err := xenlab.Boot(ctx, xenlab.Options{Extra: extra, DomUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Kill()
+	d := vm.DomID("domu1")
+	run := func(cmd string) string {
+		t.Helper()
+		out, rc, err := vm.Run(cmd, 3*time.Minute)
+		if err != nil || rc != 0 {
+			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
+		}
+		return out
+	}
+	run("gprobes daemon --socket /tmp/g.sock --state /tmp/gstate >/tmp/daemon.log 2>&1 & sleep 1")
+	defer func() {
+		if t.Failed() {
+			out, _, _ := vm.Run("grep -v 'xen: walk' /tmp/daemon.log | tail -c 3000; xl list; xl dmesg | tail -15; tail -30 /var/log/xen/console/guest-domu1.log", time.Minute)
+			t.Logf("dom0:\n%s", out)
+		}
+	}()
+	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
+	insert := func(file string) {
+		t.Helper()
+		run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/%s", d, syms, file))
+	}
+	remove := func() {
+		t.Helper()
+		run(fmt.Sprintf("gprobes remove --socket /tmp/g.sock --target xen:%d vmlinux", d))
+	}
+	type logLine struct {
+		Target   string
+		Minor    int
+		Data     string
+		Dump     string
+		Debugger string
+	}
+	// records waits for the records of the domain's probes
+	records := func(want func(logLine) bool) logLine {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			out := run("gprobes log --socket /tmp/g.sock --json")
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				var rec logLine
+				if json.Unmarshal([]byte(l), &rec) == nil && rec.Target == fmt.Sprintf("xen:%d", d) && want(rec) {
+					return rec
+				}
+			}
+			time.Sleep(time.Second)
+		}
+		t.Fatal("no such record in the log")
+		return logLine{}
+	}
+	words := func(rec logLine) []uint64 {
+		b, _ := hex.DecodeString(rec.Data)
+		var w []uint64
+		for ; len(b) >= 8; b = b[8:] {
+			w = append(w, binary.LittleEndian.Uint64(b))
+		}
+		return w
+	}
+
+	// pop u
+	insert("popu.dpdf")
+	out, _, err := vm.RunDomU("domu1", "sh -c 'exit 7'; echo status=$?", time.Minute)
+	if err != nil || !strings.Contains(out, "status=42") {
+		t.Errorf("domu1 saw %q (%v), want status=42 (pop u,rdi at exit_group)", out, err)
+	}
+	rec := records(func(l logLine) bool { return l.Minor == 1 && l.Data != "" })
+	if w := words(rec); len(w) != 3 || w[0] != 7 || w[1] == 0 || w[1] >= 1<<47 || w[2] < 1<<63 {
+		t.Errorf("push u,rdi / u,rip / r,rip: %#x, want 7, a user address, a kernel address", w)
+	}
+	if out, _, _ := vm.RunDomU("domu1", "sh -c 'exit 5'; echo status=$?", time.Minute); !strings.Contains(out, "status=5") {
+		t.Errorf("exit 5: domu1 saw %q", out)
+	}
+	remove()
+	// port IO: refused at insert, the reason named
+	out, rc, _ := vm.Run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/io.dpdf 2>&1", d, syms), time.Minute)
+	if rc == 0 || !strings.Contains(out, "IO space") {
+		t.Errorf("push io on a PV domain: rc %d: %s", rc, out)
+	}
+	if out, _, _ := vm.Run("gprobes query --socket /tmp/g.sock --all", time.Minute); strings.Contains(out, "vmlinux") {
+		t.Logf("the refused module is left in the daemon:\n%s", out)
+		remove()
+	}
+
+	// exit 3
+	insert("dump.dpdf")
+	if out, rc, err := vm.RunDomU("domu1", "gpwork counts 1 /etc/gp-a /etc/gp-b", 2*time.Minute); err != nil || rc != 0 {
+		t.Fatalf("gpwork: rc %d %v\n%s", rc, err, out)
+	}
+	rec = records(func(l logLine) bool { return l.Dump != "" })
+	if !strings.HasPrefix(rec.Dump, "/tmp/gstate/dumps/") {
+		t.Fatalf("exit 3: dump %q", rec.Dump)
+	}
+	jiffies := words(rec)[0]
+	t.Logf("core: %s", run("ls -ls "+rec.Dump+"; du -k "+rec.Dump))
+	gout := run(fmt.Sprintf(`gdb -nx -batch /guest/vmlinux -ex 'core-file %s' -ex 'printf "JIFFIES %%lx\n", *(unsigned long *)%#x' -ex 'printf "BANNER %%s\n", (char *)%#x' -ex 'printf "COMM %%s\n", (char *)%#x' -ex 'info threads' 2>&1`,
+		rec.Dump, addr("jiffies"), addr("linux_banner"), addr("init_task")+comm))
+	t.Logf("gdb on the core:\n%s", gout)
+	m := regexp.MustCompile(`JIFFIES ([0-9a-f]+)`).FindStringSubmatch(gout)
+	if m == nil {
+		t.Fatalf("gdb read no jiffies from the core")
+	}
+	if got, _ := strconv.ParseUint(m[1], 16, 64); got != jiffies {
+		t.Errorf("jiffies in the core %#x, the probe read %#x live", got, jiffies)
+	}
+	if !strings.Contains(gout, "BANNER Linux version 6.1") || !strings.Contains(gout, "COMM swapper/0") {
+		t.Errorf("linux_banner or init_task.comm not in the core")
+	}
+	run("rm " + rec.Dump)
+	remove()
+	if out, rc, err := vm.RunDomU("domu1", "echo alive", time.Minute); err != nil || rc != 0 || !strings.Contains(out, "alive") {
+		t.Errorf("domu1 after the dump: rc %d %v %q", rc, err, out)
+	}
+
+	// exit 4
+	insert("handover.dpdf")
+	run(fmt.Sprintf("(domu-run -t 170 %d 'sleep 1; sync; echo synced' >/tmp/sync.out 2>&1 &)", d))
+	rec = records(func(l logLine) bool { return l.Debugger != "" })
+	t.Logf("exit 4: %s", rec.Debugger)
+	remote := regexp.MustCompile(`-ex '(target remote [^']+)'`).FindStringSubmatch(rec.Debugger)
+	if remote == nil || !strings.HasPrefix(rec.Debugger, fmt.Sprintf("gdbsx -a %d 64 ", d)) {
+		t.Fatalf("exit 4 printed %q", rec.Debugger)
+	}
+	line := strings.Replace(rec.Debugger, "gdb ", "gdb -nx -batch ", 1)
+	sync := addr("__x64_sys_sync")
+	line = strings.Replace(line, remote[0], remote[0]+fmt.Sprintf(` -ex 'printf "PC %%lx\n", $pc' -ex 'x/2i %#x' -ex detach`, sync), 1)
+	gout = run(line + " 2>&1")
+	t.Logf("%s:\n%s", line, gout)
+	// the vCPU stands where the probed instruction has run, once: the
+	// next instruction's address (x/2i's second line)
+	m = regexp.MustCompile(`PC ([0-9a-f]+)`).FindStringSubmatch(gout)
+	insns := regexp.MustCompile(`(?m)^(?:=> |\s+)0x([0-9a-f]+):`).FindAllStringSubmatch(gout, -1)
+	if m == nil || len(insns) < 2 {
+		t.Fatalf("gdb through the printed command: no pc or disassembly")
+	}
+	pc, _ := strconv.ParseUint(m[1], 16, 64)
+	next, _ := strconv.ParseUint(insns[1][1], 16, 64)
+	if w := words(rec); pc != next || len(w) != 1 || w[0] != sync {
+		t.Errorf("gdb's pc %#x, want %#x, the instruction after the probe at %#x (rip logged %#x)", pc, next, sync, w)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(run("cat /tmp/sync.out"), "synced") {
+		if time.Now().After(deadline) {
+			t.Fatalf("domu1 did not run on after the debugger: %s", run("cat /tmp/sync.out; xl list"))
+		}
+		time.Sleep(time.Second)
+	}
+	if out, rc, err := vm.RunDomU("domu1", "echo alive", time.Minute); err != nil || rc != 0 || !strings.Contains(out, "alive") {
+		t.Errorf("domu1 after the debugger: rc %d %v %q", rc, err, out)
+	}
+}
+
+const portIO = `name = vmlinux
+modtype = kernel
+offset = __x64_sys_exit_group
+push d,0x64
+push io,1
+log 1
+exit 1
+`
+
+const popU = `name = vmlinux
+modtype = kernel
+offset = __x64_sys_exit_group
+minor = 1
+push u,rdi
+push d,7
+sub
+jnz other
+push u,rdi
+push u,rip
+push r,rip
+log 3
+push d,42
+pop u,rdi
+exit 1
+other:
+exit 0
+`
+
+const dumpOnce = `name = vmlinux
+modtype = kernel
+gvars = 1
+offset = __x64_sys_getppid
+minor = 1
+push gv,0
+jnz done
+inc gv,0
+push d,jiffies
+push mrf
+log 1
+exit 3
+done:
+exit 0
+`
+
+const handover = `name = vmlinux
+modtype = kernel
+offset = __x64_sys_sync
+minor = 1
+push r,rip
+log 1
+exit 4
+`
