@@ -286,9 +286,13 @@ func parseChar(s string) (uint64, error) {
 type EvalError struct {
 	Pos lexer.Position
 	Msg string
+	Err error // the Env's error, when it gave one
 }
 
 func (e *EvalError) Error() string { return e.Msg }
+
+// Unwrap is the Env's error.
+func (e *EvalError) Unwrap() error { return e.Err }
 
 // Env answers the questions a constant expression may ask: symbol
 // addresses and type layouts. A nil Env knows nothing.
@@ -306,29 +310,29 @@ func Eval(n Node, env Env) (uint64, error) {
 		return n.Value, nil
 	case *Sym:
 		if env == nil {
-			return 0, &EvalError{n.Pos, fmt.Sprintf("symbol %s needs a symbol table", n.Name)}
+			return 0, &EvalError{n.Pos, fmt.Sprintf("symbol %s needs a symbol table", n.Name), nil}
 		}
 		v, err := env.Symbol(n.Name)
 		if err != nil {
-			return 0, &EvalError{n.Pos, err.Error()}
+			return 0, &EvalError{n.Pos, err.Error(), err}
 		}
 		return v, nil
 	case *SizeofNode:
 		if env == nil {
-			return 0, &EvalError{n.Pos, fmt.Sprintf("sizeof(%s) needs type information", n.Type)}
+			return 0, &EvalError{n.Pos, fmt.Sprintf("sizeof(%s) needs type information", n.Type), nil}
 		}
 		v, err := env.Sizeof(n.Type)
 		if err != nil {
-			return 0, &EvalError{n.Pos, err.Error()}
+			return 0, &EvalError{n.Pos, err.Error(), err}
 		}
 		return v, nil
 	case *OffsetofNode:
 		if env == nil {
-			return 0, &EvalError{n.Pos, fmt.Sprintf("offsetof(%s, %s) needs type information", n.Type, n.Field)}
+			return 0, &EvalError{n.Pos, fmt.Sprintf("offsetof(%s, %s) needs type information", n.Type, n.Field), nil}
 		}
 		v, err := env.Offsetof(n.Type, n.Field)
 		if err != nil {
-			return 0, &EvalError{n.Pos, err.Error()}
+			return 0, &EvalError{n.Pos, err.Error(), err}
 		}
 		return v, nil
 	case *UnaryNode:
@@ -361,7 +365,7 @@ func Eval(n Node, env Env) (uint64, error) {
 			return x * y, nil
 		case "/", "%":
 			if y == 0 {
-				return 0, &EvalError{n.Pos, "division by zero in a constant expression"}
+				return 0, &EvalError{n.Pos, "division by zero in a constant expression", nil}
 			}
 			if n.Op == "/" {
 				return x / y, nil
@@ -385,7 +389,7 @@ func Eval(n Node, env Env) (uint64, error) {
 			return x >> y, nil
 		}
 	}
-	return 0, &EvalError{n.Position(), "unknown expression"}
+	return 0, &EvalError{n.Position(), "unknown expression", nil}
 }
 
 // External reports whether n depends on anything outside the DPDF: a

@@ -25,6 +25,13 @@ type Resolver interface {
 	BuildID() []byte
 }
 
+// ErrAtInsertion is what a Resolver's Symbol wraps when the symbol exists
+// but has no address yet (a kernel module's .ko: its symbols are placed
+// when it is loaded). The compiler then leaves the location or constant
+// symbolic, unresolved, to be resolved when the module is inserted, as
+// without a Resolver; any other error is a compile error.
+var ErrAtInsertion = errors.New("known only when the module is inserted")
+
 // CompileOptions controls Compile.
 type CompileOptions struct {
 	// Symbols resolves locations and symbolic constants at build time.
@@ -687,6 +694,9 @@ func (c *compiler) location(v *dpdf.Value, text string) Location {
 		}
 		if c.opts.Symbols != nil {
 			a, err := dpdf.Eval(n, c.opts.Symbols)
+			if errors.Is(err, ErrAtInsertion) {
+				return loc
+			}
 			if err != nil {
 				c.evalError(v.Pos, err)
 				return loc
@@ -1080,7 +1090,9 @@ func (c *compiler) pushConst(e *dpdf.Expr) {
 		}
 		var err error
 		v, err = dpdf.Eval(n, env)
-		if err != nil {
+		if errors.Is(err, ErrAtInsertion) {
+			v, resolved = 0, false
+		} else if err != nil {
 			c.evalError(e.Pos, err)
 			return
 		}

@@ -176,3 +176,32 @@ func TestTooManyTerms(t *testing.T) {
 		t.Errorf("got %v, want %q", err, want)
 	}
 }
+
+// notLinked is a Resolver whose symbols exist but have no address yet
+// (a kernel module's .ko): Symbol wraps rpn.ErrAtInsertion.
+type notLinked struct{ layouts }
+
+func (notLinked) Symbol(name string) (uint64, error) {
+	return 0, fmt.Errorf("%w: %s is in a .ko", rpn.ErrAtInsertion, name)
+}
+
+// A location and a constant whose symbols are known only at insertion
+// stay symbolic and unresolved, without an error; the types still
+// resolve; any other Symbol error is still a compile error.
+func TestAtInsertion(t *testing.T) {
+	src := "name = mod\nmodtype = kernel\noffset = a+4\npush d,b+sizeof(struct req)\nlog 1\nexit 1\n"
+	m, err := compileWith(t, src, notLinked{testLayouts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.Probes[0]
+	if p.Loc.Resolved || p.Loc.Kind != rpn.LocExpr || len(p.Loc.Sum.Terms) != 1 || p.Loc.Sum.Terms[0].Name != "a" {
+		t.Errorf("location %+v: want a+4 unresolved", p.Loc)
+	}
+	if len(m.Relocs) != 1 || m.Relocs[0].Resolved {
+		t.Errorf("relocations %+v: want one, unresolved", m.Relocs)
+	}
+	if _, err := compileWith(t, src, layouts{}); err == nil || !strings.Contains(err.Error(), "a is not known") {
+		t.Errorf("an unknown symbol: %v, want a compile error", err)
+	}
+}

@@ -172,6 +172,17 @@ func readBTF(t *Table) (*btfInfo, error) {
 		return nil, ErrChanged
 	}
 	bi, err := newBTFInfo(raw, t.ptrSize)
+	if err != nil && t.relocatable {
+		// a kernel module's .ko: its .BTF is split on the kernel's
+		if t.btfBase == "" {
+			return nil, fmt.Errorf("%w (a kernel module's BTF is split on the kernel's: give that kernel's vmlinux, or a copy of /sys/kernel/btf/vmlinux from a machine running it, with --symbols too)", err)
+		}
+		sbi, serr := newSplitBTFInfo(raw, t.btfBase, t.ptrSize)
+		if serr != nil {
+			return nil, fmt.Errorf("split on %s: %w", t.btfBase, serr)
+		}
+		return sbi, nil
+	}
 	if err != nil && t.format == FormatBTF {
 		// a kernel module's /sys/kernel/btf/MODULE is split BTF: its
 		// types follow vmlinux's, beside it

@@ -174,8 +174,12 @@ func TestELFLookupRules(t *testing.T) {
 
 	// A relocatable object gives no addresses, and says why.
 	obj := mustOpen(t, f.obj)
-	if _, err := NewSet(obj).Lookup("caller_two"); err == nil || !strings.Contains(err.Error(), "relocatable object") {
-		t.Errorf("Lookup in a .o = %v; want an error explaining relocatable objects", err)
+	if _, err := NewSet(obj).Lookup("caller_two"); err == nil || !strings.Contains(err.Error(), "relocatable object") || !errors.Is(err, ErrNotLinked) {
+		t.Errorf("Lookup in a .o = %v; want an error explaining relocatable objects, wrapping ErrNotLinked", err)
+	}
+	// a name it does not define is not found, and not "not linked"
+	if _, err := NewSet(obj).Lookup("no_such_function_here"); err == nil || errors.Is(err, ErrNotLinked) {
+		t.Errorf("Lookup of an unknown name in a .o = %v; want not found, not ErrNotLinked", err)
 	}
 }
 

@@ -48,6 +48,12 @@ var (
 	// ErrChanged: an ELF file changed on disk between Open and the first
 	// DWARF query (its build ID or size differs).
 	ErrChanged = errors.New("file changed on disk since it was opened: open it again")
+
+	// ErrNotLinked: the symbol is defined only in a relocatable object
+	// (a .o, a kernel module's .ko), which has no addresses until it is
+	// loaded; a *NotFoundError wraps it. The compiler leaves such a
+	// location symbolic, to be resolved when the module is inserted.
+	ErrNotLinked = errors.New("defined in a relocatable object, which has no addresses until it is loaded")
 )
 
 // noTypesError is ErrNoTypes: it also matches ErrNoDWARF, which type
@@ -69,6 +75,18 @@ type NotFoundError struct {
 	Sources     []string // the files searched (empty for a field)
 	Suggestions []string // up to 3 close names, best first
 	Hint        string   // extra advice, appended after a semicolon
+	// NotLinked: the name is defined, in a relocatable object only
+	// (Unwrap gives ErrNotLinked)
+	NotLinked bool
+}
+
+// Unwrap is ErrNotLinked when the name is defined in a relocatable
+// object only.
+func (e *NotFoundError) Unwrap() error {
+	if e.NotLinked {
+		return ErrNotLinked
+	}
+	return nil
 }
 
 func (e *NotFoundError) Error() string {

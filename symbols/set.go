@@ -2,6 +2,7 @@ package symbols
 
 import (
 	"cmp"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -27,6 +28,29 @@ func NewSet(tables ...*Table) *Set {
 func (s *Set) Add(t *Table) {
 	if t != nil {
 		s.tables = append(s.tables, t)
+		s.splitBases()
+	}
+}
+
+// splitBases gives each kernel module (.ko) with BTF the base its split
+// BTF needs: the first table of the set with a kernel's BTF, a vmlinux
+// (an ELF executable with .BTF) or /sys/kernel/btf/vmlinux's raw BTF.
+func (s *Set) splitBases() {
+	base := ""
+	for _, t := range s.tables {
+		if t.hasBTF && !t.relocatable && (t.format == FormatELF || filepath.Base(t.path) == "vmlinux") {
+			base = t.path
+			break
+		}
+	}
+	for _, t := range s.tables {
+		if t.relocatable && t.hasBTF {
+			t.mu.Lock()
+			if t.btfBase != base {
+				t.btfBase, t.bt, t.btErr = base, nil, nil
+			}
+			t.mu.Unlock()
+		}
 	}
 }
 
@@ -194,8 +218,9 @@ func (s *Set) notFound(name, module string, byModule bool) error {
 			typeOnly = append(typeOnly, t.path)
 		}
 	}
+	e.NotLinked = len(reloc) > 0
 	switch {
-	case nsyms == 0 && len(typeOnly) > 0:
+	case nsyms == 0 && len(typeOnly) > 0 && len(reloc) == 0:
 		e.Hint = strings.Join(typeOnly, ", ") + " carries types (BTF) but no symbols: add a System.map, a copy of /proc/kallsyms or a vmlinux with a symbol table"
 	case len(reloc) > 0:
 		e.Hint = strings.Join(reloc, ", ") + " defines it, but a relocatable object (.o, .ko) has no addresses until it is loaded: pass a copy of /proc/kallsyms taken while it is loaded, or the linked binary"

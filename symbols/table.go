@@ -54,9 +54,10 @@ type Table struct {
 	buildID []byte
 
 	// ELF facts.
-	relocatable bool  // ET_REL: symbol values are section offsets, not addresses
-	ptrSize     int   // 4 or 8; 0 for text formats
-	fileSize    int64 // checked when the file is opened again for DWARF
+	relocatable bool   // ET_REL: symbol values are section offsets, not addresses
+	btfBase     string // a .ko's split BTF is on this file's (Set.splitBases)
+	ptrSize     int    // 4 or 8; 0 for text formats
+	fileSize    int64  // checked when the file is opened again for DWARF
 	hasDWARF    bool
 	hasBTF      bool  // a raw BTF file, or an ELF file with a .BTF section
 	btfOff      int64 // where the BTF is in the file

@@ -34,6 +34,10 @@ type resolver struct{ *symbols.Set }
 
 func (r resolver) Symbol(name string) (uint64, error) {
 	s, err := r.Lookup(name)
+	if errors.Is(err, symbols.ErrNotLinked) {
+		// a kernel module's .ko: the symbol is placed when it loads
+		return 0, fmt.Errorf("%w: %v", rpn.ErrAtInsertion, err)
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -318,11 +318,13 @@ func TestKernelLab(t *testing.T) {
 	}
 	dpdf := strings.Replace(string(inside), "offset = __x64_sys_getppid+0xd\n", fmt.Sprintf("offset = __x64_sys_getppid+%#x\n", off), 1)
 	dpdf = strings.Replace(dpdf, "offset = __x64_sys_getppid+0xe\n", fmt.Sprintf("offset = __x64_sys_getppid+%#x\n", off+1), 1)
+	otherKo := rmd160OtherBuild(t)
 	many, fns := manyProbes(t, "", 100)
 	manyK, _ := manyProbes(t, "push r,rsp\n", 100)
 	vm := bootKernelLab(t,
 		qemulab.File{Guest: "/root/kernel/getppid_inside.dpdf", Data: []byte(dpdf)},
 		qemulab.File{Guest: "/root/getppid_latency.dpdf", Host: examples + "/getppid_latency.dpdf"},
+		qemulab.File{Guest: "/root/rmd160-other.ko", Data: otherKo.data},
 		qemulab.File{Guest: "/root/many.dpdf", Data: []byte(many)},
 		qemulab.File{Guest: "/root/manyk.dpdf", Data: []byte(manyK)},
 	)
@@ -409,6 +411,10 @@ func TestKernelLab(t *testing.T) {
 
 	t.Run("modules", func(t *testing.T) {
 		testKernelLabModules(t, vm)
+	})
+
+	t.Run("modpack", func(t *testing.T) {
+		testKernelLabModulePack(t, vm, otherKo)
 	})
 
 	t.Run("insert100", func(t *testing.T) {
@@ -869,4 +875,97 @@ func testKernelLabIV(t *testing.T, vm *qemulab.VM) {
 			t.Errorf("gpwork %d: %d records, want %d", p, k, n)
 		}
 	}
+}
+
+// otherBuild is a copy of the lab's rmd160.ko with one byte of its build
+// ID changed: another build of the module, for a pack.
+type otherBuild struct {
+	data      []byte
+	id, other []byte
+}
+
+func rmd160OtherBuild(t *testing.T) otherBuild {
+	t.Helper()
+	dir, err := qemulab.Artifacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kos, _ := filepath.Glob(filepath.Join(dir, "..", "kernel", "*", "modules", "kernel", "crypto", "rmd160.ko"))
+	if len(kos) != 1 {
+		t.Fatalf("the lab's rmd160.ko: %v", kos)
+	}
+	b, err := os.ReadFile(kos[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(kos[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sec := f.Section(".note.gnu.build-id")
+	if sec == nil {
+		t.Fatal("rmd160.ko has no .note.gnu.build-id")
+	}
+	note, err := sec.Data()
+	if err != nil || len(note) < 16+20 {
+		t.Fatalf("rmd160.ko's build-ID note: %x %v", note, err)
+	}
+	id := bytes.Clone(note[16:])
+	other := bytes.Clone(id)
+	other[0] ^= 0xff
+	out := bytes.Clone(b)
+	copy(out[sec.Offset+16:], other)
+	return otherBuild{data: out, id: id, other: other}
+}
+
+// testKernelLabModulePack (issue 15): packs bound to a kernel module's
+// build. In the guest, gprobes builds rmd160.dpdf for the module's .ko (its
+// .note.gnu.build-id; its symbols have no addresses before it loads, so
+// the location stays symbolic; its types are split BTF on the kernel's),
+// for a copy with another build ID, and for both in one pack. The pack
+// for this build goes in. With rmd160 loaded, the pack for the other build is refused
+// naming the loaded module's ID and the pack's; the pack of both goes in,
+// picks the loaded build, and counts exactly.
+func testKernelLabModulePack(t *testing.T, vm *qemulab.VM, o otherBuild) {
+	guest(t, vm, "gprobes remove rmd160")
+	mustGuest(t, vm, "modprobe rmd160")
+	ko := strings.TrimSpace(mustGuest(t, vm, "find /lib/modules -name rmd160.ko | head -1"))
+	// the .ko's BTF is split on the kernel's: its types need vmlinux's
+	const kbtf = "/sys/kernel/btf/vmlinux"
+	mustGuest(t, vm, "gprobes build /root/kernel/rmd160.dpdf --symbols "+ko+" --symbols "+kbtf+" -o /tmp/this.ppdf")
+	mustGuest(t, vm, "gprobes build /root/kernel/rmd160.dpdf --symbols /root/rmd160-other.ko --symbols "+kbtf+" -o /tmp/other.ppdf")
+	out := mustGuest(t, vm, "gprobes build /root/kernel/rmd160.dpdf --for "+ko+","+kbtf+" --for /root/rmd160-other.ko,"+kbtf+" -o /tmp/both.ppdf")
+	if !strings.Contains(out, "2 builds") {
+		t.Errorf("build --for twice:\n%s", out)
+	}
+	mustGuest(t, vm, "gprobes insert --target kernel /tmp/this.ppdf && gpwork hash rmd160 3")
+	for _, p := range queryDaemon(t, vm) {
+		if p.Module == "rmd160" && (p.State != "active" || p.Hits != 3) {
+			t.Errorf("the pack for this build: %s %s, %d hits; want active, 3", p.State, p.Reason, p.Hits)
+		}
+	}
+	guest(t, vm, "gprobes remove rmd160")
+	out, _ = guest(t, vm, "gprobes insert --target kernel /tmp/other.ppdf; gprobes query --all")
+	idHex, otherHex := fmt.Sprintf("%x", o.id), fmt.Sprintf("%x", o.other)
+	if !strings.Contains(out, "refused") || !strings.Contains(out, idHex) || !strings.Contains(out, otherHex) {
+		t.Errorf("a pack for another build of rmd160: want refused naming %s and %s:\n%s", idHex, otherHex, out)
+	}
+	guest(t, vm, "gprobes remove rmd160")
+	mustGuest(t, vm, "gprobes insert --target kernel /tmp/both.ppdf")
+	mustGuest(t, vm, "gpwork hash rmd160 9")
+	q := queryDaemon(t, vm)
+	hits := -1
+	for _, p := range q {
+		if p.Module == "rmd160" {
+			if p.State != "active" {
+				t.Errorf("the pack of both builds: %s %s", p.State, p.Reason)
+			}
+			hits = int(p.Hits)
+		}
+	}
+	if hits != 9 {
+		t.Errorf("the pack of both builds: %d hits, want 9", hits)
+	}
+	guest(t, vm, "gprobes remove rmd160")
 }
