@@ -315,43 +315,8 @@ func TestLogTimeline(t *testing.T) {
 	prog := timelineFixture(t)
 	sock, _ := startDaemon(t)
 	mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("exec:%s calls %d", prog, timelineCalls), timelineDPDF(t, prog))
-	var lines []daemon.LogLine
-	for end := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		lines = lines[:0]
-		sc := bufio.NewScanner(strings.NewReader(mustRun(t, "log", "--socket", sock, "--json")))
-		for sc.Scan() {
-			var l daemon.LogLine
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, l)
-		}
-		if len(lines) >= 12*timelineCalls {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%d records in the log, want %d", len(lines), 12*timelineCalls)
-		}
-	}
-	if len(lines) != 12*timelineCalls {
-		t.Fatalf("%d records in the log, want %d", len(lines), 12*timelineCalls)
-	}
-	pid := lines[0].Pid
-	// what the traces must hold: the records log --json printed, paired
-	tee := &tracecheck.Tee{W: nullWriter{}}
-	b := timeline.NewBuilder(tee)
-	b.Returns(prog, "outer")
-	b.Returns(prog, "inner")
-	for i := range lines {
-		r, err := recordOf(&lines[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Add(r)
-	}
-	b.Flush()
-	want := tee.Events
-	checkCalls(t, "log --json", want, prog, fmt.Sprintf("pid:%d", pid), pid)
+	lines := fixtureLog(t, sock)
+	pid, want := fixtureEvents(t, prog, lines)
 	dir := t.TempDir()
 	ctfDir, pf := filepath.Join(dir, "ctf"), filepath.Join(dir, "trace.pftrace")
 	_, errs, code := gprobes(t, "log", "--socket", sock, "--format", "ctf", "-o", ctfDir)
@@ -477,39 +442,8 @@ func TestLogTimelineFollow(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("exec:%s calls %d", prog, timelineCalls), timelineDPDF(t, prog))
-	var lines []daemon.LogLine
-	for end := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		lines = lines[:0]
-		sc := bufio.NewScanner(strings.NewReader(mustRun(t, "log", "--socket", sock, "--json")))
-		for sc.Scan() {
-			var l daemon.LogLine
-			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, l)
-		}
-		if len(lines) >= 12*timelineCalls {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%d records in the log, want %d", len(lines), 12*timelineCalls)
-		}
-	}
-	pid := lines[0].Pid
-	tee := &tracecheck.Tee{W: nullWriter{}}
-	b := timeline.NewBuilder(tee)
-	b.Returns(prog, "outer")
-	b.Returns(prog, "inner")
-	for i := range lines {
-		r, err := recordOf(&lines[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Add(r)
-	}
-	b.Flush()
-	want := tee.Events
-	checkCalls(t, "log --json", want, prog, fmt.Sprintf("pid:%d", pid), pid)
+	lines := fixtureLog(t, sock)
+	pid, want := fixtureEvents(t, prog, lines)
 	// before the signal: the window (1 s) and a tick (1 s) later, every
 	// record is in the CTF trace's stream files, in whole packets
 	time.Sleep(timeline.DefaultWindow + 2*followTick)
@@ -533,6 +467,56 @@ func TestLogTimelineFollow(t *testing.T) {
 	if want := key + "[4K, 8K)             600 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\n"; fs[2].out.String() != want {
 		t.Errorf("log --follow --hist 1:\n%s\nwant\n%s", fs[2].out.String(), want)
 	}
+}
+
+// fixtureLog waits for the daemon's log to hold the fixture's 12 records
+// a call (30 s at most) and returns them as log --json prints them.
+func fixtureLog(t *testing.T, sock string) []daemon.LogLine {
+	t.Helper()
+	var lines []daemon.LogLine
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		lines = lines[:0]
+		sc := bufio.NewScanner(strings.NewReader(mustRun(t, "log", "--socket", sock, "--json")))
+		for sc.Scan() {
+			var l daemon.LogLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, l)
+		}
+		if len(lines) >= 12*timelineCalls {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d records in the log, want %d", len(lines), 12*timelineCalls)
+		}
+	}
+	if len(lines) != 12*timelineCalls {
+		t.Fatalf("%d records in the log, want %d", len(lines), 12*timelineCalls)
+	}
+	return lines
+}
+
+// fixtureEvents is what a trace of the fixture's log must hold: the
+// records as log --json printed them, paired, checked against the
+// fixture's calls; and the fixture's pid.
+func fixtureEvents(t *testing.T, prog string, lines []daemon.LogLine) (int, []timeline.Event) {
+	t.Helper()
+	pid := lines[0].Pid
+	tee := &tracecheck.Tee{W: nullWriter{}}
+	b := timeline.NewBuilder(tee)
+	b.Returns(prog, "outer")
+	b.Returns(prog, "inner")
+	for i := range lines {
+		r, err := recordOf(&lines[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Add(r)
+	}
+	b.Flush()
+	checkCalls(t, "log --json", tee.Events, prog, fmt.Sprintf("pid:%d", pid), pid)
+	return pid, tee.Events
 }
 
 type nullWriter struct{}
