@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/rpn"
@@ -43,7 +44,7 @@ type space struct {
 	removed    map[uint64]bool // taken out while a thread may still report a stop there
 	inst       map[*rpn.Module]*instance
 	xol        []*xolArea
-	rendezvous uint64
+	rendezvous []uint64 // the engine's breakpoints where loaded modules change; nil until the OS names some
 	detached   bool
 	noXOL      bool        // the target cannot map out-of-line slots
 	jump       *jumpState  // jump pads (jump.go), nil until a probe tries one
@@ -115,10 +116,16 @@ func (e *Engine) takeOutAll(sp *space) error {
 }
 
 // forget drops a breakpoint whose code is gone (its module unloaded):
-// nothing is written back.
-func (sp *space) forget(addr uint64) {
+// nothing is written back. A target that keeps breakpoints apart from
+// the code (a stub's list, debug registers) forgets it too.
+func (e *Engine) forget(sp *space, addr uint64) {
 	delete(sp.bps, addr)
 	delete(sp.removed, addr)
+	if f, ok := e.tgt.(BreakpointForgetter); ok && !sp.detached {
+		if err := f.ForgetBreakpoint(sp.id, addr); err != nil {
+			e.warn(fmt.Sprintf("forget the breakpoint at %#x, in code unloaded: %v", addr, err))
+		}
+	}
 }
 
 // removeForeign takes out a breakpoint the engine did not plant (a
@@ -184,7 +191,7 @@ func (e *Engine) forked(child, parent int) {
 		c := *a
 		sp.xol = append(sp.xol, &c)
 	}
-	sp.rendezvous = ps.rendezvous
+	sp.rendezvous = slices.Clone(ps.rendezvous) // nil stays nil: not asked yet
 	if pj := ps.jump; pj != nil {
 		// the same pads (its memory is a copy) and the same region
 		// (shared memory is shared across fork): records carry their

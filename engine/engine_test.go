@@ -91,8 +91,8 @@ func (s *stubTarget) Check(*rpn.Module) string                          { return
 func (s *stubTarget) Resolve(int, string, rpn.ModType) (*engine.Loaded, bool, error) {
 	return nil, false, nil
 }
-func (s *stubTarget) Rendezvous(int) (uint64, bool) { return 0, false }
-func (s *stubTarget) Writable(int, uint64) bool     { return false }
+func (s *stubTarget) Rendezvous(int) []uint64   { return nil }
+func (s *stubTarget) Writable(int, uint64) bool { return false }
 func (s *stubTarget) Sys(int, *engine.Regs, rpn.SysValue) (uint64, bool) {
 	return 0, false
 }

@@ -266,9 +266,12 @@ func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
 	if probes = placeable; len(probes) == 0 {
 		return
 	}
-	e.ensureRendezvous(sp)
 	ld, ok, err := e.os.Resolve(sp.id, src.Name, src.ModType)
+	// after Resolve: a guest kernel names its places once a module is
+	// asked for
+	e.ensureRendezvous(sp)
 	if err == nil && !ok {
+		e.pendingReason(sp, src.Name, probes, false)
 		return // pending
 	}
 	var inst *instance
@@ -780,38 +783,71 @@ func (e *Engine) spaceExit(id int, how string) {
 	}
 }
 
-// ensureRendezvous puts the engine's own breakpoint where the target says
+// ensureRendezvous puts the engine's own breakpoints where the target says
 // loaded modules change (for a process: the dynamic linker's
-// _dl_debug_state, called after every dlopen and dlclose), so probes in a
-// module that appears later go in when it does.
+// _dl_debug_state, called after every dlopen and dlclose; for a guest
+// kernel: where a module is about to run its init and where it is about
+// to be freed), so probes in a module that appears later go in when it
+// does, and come out of one that goes. While the target names no place,
+// it is asked again at the next placement.
 func (e *Engine) ensureRendezvous(sp *space) {
-	if sp.rendezvous != 0 {
+	if sp.rendezvous != nil {
 		return
 	}
-	sp.rendezvous = 1 // tried
-	addr, ok := e.os.Rendezvous(sp.id)
-	if !ok {
+	addrs := e.os.Rendezvous(sp.id)
+	if len(addrs) == 0 {
 		return
 	}
+	sp.rendezvous = []uint64{} // tried
+	for _, addr := range addrs {
+		if e.plantRendezvous(sp, addr) {
+			sp.rendezvous = append(sp.rendezvous, addr)
+		}
+	}
+}
+
+// plantRendezvous puts one rendezvous breakpoint in, or makes the one at
+// addr (a probe's) a rendezvous too.
+func (e *Engine) plantRendezvous(sp *space, addr uint64) bool {
 	code := make([]byte, 16)
-	if e.readOriginal(sp, addr, code) != nil {
-		return
+	if err := e.readOriginal(sp, addr, code); err != nil {
+		e.warn(fmt.Sprintf("modules loaded from now on get no probes: read %#x: %v", addr, err))
+		return false
 	}
 	insn, err := e.decode(code, addr)
 	if err != nil || insn.Class == x86.Refuse {
-		return
+		e.warn(fmt.Sprintf("modules loaded from now on get no probes: the instruction at %#x cannot be displaced", addr))
+		return false
 	}
 	bp := &breakpoint{addr: addr, insn: insn, internal: e.rendezvousHandler(sp)}
-	if err := e.prepareSlot(sp, bp); err != nil && insn.Class != x86.Emulate && insn.Class != x86.Branch && !errors.Is(err, ErrNoXOL) {
-		return
-	}
 	if existing := sp.bps[addr]; existing != nil {
 		existing.internal = bp.internal
-	} else if err := e.plant(sp, bp); err != nil {
-		e.warn(fmt.Sprintf("libraries loaded from now on get no probes: %v", err))
+		return true
+	}
+	if err := e.prepareSlot(sp, bp); err != nil && insn.Class != x86.Emulate && insn.Class != x86.Branch && !errors.Is(err, ErrNoXOL) {
+		return false
+	}
+	if err := e.plant(sp, bp); err != nil {
+		e.warn(fmt.Sprintf("modules loaded from now on get no probes: %v", err))
+		return false
+	}
+	return true
+}
+
+// pendingReason gives probes left pending in a space the target's reason
+// (a guest kernel's module not loaded, or unloaded).
+func (e *Engine) pendingReason(sp *space, name string, probes []*probe, unloaded bool) {
+	pr, ok := e.os.(PendingReasoner)
+	if !ok {
 		return
 	}
-	sp.rendezvous = addr
+	why := pr.PendingReason(sp.id, name, unloaded)
+	for _, p := range probes {
+		// "unloaded" stays until the module is back
+		if p.state == StatePending && len(p.in) == 0 && (unloaded || p.reason == "") {
+			p.reason = why
+		}
+	}
 }
 
 // decode decodes and classifies the instruction a probe displaces, as
@@ -852,6 +888,7 @@ func (e *Engine) unmapped(sp *space) {
 		delete(sp.inst, src)
 		e.watchUnmapped(sp, src)
 		e.callsUnmapped(sp, src, inst)
+		defer e.pendingReason(sp, src.Name, e.probesOf(src), true)
 		if sp.jump != nil {
 			for addr, site := range sp.jump.sites {
 				if inst.ld.Exec != nil && !inst.ld.Exec(addr) {
@@ -886,8 +923,21 @@ func (e *Engine) unmapped(sp *space) {
 			}
 			bp.probes = keep
 			if len(bp.probes) == 0 {
-				sp.forget(addr) // the code is gone: nothing to write back
+				e.forget(sp, addr) // the code is gone: nothing to write back
 			}
 		}
 	}
+}
+
+// probesOf are the probes of one source (one insert of a module).
+func (e *Engine) probesOf(src *rpn.Module) []*probe {
+	var out []*probe
+	for _, m := range e.modules {
+		for _, p := range m.probes {
+			if p.src == src {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }

@@ -1068,7 +1068,7 @@ func (e *Engine) forgetSite(sp *space, fn *retFunc, a uint64) {
 		}
 		bp.probes = probes
 		if len(probes) == 0 && bp.internal == nil {
-			sp.forget(a)
+			e.forget(sp, a)
 		}
 	}
 }

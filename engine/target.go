@@ -121,9 +121,13 @@ type OS interface {
 	// not loaded there (yet).
 	Resolve(space int, name string, modtype rpn.ModType) (ld *Loaded, ok bool, err error)
 	// Rendezvous is where the list of loaded modules changes, if the
-	// target has such a place: the engine puts a breakpoint there and
-	// tries pending probes again on every hit.
-	Rendezvous(space int) (uint64, bool)
+	// target has such places (a process: the dynamic linker's one; a
+	// guest kernel: where a module is about to run and where it is about
+	// to be freed): the engine puts a breakpoint at each and, on every
+	// hit, drops what it placed in modules no longer loaded as they were
+	// and tries pending probes again. While the answer is empty the
+	// engine asks again at the next placement.
+	Rendezvous(space int) []uint64
 	// Writable reports whether memory at addr may be written by the
 	// probed code (for vfy_rw).
 	Writable(space int, addr uint64) bool
@@ -132,6 +136,23 @@ type OS interface {
 	// UserReg reads a user-mode register of the current task (push u):
 	// the same as the thread's register in a process.
 	UserReg(tid int, regs *Regs, r rpn.Reg) (uint64, bool)
+}
+
+// PendingReasoner is an OS that says why a module's probes are pending
+// (query's reason): not loaded yet, or unloaded (unloaded true: Resolve
+// found it loaded before and no longer does).
+type PendingReasoner interface {
+	PendingReason(space int, name string, unloaded bool) string
+}
+
+// BreakpointForgetter is a target whose breakpoints outlive the code they
+// were planted in: a stub's breakpoint list, a debug register, a backend's
+// journal. When a module is unloaded the engine asks it to forget the
+// breakpoints there without writing the original bytes back (the memory
+// is about to be freed or reused). A target without one (a process:
+// dlclose'd code takes its int3s with it) is only told nothing.
+type BreakpointForgetter interface {
+	ForgetBreakpoint(space int, addr uint64) error
 }
 
 // Dumper is a target that can write a dump of an address space (exit 3):

@@ -78,6 +78,8 @@ var (
 	_ engine.OwnerAware = (*Target)(nil)
 	_ engine.Handover   = (*Target)(nil)
 	_ engine.PortIO     = (*Target)(nil)
+
+	_ engine.BreakpointForgetter = (*Target)(nil)
 )
 
 // Open returns an opener for engine.Start that connects to a stub at
@@ -523,6 +525,19 @@ func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 	}
 	if err := t.conn.WriteMem(addr, orig[:1]); err != nil {
 		return err
+	}
+	delete(t.memBP, addr)
+	return nil
+}
+
+// ForgetBreakpoint: the guest unloaded the kernel module whose code held
+// a breakpoint at addr. The stub's breakpoint is taken out of its list
+// (z0 writes nothing into the guest); an int3 gprobes wrote itself (a
+// stub without Z0) is forgotten, its original byte not written back into
+// memory the guest frees.
+func (t *Target) ForgetBreakpoint(space int, addr uint64) error {
+	if !t.noZ {
+		return t.conn.ClearBreakpoint(gdbremote.Software, addr, 1)
 	}
 	delete(t.memBP, addr)
 	return nil

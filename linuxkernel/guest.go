@@ -20,9 +20,10 @@ type Guest struct {
 }
 
 var (
-	_ engine.OS            = (*Guest)(nil)
-	_ engine.SymbolLoader  = (*Guest)(nil)
-	_ engine.UserRegWriter = (*Guest)(nil)
+	_ engine.OS              = (*Guest)(nil)
+	_ engine.SymbolLoader    = (*Guest)(nil)
+	_ engine.UserRegWriter   = (*Guest)(nil)
+	_ engine.PendingReasoner = (*Guest)(nil)
 )
 
 func (g *Guest) Kernel() bool { return true }
@@ -34,8 +35,15 @@ func (g *Guest) Resolve(space int, name string, modtype rpn.ModType) (*engine.Lo
 	return g.K.Resolve(name)
 }
 
-// Rendezvous: a kernel image never changes under the engine.
-func (g *Guest) Rendezvous(space int) (uint64, bool) { return 0, false }
+// Rendezvous: where the guest's module list changes (do_init_module and
+// free_module), once a kernel module was asked for; none while only the
+// image is probed (it never changes under the engine).
+func (g *Guest) Rendezvous(space int) []uint64 { return g.K.rendezvous() }
+
+// PendingReason: a kernel module not loaded, or unloaded.
+func (g *Guest) PendingReason(space int, name string, unloaded bool) string {
+	return g.K.PendingReason(name, unloaded)
+}
 
 func (g *Guest) Writable(space int, addr uint64) bool {
 	return g.WritableAt == nil || g.WritableAt(addr)

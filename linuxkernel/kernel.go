@@ -44,6 +44,12 @@ type Kernel struct {
 	slide   uint64
 	slideOK bool
 	kinfo   *kernelInfo
+	// kernel modules (module.go): struct module's layout, the symbols
+	// read per loaded module, and whether one was asked for
+	mods        *modLayout
+	modsErr     error
+	modCache    map[modKey]*engine.Loaded
+	wantModules bool
 }
 
 // New loads the symbols of opts and finds the slide in mem.
@@ -78,6 +84,7 @@ func (k *Kernel) AddSymbols(paths []string) error {
 		}
 	}
 	k.kinfo = newKernelInfo(k.mem, k.syms)
+	k.mods, k.modsErr, k.modCache = nil, nil, nil
 	return nil
 }
 
@@ -142,12 +149,16 @@ func (k *Kernel) Check(m *rpn.Module, target, noIO string) string {
 }
 
 // Resolve: the kernel image ("vmlinux", "kernel") is always loaded; its
-// addresses are the symbols' plus the KASLR slide.
+// addresses are the symbols' plus the KASLR slide. Any other name is a
+// kernel module, loaded while the guest's module list has it (module.go).
 func (k *Kernel) Resolve(name string) (*engine.Loaded, bool, error) {
 	switch name {
 	case "vmlinux", "kernel", "bzImage", "vmlinuz":
 	default:
-		return nil, false, fmt.Errorf("module %q: gprobes probes the kernel image (name = vmlinux) on guests; kernel modules are not supported yet", name)
+		if len(k.opts.Symbols) > 0 && !k.slideOK {
+			return nil, false, errors.New("the kernel's KASLR slide is unknown: give System.map or a kallsyms copy with --symbols, or --kaslr-offset")
+		}
+		return k.resolveModule(name)
 	}
 	ld := &engine.Loaded{Key: "vmlinux", Bias: k.slide, Symbols: k.syms}
 	if k.syms != nil {
@@ -222,4 +233,13 @@ func (k *Kernel) UserReg(regs *engine.Regs, r rpn.Reg) (uint64, bool) {
 func (k *Kernel) SetUserReg(regs *engine.Regs, r rpn.Reg, v uint64) bool {
 	w, _ := k.mem.(MemoryWriter)
 	return k.kinfo.setUserReg(w, regs, r, v)
+}
+
+// PendingReason says why a kernel module's probes wait (query's reason).
+func (k *Kernel) PendingReason(name string, unloaded bool) string {
+	name = ModuleName(name)
+	if unloaded {
+		return "kernel module " + name + " was unloaded; its probes go in again when it is loaded"
+	}
+	return "kernel module " + name + " is not loaded; its probes go in when it is"
 }

@@ -286,10 +286,10 @@ func openSymbols(mf mapped) (*symbols.Set, error) {
 
 // Rendezvous is the dynamic linker's _dl_debug_state, which it calls after
 // every change to the list of loaded objects.
-func (o processOS) Rendezvous(space int) (uint64, bool) {
+func (o processOS) Rendezvous(space int) []uint64 {
 	maps, err := Maps(space)
 	if err != nil {
-		return 0, false
+		return nil
 	}
 	for _, m := range maps {
 		base := filepath.Base(m.Path)
@@ -298,23 +298,23 @@ func (o processOS) Rendezvous(space int) (uint64, bool) {
 		}
 		mf, err := mappedFile(space, m.Path, maps)
 		if err != nil {
-			return 0, false
+			return nil
 		}
 		set, err := openSymbols(mf)
 		if err != nil {
-			return 0, false
+			return nil
 		}
 		sym, err := set.Lookup("_dl_debug_state")
 		if err != nil {
-			return 0, false
+			return nil
 		}
 		bias, err := loadBias(mf.open, m.Path, maps)
 		if err != nil {
-			return 0, false
+			return nil
 		}
-		return sym.Addr + bias, true
+		return []uint64{sym.Addr + bias}
 	}
-	return 0, false
+	return nil
 }
 
 func (o processOS) Writable(space int, addr uint64) bool {

@@ -251,3 +251,18 @@ func (t *Table) sortIndex() {
 		slices.SortFunc(t.fns, cmp)
 	}
 }
+
+// NewTable is a table of the given symbols, read by the caller from
+// somewhere other than a file (a guest kernel module's kallsyms in guest
+// memory); name stands for the file in messages. An uppercase kind is a
+// global symbol, a text kind ('t', 'T', 'w', 'W') a function; a Size of
+// 0 means unknown, as in a map.
+func NewTable(name string, syms []Symbol) *Table {
+	t := newTable(name, FormatKallsyms, len(syms))
+	for _, s := range syms {
+		k := s.Kind
+		t.add(entry{Symbol: s, global: ('A' <= k && k <= 'Z') || k == 'u', fn: textKind(k)})
+	}
+	t.names.build(t.syms)
+	return t
+}

@@ -498,7 +498,7 @@ func (o processOS) Resolve(space int, name string, modtype rpn.ModType) (*engine
 	return &engine.Loaded{Key: name, Symbols: o.t.syms, Exec: func(a uint64) bool { return a >= lo && a < hi }}, true, nil
 }
 
-func (o processOS) Rendezvous(space int) (uint64, bool) { return 0, false }
+func (o processOS) Rendezvous(space int) []uint64 { return nil }
 
 func (o processOS) Writable(space int, addr uint64) bool {
 	o.t.mu.Lock()
