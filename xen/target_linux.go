@@ -83,6 +83,7 @@ type Target struct {
 	orig       map[uint64]byte // the original byte under each of bps
 	debugging  bool            // we turned debugging mode on
 	released   bool
+	hvm        string // an HVM or PVH domain: the breakpoint mode asked (hvm_linux.go)
 }
 
 type stopKind byte
@@ -172,7 +173,9 @@ func (t *Target) setup() error {
 		return err
 	}
 	if info.HVM() {
-		return errors.New("an HVM or PVH domain: the native backend probes PV domains (Xen reports an HVM guest's int3 through vm_event, which it does not use yet)")
+		if err := t.setupHVM(); err != nil {
+			return err
+		}
 	}
 	if info.Dying() {
 		return errors.New("the domain is shutting down")
@@ -785,7 +788,7 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 			}
 		}
 		if mode == BreakDR {
-			return fmt.Errorf("%#x: the four debug registers hold probes and watches already (breakpoints = dr)", addr)
+			return fmt.Errorf("%#x: the four debug registers hold probes and watches already (breakpoints = dr%s)", addr, t.drHint())
 		}
 	}
 	op := byte(opInt3)
