@@ -241,5 +241,5 @@ func (k *Kernel) PendingReason(name string, unloaded bool) string {
 	if unloaded {
 		return "kernel module " + name + " was unloaded; its probes go in again when it is loaded"
 	}
-	return "kernel module " + name + " is not loaded; its probes go in when it is"
+	return "kernel module " + name + " is not loaded"
 }

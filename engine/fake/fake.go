@@ -61,6 +61,7 @@ type Target struct {
 	// the engine's not counted: they are not the program's).
 	Executed map[uint64]int
 	queue    []engine.Event
+	orig     map[uint64]byte // the original byte under each breakpoint (engine loop only)
 	// Names are more module names that resolve to the program (several
 	// modules probing one file).
 	Names []string
@@ -69,6 +70,42 @@ type Target struct {
 	// refused) and the engine treats the code as kernel code. Set it
 	// before the engine starts.
 	Kernel bool
+	// A kernel module that loads and unloads, as a guest kernel's does:
+	// ModName resolves while ModLoad (called from the engine's loop)
+	// answers a load number above 0, a new number for each load, at
+	// ModExec's [lo, hi) with the fake's symbols; RendezvousAt are the
+	// places the engine is told the module list changes at. The fake
+	// models an unload by the original code coming back: a breakpoint
+	// the engine forgets (ForgetBreakpoint, listed in Forgotten) gets
+	// its original byte back.
+	ModName      string
+	ModLoad      func() int
+	ModExec      [2]uint64
+	RendezvousAt []uint64
+	Forgotten    []uint64
+}
+
+// Runs is how many times the instruction at addr ran.
+func (t *Target) Runs(addr uint64) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.Executed[addr]
+}
+
+var _ engine.BreakpointForgetter = (*Target)(nil)
+
+// ForgetBreakpoint: the module's code is gone; here it comes back as it
+// was (see ModName).
+func (t *Target) ForgetBreakpoint(space int, addr uint64) error {
+	t.mu.Lock()
+	t.Forgotten = append(t.Forgotten, addr)
+	t.mu.Unlock()
+	orig, ok := t.orig[addr]
+	if !ok {
+		return fmt.Errorf("fake: no breakpoint at %#x", addr)
+	}
+	delete(t.orig, addr)
+	return t.WriteMem(space, addr, []byte{orig})
 }
 
 // Thread is one thread of the fake process.
@@ -459,10 +496,15 @@ func (t *Target) IsStopped(tid int) bool {
 
 // InsertBreakpoint writes an int3, as a process target does.
 func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
+	if t.orig == nil {
+		t.orig = map[uint64]byte{}
+	}
+	t.orig[addr] = orig[0]
 	return t.WriteMem(space, addr, []byte{0xcc})
 }
 
 func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
+	delete(t.orig, addr)
 	return t.WriteMem(space, addr, orig[:1])
 }
 
@@ -490,6 +532,14 @@ func (o processOS) Resolve(space int, name string, modtype rpn.ModType) (*engine
 	for _, n := range o.t.Names {
 		known = known || n == name
 	}
+	if name == o.t.ModName && o.t.ModLoad != nil {
+		n := o.t.ModLoad()
+		if n == 0 {
+			return nil, false, nil
+		}
+		lo, hi := o.t.ModExec[0], o.t.ModExec[1]
+		return &engine.Loaded{Key: name, Ident: fmt.Sprintf("load %d", n), Symbols: o.t.syms, Exec: func(a uint64) bool { return a >= lo && a < hi }}, true, nil
+	}
 	if !known {
 		return nil, false, nil
 	}
@@ -498,7 +548,18 @@ func (o processOS) Resolve(space int, name string, modtype rpn.ModType) (*engine
 	return &engine.Loaded{Key: name, Symbols: o.t.syms, Exec: func(a uint64) bool { return a >= lo && a < hi }}, true, nil
 }
 
-func (o processOS) Rendezvous(space int) []uint64 { return nil }
+func (o processOS) Rendezvous(space int) []uint64 { return o.t.RendezvousAt }
+
+// PendingReason: ModName's probes wait for its load.
+func (o processOS) PendingReason(space int, name string, unloaded bool) string {
+	if name != o.t.ModName {
+		return ""
+	}
+	if unloaded {
+		return name + " was unloaded"
+	}
+	return name + " is not loaded"
+}
 
 func (o processOS) Writable(space int, addr uint64) bool {
 	o.t.mu.Lock()

@@ -1,0 +1,85 @@
+package engine_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/engine/fake"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// A kernel module that loads, unloads and loads again under its probe, as
+// a guest kernel's does (linuxkernel: do_init_module and free_module are
+// the rendezvous): pending until the first load, placed at a rendezvous,
+// forgotten (not written back) at the unload, placed again for the new
+// load, with exact hits. The fake's function, one iteration of its
+// thread: rendezvous 1, the module's push (the probe), rendezvous 2, a
+// nop that counts the iterations, ret. The module is loaded in
+// iterations 1-2 (load 1) and 4-5 (load 2), not in 0 and 3.
+func TestFakeModuleLoadUnload(t *testing.T) {
+	const (
+		rv1, fMod, rv2, counter = 0x1020, 0x1021, 0x1022, 0x1023
+	)
+	code := make([]byte, 0x30)
+	copy(code[0x20:], []byte{0x90, 0x55, 0x90, 0x90, 0xc3})
+	tg, err := fake.New("prog", 0x1000, code, fmt.Sprintf("%016x T f_rv\n%016x t f_mod\n%016x t f_tail\n", rv1, fMod, rv2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg.Kernel = true
+	tg.ModName = "kmod"
+	tg.ModExec = [2]uint64{fMod, fMod + 1}
+	tg.RendezvousAt = []uint64{rv1, rv2}
+	loads := []int{0, 1, 1, 0, 2, 2}
+	tg.ModLoad = func() int { return loads[tg.Runs(counter)] }
+	th := tg.AddThread(1, rv1, len(loads))
+	start := th.Regs[rpn.RegRSP]
+	r := startFake(t, tg)
+
+	f, err := dpdf.ParseSource("kmod.dpdf", []byte("name = kmod\nmodtype = kernel\nvars = 1\noffset = f_mod\ninc lv,0\npush lv,0\nlog 1\nexit 1\n"), dpdf.Options{NoPreprocessor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, err := r.eng.Insert(m, engine.InsertNew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].State != engine.StatePending || infos[0].Reason != "kmod is not loaded" {
+		t.Fatalf("inserted before the load: %+v", infos)
+	}
+	r.runToEnd(t)
+
+	if pushes(th, start) != len(loads) {
+		t.Errorf("the thread pushed %d times, want %d", pushes(th, start), len(loads))
+	}
+	// native in the iterations without the module's probe, emulated in the others
+	if n := tg.Runs(fMod); n != 2 {
+		t.Errorf("the module's push ran natively %d times, want 2 (iterations 0 and 3)", n)
+	}
+	var got []uint64
+	for _, rec := range r.records() {
+		got = append(got, binary.LittleEndian.Uint64(rec.Data))
+	}
+	if !slices.Equal(got, []uint64{1, 2, 3, 4}) {
+		t.Errorf("records %v, want lv 0 = 1 2 3 4 (two hits per load)", got)
+	}
+	if !slices.Equal(tg.Forgotten, []uint64{fMod}) {
+		t.Errorf("forgotten breakpoints %#x, want the module's once (its unload)", tg.Forgotten)
+	}
+	q := r.eng.Query()
+	if len(q) != 1 || q[0].Hits != 4 {
+		t.Errorf("query %+v", q)
+	}
+	if out := tg.Outcome(1); !strings.HasPrefix(out, "exited") {
+		t.Errorf("the thread: %s", out)
+	}
+}
