@@ -220,7 +220,7 @@ type compiler struct {
 	countJumps                 bool // straight mode: the jump budget is checked at run time
 	needScratch, usesTS        bool
 	usesIV                     bool           // push iv or pop iv
-	ctxLog                     map[int]*Field // log mrf of a constant length of a tracepoint\'s array field: copied from the context (ctxlog.go)
+	ctxLog                     map[int]*Field // log mrf of a constant length of a tracepoint's array field: copied from the context (ctxlog.go)
 	usesIDs                    bool           // push pid or push tid: bpf_get_current_pid_tgid once, in the header
 	regs                       []rpn.Reg      // ctx registers push r reads, canonical
 	fields                     []*Field       // tracepoint fields push field reads, copied at the hit
