@@ -232,7 +232,7 @@ func recoverDomain(hv *Hypervisor, j *journal) (string, error) {
 		}
 		t.syncDR(v)
 	}
-	if err := t.flush(); err != nil {
+	if err := t.commit(false); err != nil {
 		errs = append(errs, err)
 	}
 	// every vCPU paused alone (the other vCPUs of a single-step), then

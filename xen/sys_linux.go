@@ -22,7 +22,8 @@ const (
 
 // Hypercalls and the domctl interface of Xen 4.17 (xen/include/public).
 const (
-	hypercallDomctl = 36
+	hypercallMulticall = 13
+	hypercallDomctl    = 36
 
 	domctlInterfaceVersion = 0x15
 
@@ -57,7 +58,24 @@ const (
 type Hypervisor struct {
 	mu      sync.Mutex // one hypercall at a time through buf
 	privcmd *os.File
-	buf     []byte // domctl at 0, a vCPU context at 4096
+	buf     []byte // domctl at 0, a vCPU context at 4096; a batch's layout (Batch)
+	hcdev   bool   // buf is a mapping of /dev/xen/hypercall
+	counts  Counts
+}
+
+// Counts are what a Hypervisor has asked of Xen: hypercalls (each a
+// privcmd ioctl, a multicall counting once, and each frame mapping, whose
+// ioctl makes the kernel update dom0's page tables through Xen), domctls
+// (each domain control, inside a multicall or not) and multicalls.
+type Counts struct {
+	Hypercalls, Domctls, Multicalls, FrameMaps uint64
+}
+
+// Counts reads the counters.
+func (h *Hypervisor) Counts() Counts {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.counts
 }
 
 // OpenHypervisor opens /dev/xen/privcmd; dom0 (root) only.
@@ -70,25 +88,42 @@ func OpenHypervisor() (*Hypervisor, error) {
 		return nil, fmt.Errorf("xen: %w", err)
 	}
 	h := &Hypervisor{privcmd: f}
-	// /dev/xen/hypercall (Linux 4.18+) gives pages Xen may touch at any
-	// time; anonymous locked pages do as well for a PV dom0.
-	size := 4 * 4096
+	if err := h.grow(4 * 4096); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// grow gives the hypercall buffer at least size bytes (under h.mu, or
+// before h is shared). /dev/xen/hypercall (Linux 4.18+) gives pages Xen
+// may touch at any time; anonymous locked pages do as well for a PV dom0.
+func (h *Hypervisor) grow(size int) error {
+	if len(h.buf) >= size {
+		return nil
+	}
+	size = (size + 4095) &^ 4095
+	var buf []byte
+	hcdev := false
 	if hf, err := os.OpenFile("/dev/xen/hypercall", os.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
 		b, err := unix.Mmap(int(hf.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		hf.Close()
 		if err == nil {
-			h.buf = b
+			buf, hcdev = b, true
 		}
 	}
-	if h.buf == nil {
+	if buf == nil {
 		b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_LOCKED)
 		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("xen: hypercall buffer: %w", err)
+			return fmt.Errorf("xen: hypercall buffer: %w", err)
 		}
-		h.buf = b
+		buf = b
 	}
-	return h, nil
+	if h.buf != nil {
+		unix.Munmap(h.buf)
+	}
+	h.buf, h.hcdev = buf, hcdev
+	return nil
 }
 
 // Close releases the device.
@@ -104,6 +139,7 @@ func (h *Hypervisor) hypercall(op uint64, args ...uint64) (uintptr, error) {
 	}
 	hc.op = op
 	copy(hc.args[:], args)
+	h.counts.Hypercalls++
 	r, _, errno := unix.Syscall(unix.SYS_IOCTL, h.privcmd.Fd(), ioctlPrivcmdHypercall, uintptr(unsafe.Pointer(&hc)))
 	if errno != 0 {
 		return 0, errno
@@ -125,6 +161,18 @@ func (h *Hypervisor) domctl(cmd uint32, dom uint16, fill, read func(u []byte)) e
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	d := h.buf[:domctlSize]
+	putDomctl(d, cmd, dom, fill)
+	h.counts.Domctls++
+	if _, err := h.hypercall(hypercallDomctl, uint64(uintptr(unsafe.Pointer(&d[0])))); err != nil {
+		return domctlError(cmd, dom, err)
+	}
+	if read != nil {
+		read(d[16:])
+	}
+	return nil
+}
+
+func putDomctl(d []byte, cmd uint32, dom uint16, fill func(u []byte)) {
 	clear(d)
 	binary.LittleEndian.PutUint32(d[0:], cmd)
 	binary.LittleEndian.PutUint32(d[4:], domctlInterfaceVersion)
@@ -132,23 +180,140 @@ func (h *Hypervisor) domctl(cmd uint32, dom uint16, fill, read func(u []byte)) e
 	if fill != nil {
 		fill(d[16:])
 	}
-	if _, err := h.hypercall(hypercallDomctl, uint64(uintptr(unsafe.Pointer(&d[0])))); err != nil {
-		name := domctlNames[cmd]
-		if name == "" {
-			name = fmt.Sprint(cmd)
-		}
-		if errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("xen: domain %d: %w", dom, ErrNoDomain)
-		}
-		if errors.Is(err, unix.EACCES) {
-			return fmt.Errorf("xen: domctl %s: %w (not dom0, or a hypervisor whose domctl version is not 0x%x, Xen 4.17's)", name, err, domctlInterfaceVersion)
-		}
-		return fmt.Errorf("xen: domctl %s on domain %d: %w", name, dom, err)
+}
+
+func domctlError(cmd uint32, dom uint16, err error) error {
+	name := domctlNames[cmd]
+	if name == "" {
+		name = fmt.Sprint(cmd)
 	}
-	if read != nil {
-		read(d[16:])
+	if errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("xen: domain %d: %w", dom, ErrNoDomain)
 	}
+	if errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("xen: domctl %s: %w (not dom0, or a hypervisor whose domctl version is not 0x%x, Xen 4.17's)", name, err, domctlInterfaceVersion)
+	}
+	return fmt.Errorf("xen: domctl %s on domain %d: %w", name, dom, err)
+}
+
+func errnoOf(err error) unix.Errno {
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return unix.EIO
+}
+
+// Call is one domain control of a Batch. Ctx, for getvcpucontext and
+// setvcpucontext, is the context read or written (Fill then writes the
+// vCPU number; the batch puts the context's address in).
+type Call struct {
+	Cmd  uint32
+	Dom  uint16
+	Fill func(u []byte) // writes the union
+	Read func(u []byte) // sees it after the call succeeded
+	Ctx  *Context
+	Err  error // the call's own result
+}
+
+const multicallEntrySize = 64 // struct multicall_entry: op, result, args[6]
+
+// Batch runs domain controls in order in one hypercall, a multicall
+// (__HYPERVISOR_multicall, whose entries are domctls): Xen runs every
+// entry whatever the others' results, and each entry's result is its
+// Call's Err. One call alone is a plain domctl. The error returned is the
+// multicall's own (then no Err is meaningful).
+func (h *Hypervisor) Batch(calls []Call) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	if len(calls) == 1 && calls[0].Ctx == nil {
+		c := &calls[0]
+		c.Err = h.domctl(c.Cmd, c.Dom, c.Fill, c.Read)
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := len(calls)
+	if err := h.grow(batchSize(calls)); err != nil {
+		return err
+	}
+	base := uint64(uintptr(unsafe.Pointer(&h.buf[0])))
+	packBatch(h.buf, base, calls)
+	h.counts.Domctls += uint64(n)
+	if n == 1 {
+		// one domctl needs no multicall
+		r := uint64(0)
+		if _, err := h.hypercall(hypercallDomctl, base+uint64(n*multicallEntrySize)); err != nil {
+			r = uint64(-int64(errnoOf(err)))
+		}
+		binary.LittleEndian.PutUint64(h.buf[8:], r)
+	} else {
+		h.counts.Multicalls++
+		if _, err := h.hypercall(hypercallMulticall, base, uint64(n)); err != nil {
+			return fmt.Errorf("xen: multicall of %d domctls: %w", n, err)
+		}
+	}
+	unpackBatch(h.buf, calls)
 	return nil
+}
+
+// A batch in the hypercall buffer: the multicall entries, then one
+// struct xen_domctl per call, then the contexts of the calls that have
+// one.
+func batchSize(calls []Call) int {
+	size := len(calls) * (multicallEntrySize + domctlSize)
+	for _, c := range calls {
+		if c.Ctx != nil {
+			size += ctxSize
+		}
+	}
+	return size
+}
+
+// packBatch lays calls out in buf, which Xen sees at base.
+func packBatch(buf []byte, base uint64, calls []Call) {
+	doms := len(calls) * multicallEntrySize
+	at := doms + len(calls)*domctlSize
+	for i := range calls {
+		c := &calls[i]
+		e := buf[i*multicallEntrySize : (i+1)*multicallEntrySize]
+		d := buf[doms+i*domctlSize : doms+(i+1)*domctlSize]
+		putDomctl(d, c.Cmd, c.Dom, c.Fill)
+		if c.Ctx != nil {
+			if c.Cmd == domctlSetVCPUContext {
+				copy(buf[at:at+ctxSize], c.Ctx[:])
+			}
+			binary.LittleEndian.PutUint64(d[16+8:], base+uint64(at)) // vcpucontext.ctxt
+			at += ctxSize
+		}
+		clear(e)
+		binary.LittleEndian.PutUint64(e[0:], hypercallDomctl)
+		binary.LittleEndian.PutUint64(e[16:], base+uint64(doms+i*domctlSize))
+	}
+}
+
+// unpackBatch gives each call its result, what it read and its context.
+func unpackBatch(buf []byte, calls []Call) {
+	doms := len(calls) * multicallEntrySize
+	at := doms + len(calls)*domctlSize
+	for i := range calls {
+		c := &calls[i]
+		c.Err = nil
+		if r := int64(binary.LittleEndian.Uint64(buf[i*multicallEntrySize+8:])); r < 0 {
+			c.Err = domctlError(c.Cmd, c.Dom, unix.Errno(-r))
+		}
+		d := buf[doms+i*domctlSize : doms+(i+1)*domctlSize]
+		if c.Err == nil && c.Read != nil {
+			c.Read(d[16:])
+		}
+		if c.Ctx != nil {
+			if c.Err == nil && c.Cmd == domctlGetVCPUContext {
+				copy(c.Ctx[:], buf[at:at+ctxSize])
+			}
+			at += ctxSize
+		}
+	}
 }
 
 // ErrNoDomain is a domain that does not exist (any more).
@@ -160,6 +325,7 @@ type DomainInfo struct {
 	MaxVCPUID uint32
 	Online    uint32
 	Handle    [16]byte // the domain's UUID: a domid can be used again
+	other     bool     // the answer was of another domain
 }
 
 func (i DomainInfo) Dying() bool    { return i.Flags&(dominfDying|dominfShutdown) != 0 }
@@ -170,19 +336,30 @@ func (i DomainInfo) Debugged() bool { return i.Flags&dominfDebugged != 0 }
 // Info reads a domain's state.
 func (h *Hypervisor) Info(dom uint16) (DomainInfo, error) {
 	var info DomainInfo
-	other := false
-	err := h.domctl(domctlGetDomainInfo, dom, nil, func(u []byte) {
+	calls := []Call{infoCall(dom, &info)}
+	if err := h.Batch(calls); err != nil {
+		return DomainInfo{}, err
+	}
+	return info, infoErr(dom, calls[0], info)
+}
+
+// infoCall is a getdomaininfo for a Batch; infoErr its error.
+func infoCall(dom uint16, info *DomainInfo) Call {
+	return Call{Cmd: domctlGetDomainInfo, Dom: dom, Read: func(u []byte) {
 		// older hypervisors answer with the next domain up
-		other = binary.LittleEndian.Uint16(u[0:]) != dom
+		info.other = binary.LittleEndian.Uint16(u[0:]) != dom
 		info.Flags = binary.LittleEndian.Uint32(u[4:])
 		info.Online = binary.LittleEndian.Uint32(u[64:])
 		info.MaxVCPUID = binary.LittleEndian.Uint32(u[68:])
 		copy(info.Handle[:], u[76:92])
-	})
-	if err == nil && other {
-		return DomainInfo{}, fmt.Errorf("xen: domain %d: %w", dom, ErrNoDomain)
+	}}
+}
+
+func infoErr(dom uint16, c Call, info DomainInfo) error {
+	if c.Err == nil && info.other {
+		return fmt.Errorf("xen: domain %d: %w", dom, ErrNoDomain)
 	}
-	return info, err
+	return c.Err
 }
 
 // Pause and Unpause count: each Pause needs its Unpause.
@@ -221,13 +398,36 @@ func (h *Hypervisor) UnpauseVCPU(dom uint16, vcpu int) error {
 // when none is left. The event must be cleared: while it is set, Xen
 // raises no VIRQ_DEBUGGER for that vCPU's debug traps.
 func (h *Hypervisor) DomStatus(dom uint16) (vcpu int, ev uint32, err error) {
-	vcpu = -1
-	err = h.domctl(domctlGdbsxDomStatus, dom, nil, func(u []byte) {
+	calls := []Call{statusCall(dom, &vcpu, &ev)}
+	if err := h.Batch(calls); err != nil {
+		return -1, 0, err
+	}
+	return vcpu, ev, calls[0].Err
+}
+
+// statusCall is a gdbsx_domstatus for a Batch.
+func statusCall(dom uint16, vcpu *int, ev *uint32) Call {
+	*vcpu = -1
+	return Call{Cmd: domctlGdbsxDomStatus, Dom: dom, Read: func(u []byte) {
 		if id := binary.LittleEndian.Uint32(u[4:]); id != ^uint32(0) {
-			vcpu, ev = int(id), binary.LittleEndian.Uint32(u[8:])
+			*vcpu, *ev = int(id), binary.LittleEndian.Uint32(u[8:])
 		}
-	})
-	return vcpu, ev, err
+	}}
+}
+
+// contextCall is a getvcpucontext or setvcpucontext for a Batch.
+func contextCall(cmd uint32, dom uint16, vcpu int, ctx *Context) Call {
+	return Call{Cmd: cmd, Dom: dom, Ctx: ctx, Fill: func(u []byte) { binary.LittleEndian.PutUint32(u[0:], uint32(vcpu)) }}
+}
+
+// domCall is a domctl on the domain alone (pause, unpause) or on one of
+// its vCPUs (gdbsx's pause and unpause) for a Batch.
+func domCall(cmd uint32, dom uint16, vcpu int) Call {
+	c := Call{Cmd: cmd, Dom: dom}
+	if vcpu >= 0 {
+		c.Fill = func(u []byte) { binary.LittleEndian.PutUint32(u, uint32(vcpu)) }
+	}
+	return c
 }
 
 // GetContext reads a vCPU's context (struct vcpu_guest_context) into ctx.
@@ -241,21 +441,11 @@ func (h *Hypervisor) SetContext(dom uint16, vcpu int, ctx *Context) error {
 }
 
 func (h *Hypervisor) vcpuContext(cmd uint32, dom uint16, vcpu int, ctx *Context) error {
-	h.mu.Lock()
-	c := h.buf[4096 : 4096+ctxSize]
-	if cmd == domctlSetVCPUContext {
-		copy(c, ctx[:])
+	calls := []Call{contextCall(cmd, dom, vcpu, ctx)}
+	if err := h.Batch(calls); err != nil {
+		return err
 	}
-	addr := uint64(uintptr(unsafe.Pointer(&c[0])))
-	h.mu.Unlock()
-	return h.domctl(cmd, dom, func(u []byte) {
-		binary.LittleEndian.PutUint32(u[0:], uint32(vcpu))
-		binary.LittleEndian.PutUint64(u[8:], addr)
-	}, func([]byte) {
-		if cmd == domctlGetVCPUContext {
-			copy(ctx[:], c)
-		}
-	})
+	return calls[0].Err
 }
 
 // MapFrame maps one machine frame of a domain into dom0, read-only or
@@ -270,6 +460,10 @@ func (h *Hypervisor) MapFrame(dom uint16, frame uint64, write bool) ([]byte, err
 	if err != nil {
 		return nil, fmt.Errorf("xen: map a frame of domain %d: %w", dom, err)
 	}
+	h.mu.Lock()
+	h.counts.Hypercalls++
+	h.counts.FrameMaps++
+	h.mu.Unlock()
 	mfn := frame
 	var ferr int32
 	batch := struct {
@@ -387,6 +581,10 @@ func (h *Hypervisor) MapFrames(dom uint16, frames []uint64) (b []byte, errs []in
 	if err != nil {
 		return nil, nil, fmt.Errorf("xen: map %d frames of domain %d: %w", len(frames), dom, err)
 	}
+	h.mu.Lock()
+	h.counts.Hypercalls++
+	h.counts.FrameMaps++
+	h.mu.Unlock()
 	arr := append([]uint64(nil), frames...)
 	errs = make([]int32, len(frames))
 	batch := struct {

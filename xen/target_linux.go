@@ -65,8 +65,12 @@ type Target struct {
 	drGone   map[uint64]bool  // debug-register breakpoints taken out
 	why      []stopKind       // why each vCPU stopped, at the last stop
 	noStatus bool             // no gdbsx_domstatus: int3 stops found by rip alone
+	int3     map[int]bool     // vCPUs with a gdbsx int3 event (taken by gdbsx_domstatus)
+	more     bool             // gdbsx_domstatus named a vCPU: another may have an event
+	vcpuOps  []Call           // gdbsx vCPU unpauses to run before the domain runs again
+	cur      int              // the vCPU whose page tables translate addresses
 	queue    []engine.Event
-	pauses   int // our pauses of the domain to undo on resume
+	pauses   int // pauses of the domain to undo on resume (ours, and one per debug trap)
 	step     map[int]bool
 	mu       sync.Mutex // guards run, kicked
 	run      bool
@@ -75,7 +79,7 @@ type Target struct {
 	detach   bool
 	frames   map[uint64][]byte // frames mapped read-only
 	wframes  map[uint64][]byte // frames mapped read-write
-	tlb      map[uint64]Translation
+	tlb      map[tlbKey]Translation
 	stats    stats
 	// what a gprobes that dies leaves in the domain (journal_linux.go)
 	journal    *journal
@@ -85,6 +89,9 @@ type Target struct {
 	released   bool
 	hvm        string // an HVM or PVH domain: the breakpoint mode asked (hvm_linux.go)
 }
+
+// tlbKey is a page in an address space (the CR3 it was translated with).
+type tlbKey struct{ cr3, page uint64 }
 
 type stopKind byte
 
@@ -103,6 +110,7 @@ type stats struct {
 	byEvent, byCheck int // stops found after an event, after a timed check
 	checks           int // timed checks
 	foreign          int // the guest's own int3s met
+	together         int // looks that found two vCPUs or more stopped at once
 }
 
 var (
@@ -150,7 +158,7 @@ func Open(dom int, opts Options) func() (engine.Target, error) {
 
 func newTarget(dom uint16, opts Options) *Target {
 	return &Target{dom: dom, opts: opts, bps: map[uint64]bool{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{}, orig: map[uint64]byte{},
-		step: map[int]bool{}, frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[uint64]Translation{}}
+		step: map[int]bool{}, frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[tlbKey]Translation{}, int3: map[int]bool{}}
 }
 
 // sizeVCPUs makes room for the state of vCPUs 0 to maxID.
@@ -245,16 +253,21 @@ func (t *Target) release(keepPaused bool) {
 			for v := 0; v < t.vcpus; v++ {
 				t.syncDR(v)
 			}
-			if err := t.flush(); err != nil {
+			if err := t.commit(false); err != nil {
 				trace("detach: %v", err)
 			}
 		}
-		t.summary()
 	}
 	if !t.dead && !keepPaused {
-		for ; t.pauses > 0; t.pauses-- {
+		if err := t.commit(true); err != nil {
+			trace("detach: %v", err)
+		}
+		for ; t.pauses > 0; t.pauses-- { // what the batch could not undo
 			t.hv.Unpause(t.dom)
 		}
+	}
+	if !t.dead && t.kern != nil {
+		t.summary()
 	}
 	if !t.dead && keepPaused {
 		// exit 4: the domain stays paused by one pause, the one the
@@ -296,6 +309,11 @@ func (t *Target) summary() {
 	if st.foreign > 0 {
 		line += fmt.Sprintf("; %d stops on the guest's own int3", st.foreign)
 	}
+	if st.together > 0 {
+		line += fmt.Sprintf("; %d times two vCPUs or more stopped at once", st.together)
+	}
+	c := t.hv.Counts()
+	line += fmt.Sprintf("; %d hypercalls (%d domctls, %d multicalls, %d frame maps)", c.Hypercalls, c.Domctls, c.Multicalls, c.FrameMaps)
 	fmt.Fprintln(os.Stderr, line)
 }
 
@@ -322,27 +340,151 @@ func (t *Target) context(v int) (*Context, error) {
 	return &t.ctx[v], nil
 }
 
-// flush writes the contexts changed while the domain was stopped.
-func (t *Target) flush() error {
+// commit writes the contexts changed while the domain was stopped, runs
+// the gdbsx vCPU unpauses put off (the end of a step) and, with unpause,
+// undoes every pause of the domain: one hypercall, a multicall of them
+// all, in that order.
+func (t *Target) commit(unpause bool) error {
+	var calls []Call
+	var vs []int
 	for v, d := range t.dirty {
 		if d {
-			if err := t.hv.SetContext(t.dom, v, &t.ctx[v]); err != nil {
-				return err
-			}
-			t.dirty[v] = false
+			calls = append(calls, contextCall(domctlSetVCPUContext, t.dom, v, &t.ctx[v]))
+			vs = append(vs, v)
 		}
 	}
-	return nil
+	calls = append(calls, t.vcpuOps...)
+	t.vcpuOps = nil
+	ups := 0
+	if unpause {
+		ups = t.pauses
+		for i := 0; i < ups; i++ {
+			calls = append(calls, domCall(domctlUnpauseDomain, t.dom, -1))
+		}
+	}
+	if err := t.hv.Batch(calls); err != nil {
+		return err
+	}
+	var first error
+	for i, c := range calls {
+		switch {
+		case i < len(vs):
+			if c.Err == nil {
+				t.dirty[vs[i]] = false
+			}
+		case i >= len(calls)-ups:
+			if c.Err == nil {
+				t.pauses--
+			}
+		}
+		if c.Err != nil && first == nil {
+			first = c.Err
+		}
+	}
+	return first
 }
 
-// stopped forgets what was read while the domain ran.
-func (t *Target) stopped() {
-	if err := t.flush(); err != nil {
-		trace("flush: %v", err)
-	}
+// look reads the domain's state in one hypercall: getdomaininfo, the
+// first vCPU with a gdbsx int3 event (gdbsx_domstatus, which clears it)
+// and, with contexts (after VIRQ_DEBUGGER, which says a debugged domain
+// stopped on a debug trap, most likely ours), every vCPU's context. What
+// was read before is forgotten: the domain ran since. The contexts are
+// only of use if the domain is paused.
+func (t *Target) look(contexts bool) (DomainInfo, error) {
 	clear(t.ctxOK)
 	clear(t.tlb)
 	clear(t.why)
+	clear(t.int3)
+	t.more = false
+	var info DomainInfo
+	calls := []Call{infoCall(t.dom, &info)}
+	var sv int
+	var sev uint32
+	if !t.noStatus {
+		calls = append(calls, statusCall(t.dom, &sv, &sev))
+	}
+	if contexts {
+		calls = t.appendContexts(calls)
+	}
+	if err := t.hv.Batch(calls); err != nil {
+		return info, err
+	}
+	if err := infoErr(t.dom, calls[0], info); err != nil {
+		return info, err
+	}
+	if !t.noStatus {
+		t.takeStatus(calls[1].Err, sv, sev)
+	}
+	t.takeContexts(calls)
+	return info, nil
+}
+
+// appendContexts adds a getvcpucontext of every vCPU not read yet.
+func (t *Target) appendContexts(calls []Call) []Call {
+	for v := 0; v < t.vcpus; v++ {
+		if !t.ctxOK[v] {
+			calls = append(calls, contextCall(domctlGetVCPUContext, t.dom, v, &t.ctx[v]))
+		}
+	}
+	return calls
+}
+
+// takeContexts marks the contexts a batch read (an offline vCPU's fails).
+func (t *Target) takeContexts(calls []Call) {
+	for _, c := range calls {
+		if c.Cmd == domctlGetVCPUContext && c.Err == nil {
+			for v := range t.ctx {
+				if c.Ctx == &t.ctx[v] {
+					t.ctxOK[v] = true
+				}
+			}
+		}
+	}
+}
+
+// takeStatus notes what a gdbsx_domstatus said.
+func (t *Target) takeStatus(err error, v int, ev uint32) {
+	if err != nil {
+		trace("gdbsx_domstatus: %v: int3 stops found by rip alone", err)
+		t.noStatus = true
+		t.more = false
+		return
+	}
+	t.more = v >= 0
+	if v >= 0 && ev == trapInt3 {
+		t.int3[v] = true
+	}
+}
+
+// readStopped reads, in one hypercall as a rule, what a stop needs that
+// look did not read: every vCPU's context and, while gdbsx_domstatus
+// names vCPUs, the next one's int3 event.
+func (t *Target) readStopped() error {
+	first := true
+	for i := 0; first || (t.more && !t.noStatus && i <= t.vcpus); i++ { // each domstatus clears one event
+		var calls []Call
+		var sv int
+		var sev uint32
+		status := t.more && !t.noStatus
+		if status {
+			calls = append(calls, statusCall(t.dom, &sv, &sev))
+		}
+		if first {
+			calls = t.appendContexts(calls)
+			first = false
+		}
+		if len(calls) == 0 {
+			return nil
+		}
+		if err := t.hv.Batch(calls); err != nil {
+			return err
+		}
+		if status {
+			t.takeStatus(calls[0].Err, sv, sev)
+		}
+		t.takeContexts(calls)
+	}
+	return nil
 }
 
 // syncDR puts the debug-register breakpoints into a vCPU's context when
@@ -370,21 +512,30 @@ func (t *Target) syncDR(v int) {
 	t.dirty[v] = true
 }
 
-// translate finds a kernel address in the page tables of a stopped vCPU.
+// translate finds an address in the page tables of a stopped vCPU: the
+// one whose registers the engine read last (t.cur: the engine reads a
+// thread's registers first thing at each of its stops, so a probe's
+// memory reads at a hit go through the page tables of the vCPU that hit,
+// the address space of the task that runs there, as a GDB stub's memory
+// follows the thread selected last). Kernel addresses are the same in
+// every vCPU's tables.
 func (t *Target) translate(va uint64) (Translation, error) {
-	page := va &^ 0xfff
-	if tr, ok := t.tlb[page]; ok {
+	ctx, err := t.context(t.cur)
+	for v := 0; err != nil && v < t.vcpus; v++ {
+		ctx, err = t.context(v) // offline: another vCPU's tables
+	}
+	if err != nil {
+		return Translation{}, err
+	}
+	key := tlbKey{ctx.CR(3), va &^ 0xfff}
+	if tr, ok := t.tlb[key]; ok {
 		return tr, nil
 	}
-	ctx, err := t.context(0)
+	tr, err := Translate(physMem{t}, PagingOf(ctx.CR(4), t.width), ctx.CR(3), ctx.CR(4), key.page)
 	if err != nil {
 		return Translation{}, err
 	}
-	tr, err := Translate(physMem{t}, PagingOf(ctx.CR(4), t.width), ctx.CR(3), ctx.CR(4), page)
-	if err != nil {
-		return Translation{}, err
-	}
-	t.tlb[page] = tr
+	t.tlb[key] = tr
 	return tr, nil
 }
 
@@ -451,6 +602,8 @@ func (t *Target) access(addr uint64, p []byte, write bool) error {
 func (t *Target) ReadMem(space int, addr uint64, p []byte) error  { return t.access(addr, p, false) }
 func (t *Target) WriteMem(space int, addr uint64, p []byte) error { return t.access(addr, p, true) }
 
+// GetRegs reads a vCPU's registers; memory is read through its page
+// tables from now on (translate).
 func (t *Target) GetRegs(tid int, r *engine.Regs) error {
 	v, err := t.vcpu(tid)
 	if err != nil {
@@ -460,6 +613,7 @@ func (t *Target) GetRegs(tid int, r *engine.Regs) error {
 	if err != nil {
 		return err
 	}
+	t.cur = v
 	ctx.Regs(r)
 	return nil
 }
@@ -487,6 +641,9 @@ func (t *Target) Wait() (engine.Event, error) {
 		if len(t.queue) > 0 {
 			ev := t.queue[0]
 			t.queue = t.queue[1:]
+			if ev.Kind == engine.EvTrap {
+				t.cur = ev.Tid - 1
+			}
 			return ev, nil
 		}
 		if t.dead {
@@ -507,7 +664,13 @@ func (t *Target) Wait() (engine.Event, error) {
 			every = 250 * time.Millisecond
 		}
 		fired := t.ev.wait(every)
-		info, err := t.hv.Info(t.dom)
+		t.mu.Lock()
+		kicked := t.kicked
+		t.mu.Unlock()
+		// one hypercall: the domain's state, and after an event every
+		// vCPU's context as well (the event is most likely a debug trap
+		// of ours, which paused the domain: nothing to pause again)
+		info, err := t.look(fired && !kicked)
 		if !fired {
 			// the check and an event may cross: the event's count
 			fired = t.ev.pending()
@@ -525,17 +688,20 @@ func (t *Target) Wait() (engine.Event, error) {
 			t.release(false)
 			return engine.Event{Kind: engine.EvSpaceExit, Tid: 1, Exit: how}, nil
 		}
-		t.mu.Lock()
-		kicked := t.kicked
-		t.mu.Unlock()
 		if !fired && !kicked {
 			t.stats.checks++
 		}
 		if !kicked && !info.Paused() {
+			clear(t.ctxOK) // read while it ran: of no use
 			continue
 		}
 		n := len(t.queue)
-		if err := t.stopAll(); err != nil {
+		if kicked {
+			err = t.stopAll()
+		} else {
+			err = t.stopPaused()
+		}
+		if err != nil {
 			return engine.Event{}, err
 		}
 		if fired {
@@ -555,7 +721,12 @@ func (t *Target) Wait() (engine.Event, error) {
 // stopAll pauses the domain (synchronously: every vCPU is off the CPUs
 // when it returns) and queues a trap event for each vCPU on a breakpoint
 // or at the end of a step. Each such vCPU paused the domain once more.
+// A stop the engine asks for (a kick, StopThread, the detach); the
+// domain's own stops are stopPaused's.
 func (t *Target) stopAll() error {
+	if err := t.commit(false); err != nil { // what the engine changed
+		trace("flush: %v", err)
+	}
 	if err := t.hv.Pause(t.dom); err != nil {
 		return err
 	}
@@ -563,24 +734,59 @@ func (t *Target) stopAll() error {
 	t.mu.Lock()
 	t.run = false
 	t.mu.Unlock()
-	t.stopped()
-	// which vCPUs stopped on an int3: Xen's gdbsx events, which must be
-	// cleared anyway (while one is set, that vCPU's #DB raises no VIRQ)
-	int3 := map[int]bool{}
-	for i := 0; !t.noStatus && i <= t.vcpus; i++ {
-		v, ev, err := t.hv.DomStatus(t.dom)
-		if err != nil {
-			trace("gdbsx_domstatus: %v: int3 stops found by rip alone", err)
-			t.noStatus = true
-		}
-		if err != nil || v < 0 {
-			break
-		}
-		if ev == trapInt3 {
-			int3[v] = true
+	// what look read stays: the int3 events it took (cleared in Xen),
+	// why the vCPUs of queued stops stopped
+	clear(t.ctxOK)
+	clear(t.tlb)
+	t.more = !t.noStatus // which vCPUs stopped on an int3: gdbsx_domstatus
+	if err := t.readStopped(); err != nil {
+		return err
+	}
+	t.classify()
+	return nil
+}
+
+// stopPaused takes the stops of a domain found paused (by its debug
+// traps, as a rule) without pausing it again: each trap paused it, and
+// each getvcpucontext waits until its vCPU is off the CPU, after which
+// the domain's pause keeps it off. A domain paused by someone else
+// (xl pause) with no stop of ours is left alone and waited on.
+func (t *Target) stopPaused() error {
+	if err := t.readStopped(); err != nil {
+		return err
+	}
+	n, p := len(t.queue), t.pauses
+	t.classify()
+	if len(t.queue) == n && t.pauses == p {
+		clear(t.ctxOK) // not stopped by us: it may run at any time
+		clear(t.tlb)
+		return nil
+	}
+	t.mu.Lock()
+	t.run = false
+	t.mu.Unlock()
+	return nil
+}
+
+// classify queues a trap event for each vCPU on a breakpoint or at the
+// end of a step, from the contexts and int3 events read; each such stop
+// paused the domain, a pause to undo when it runs again.
+func (t *Target) classify() {
+	n := len(t.queue)
+	queued := map[int]bool{}
+	for _, ev := range t.queue {
+		if ev.Kind == engine.EvTrap {
+			queued[ev.Tid-1] = true
 		}
 	}
 	for v := 0; v < t.vcpus; v++ {
+		// an int3 event is taken once: a detach's look after a stop
+		// already handled must not see it again
+		int3 := t.int3[v]
+		delete(t.int3, v)
+		if queued[v] {
+			continue // its stop is in the queue already (a detach's look)
+		}
 		ctx, err := t.context(v)
 		if err != nil {
 			continue // offline vCPU
@@ -595,8 +801,8 @@ func (t *Target) stopAll() error {
 			ctx.SetDebugReg(6, dr6&^(dr6Step|dr6Hits))
 			t.dirty[v] = true
 			for o := 0; o < t.vcpus; o++ {
-				if o != v {
-					t.hv.UnpauseVCPU(t.dom, o)
+				if o != v { // held for the step: let go with the domain
+					t.vcpuOps = append(t.vcpuOps, domCall(domctlGdbsxUnpauseVCPU, t.dom, o))
 				}
 			}
 			t.why[v] = stopStep
@@ -604,9 +810,9 @@ func (t *Target) stopAll() error {
 			ctx.SetDebugReg(6, dr6&^dr6Hits)
 			t.dirty[v] = true
 			t.why[v] = stopDR
-		case byteHit && (int3[v] || t.noStatus || t.opts.Breakpoints == BreakInt1):
+		case byteHit && (int3 || t.noStatus || t.opts.Breakpoints == BreakInt1):
 			t.why[v] = stopByte
-		case int3[v]:
+		case int3:
 			// the guest kernel's own int3 (text_poke_bp patching code, a
 			// kprobe of its own), which Xen kept from the guest and paused
 			// the domain for. Back to the int3: it runs again when we let
@@ -626,7 +832,9 @@ func (t *Target) stopAll() error {
 		t.stats.stops++
 		t.queue = append(t.queue, engine.Event{Kind: engine.EvTrap, Tid: v + 1})
 	}
-	return nil
+	if len(t.queue)-n > 1 {
+		t.stats.together++
+	}
 }
 
 // onDR says whether a vCPU stopped on one of our debug-register
@@ -698,22 +906,20 @@ func (t *Target) Resume(tid, sig int) error {
 	return t.resumeAll()
 }
 
+// resumeAll lets the domain run: the changed contexts written, the
+// vCPUs held for a step let go and every pause undone in one hypercall.
 func (t *Target) resumeAll() error {
+	if err := t.readStopped(); err != nil { // the contexts syncDR compares (read at a stop already)
+		return err
+	}
 	for v := 0; v < t.vcpus; v++ {
 		t.syncDR(v)
 	}
-	if err := t.flush(); err != nil {
-		return err
-	}
+	clear(t.int3) // the stops they told of are handled
 	t.mu.Lock()
 	t.run = true
 	t.mu.Unlock()
-	for ; t.pauses > 0; t.pauses-- {
-		if err := t.hv.Unpause(t.dom); err != nil {
-			return err
-		}
-	}
-	return nil
+	return t.commit(true)
 }
 
 func (t *Target) StopThread(tid int) ([]engine.Event, error) {

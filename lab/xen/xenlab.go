@@ -33,6 +33,9 @@ type Options struct {
 	DomUs int
 	// DomUMemory is each domU's memory in MiB; default 128.
 	DomUMemory int
+	// DomUVCPUs is each domU's vCPUs (the domU config's vcpus, for the
+	// domUs of the boot and CreateDomU's); default 1.
+	DomUVCPUs int
 	// Memory is the machine's RAM, QEMU -m syntax; default "2048M".
 	Memory string
 	// Dom0Memory is dom0's fixed memory, Xen dom0_mem syntax; default "512M".
@@ -236,6 +239,12 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 	var names []string
 	for i := 1; i <= opts.DomUs; i++ {
 		names = append(names, fmt.Sprintf("domu%d", i))
+	}
+	if opts.DomUVCPUs > 1 {
+		out, rc, err := vm.Run(fmt.Sprintf("sed -i 's/^vcpus .*/vcpus   = %d/' /etc/xen/domU.cfg.in && grep '^vcpus ' /etc/xen/domU.cfg.in", opts.DomUVCPUs), time.Minute)
+		if err != nil || rc != 0 {
+			return fail(fmt.Errorf("xenlab: domU vCPUs: rc %d %v: %s", rc, err, out))
+		}
 	}
 	if len(names) > 0 {
 		if err := vm.createDomUs(names, opts.DomUMemory); err != nil {

@@ -18,7 +18,12 @@
 // whatever else the machine runs), with the ratio of their costs a call
 // over native in each round.
 //
-//	xenbench [-n CALLS] [-native CALLS] [-gdbsx CALLS] [-rounds N] [-calls null,read,write,open]
+// Each native-backend measurement also gives the hypercalls its stops
+// cost: the daemon's summary when the probes are removed and the target
+// let go (every hypercall of the target's life, insertion and removal
+// included, over its stops), printed per stop after the table.
+//
+//	xenbench [-n CALLS] [-native CALLS] [-gdbsx CALLS] [-rounds N] [-calls null,read,write,open] [-vcpus N]
 package main
 
 import (
@@ -29,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -38,12 +44,18 @@ import (
 
 var calls = qemulab.LatencyCalls
 
+var vcpus int
+
+// summaryRe is the summary a Xen target writes when it is let go.
+var summaryRe = regexp.MustCompile(`xen:\d+: (\d+) stops in .*; (\d+) hypercalls \((\d+) domctls`)
+
 func main() {
 	n := flag.Int("n", 1000, "probed system calls per measurement with the native backend")
 	nativeN := flag.Int("native", 20000, "system calls per native measurement")
 	gdbsxN := flag.Int("gdbsx", 100, "probed system calls per measurement through gdbsx (each costs tens of ms)")
 	only := flag.String("calls", "", "comma-separated calls to measure (null,read,write,open; default all)")
 	rounds := flag.Int("rounds", 3, "measurements of the empty entry probe and of the return probe, alternately")
+	flag.IntVar(&vcpus, "vcpus", 1, "the domU's vCPUs")
 	flag.Parse()
 	if *only != "" {
 		var keep []qemulab.LatencyCall // not calls[:0]: that would write over qemulab.LatencyCalls
@@ -89,7 +101,7 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 			extra["/etc/gprobes/"+c.Kind+"-"+kind+".dpdf"] = p
 		}
 	}
-	vm, err := xenlab.Boot(context.Background(), xenlab.Options{DomUs: 1, Extra: extra})
+	vm, err := xenlab.Boot(context.Background(), xenlab.Options{DomUs: 1, DomUVCPUs: vcpus, Extra: extra})
 	if err != nil {
 		return err
 	}
@@ -121,7 +133,7 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 		return err
 	}
 	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
-	fmt.Printf("Xen 4.17 (CONFIG_GDBSX) under QEMU TCG, PV domU with 1 vCPU, Linux 6.1; %d probed calls (native backend), %d through gdbsx, %d native\n", n, gdbsxN, nativeN)
+	fmt.Printf("Xen 4.17 (CONFIG_GDBSX) under QEMU TCG, PV domU with %d vCPU, Linux 6.1; %d probed calls (native backend), %d through gdbsx, %d native\n", vcpus, n, gdbsxN, nativeN)
 	fmt.Printf("%-6s %10s %16s %16s %16s %16s %16s %18s %10s %10s %10s %10s\n", "call", "native us", "empty us", "return us", "ret+iv us", "logging us", "int3 log us", "gdbsx us", "gdbsx/log", "int3/log", "ret/entry", "iv/entry")
 	for _, c := range calls {
 		native, err := lat(c.Kind, nativeN)
@@ -138,6 +150,13 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 			}
 			if rerr := dom0("gprobes remove --socket " + sock + " --all"); rerr != nil && err == nil {
 				err = rerr
+			}
+			if err == nil {
+				what := c.Kind + " " + kind
+				if sock == "/tmp/g3.sock" {
+					what += " (int3)"
+				}
+				err = countHypercalls(vm, sock, what)
 			}
 			return v, err
 		}
@@ -194,6 +213,43 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 		fmt.Printf("%-6s %10s %16s %16s %16s %16s %16s %18s %9.1fx %9.2fx %9.2fx %9.2fx  (rounds: %s)\n", c.Kind, fmt.Sprintf("%.3f", native/1000), ratio(empty), ratio(ret), ratio(retiv), ratio(logging), ratio(int3), ratio(gdbsx),
 			(gdbsx-native)/(logging-native), (int3-native)/(logging-native), (ret-native)/(empty-native), (retiv-native)/(empty-native), strings.Join(ratios, " "))
 	}
+	fmt.Printf("\nhypercalls a stop (domctls a stop), native backend, the target's whole life over its stops:\n")
+	for _, h := range hcalls {
+		fmt.Printf("  %-21s %6.2f (%5.2f)  %s\n", h.what, h.per, h.domctls, h.line)
+	}
+	return nil
+}
+
+var hcalls []struct {
+	what         string
+	per, domctls float64
+	line         string
+}
+
+// countHypercalls takes the summary the daemon wrote when the last
+// measurement's target was let go.
+func countHypercalls(vm *xenlab.VM, sock, what string) error {
+	logf := "/tmp/daemon.log"
+	if sock == "/tmp/g3.sock" {
+		logf = "/tmp/daemon3.log"
+	}
+	out, _, err := vm.Run("grep 'stops in' "+logf+" | tail -1", time.Minute)
+	if err != nil {
+		return err
+	}
+	m := summaryRe.FindStringSubmatch(out)
+	if m == nil {
+		return fmt.Errorf("%s: no hypercall count in the daemon's summary: %q", what, out)
+	}
+	var stops, hc, dc float64
+	fmt.Sscan(m[1], &stops)
+	fmt.Sscan(m[2], &hc)
+	fmt.Sscan(m[3], &dc)
+	hcalls = append(hcalls, struct {
+		what         string
+		per, domctls float64
+		line         string
+	}{what, hc / max(stops, 1), dc / max(stops, 1), strings.TrimSpace(out)})
 	return nil
 }
 
