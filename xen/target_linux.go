@@ -87,7 +87,8 @@ type Target struct {
 	orig       map[uint64]byte // the original byte under each of bps
 	debugging  bool            // we turned debugging mode on
 	released   bool
-	hvm        string // an HVM or PVH domain: the breakpoint mode asked (hvm_linux.go)
+	hvm        string     // an HVM or PVH domain: the breakpoint mode asked (hvm_linux.go)
+	vme        *vmMonitor // the vm_event route's monitor ring (vmevent.go), instead of debugging mode
 }
 
 // tlbKey is a page in an address space (the CR3 it was translated with).
@@ -201,10 +202,12 @@ func (t *Target) setup() error {
 		return err
 	}
 	t.ev = subscribe()
-	if err := t.hv.SetDebugging(t.dom, true); err != nil {
-		return err
+	if t.vme == nil {
+		if err := t.hv.SetDebugging(t.dom, true); err != nil {
+			return err
+		}
+		t.debugging = true
 	}
-	t.debugging = true
 	if err := t.hv.Pause(t.dom); err != nil {
 		return err
 	}
@@ -278,6 +281,7 @@ func (t *Target) release(keepPaused bool) {
 			t.hv.Unpause(t.dom)
 		}
 	}
+	t.closeHVM()
 	if !t.dead && t.debugging {
 		// kept paused for a debugger (exit 4), the domain leaves
 		// debugging mode all the same: gdbsx turns it on when it
