@@ -206,7 +206,22 @@ func newSplitBTFInfo(raw []byte, base string, ptrSize int) (bi *btfInfo, err err
 		return nil, err
 	}
 	defer bf.Close()
-	bs, err := btf.LoadSpecFromReader(bf)
+	var r io.ReaderAt = bf
+	if ef, err := elf.NewFile(bf); err == nil {
+		// a vmlinux: its .BTF section alone. cilium/ebpf reading the
+		// ELF wants a symbol table, which a vmlinux extracted from a
+		// vmlinuz has not.
+		s := ef.Section(".BTF")
+		if s == nil || s.Type == elf.SHT_NOBITS {
+			return nil, fmt.Errorf("%s has no .BTF section", base)
+		}
+		b, err := s.Data()
+		if err != nil {
+			return nil, fmt.Errorf("%s: .BTF: %w", base, err)
+		}
+		r = bytes.NewReader(b)
+	}
+	bs, err := btf.LoadSpecFromReader(r)
 	if err != nil {
 		return nil, err
 	}
