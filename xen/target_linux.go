@@ -672,9 +672,13 @@ func (t *Target) Wait() (engine.Event, error) {
 		kicked := t.kicked
 		t.mu.Unlock()
 		// one hypercall: the domain's state, and after an event every
-		// vCPU's context as well (the event is most likely a debug trap
-		// of ours, which paused the domain: nothing to pause again)
-		info, err := t.look(fired && !kicked)
+		// vCPU's context as well when this is the process's only
+		// target (the event is then most likely a debug trap of ours,
+		// which paused the domain: nothing to pause again). With
+		// several, the event may be another domain's: reading the
+		// contexts would stop this one's vCPUs for nothing, so they are
+		// read once it is found paused (stopPaused)
+		info, err := t.look(fired && !kicked && t.ev.alone())
 		if !fired {
 			// the check and an event may cross: the event's count
 			fired = t.ev.pending()

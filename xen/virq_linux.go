@@ -108,6 +108,14 @@ func (s *subscriber) live() (virq, watch bool) {
 	return s.virq, s.watch
 }
 
+// alone says whether s is the only target of this process: then a
+// VIRQ_DEBUGGER is most likely its domain's.
+func (s *subscriber) alone() bool {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	return len(hub.subs) == 1
+}
+
 func (s *subscriber) close() {
 	hub.mu.Lock()
 	delete(hub.subs, s)
