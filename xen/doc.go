@@ -1,5 +1,5 @@
-// Package xen is the native Xen backend: the engine's Target for a PV
-// guest's kernel seen from a Linux dom0 (target xen:DOMID), without
+// Package xen is the native Xen backend: the engine's Target for a PV,
+// PVH or HVM guest's kernel seen from a Linux dom0 (target xen:DOMID), without
 // libxenctrl. It reaches the hypervisor through /dev/xen/privcmd (domctl
 // hypercalls: pause, debugging mode, vCPU contexts, gdbsx's vCPU pause and
 // status), maps guest frames with mmapbatch and finds them through the

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"time"
 )
 
 // Routes of an HVM or PVH domain's events (GPROBES_XEN_ROUTE).
@@ -24,7 +25,9 @@ func (t *Target) setupHVM() error {
 	route := os.Getenv("GPROBES_XEN_ROUTE")
 	trace("an HVM or PVH domain: breakpoints %s (asked %s), route %q", mode, t.hvm, route)
 	switch route {
-	case "", RouteDebug:
+	case "":
+		return fmt.Errorf("an HVM or PVH domain: no route of its events is proven (under the lab's QEMU TCG none is delivered; docs/xen.md, \"HVM and PVH domains\"): GPROBES_XEN_ROUTE=%s (debugging mode, a hypervisor with CONFIG_GDBSX) or %s (Xen's monitor ring) probes it", RouteDebug, RouteVMEvent)
+	case RouteDebug:
 		return nil
 	case RouteVMEvent:
 	default:
@@ -82,4 +85,121 @@ func (t *Target) drHint() string {
 		return hvmFull
 	}
 	return ""
+}
+
+// addressSize is the guest's word size. Xen answers get_address_size for
+// PV domains only (EOPNOTSUPP for HVM); the HVM guest kernels gprobes
+// probes are 64-bit ones in long mode.
+func addressSize(hv *Hypervisor, dom uint16, info DomainInfo) (int, error) {
+	if info.HVM() {
+		return 64, nil
+	}
+	return hv.AddressSize(dom)
+}
+
+// StepResult is how a single-step of an HVM vCPU came back (StepEvent).
+type StepResult struct {
+	Route               string
+	RIPBefore, RIPAfter uint64
+	DR6                 uint64 // the vCPU's %dr6 at the stop
+	Request             string // the vm_event request, hex (route vmevent)
+	After               time.Duration
+}
+
+// StepEvent sets the trap flag of vCPU 0 of an HVM or PVH domain and
+// waits for the #DB to come back to dom0 by route (RouteDebug: debugging
+// mode pauses the domain; RouteVMEvent: a request on the monitor ring),
+// then clears it and lets the domain go. It is the lab's probe of which
+// events QEMU TCG delivers for an HVM guest (lab/xen/xenrecord).
+func StepEvent(dom int, route string, timeout time.Duration) (StepResult, error) {
+	res := StepResult{Route: route}
+	hv, err := OpenHypervisor()
+	if err != nil {
+		return res, err
+	}
+	defer hv.Close()
+	d := uint16(dom)
+	reqs := make(chan VMRequest, 8)
+	switch route {
+	case RouteDebug:
+		if err := hv.SetDebugging(d, true); err != nil {
+			return res, err
+		}
+		defer hv.SetDebugging(d, false)
+	case RouteVMEvent:
+		ch, err := openVMChannel()
+		if err != nil {
+			return res, err
+		}
+		m, err := startMonitor(hv, ch, d, func() {}, func(r VMRequest) {
+			select {
+			case reqs <- r:
+			default:
+			}
+		})
+		if err != nil {
+			ch.Close()
+			return res, err
+		}
+		defer m.close()
+	default:
+		return res, fmt.Errorf("route %q", route)
+	}
+	var ctx Context
+	if err := hv.Pause(d); err != nil {
+		return res, err
+	}
+	if err := hv.GetContext(d, 0, &ctx); err != nil {
+		hv.Unpause(d)
+		return res, err
+	}
+	res.RIPBefore = ctx.RIP()
+	ctx.SetRFLAGS(ctx.RFLAGS() | flagTF)
+	if err := hv.SetContext(d, 0, &ctx); err != nil {
+		hv.Unpause(d)
+		return res, err
+	}
+	start := time.Now()
+	if err := hv.Unpause(d); err != nil {
+		return res, err
+	}
+	// the stop: the domain paused by the #DB (debugging mode), or by the
+	// monitor as it answered the request
+	deadline := start.Add(timeout)
+	for {
+		select {
+		case r := <-reqs:
+			res.Request = hex.EncodeToString(r[:])
+		default:
+		}
+		info, err := hv.Info(d)
+		if err != nil {
+			return res, err
+		}
+		if info.Paused() && (route == RouteDebug || res.Request != "") {
+			break
+		}
+		if time.Now().After(deadline) {
+			// no #DB came back: take the trap flag out again
+			hv.Pause(d)
+			if hv.GetContext(d, 0, &ctx) == nil {
+				ctx.SetRFLAGS(ctx.RFLAGS() &^ flagTF)
+				hv.SetContext(d, 0, &ctx)
+			}
+			hv.Unpause(d)
+			return res, fmt.Errorf("no #DB of the single-step came back by route %s in %v", route, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	res.After = time.Since(start)
+	if err := hv.GetContext(d, 0, &ctx); err != nil {
+		return res, err
+	}
+	res.RIPAfter, res.DR6 = ctx.RIP(), ctx.DebugReg(6)
+	ctx.SetRFLAGS(ctx.RFLAGS() &^ flagTF)
+	ctx.SetDebugReg(6, ctx.DebugReg(6)&^vmDR6Causes)
+	if err := hv.SetContext(d, 0, &ctx); err != nil {
+		return res, err
+	}
+	return res, hv.Unpause(d)
 }

@@ -172,7 +172,7 @@ func recoverDomain(hv *Hypervisor, j *journal) (string, error) {
 	}
 	t := newTarget(j.Dom, Options{Breakpoints: BreakAuto})
 	t.hv = hv
-	if t.width, err = hv.AddressSize(j.Dom); err != nil {
+	if t.width, err = addressSize(hv, j.Dom, info); err != nil {
 		return "", err
 	}
 	t.sizeVCPUs(info.MaxVCPUID)

@@ -189,7 +189,7 @@ func (t *Target) setup() error {
 	if info.Dying() {
 		return errors.New("the domain is shutting down")
 	}
-	if t.width, err = t.hv.AddressSize(t.dom); err != nil {
+	if t.width, err = addressSize(t.hv, t.dom, info); err != nil {
 		return err
 	}
 	if t.width != 64 {

@@ -6,6 +6,11 @@
 // TestXenPVH runs it against a PVH domU; xen's TestHVMRecorded replays it.
 //
 //	xenrecord DOMID VADDR >record.json
+//	xenrecord step DOMID debug|vmevent
+//
+// step sets the trap flag of the domain's vCPU 0 and reports how the #DB
+// came back to dom0 (xen.StepEvent): by debugging mode or as a vm_event
+// request, which it prints in hex.
 package main
 
 import (

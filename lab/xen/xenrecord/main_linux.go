@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/gprobes/gprobes/xen"
 )
@@ -33,8 +34,17 @@ func (f frames) ReadPhys(addr uint64, p []byte) error {
 }
 
 func run(args []string) error {
+	if len(args) == 3 && args[0] == "step" {
+		dom, err := strconv.Atoi(args[1])
+		if err != nil {
+			return err
+		}
+		res, err := xen.StepEvent(dom, args[2], 5*time.Second)
+		json.NewEncoder(os.Stdout).Encode(res)
+		return err
+	}
 	if len(args) != 2 {
-		return errors.New("usage: xenrecord DOMID VADDR")
+		return errors.New("usage: xenrecord DOMID VADDR | xenrecord step DOMID debug|vmevent")
 	}
 	dom, err := strconv.Atoi(args[0])
 	if err != nil {
