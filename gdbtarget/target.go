@@ -379,6 +379,12 @@ func (t *Target) Step(tid int) error {
 // Resume lets the whole guest run: all-stop stubs resume every vCPU.
 func (t *Target) Resume(tid, sig int) error {
 	t.mu.Lock()
+	if t.running {
+		// all-stop: another vCPU's resume let this one go too (the
+		// engine releases each held vCPU of an SMP guest in turn)
+		t.mu.Unlock()
+		return nil
+	}
 	t.running = true
 	t.mu.Unlock()
 	return t.conn.Continue(nil, 0)
