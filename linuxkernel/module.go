@@ -226,7 +226,6 @@ func (k *Kernel) resolveModule(name string) (*engine.Loaded, bool, error) {
 		return nil, false, err
 	}
 	tables := []*symbols.Table{tab}
-	var buildID []byte
 	for _, t := range k.syms.Tables() {
 		if f := t.Format(); f == symbols.FormatSystemMap || f == symbols.FormatKallsyms {
 			// the image's names: a static function of the module may
@@ -237,7 +236,6 @@ func (k *Kernel) resolveModule(name string) (*engine.Loaded, bool, error) {
 			if ModuleName(filepath.Base(t.Path())) != name {
 				continue // another module's types
 			}
-			buildID = t.BuildID()
 		}
 		tables = append(tables, t)
 	}
@@ -249,10 +247,11 @@ func (k *Kernel) resolveModule(name string) (*engine.Loaded, bool, error) {
 		// slide, beside the image's link-time ones: one bias for both
 		Bias:    k.slide,
 		Symbols: symbols.NewSet(tables...),
-		// the .ko given for its types, when it is this build; the
-		// guest's own build ID of a module is not read
-		BuildID: buildID,
-		Exec:    func(a uint64) bool { return a >= lo && a < hi },
+		// BuildID nil: the module's build ID in guest memory is not
+		// read (its notes), and a file given with --symbols is not the
+		// guest's module: a pack of one build is taken, one of several
+		// refused for want of the ID
+		Exec: func(a uint64) bool { return a >= lo && a < hi },
 	}
 	if k.modCache == nil {
 		k.modCache = map[modKey]*engine.Loaded{}

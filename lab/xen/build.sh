@@ -94,6 +94,35 @@ if [ ! -e "$K/.done" ]; then
 	mv "$K.tmp" "$K"
 fi
 
+# ---- the domUs' kernel modules: once per KVER and list ---------------------
+# Modules of the same package put in the domUs (/lib/modules/KVER), for the
+# tests of module probes (xen/module_lab_test.go): rmd160 with what AF_ALG
+# hashing needs (gpwork hash rmd160 N calls rmd160_final N times). Every
+# dependency must be in the list (checked below).
+DOMU_MODULES="crypto/af_alg.ko crypto/algif_hash.ko crypto/rmd160.ko"
+DMODLIST=$(echo $DOMU_MODULES)
+if [ ! -e "$K/domU-modules/.done" ] || [ "$(cat "$K/domU-modules/.done")" != "$DMODLIST" ]; then
+	KDEB=$(fetch "linux-image-$KVER")
+	log "extracting $DMODLIST from $(basename "$KDEB")"
+	rm -rf "$K/domU-modules" "$K/domU-modules.tmp" && mkdir -p "$K/domU-modules.tmp/root"
+	members="./lib/modules/$KVER/modules.builtin ./lib/modules/$KVER/modules.order"
+	for m in $DOMU_MODULES; do members="$members ./lib/modules/$KVER/kernel/$m"; done
+	dpkg-deb --fsys-tarfile "$KDEB" | tar -x -C "$K/domU-modules.tmp/root" $members ||
+		die "linux-image-$KVER lacks one of: $members"
+	for m in $DOMU_MODULES; do
+		for d in $(readelf -p .modinfo "$K/domU-modules.tmp/root/lib/modules/$KVER/kernel/$m" |
+			sed -n 's/.*\]  depends=//p' | tr ',' ' '); do
+			case " $DMODLIST " in
+			*/$d.ko\ *) ;;
+			*) die "module $m depends on $d, which is not in DOMU_MODULES (build.sh)" ;;
+			esac
+		done
+	done
+	mv "$K/domU-modules.tmp/root/lib/modules/$KVER" "$K/domU-modules"
+	rm -rf "$K/domU-modules.tmp"
+	echo "$DMODLIST" >"$K/domU-modules/.done"
+fi
+
 # ---- the hypervisor, rebuilt with CONFIG_GDBSX ---------------------------
 # Debian's xen-hypervisor package lacks CONFIG_GDBSX: without it Xen reports
 # a PV guest's int3 neither to gdbsx nor to any dom0 debugger. Rebuild it from
@@ -201,6 +230,10 @@ if [ ! -e "$O/.done" ]; then
 	printf 'gprobes lab file b\n' >"$R/etc/gp-b"
 	printf 'root:x:0:0:root:/root:/bin/sh\n' >"$R/etc/passwd"
 	printf 'root:x:0:\n' >"$R/etc/group"
+	# the kernel modules of DOMU_MODULES, with modules.dep for busybox modprobe
+	mkdir -p "$R/lib/modules/$KVER"
+	cp -a "$K/domU-modules/." "$R/lib/modules/$KVER/" && rm -f "$R/lib/modules/$KVER/.done"
+	"$ROOT/bin/busybox" depmod -b "$R" "$KVER"
 	mkinitrd "$R" "$O.tmp/domU-initrd.gz"
 	rm -rf "$R"
 

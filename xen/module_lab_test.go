@@ -1,0 +1,169 @@
+package xen_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gprobes/gprobes/daemon"
+	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	xenlab "github.com/gprobes/gprobes/lab/xen"
+)
+
+// rmd160Module is a probe in Debian's rmd160.ko (the domUs have it with
+// af_alg and algif_hash: lab/xen/build.sh DOMU_MODULES): `gpwork hash
+// rmd160 N` calls rmd160_final exactly N times. lv 1 and 2 are a layout
+// of the module's own struct rmd160_ctx, from the .ko's split BTF.
+const rmd160Module = `name = rmd160
+modtype = kernel
+vars = 3
+offset = rmd160_final
+minor = 1
+inc lv,0
+push d,sizeof(struct rmd160_ctx)
+pop lv,1
+push d,offsetof(struct rmd160_ctx, buffer)
+pop lv,2
+exit 0
+`
+
+// Deferred module probes on a PV domU through the native backend and a
+// daemon in dom0: inserted before rmd160 is loaded, the probe is pending;
+// modprobe in the domU puts it in (at do_init_module, before the module's
+// init runs) and it counts exactly; rmmod makes it pending again (its
+// debug register cleared at free_module, before the module's memory is
+// freed), other modules come and go, the domU has no oops; loaded again,
+// it counts exactly again.
+func TestXenKernelModule(t *testing.T) {
+	xenlab.Require(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gprobes")
+	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build gprobes: %v\n%s", err, out)
+	}
+	art, err := qemulab.Artifacts() // the domUs run the QEMU lab's kernel: its vmlinux has BTF
+	if err != nil {
+		t.Fatal(err)
+	}
+	xart, err := xenlab.Artifacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kos, _ := filepath.Glob(filepath.Join(xart, "..", "kernel", "*", "domU-modules", "kernel", "crypto", "rmd160.ko"))
+	if len(kos) != 1 {
+		t.Fatalf("the Xen lab's rmd160.ko: %v", kos)
+	}
+	dpdf := filepath.Join(dir, "rmd160.dpdf")
+	os.WriteFile(dpdf, []byte(rmd160Module), 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	vm, err := xenlab.Boot(ctx, xenlab.Options{DomUs: 1, Extra: map[string]string{
+		"/bin/gprobes": bin, "/guest/System.map": filepath.Join(art, "System.map"),
+		"/guest/vmlinux": filepath.Join(art, "vmlinux"), "/guest/rmd160.ko": kos[0],
+		"/etc/gprobes/rmd160.dpdf": dpdf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Kill()
+	d := vm.DomID("domu1")
+	run := func(cmd string) string {
+		t.Helper()
+		out, rc, err := vm.Run(cmd, 2*time.Minute)
+		if err != nil || rc != 0 {
+			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
+		}
+		return out
+	}
+	domU := func(cmd string) string {
+		t.Helper()
+		out, rc, err := vm.RunDomU("domu1", cmd, 3*time.Minute)
+		if err != nil || rc != 0 {
+			t.Fatalf("domu1: %s: rc %d %v\n%s", cmd, rc, err, out)
+		}
+		return out
+	}
+	hash := func(n int) {
+		t.Helper()
+		out := domU(fmt.Sprintf("gpwork hash rmd160 %d", n))
+		if !strings.Contains(out, fmt.Sprintf("GPWORK hash rmd160 %d 8eb208f7e05d987a9b044a8e98c6b087f15a0bfc", n)) {
+			t.Errorf("gpwork hash:\n%s", out)
+		}
+	}
+	const size, bufOff = 96, 28 // struct rmd160_ctx of Debian 6.1 (cmd/gprobes rmd160Layout reads them with cilium/ebpf)
+	query := func(step string) daemon.TargetProbe {
+		t.Helper()
+		var q struct {
+			Probes []daemon.TargetProbe `json:"probes"`
+		}
+		out := run("gprobes query --socket /tmp/g.sock --all --json")
+		if err := json.Unmarshal([]byte(out), &q); err != nil {
+			t.Fatalf("query: %v\n%s", err, out)
+		}
+		if len(q.Probes) != 1 {
+			t.Fatalf("%s: query %s", step, out)
+		}
+		return q.Probes[0]
+	}
+	check := func(step, state string, hits uint64, reason string) {
+		t.Helper()
+		p := query(step)
+		if string(p.State) != state || p.Hits != hits || p.Faults != 0 || !strings.Contains(p.Reason, reason) {
+			t.Errorf("%s: %s, %d hits (%d faults), reason %q, how %q; want %s, %d hits, reason %q", step, p.State, p.Hits, p.Faults, p.Reason, p.How, state, hits, reason)
+		}
+		want := fmt.Sprintf("rmd160: lv 0=%d 1=%d 2=%d", hits, size, bufOff)
+		if hits == 0 {
+			want = "rmd160: lv 0=0 1=0 2=0"
+		}
+		if out := run("gprobes getvars --socket /tmp/g.sock rmd160"); !strings.Contains(out, want) {
+			t.Errorf("%s: getvars, want %q:\n%s", step, want, out)
+		}
+	}
+	syms := "--symbols /guest/System.map --symbols /guest/vmlinux --symbols /guest/rmd160.ko"
+	run("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1")
+	defer func() {
+		if t.Failed() {
+			out, _, _ := vm.Run("grep -v 'xen: walk' /tmp/daemon.log | head -c 3000; cat /tmp/run.out; xl list; tail -30 /var/log/xen/console/guest-domu1.log", time.Minute)
+			t.Logf("dom0:\n%s", out)
+		}
+	}()
+	domU("modprobe algif_hash && ! grep -q rmd160 /proc/modules")
+	run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/rmd160.dpdf", d, syms))
+	check("inserted, rmd160 not loaded", "pending", 0, "kernel module rmd160 is not loaded")
+
+	// in before the module's init runs: the crypto self-tests its init
+	// starts call rmd160_final, the same number of times at every load
+	domU("modprobe rmd160")
+	selfTests := query("loaded").Hits
+	t.Logf("rmd160_final hits during modprobe (the self-tests of its init): %d", selfTests)
+	if selfTests == 0 {
+		t.Errorf("no hit while rmd160's init ran: the probe went in after init")
+	}
+	check("loaded", "active", selfTests, "")
+	hash(20)
+	check("20 hashes", "active", selfTests+20, "")
+
+	domU("rmmod rmd160 && ! grep -q rmd160 /proc/modules")
+	check("unloaded", "pending", selfTests+20, "kernel module rmd160 was unloaded; its probes go in again when it is loaded")
+	domU("modprobe rmd160")
+	check("loaded again", "active", 2*selfTests+20, "")
+	hash(7)
+	check("loaded again, 7 hashes", "active", 2*selfTests+27, "")
+	domU("rmmod rmd160")
+	run(fmt.Sprintf("gprobes remove --socket /tmp/g.sock --target xen:%d rmd160; kill $(pidof gprobes); sleep 1", d))
+	// not here yet: the same with int3 bytes (GPROBES_XEN_BREAKPOINTS=int3
+	// gprobes run); in its first try the domU hung in rmmod under it
+	// (docs/guest.md)
+	domU("modprobe rmd160")
+	hash(2)
+	if w := domU("rmmod rmd160; modprobe rmd160; gpwork hash rmd160 1 >/dev/null; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:' -e 'BUG' -e 'general protection')"); !strings.Contains(w, "OOPS=0") {
+		t.Errorf("domu1's kernel log after the module probes:\n%s\n%s", w, domU("dmesg | tail -40"))
+	}
+}
