@@ -16,17 +16,22 @@ import (
 //     as for a PV guest. The debug registers and the trap flag are written
 //     through setvcpucontext, which for an HVM vCPU sets %dr0-%dr7 and the
 //     registers and leaves the rest of its state alone (arch_set_info_guest);
-//     Xen loads them at the vCPU's next VM entry. This is the route gprobes
-//     takes, and the lab proves it under QEMU TCG.
+//     Xen loads them at the vCPU's next VM entry. Under the lab's QEMU 7.2
+//     TCG a single-step's #DB comes back, by debugging mode and by the
+//     vm_event ring (vmevent.go), but a debug register's never does: QEMU's
+//     VMRUN loads the guest's %dr7 without arming its breakpoints.
 //   - int3 is intercepted as an exception (#BP) only while debugging mode or
 //     a vm_event monitor asks for it; Xen then pauses the domain with gdbsx's
 //     event 3 (debugging mode) or sends a software-breakpoint vm_event. QEMU's
 //     TCG does not deliver that intercept: it executes int3 as a software
 //     interrupt and checks only the INTn intercept, so the guest's own #BP
-//     handler receives the int3 (an oops in a Linux guest). Int3 probes are
-//     therefore taken only when asked for by name (breakpoints = int3), the
-//     route of real hardware; on auto an HVM domain gets its four debug
-//     registers and no more.
+//     handler receives the int3 (an oops in a Linux guest, seen in the lab).
+//     Int3 probes are therefore taken only when asked for by name
+//     (breakpoints = int3), the route of real hardware; on auto an HVM
+//     domain gets its four debug registers and no more.
+//
+// Since no route is proven end to end, an HVM domain is probed only with
+// one named (GPROBES_XEN_ROUTE=debug or vmevent, hvm_linux.go).
 //   - ICEBP (int1) is an intercept of its own on VMX and SVM, reported at the
 //     instruction and not past it: refused.
 //   - Memory: the page tables hold guest-physical frame numbers, which is
