@@ -25,6 +25,13 @@ type Resolver interface {
 	BuildID() []byte
 }
 
+// ModuleBuildIDer is a Resolver that picks, among the files it was given,
+// the build ID of the module a DPDF names (a kernel module's .ko rather
+// than the vmlinux given for its types).
+type ModuleBuildIDer interface {
+	ModuleBuildID(name string, modtype ModType) []byte
+}
+
 // ErrAtInsertion is what a Resolver's Symbol wraps when the symbol exists
 // but has no address yet (a kernel module's .ko: its symbols are placed
 // when it is loaded). The compiler then leaves the location or constant
@@ -72,6 +79,9 @@ func CompileProgram(f *dpdf.File, opts CompileOptions) (*Program, error) {
 	c.checkSwitches()
 	if opts.Symbols != nil {
 		c.m.BuildID = opts.Symbols.BuildID()
+		if mb, ok := opts.Symbols.(ModuleBuildIDer); ok {
+			c.m.BuildID = mb.ModuleBuildID(c.m.Name, c.m.ModType)
+		}
 		if len(c.m.BuildID) > MaxBuildID {
 			c.errorf(lexer.Position{Filename: f.Path}, "the build ID of the symbols is %d bytes, at most %d: give symbols of another module", len(c.m.BuildID), MaxBuildID)
 		}

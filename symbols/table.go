@@ -135,6 +135,10 @@ func (t *Table) Path() string { return t.path }
 // a "[module]" suffix or every address is zero.
 func (t *Table) Format() string { return t.format }
 
+// Relocatable reports whether the table is a relocatable object (a .o, a
+// kernel module's .ko): its symbols have no addresses until it is loaded.
+func (t *Table) Relocatable() bool { return t.relocatable }
+
 // BuildID is the ELF build ID (the NT_GNU_BUILD_ID note), nil if none.
 func (t *Table) BuildID() []byte { return t.buildID }
 

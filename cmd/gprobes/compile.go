@@ -46,6 +46,24 @@ func (r resolver) Symbol(name string) (uint64, error) {
 
 var _ rpn.Resolver = resolver{}
 
+// ModuleBuildID is the build ID the module is bound to: for a kernel
+// module (modtype kernel, a name other than vmlinux or kernel) the first
+// .ko's, not the vmlinux's given for its types (none without a .ko); for
+// the kernel image the first file's that is not a .ko; else the first
+// file's that has one.
+func (r resolver) ModuleBuildID(name string, modtype rpn.ModType) []byte {
+	if modtype != rpn.ModKernel {
+		return r.BuildID()
+	}
+	image := name == "vmlinux" || name == "kernel"
+	for _, t := range r.Tables() {
+		if t.BuildID() != nil && t.Relocatable() != image {
+			return t.BuildID()
+		}
+	}
+	return nil
+}
+
 // loaded is a module read from a DPDF or a PPDF.
 type loaded struct {
 	mod    *rpn.Module
