@@ -69,6 +69,7 @@ type Target struct {
 	more     bool             // gdbsx_domstatus named a vCPU: another may have an event
 	vcpuOps  []Call           // gdbsx vCPU unpauses to run before the domain runs again
 	cur      int              // the vCPU whose page tables translate addresses
+	waited   bool             // a state check found the domain paused and left it to the VIRQ
 	queue    []engine.Event
 	pauses   int // pauses of the domain to undo on resume (ours, and one per debug trap)
 	step     map[int]bool
@@ -701,8 +702,19 @@ func (t *Target) Wait() (engine.Event, error) {
 		}
 		if !kicked && !info.Paused() {
 			clear(t.ctxOK) // read while it ran: of no use
+			t.waited = false
 			continue
 		}
+		if !fired && !kicked && !t.waited && virq && len(t.bps) == 0 && !t.noStatus && !t.more {
+			// paused, no int3 event, no int3 byte of ours: a debug
+			// trap's pause, whose VIRQ_DEBUGGER this check crossed and
+			// which comes in a moment (or someone's xl pause); once
+			// more, and a domain still paused without an event is taken
+			// all the same
+			t.waited = true
+			continue
+		}
+		t.waited = false
 		n := len(t.queue)
 		if kicked {
 			err = t.stopAll()
