@@ -70,6 +70,7 @@ type Target struct {
 	vcpuOps  []Call           // gdbsx vCPU unpauses to run before the domain runs again
 	cur      int              // the vCPU whose page tables translate addresses
 	waited   bool             // a state check found the domain paused and left it to the VIRQ
+	keepInt3 bool             // the last look took int3 events while the domain still ran: the next look keeps them
 	queue    []engine.Event
 	pauses   int // pauses of the domain to undo on resume (ours, and one per debug trap)
 	step     map[int]bool
@@ -399,7 +400,10 @@ func (t *Target) look(contexts bool) (DomainInfo, error) {
 	clear(t.ctxOK)
 	clear(t.tlb)
 	clear(t.why)
-	clear(t.int3)
+	if !t.keepInt3 {
+		clear(t.int3)
+	}
+	t.keepInt3 = false
 	t.more = false
 	var info DomainInfo
 	calls := []Call{infoCall(t.dom, &info)}
@@ -703,6 +707,12 @@ func (t *Target) Wait() (engine.Event, error) {
 		if !kicked && !info.Paused() {
 			clear(t.ctxOK) // read while it ran: of no use
 			t.waited = false
+			// an int3 event read in the same multicall as a state that
+			// still ran: the trap came between the two reads, and has
+			// paused the domain since. Xen cleared the event as it told
+			// it: dropped, the stop would be no one's and the domain
+			// would stay paused (seen once in TestXenNative's int3 phase)
+			t.keepInt3 = len(t.int3) > 0
 			continue
 		}
 		if !fired && !kicked && !t.waited && virq && len(t.bps) == 0 && !t.noStatus && !t.more {
