@@ -268,7 +268,7 @@ func logTimelineFollow(c *cli.Context, format, out string) error {
 	err = cl.Log(ctx, true, func(l *daemon.LogLine) error {
 		if !known[l.Module] {
 			known[l.Module] = true // asked once, even if it is gone by now
-			mu.Lock() // the ticker's Tick reads what learn declares
+			mu.Lock()              // the ticker's Tick reads what learn declares
 			err := learn()
 			mu.Unlock()
 			if err != nil {
