@@ -768,14 +768,7 @@ func BenchmarkKernelLabTable1(b *testing.B) {
 // /sys/kernel/btf/rmd160.
 func rmd160Layout(t *testing.T) (size, bufOff uint64) {
 	t.Helper()
-	dir, err := qemulab.Artifacts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kos, _ := filepath.Glob(filepath.Join(dir, "..", "kernel", "*", "modules", "kernel", "crypto", "rmd160.ko"))
-	if len(kos) != 1 {
-		t.Fatalf("the lab's rmd160.ko: %v", kos)
-	}
+	ko := labRmd160Ko(t)
 	section := func(path string) []byte {
 		f, err := elf.Open(path)
 		if err != nil {
@@ -792,11 +785,15 @@ func rmd160Layout(t *testing.T) (size, bufOff uint64) {
 		}
 		return b
 	}
+	dir, err := qemulab.Artifacts()
+	if err != nil {
+		t.Fatal(err)
+	}
 	base, err := btf.LoadSpecFromReader(bytes.NewReader(section(filepath.Join(dir, "vmlinux"))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := btf.LoadSplitSpecFromReader(bytes.NewReader(section(kos[0])), base)
+	spec, err := btf.LoadSplitSpecFromReader(bytes.NewReader(section(ko)), base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -890,19 +887,12 @@ type otherBuild struct {
 
 func rmd160OtherBuild(t *testing.T) otherBuild {
 	t.Helper()
-	dir, err := qemulab.Artifacts()
+	ko := labRmd160Ko(t)
+	b, err := os.ReadFile(ko)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kos, _ := filepath.Glob(filepath.Join(dir, "..", "kernel", "*", "modules", "kernel", "crypto", "rmd160.ko"))
-	if len(kos) != 1 {
-		t.Fatalf("the lab's rmd160.ko: %v", kos)
-	}
-	b, err := os.ReadFile(kos[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := elf.Open(kos[0])
+	f, err := elf.Open(ko)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -972,4 +962,18 @@ func testKernelLabModulePack(t *testing.T, vm *qemulab.VM, o otherBuild) {
 		t.Errorf("the pack of both builds: %d hits, want 9", hits)
 	}
 	guest(t, vm, "gprobes remove rmd160")
+}
+
+// labRmd160Ko is the path of the lab's rmd160.ko on this side.
+func labRmd160Ko(t *testing.T) string {
+	t.Helper()
+	dir, err := qemulab.Artifacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kos, _ := filepath.Glob(filepath.Join(dir, "..", "kernel", "*", "modules", "kernel", "crypto", "rmd160.ko"))
+	if len(kos) != 1 {
+		t.Fatalf("the lab's rmd160.ko: %v", kos)
+	}
+	return kos[0]
 }
