@@ -1,6 +1,7 @@
 package gdbtarget_test
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/gprobes/gprobes/gdbtarget"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	"github.com/gprobes/gprobes/linuxkernel"
+	"github.com/gprobes/gprobes/symbols"
 )
 
 // A probe in a kernel module of the guest (Dynamic Probes' deferred
@@ -156,7 +158,9 @@ func TestGuestKernelModule(t *testing.T) {
 }
 
 // A module's probe inserted while the module is loaded goes in at once;
-// a probe in its init text (freed after init) is refused, the others work.
+// bound to a build, it goes in only for the build the guest loaded (read
+// from the module's notes in guest memory); a probe in its init text
+// (freed after init) is refused, the others work.
 func TestGuestKernelModuleLoaded(t *testing.T) {
 	g := boot(t, false)
 	ko := labModule(t, "crypto/rmd160.ko")
@@ -167,6 +171,38 @@ func TestGuestKernelModuleLoaded(t *testing.T) {
 	if out, rc, err := g.vm.Run("modprobe algif_hash && modprobe rmd160", time.Minute); err != nil || rc != 0 {
 		t.Fatalf("modprobe: %d %v\n%s", rc, err, out)
 	}
+	// bound to a build (a pack's): the module's build ID is read from its
+	// notes in guest memory; the .ko's own ID goes in, another is refused
+	// naming both
+	tab, err := symbols.Open(ko)
+	if err != nil || len(tab.BuildID()) == 0 {
+		t.Fatalf("%s's build ID: %v", ko, err)
+	}
+	id := tab.BuildID()
+	other := bytes.Clone(id)
+	other[0] ^= 0xff
+	for _, c := range []struct {
+		id    []byte
+		state engine.ProbeState
+	}{{other, engine.StateRefused}, {id, engine.StateActive}} {
+		m := compile(t, rmd160Probe)
+		m.BuildID = c.id
+		infos, err := g.eng.Insert(m, engine.InsertNew)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("bound to %x: %s %s", c.id, infos[0].State, infos[0].Reason)
+		if len(infos) != 1 || infos[0].State != c.state {
+			t.Errorf("bound to build %x: %+v, want %s", c.id, infos, c.state)
+		}
+		if c.state == engine.StateRefused && (!strings.Contains(infos[0].Reason, fmt.Sprintf("%x", id)) || !strings.Contains(infos[0].Reason, fmt.Sprintf("%x", other))) {
+			t.Errorf("refused, but the reason does not name the loaded build %x and the module's %x: %s", id, other, infos[0].Reason)
+		}
+		if n, err := g.eng.Remove("rmd160", nil); err != nil || n != 1 {
+			t.Fatalf("remove: %d %v", n, err)
+		}
+	}
+
 	src := rmd160Probe + "offset = rmd160_mod_init\nminor = 2\nexit 0\n"
 	infos, err := g.eng.Insert(compile(t, src), engine.InsertNew)
 	if err != nil {

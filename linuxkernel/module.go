@@ -28,6 +28,9 @@ import (
 //     per symbol), so no .ko is needed to find rmd160_final; types of the
 //     module's own structs come from its .ko given with --symbols (split
 //     BTF on the vmlinux's, or DWARF).
+//   - its build ID is read from its notes in guest memory (notes_attrs,
+//     as /sys/module/NAME/notes), so a pack's build is checked against
+//     the module the guest loaded, not a file given with --symbols.
 //   - the places where the list changes (engine.OS.Rendezvous) are
 //     do_init_module, which the kernel keeps out of line for debuggers
 //     (the module placed, its kallsyms set, state COMING, its init not
@@ -65,7 +68,27 @@ type modLayout struct {
 	kallsyms                           uint64
 	symtab, numSymtab, strtab, typetab field
 	span                               uint64 // bytes of struct module read per entry: state, list, name
+	notes                              *notesLayout
 }
+
+// notesLayout is where a module's ELF notes are found: struct module's
+// notes_attrs (set by mod_sysfs_setup, before do_init_module), an array
+// of bin_attributes, one per SHF_ALLOC note section, whose private is the
+// section in the module's memory (what /sys/module/NAME/notes/ reads).
+// nil when the kernel's types lack them (no CONFIG_SYSFS or KALLSYMS):
+// then a module's build ID is not known.
+type notesLayout struct {
+	ptr              uint64 // struct module.notes_attrs
+	count, attrs     uint64 // struct module_notes_attrs.notes, .attrs
+	attrSize         uint64 // sizeof(struct bin_attribute)
+	name, size, data uint64 // bin_attribute.attr.name, .size, .private
+}
+
+// Bounds on what a module's notes are read as.
+const (
+	maxModNotes    = 32   // note sections of one module
+	maxModNoteSize = 4096 // bytes of one
+)
 
 // layout works out the offsets once per set of symbols.
 func (k *Kernel) modLayout() (*modLayout, error) {
@@ -116,7 +139,76 @@ func newModLayout(s *symbols.Set, slide uint64) (*modLayout, error) {
 		return nil, fmt.Errorf("the kernel's struct module is not known (%v): give the vmlinux (its .BTF, or DWARF) with --symbols", errors.Join(errs...))
 	}
 	l.span = max(l.state+4, l.list+8, l.name+moduleNameLen)
+	l.notes = newNotesLayout(s)
 	return l, nil
+}
+
+func newNotesLayout(s *symbols.Set) *notesLayout {
+	var n notesLayout
+	var err error
+	for _, f := range []struct {
+		to        *uint64
+		typ, path string
+	}{
+		{&n.ptr, "struct module", "notes_attrs"},
+		{&n.count, "struct module_notes_attrs", "notes"},
+		{&n.attrs, "struct module_notes_attrs", "attrs"},
+		{&n.name, "struct bin_attribute", "attr.name"},
+		{&n.size, "struct bin_attribute", "size"},
+		{&n.data, "struct bin_attribute", "private"},
+	} {
+		if *f.to, err = s.Offsetof(f.typ, f.path); err != nil {
+			return nil
+		}
+	}
+	if n.attrSize, err = s.Sizeof("struct bin_attribute"); err != nil || n.attrSize < max(n.name, n.size, n.data)+8 {
+		return nil
+	}
+	return &n
+}
+
+// moduleBuildID reads the GNU build ID among a loaded module's notes in
+// guest memory; nil when the kernel's types do not say where they are,
+// the module has none, or what is read does not look like notes.
+func (k *Kernel) moduleBuildID(mod uint64) []byte {
+	n := k.mods.notes
+	if n == nil {
+		return nil
+	}
+	var b [8]byte
+	if k.mem.ReadMem(mod+n.ptr, b[:]) != nil {
+		return nil
+	}
+	attrs := binary.LittleEndian.Uint64(b[:])
+	if attrs == 0 {
+		return nil // not set up yet, or no notes
+	}
+	if k.mem.ReadMem(attrs+n.count, b[:4]) != nil {
+		return nil
+	}
+	count := uint64(binary.LittleEndian.Uint32(b[:4]))
+	if count == 0 || count > maxModNotes {
+		return nil
+	}
+	arr := make([]byte, count*n.attrSize)
+	if k.mem.ReadMem(attrs+n.attrs, arr) != nil {
+		return nil
+	}
+	for i := uint64(0); i < count; i++ {
+		a := arr[i*n.attrSize:]
+		addr, size := binary.LittleEndian.Uint64(a[n.data:]), binary.LittleEndian.Uint64(a[n.size:])
+		if addr == 0 || size < 16 || size > maxModNoteSize {
+			continue
+		}
+		note := make([]byte, size)
+		if k.mem.ReadMem(addr, note) != nil {
+			continue
+		}
+		if id := symbols.NotesBuildID(note); id != nil {
+			return id
+		}
+	}
+	return nil
 }
 
 // guestModule is one entry of the guest's module list.
@@ -247,11 +339,12 @@ func (k *Kernel) resolveModule(name string) (*engine.Loaded, bool, error) {
 		// slide, beside the image's link-time ones: one bias for both
 		Bias:    k.slide,
 		Symbols: symbols.NewSet(tables...),
-		// BuildID nil: the module's build ID in guest memory is not
-		// read (its notes), and a file given with --symbols is not the
-		// guest's module: a pack of one build is taken, one of several
-		// refused for want of the ID
-		Exec: func(a uint64) bool { return a >= lo && a < hi },
+		// the build ID of the module the guest loaded, from its notes in
+		// guest memory (not from a file given with --symbols, which may
+		// be another build); nil when they cannot be read: a pack of one
+		// build is then taken, one of several refused for want of the ID
+		BuildID: k.moduleBuildID(m.addr),
+		Exec:    func(a uint64) bool { return a >= lo && a < hi },
 	}
 	if k.modCache == nil {
 		k.modCache = map[modKey]*engine.Loaded{}

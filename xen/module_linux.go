@@ -9,7 +9,9 @@ var _ engine.BreakpointForgetter = (*Target)(nil)
 // register is cleared (it would fire on whatever is mapped there next);
 // an int3 byte is dropped from the books and the journal without its
 // original byte written back, so that neither gprobes nor a recovery
-// writes into memory the guest frees or reuses.
+// writes into memory the guest frees or reuses; its frame's writable
+// mapping goes at the next Resume (dropWritable), before the guest frees
+// the memory and perhaps makes a page table of it.
 func (t *Target) ForgetBreakpoint(space int, addr uint64) error {
 	for i, a := range t.dr {
 		if a == addr {
@@ -22,6 +24,7 @@ func (t *Target) ForgetBreakpoint(space int, addr uint64) error {
 		return nil
 	}
 	delete(t.bps, addr)
+	delete(t.bpFrame, addr)
 	delete(t.orig, addr)
 	return t.writeJournal()
 }

@@ -56,21 +56,22 @@ type Target struct {
 	vcpus    int
 	ctx      []Context
 	ctxOK    []bool
-	dirty    []bool           // ctx changed, to write before the vCPU runs
-	bps      map[uint64]bool  // addresses holding our breakpoint byte
-	gone     map[uint64]bool  // addresses whose breakpoint byte was taken out
-	dr       [4]uint64        // debug-register breakpoints (0: free slot)
-	wdr      [4]*engine.Watch // watches in debug registers (watch_linux.go)
-	wfired   []uint8          // per vCPU, the watch registers its last stop fired
-	drGone   map[uint64]bool  // debug-register breakpoints taken out
-	why      []stopKind       // why each vCPU stopped, at the last stop
-	noStatus bool             // no gdbsx_domstatus: int3 stops found by rip alone
-	int3     map[int]bool     // vCPUs with a gdbsx int3 event (taken by gdbsx_domstatus)
-	more     bool             // gdbsx_domstatus named a vCPU: another may have an event
-	vcpuOps  []Call           // gdbsx vCPU unpauses to run before the domain runs again
-	cur      int              // the vCPU whose page tables translate addresses
-	waited   bool             // a state check found the domain paused and left it to the VIRQ
-	keepInt3 bool             // the last look took int3 events while the domain still ran: the next look keeps them
+	dirty    []bool            // ctx changed, to write before the vCPU runs
+	bps      map[uint64]bool   // addresses holding our breakpoint byte
+	bpFrame  map[uint64]uint64 // the machine frame of each of bps, whose writable mapping is kept (dropWritable)
+	gone     map[uint64]bool   // addresses whose breakpoint byte was taken out
+	dr       [4]uint64         // debug-register breakpoints (0: free slot)
+	wdr      [4]*engine.Watch  // watches in debug registers (watch_linux.go)
+	wfired   []uint8           // per vCPU, the watch registers its last stop fired
+	drGone   map[uint64]bool   // debug-register breakpoints taken out
+	why      []stopKind        // why each vCPU stopped, at the last stop
+	noStatus bool              // no gdbsx_domstatus: int3 stops found by rip alone
+	int3     map[int]bool      // vCPUs with a gdbsx int3 event (taken by gdbsx_domstatus)
+	more     bool              // gdbsx_domstatus named a vCPU: another may have an event
+	vcpuOps  []Call            // gdbsx vCPU unpauses to run before the domain runs again
+	cur      int               // the vCPU whose page tables translate addresses
+	waited   bool              // a state check found the domain paused and left it to the VIRQ
+	keepInt3 bool              // the last look took int3 events while the domain still ran: the next look keeps them
 	queue    []engine.Event
 	pauses   int // pauses of the domain to undo on resume (ours, and one per debug trap)
 	step     map[int]bool
@@ -80,7 +81,7 @@ type Target struct {
 	dead     bool
 	detach   bool
 	frames   map[uint64][]byte // frames mapped read-only
-	wframes  map[uint64][]byte // frames mapped read-write
+	wframes  map[uint64][]byte // frames mapped read-write: only while the domain is paused, or while they hold one of bps
 	tlb      map[tlbKey]Translation
 	stats    stats
 	// what a gprobes that dies leaves in the domain (journal_linux.go)
@@ -160,7 +161,7 @@ func Open(dom int, opts Options) func() (engine.Target, error) {
 }
 
 func newTarget(dom uint16, opts Options) *Target {
-	return &Target{dom: dom, opts: opts, bps: map[uint64]bool{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{}, orig: map[uint64]byte{},
+	return &Target{dom: dom, opts: opts, bps: map[uint64]bool{}, bpFrame: map[uint64]uint64{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{}, orig: map[uint64]byte{},
 		step: map[int]bool{}, frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[tlbKey]Translation{}, int3: map[int]bool{}}
 }
 
@@ -933,6 +934,7 @@ func (t *Target) Resume(tid, sig int) error {
 	if len(t.queue) > 0 {
 		return nil // another vCPU's stop is still to handle
 	}
+	t.dropWritable()
 	return t.resumeAll()
 }
 
@@ -1046,8 +1048,38 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 		t.writeJournal()
 		return err
 	}
+	if tr, err := t.translate(addr); err == nil { // the write just used it
+		t.bpFrame[addr] = tr.Phys >> 12
+	}
 	delete(t.gone, addr)
 	return nil
+}
+
+// dropWritable unmaps, before the domain runs on, the writable mappings
+// of frames that hold none of gprobes' breakpoint bytes. On a PV domain a
+// frame dom0 maps writable cannot become a page table or a descriptor
+// table of the guest: Xen refuses the type change, the guest's pin
+// (mmuext_op) fails with EINVAL and the guest process it was for dies. A
+// kernel module's text freed by rmmod, a page a probe wrote, is soon
+// reused as one. A breakpoint taken out for a step in place keeps its
+// frame's mapping (Step does not come here); one taken out for good, or
+// forgotten with the module, loses it at the next Resume.
+func (t *Target) dropWritable() {
+	if len(t.wframes) == 0 {
+		return
+	}
+	keep := make(map[uint64]bool, len(t.bps))
+	for a := range t.bps {
+		if fn, ok := t.bpFrame[a]; ok {
+			keep[fn] = true
+		}
+	}
+	for fn, b := range t.wframes {
+		if !keep[fn] {
+			UnmapFrame(b)
+			delete(t.wframes, fn)
+		}
+	}
 }
 
 func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
@@ -1065,6 +1097,7 @@ func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 		return err
 	}
 	delete(t.bps, addr)
+	delete(t.bpFrame, addr)
 	delete(t.orig, addr)
 	t.gone[addr] = true
 	return t.writeJournal()

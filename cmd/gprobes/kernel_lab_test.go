@@ -887,30 +887,11 @@ type otherBuild struct {
 
 func rmd160OtherBuild(t *testing.T) otherBuild {
 	t.Helper()
-	ko := labRmd160Ko(t)
-	b, err := os.ReadFile(ko)
+	data, id, other, err := qemulab.OtherBuild(labRmd160Ko(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := elf.Open(ko)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sec := f.Section(".note.gnu.build-id")
-	if sec == nil {
-		t.Fatal("rmd160.ko has no .note.gnu.build-id")
-	}
-	note, err := sec.Data()
-	if err != nil || len(note) < 16+20 {
-		t.Fatalf("rmd160.ko's build-ID note: %x %v", note, err)
-	}
-	id := bytes.Clone(note[16:])
-	other := bytes.Clone(id)
-	other[0] ^= 0xff
-	out := bytes.Clone(b)
-	copy(out[sec.Offset+16:], other)
-	return otherBuild{data: out, id: id, other: other}
+	return otherBuild{data: data, id: id, other: other}
 }
 
 // testKernelLabModulePack (issue 15): packs bound to a kernel module's
