@@ -1,13 +1,11 @@
 package xen_test
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -18,7 +16,6 @@ import (
 	"github.com/gprobes/gprobes/internal/testkit"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
-	"github.com/gprobes/gprobes/symbols"
 )
 
 // TestXenGuestExits: on a PV domU probed natively from dom0 (xen:DOMID),
@@ -42,17 +39,7 @@ func TestXenGuestExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "gprobes")
-	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gprobes: %v\n%s", err, out)
-	}
-	extra := map[string]string{
-		"/bin/gprobes":      bin,
-		"/guest/vmlinux":    filepath.Join(art, "vmlinux"),
-		"/guest/System.map": filepath.Join(art, "System.map"),
-	}
+	extra := map[string]string{}
 	// gdb in dom0: the lab's gdb-minimal and its libraries
 	gdbDir := filepath.Join(lab, "gdb")
 	if _, err := os.Stat(filepath.Join(gdbDir, "gdb")); err != nil {
@@ -63,64 +50,35 @@ func TestXenGuestExits(t *testing.T) {
 	}
 	extra["/opt/gdb/gdb"] = filepath.Join(gdbDir, "gdb")
 	libs, _ := os.ReadDir(filepath.Join(gdbDir, "lib"))
-	for _, l := range libs {
-		extra["/opt/gdb/lib/"+l.Name()] = filepath.Join(gdbDir, "lib", l.Name())
+	for _, lib := range libs {
+		extra["/opt/gdb/lib/"+lib.Name()] = filepath.Join(gdbDir, "lib", lib.Name())
 	}
 	wrapper := filepath.Join(dir, "gdb.sh")
 	os.WriteFile(wrapper, []byte("#!/bin/sh\nLD_LIBRARY_PATH=/opt/gdb/lib exec /opt/gdb/gdb \"$@\"\n"), 0o755)
 	extra["/bin/gdb"] = wrapper
-	files := map[string]string{"io.dpdf": portIO, "popu.dpdf": popU, "dump.dpdf": dumpOnce, "handover.dpdf": handover}
-	for name, src := range files {
-		p := filepath.Join(dir, name)
-		os.WriteFile(p, []byte(src), 0o644)
-		extra["/etc/gprobes/"+name] = p
-	}
-	// the vmlinux extracted from the vmlinuz has no symbol table for gdb:
-	// addresses from System.map, comm's offset from the BTF
-	set := symbols.NewSet()
-	for _, f := range []string{"System.map", "vmlinux"} {
-		tab, err := symbols.Open(filepath.Join(art, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		set.Add(tab)
-	}
-	comm, err := set.Offsetof("struct task_struct", "comm")
+	// gdb reads the core with the vmlinux and System.map's addresses
+	core, err := qemulab.NewCoreCheck(art)
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := func(name string) uint64 {
-		s, err := set.Lookup(name)
+		a, err := core.Addr(name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s.Addr
+		return a
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	vm, err := xenlab.Boot(ctx, xenlab.Options{Extra: extra, DomUs: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
+	l := startLab(t, labSetup{opts: xenlab.Options{Extra: extra, DomUs: 1}, timeout: 15 * time.Minute, dump: dumpOf("/tmp/daemon.log"),
+		files: map[string]string{"/etc/gprobes/io.dpdf": portIO, "/etc/gprobes/popu.dpdf": popU, "/etc/gprobes/dump.dpdf": dumpOnce, "/etc/gprobes/handover.dpdf": handover}})
+	vm := l.vm
 	d := vm.DomID("domu1")
 	run := func(cmd string) string {
 		t.Helper()
-		out, rc, err := vm.Run(cmd, 3*time.Minute)
-		if err != nil || rc != 0 {
-			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
-		}
-		return out
+		return l.runFor(cmd, 3*time.Minute)
 	}
 	run("gprobes daemon --socket /tmp/g.sock --state /tmp/gstate >/tmp/daemon.log 2>&1 & sleep 1")
-	defer func() {
-		if t.Failed() {
-			out, _, _ := vm.Run("grep -v 'xen: walk' /tmp/daemon.log | tail -c 3000; xl list; xl dmesg | tail -15; tail -30 /var/log/xen/console/guest-domu1.log", time.Minute)
-			t.Logf("dom0:\n%s", out)
-		}
-	}()
-	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
+	syms := guestSyms
 	insert := func(file string) {
 		t.Helper()
 		run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/%s", d, syms, file))
@@ -197,18 +155,14 @@ func TestXenGuestExits(t *testing.T) {
 	}
 	jiffies := words(rec)[0]
 	t.Logf("core: %s", run("ls -ls "+rec.Dump+"; du -k "+rec.Dump))
-	gout := run(fmt.Sprintf(`gdb -nx -batch /guest/vmlinux -ex 'core-file %s' -ex 'printf "JIFFIES %%lx\n", *(unsigned long *)%#x' -ex 'printf "BANNER %%s\n", (char *)%#x' -ex 'printf "COMM %%s\n", (char *)%#x' -ex 'info threads' 2>&1`,
-		rec.Dump, addr("jiffies"), addr("linux_banner"), addr("init_task")+comm))
+	gargs, err := core.GdbArgs(rec.Dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gout := run("gdb -nx -batch /guest/vmlinux " + qemulab.ShellArgs(gargs) + " 2>&1")
 	t.Logf("gdb on the core:\n%s", gout)
-	m := regexp.MustCompile(`JIFFIES ([0-9a-f]+)`).FindStringSubmatch(gout)
-	if m == nil {
-		t.Fatalf("gdb read no jiffies from the core")
-	}
-	if got, _ := strconv.ParseUint(m[1], 16, 64); got != jiffies {
-		t.Errorf("jiffies in the core %#x, the probe read %#x live", got, jiffies)
-	}
-	if !strings.Contains(gout, "BANNER Linux version 6.1") || !strings.Contains(gout, "COMM swapper/0") {
-		t.Errorf("linux_banner or init_task.comm not in the core")
+	for _, e := range core.Verify(gout, jiffies) {
+		t.Error(e)
 	}
 	run("rm " + rec.Dump)
 	remove()
@@ -232,7 +186,7 @@ func TestXenGuestExits(t *testing.T) {
 	t.Logf("%s:\n%s", line, gout)
 	// the vCPU stands where the probed instruction has run, once: the
 	// next instruction's address (x/2i's second line)
-	m = regexp.MustCompile(`PC ([0-9a-f]+)`).FindStringSubmatch(gout)
+	m := regexp.MustCompile(`PC ([0-9a-f]+)`).FindStringSubmatch(gout)
 	insns := regexp.MustCompile(`(?m)^(?:=> |\s+)0x([0-9a-f]+):`).FindAllStringSubmatch(gout, -1)
 	if m == nil || len(insns) < 2 {
 		t.Fatalf("gdb through the printed command: no pc or disassembly")

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gprobes/gprobes/internal/testkit"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
@@ -25,47 +24,15 @@ import (
 // removal mid-run, a domU destroyed while probed, the daemon stopped with
 // probes in.
 func TestXenNative(t *testing.T) {
-	xenlab.Require(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gprobes")
-	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gprobes: %v\n%s", err, out)
-	}
-	extra := map[string]string{"/bin/gprobes": bin}
-	// the domUs run the QEMU lab's kernel: its vmlinux carries BTF
-	if art, err := qemulab.Artifacts(); err == nil {
-		extra["/guest/vmlinux"] = filepath.Join(art, "vmlinux")
-		extra["/guest/System.map"] = filepath.Join(art, "System.map")
-	} else if testkit.CI() {
-		t.Fatal(err)
-	}
-	writes := filepath.Join(dir, "writes.dpdf")
-	// two probe addresses: both get a debug register (breakpoints auto)
-	os.WriteFile(writes, []byte("name = vmlinux\nmodtype = kernel\nvars = 2\n"+
-		"offset = ksys_write\nminor = 1\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n"+
-		"offset = do_sys_openat2\nminor = 2\ninc lv,1\npush pid\nlog 1\npush d,255\npush r,rsi\nlog str\nexit 1\n"), 0o644)
-	extra["/etc/gprobes/writes.dpdf"] = writes
-	fd4 := filepath.Join(dir, "fd4.dpdf")
-	os.WriteFile(fd4, []byte("name = vmlinux\nmodtype = kernel\noffset = ksys_write\npush r,rdi\nlog 1\nexit 1\n"), 0o644)
-	extra["/etc/gprobes/fd4.dpdf"] = fd4
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	vm, err := xenlab.Boot(ctx, xenlab.Options{Extra: extra, DomUs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
+	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: 2}, files: map[string]string{
+		// two probe addresses: both get a debug register (breakpoints auto)
+		"/etc/gprobes/writes.dpdf": "name = vmlinux\nmodtype = kernel\nvars = 2\n" +
+			"offset = ksys_write\nminor = 1\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n" +
+			"offset = do_sys_openat2\nminor = 2\ninc lv,1\npush pid\nlog 1\npush d,255\npush r,rsi\nlog str\nexit 1\n",
+		"/etc/gprobes/fd4.dpdf": "name = vmlinux\nmodtype = kernel\noffset = ksys_write\npush r,rdi\nlog 1\nexit 1\n"},
+		dump: dumpOf("/tmp/daemon.log")})
+	vm, run := l.vm, l.run
 	d1, d2 := vm.DomID("domu1"), vm.DomID("domu2")
-	run := func(cmd string) string {
-		t.Helper()
-		out, rc, err := vm.Run(cmd, 2*time.Minute)
-		if err != nil || rc != 0 {
-			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
-		}
-		return out
-	}
 	pidRe := regexp.MustCompile(`GPWORK pid (\d+)`)
 	work := func(name string, n int) int {
 		t.Helper()
@@ -82,17 +49,11 @@ func TestXenNative(t *testing.T) {
 		return pid
 	}
 	run("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1")
-	defer func() {
-		if t.Failed() {
-			out, _, _ := vm.Run("grep -v 'xen: walk' /tmp/daemon.log | head -c 3000; xl list; xl dmesg | tail -15; tail -30 /var/log/xen/console/guest-domu1.log", time.Minute)
-			t.Logf("dom0:\n%s", out)
-		}
-	}()
 	if out, _, err := vm.RunDomU("domu1", "grep -w -e linux_banner -e _stext /proc/kallsyms; uname -a", time.Minute); err == nil {
 		t.Logf("domu1:\n%s", out)
 	}
 	t.Logf("dom0: %s", run("grep -w -e linux_banner -e _stext /guest/System.map"))
-	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
+	syms := guestSyms
 	t0 := time.Now()
 	run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/writes.dpdf", d1, syms))
 	t.Logf("insert into xen:%d in %v", d1, time.Since(t0))

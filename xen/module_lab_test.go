@@ -1,11 +1,8 @@
 package xen_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -46,18 +43,6 @@ exit 0
 // text kept in dom0 made their page-table pins fail. Last, a probe bound
 // to another build of rmd160 is refused naming both build IDs.
 func TestXenKernelModule(t *testing.T) {
-	xenlab.Require(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gprobes")
-	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gprobes: %v\n%s", err, out)
-	}
-	art, err := qemulab.Artifacts() // the domUs run the QEMU lab's kernel: its vmlinux has BTF
-	if err != nil {
-		t.Fatal(err)
-	}
 	xart, err := xenlab.Artifacts()
 	if err != nil {
 		t.Fatal(err)
@@ -70,33 +55,16 @@ func TestXenKernelModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "rmd160-other.ko"), otherKo, 0o644)
-	dpdf := filepath.Join(dir, "rmd160.dpdf")
-	os.WriteFile(dpdf, []byte(rmd160Module), 0o644)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	vm, err := xenlab.Boot(ctx, xenlab.Options{DomUs: 1, Extra: map[string]string{
-		"/bin/gprobes": bin, "/guest/System.map": filepath.Join(art, "System.map"),
-		"/guest/vmlinux": filepath.Join(art, "vmlinux"), "/guest/rmd160.ko": kos[0], "/guest/rmd160-other.ko": filepath.Join(dir, "rmd160-other.ko"),
-		"/etc/gprobes/rmd160.dpdf": dpdf}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
+	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: 1, Extra: map[string]string{"/guest/rmd160.ko": kos[0]}},
+		files: map[string]string{"/etc/gprobes/rmd160.dpdf": rmd160Module, "/guest/rmd160-other.ko": string(otherKo)},
+		dump:  dumpOf("/tmp/daemon-debug.log", "/tmp/daemon-int3.log", "/tmp/daemon-build.log")})
+	vm, run := l.vm, l.run
 	d := vm.DomID("domu1")
-	run := func(cmd string) string {
-		t.Helper()
-		out, rc, err := vm.Run(cmd, 2*time.Minute)
-		if err != nil || rc != 0 {
-			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
-		}
-		return out
-	}
 	domU := func(cmd string) string {
 		t.Helper()
-		out, rc, err := vm.RunDomU("domu1", cmd, 3*time.Minute)
-		if err != nil || rc != 0 || strings.Contains(out, "Segmentation fault") {
-			t.Fatalf("domu1: %s: rc %d %v\n%s", cmd, rc, err, out)
+		out := l.domU("domu1", cmd)
+		if strings.Contains(out, "Segmentation fault") {
+			t.Fatalf("domu1: %s:\n%s", cmd, out)
 		}
 		return out
 	}
@@ -136,13 +104,7 @@ func TestXenKernelModule(t *testing.T) {
 			t.Errorf("%s: getvars, want %q:\n%s", step, want, out)
 		}
 	}
-	syms := "--symbols /guest/System.map --symbols /guest/vmlinux --symbols /guest/rmd160.ko"
-	defer func() {
-		if t.Failed() {
-			out, _, _ := vm.Run("for f in /tmp/daemon*.log; do echo == $f; grep -v 'xen: walk' $f | tail -c 3000; done; xl list; tail -30 /var/log/xen/console/guest-domu1.log", time.Minute)
-			t.Logf("dom0:\n%s", out)
-		}
-	}()
+	syms := guestSyms + " --symbols /guest/rmd160.ko"
 	domU("modprobe algif_hash && ! grep -q rmd160 /proc/modules")
 	// The same story on both breakpoint routes: the debug registers (the
 	// default for up to four addresses) and int3 bytes in the module's

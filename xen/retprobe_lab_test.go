@@ -1,21 +1,16 @@
 package xen_test
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gprobes/gprobes/internal/testkit"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
 
@@ -28,47 +23,19 @@ import (
 // process are exact, each returns the parent's pid, none is dropped or
 // missed, query and log name the kind, and the domain runs on afterwards.
 func TestXenRetprobe(t *testing.T) {
-	xenlab.Require(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gprobes")
-	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gprobes: %v\n%s", err, out)
-	}
 	example, err := os.ReadFile("../testdata/examples/getppid_latency.dpdf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// gdbsx gives no gs_base: no task, so push pid would be an
-	// invalid-operand exception; a 0 instead
-	gdbsxSrc := filepath.Join(dir, "getppid-gdbsx.dpdf")
-	os.WriteFile(gdbsxSrc, []byte(strings.Replace(string(example), "push pid ", "push d,0 ", 1)), 0o644)
-	extra := map[string]string{"/bin/gprobes": bin, "/etc/gprobes/getppid.dpdf": "../testdata/examples/getppid_latency.dpdf",
-		"/etc/gprobes/getppid-gdbsx.dpdf": gdbsxSrc}
-	if art, err := qemulab.Artifacts(); err == nil {
-		extra["/guest/vmlinux"] = filepath.Join(art, "vmlinux")
-		extra["/guest/System.map"] = filepath.Join(art, "System.map")
-	} else if testkit.CI() {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	vm, err := xenlab.Boot(ctx, xenlab.Options{Extra: extra, DomUs: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
+	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: 1}, files: map[string]string{
+		"/etc/gprobes/getppid.dpdf": string(example),
+		// gdbsx gives no gs_base: no task, so push pid would be an
+		// invalid-operand exception; a 0 instead
+		"/etc/gprobes/getppid-gdbsx.dpdf": strings.Replace(string(example), "push pid ", "push d,0 ", 1)},
+		dump: dumpOf("/tmp/daemon.log", "/tmp/daemon3.log")})
+	vm, run := l.vm, l.run
 	d := vm.DomID("domu1")
-	run := func(cmd string) string {
-		t.Helper()
-		out, rc, err := vm.Run(cmd, 2*time.Minute)
-		if err != nil || rc != 0 {
-			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
-		}
-		return out
-	}
-	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
+	syms := guestSyms
 	const n = 5
 	// work runs gpwork in domu1 and returns its pid and its parent's (the
 	// shell that runs the line execs gpwork: its PPid is gpwork's)
@@ -168,12 +135,6 @@ func TestXenRetprobe(t *testing.T) {
 	// the native backend: debug registers (the entry and the return take
 	// two of the four), then int3 bytes (a daemon of their own)
 	run("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1; GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock --state /tmp/g3 >/tmp/daemon3.log 2>&1 & sleep 1")
-	defer func() {
-		if t.Failed() {
-			out, _, _ := vm.Run("tail -c 3000 /tmp/daemon.log; tail -c 2000 /tmp/daemon3.log; xl list", time.Minute)
-			t.Logf("dom0:\n%s", out)
-		}
-	}()
 	target := fmt.Sprintf("xen:%d", d)
 	for _, sock := range []string{"/tmp/g.sock", "/tmp/g3.sock"} {
 		run(fmt.Sprintf("gprobes insert --socket %s --target %s %s /etc/gprobes/getppid.dpdf", sock, target, syms))

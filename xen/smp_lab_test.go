@@ -1,22 +1,16 @@
 package xen_test
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gprobes/gprobes/internal/testkit"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
 
@@ -64,50 +58,14 @@ exit 1
 // route: one multicall reads the domain's state and the vCPUs' contexts,
 // one writes the context and unpauses).
 func TestXenSMP(t *testing.T) {
-	xenlab.Require(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gprobes")
-	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gprobes: %v\n%s", err, out)
-	}
-	extra := map[string]string{"/bin/gprobes": bin}
-	if art, err := qemulab.Artifacts(); err == nil {
-		extra["/guest/vmlinux"] = filepath.Join(art, "vmlinux")
-		extra["/guest/System.map"] = filepath.Join(art, "System.map")
-	} else if testkit.CI() {
-		t.Fatal(err)
-	}
-	probes := filepath.Join(dir, "smp.dpdf")
-	os.WriteFile(probes, []byte(smpProbes), 0o644)
-	extra["/etc/gprobes/smp.dpdf"] = probes
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	vm, err := xenlab.Boot(ctx, xenlab.Options{Extra: extra, DomUs: 1, DomUVCPUs: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
+	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: 1, DomUVCPUs: 2}, files: map[string]string{"/etc/gprobes/smp.dpdf": smpProbes},
+		dump: dumpOf("/tmp/daemon.log")})
+	vm, run := l.vm, l.run
 	dom := vm.DomID("domu1")
-	run := func(cmd string) string {
-		t.Helper()
-		out, rc, err := vm.Run(cmd, 2*time.Minute)
-		if err != nil || rc != 0 {
-			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
-		}
-		return out
-	}
 	if out := run(fmt.Sprintf("xl vcpu-list %d", dom)); strings.Count(out, "domu1") != 2 {
 		t.Fatalf("domu1 has not 2 vCPUs:\n%s", out)
 	}
 	run("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1")
-	defer func() {
-		if t.Failed() {
-			out, _, _ := vm.Run("grep -v 'xen: walk' /tmp/daemon.log | tail -c 3000; xl list; xl dmesg | tail -15; tail -30 /var/log/xen/console/guest-domu1.log", time.Minute)
-			t.Logf("dom0:\n%s", out)
-		}
-	}()
 	run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d --symbols /guest/System.map --symbols /guest/vmlinux /etc/gprobes/smp.dpdf", dom))
 	const n = 200
 	out, rc, err := vm.RunDomU("domu1", fmt.Sprintf("nproc; echo 0 >/proc/sys/kernel/randomize_va_space; "+

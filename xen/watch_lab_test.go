@@ -1,17 +1,12 @@
 package xen_test
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
 
@@ -26,54 +21,23 @@ import (
 // for good) and `gprobes recover`; and gdbsx, which has no watchpoints:
 // the watch refused, by name.
 func TestXenWatch(t *testing.T) {
-	xenlab.Require(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gprobes")
-	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gprobes: %v\n%s", err, out)
-	}
-	art, err := qemulab.Artifacts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := func(name, src string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	// three code probes: debug registers DR0-DR2 (breakpoints = auto)
-	code := file("code.dpdf", "name = vmlinux\nmodtype = kernel\nvars = 5\n"+
-		"offset = ksys_write\nminor = 1\ninc lv,0\nexit 0\n"+
-		"offset = ksys_read\nminor = 2\ninc lv,1\nexit 0\n"+
-		"offset = do_sys_openat2\nminor = 3\ninc lv,2\nexit 0\n")
-	watch := file("watch.dpdf", "name = vmlinux\nmodtype = kernel\nvars = 5\n"+
-		"watch = lease_break_time,4,w\nminor = 11\ninc lv,3\npush pid\nlog 1\nexit 1\n"+
-		"watch = lease_break_time,4,rw\nminor = 12\ninc lv,4\nexit 0\n")
-	// the rw one first: it gets the lower register, which the backend
-	// swaps (QEMU's x86 sets only the first matching register's DR6 bit)
-	watch2 := file("watch2.dpdf", "name = vmlinux\nmodtype = kernel\nvars = 5\n"+
-		"watch = lease_break_time,4,rw\nminor = 12\ninc lv,4\nexit 0\n"+
-		"watch = lease_break_time,4,w\nminor = 11\ninc lv,3\npush pid\nlog 1\nexit 1\n")
-	vm, err := xenlab.Boot(context.Background(), xenlab.Options{DomUs: 1, Extra: map[string]string{
-		"/bin/gprobes": bin, "/guest/System.map": filepath.Join(art, "System.map"), "/guest/vmlinux": filepath.Join(art, "vmlinux"),
-		"/etc/gprobes/code.dpdf": code, "/etc/gprobes/watch.dpdf": watch, "/etc/gprobes/watch2.dpdf": watch2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
+	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: 1}, files: map[string]string{
+		// three code probes: debug registers DR0-DR2 (breakpoints = auto)
+		"/etc/gprobes/code.dpdf": "name = vmlinux\nmodtype = kernel\nvars = 5\n" +
+			"offset = ksys_write\nminor = 1\ninc lv,0\nexit 0\n" +
+			"offset = ksys_read\nminor = 2\ninc lv,1\nexit 0\n" +
+			"offset = do_sys_openat2\nminor = 3\ninc lv,2\nexit 0\n",
+		"/etc/gprobes/watch.dpdf": "name = vmlinux\nmodtype = kernel\nvars = 5\n" +
+			"watch = lease_break_time,4,w\nminor = 11\ninc lv,3\npush pid\nlog 1\nexit 1\n" +
+			"watch = lease_break_time,4,rw\nminor = 12\ninc lv,4\nexit 0\n",
+		// the rw one first: it gets the lower register, which the backend
+		// swaps (QEMU's x86 sets only the first matching register's DR6 bit)
+		"/etc/gprobes/watch2.dpdf": "name = vmlinux\nmodtype = kernel\nvars = 5\n" +
+			"watch = lease_break_time,4,rw\nminor = 12\ninc lv,4\nexit 0\n" +
+			"watch = lease_break_time,4,w\nminor = 11\ninc lv,3\npush pid\nlog 1\nexit 1\n"},
+		dump: dumpOf("/tmp/wd.log"), timeout: 15 * time.Minute})
+	vm, run := l.vm, l.run
 	d := vm.DomID("domu1")
-	run := func(cmd string) string {
-		t.Helper()
-		out, rc, err := vm.Run(cmd, 2*time.Minute)
-		if err != nil || rc != 0 {
-			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
-		}
-		return out
-	}
 	loop := func(n int) {
 		t.Helper()
 		cmd := fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo 45 >/proc/sys/fs/lease-break-time; read x </proc/sys/fs/lease-break-time; i=$((i+1)); done; echo x=$x", n)
@@ -81,7 +45,7 @@ func TestXenWatch(t *testing.T) {
 			t.Fatalf("domu1: the loop: rc %d %v\n%s", rc, err, out)
 		}
 	}
-	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
+	syms := guestSyms
 	sock := "--socket /tmp/w.sock"
 
 	// gdbsx: no watchpoints, the watch refused by name (gprobes takes a
@@ -97,12 +61,6 @@ func TestXenWatch(t *testing.T) {
 	loop(5)
 
 	run("gprobes daemon --socket /tmp/w.sock --state /tmp/w >/tmp/wd.log 2>&1 & sleep 1")
-	defer func() {
-		if t.Failed() {
-			out, _, _ := vm.Run("grep -v 'xen: walk' /tmp/wd.log | tail -c 3000; xl list; xl dmesg | tail -15", time.Minute)
-			t.Logf("dom0:\n%s", out)
-		}
-	}()
 	lv := func() []int {
 		t.Helper()
 		out := run(fmt.Sprintf("gprobes getvars %s vmlinux", sock))
