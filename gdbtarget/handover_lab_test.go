@@ -17,7 +17,6 @@ import (
 	"github.com/gprobes/gprobes/internal/testkit"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	"github.com/gprobes/gprobes/rpn"
-	"github.com/gprobes/gprobes/symbols"
 )
 
 // bootSmall boots the lab guest with 256 MiB of RAM: its dumps stay small.
@@ -183,53 +182,24 @@ exit 0
 `
 
 // checkCore opens core with gdb and the lab's vmlinux and checks jiffies,
-// linux_banner and init_task.comm. The vmlinux extracted from the
-// vmlinuz has no symbol table (its BTF gives comm's offset): the
-// addresses come from System.map.
+// linux_banner and init_task.comm (qemulab.CoreCheck).
 func checkCore(t *testing.T, gdb, art, core string, jiffies uint64) {
 	t.Helper()
-	set := symbols.NewSet()
-	for _, f := range []string{"System.map", "vmlinux"} {
-		tab, err := symbols.Open(filepath.Join(art, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		set.Add(tab)
-	}
-	comm, err := set.Offsetof("struct task_struct", "comm")
+	c, err := qemulab.NewCoreCheck(art)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := func(name string) uint64 {
-		s, err := set.Lookup(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.Addr
+	args, err := c.GdbArgs(core)
+	if err != nil {
+		t.Fatal(err)
 	}
-	cmd := exec.Command(gdb, "-nx", "-batch", filepath.Join(art, "vmlinux"), "-ex", "core-file "+core,
-		"-ex", fmt.Sprintf(`printf "JIFFIES %%lx\n", *(unsigned long *)%#x`, addr("jiffies")),
-		"-ex", fmt.Sprintf(`printf "BANNER %%s\n", (char *)%#x`, addr("linux_banner")),
-		"-ex", fmt.Sprintf(`printf "COMM %%s\n", (char *)%#x`, addr("init_task")+comm),
-		"-ex", "info threads")
-	b, err := cmd.CombinedOutput()
+	b, err := exec.Command(gdb, append([]string{"-nx", "-batch", filepath.Join(art, "vmlinux")}, args...)...).CombinedOutput()
 	out := string(b)
 	if err != nil {
 		t.Fatalf("gdb: %v\n%s", err, out)
 	}
-	m := regexp.MustCompile(`JIFFIES ([0-9a-f]+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("gdb read no jiffies from the core:\n%s", out)
-	}
-	got, _ := strconv.ParseUint(m[1], 16, 64)
-	if got != jiffies {
-		t.Errorf("jiffies in the core %#x, the probe read %#x live", got, jiffies)
-	}
-	if !strings.Contains(out, "BANNER Linux version 6.1") {
-		t.Errorf("no linux_banner in the core:\n%s", out)
-	}
-	if !strings.Contains(out, "COMM swapper/0") {
-		t.Errorf("init_task.comm is not swapper/0 in the core:\n%s", out)
+	for _, e := range c.Verify(out, jiffies) {
+		t.Error(e)
 	}
 	t.Logf("gdb on the core:\n%s", out)
 }
