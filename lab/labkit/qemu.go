@@ -14,11 +14,12 @@ import (
 	"time"
 )
 
-// QEMU is a running qemu-system-x86_64 whose serial port is its stdio
-// ("-serial stdio"): what the guest prints is kept as lines, QEMU's stderr
-// apart, and callers wait for lines.
+// QEMU is a running qemu-system-x86_64 (QEMUConfig.Binary) whose serial
+// port is its stdio ("-serial stdio"): what the guest prints is kept as
+// lines, QEMU's stderr apart, and callers wait for lines.
 type QEMU struct {
 	cmd     *exec.Cmd
+	bin     string // QEMUConfig.Binary, for messages
 	stdin   io.WriteCloser
 	panicRe *regexp.Regexp
 	tmpDir  string
@@ -41,7 +42,13 @@ type QEMU struct {
 
 // QEMUConfig says how to run QEMU.
 type QEMUConfig struct {
-	Args       []string   // qemu-system-x86_64's arguments, "-serial stdio" among them
+	// Binary is the QEMU to run, a path or a name looked up in PATH;
+	// default "qemu-system-x86_64" (the system's)
+	Binary string
+	// Env is added to QEMU's environment (this process's), for a QEMU in a
+	// private prefix (LD_LIBRARY_PATH, QEMU_MODULE_DIR)
+	Env        []string
+	Args       []string   // QEMU's arguments, "-serial stdio" among them
 	ExtraFiles []*os.File // QEMU's fds 3, 4, ...
 	LogPath    string     // a copy of the serial output, if not empty
 	TmpDir     string     // the VM's temporary files: removed by Kill and Cleanup
@@ -49,11 +56,19 @@ type QEMUConfig struct {
 	Panic *regexp.Regexp
 }
 
-// StartQEMU runs qemu-system-x86_64. Cancelling ctx kills it, and it gets
-// SIGKILL if this process dies first.
+// StartQEMU runs cfg.Binary (qemu-system-x86_64). Cancelling ctx kills it,
+// and it gets SIGKILL if this process dies first.
 func StartQEMU(ctx context.Context, cfg QEMUConfig) (*QEMU, error) {
 	q := &QEMU{panicRe: cfg.Panic, tmpDir: cfg.TmpDir, changed: make(chan struct{}), done: make(chan struct{})}
-	q.cmd = exec.Command("qemu-system-x86_64", cfg.Args...)
+	bin := cfg.Binary
+	if bin == "" {
+		bin = "qemu-system-x86_64"
+	}
+	q.bin = bin
+	q.cmd = exec.Command(bin, cfg.Args...)
+	if len(cfg.Env) > 0 {
+		q.cmd.Env = append(os.Environ(), cfg.Env...)
+	}
 	q.cmd.ExtraFiles = cfg.ExtraFiles
 	dieWithParent(q.cmd)
 	q.cmd.Stderr = stderrWriter{q}
@@ -74,7 +89,7 @@ func StartQEMU(ctx context.Context, cfg QEMUConfig) (*QEMU, error) {
 		if q.logFile != nil {
 			q.logFile.Close()
 		}
-		return nil, fmt.Errorf("start qemu-system-x86_64: %w", err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	readerDone := make(chan struct{})
 	go q.readSerial(stdout, readerDone)
@@ -177,7 +192,7 @@ func (q *QEMU) WaitLine(ctx context.Context, from int, timeout time.Duration, ma
 		if q.exited {
 			err := q.exitErr
 			q.mu.Unlock()
-			return "", -1, fmt.Errorf("qemu exited (%v)\n%s", err, q.LogTail(60))
+			return "", -1, fmt.Errorf("%s exited (%v)\n%s", q.bin, err, q.LogTail(60))
 		}
 		ch := q.changed
 		q.mu.Unlock()
@@ -259,6 +274,9 @@ func (q *QEMU) Log() string {
 	return s
 }
 
+// Binary is the QEMU that runs (QEMUConfig.Binary).
+func (q *QEMU) Binary() string { return q.bin }
+
 // Pid is QEMU's process id.
 func (q *QEMU) Pid() int { return q.cmd.Process.Pid }
 
@@ -284,7 +302,7 @@ func (q *QEMU) ExitErr() error {
 func (q *QEMU) PowerOff(send func() error, timeout time.Duration) error {
 	select {
 	case <-q.done:
-		return fmt.Errorf("poweroff: qemu already exited (%v)", q.ExitErr())
+		return fmt.Errorf("poweroff: %s already exited (%v)", q.bin, q.ExitErr())
 	default:
 	}
 	if err := send(); err != nil {
@@ -295,13 +313,13 @@ func (q *QEMU) PowerOff(send func() error, timeout time.Duration) error {
 	case <-q.done:
 		q.Cleanup()
 		if e := q.ExitErr(); e != nil {
-			return fmt.Errorf("poweroff: qemu exit: %v\n%s", e, q.LogTail(30))
+			return fmt.Errorf("poweroff: %s exit: %v\n%s", q.bin, e, q.LogTail(30))
 		}
 		return nil
 	case <-time.After(timeout):
 		t := q.LogTail(30)
 		q.Kill()
-		return fmt.Errorf("poweroff: qemu still running after %v\n%s", timeout, t)
+		return fmt.Errorf("poweroff: %s still running after %v\n%s", q.bin, timeout, t)
 	}
 }
 

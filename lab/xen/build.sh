@@ -19,11 +19,16 @@
 #   kernel/<KVER>/      vmlinuz, the xen driver modules, System.map
 #   apt/                private apt state for `apt-get source xen` (deb-src)
 #   tools/              flex/bison/m4 dpkg-deb -x'ed, when the host lacks them
-#   hv-<hash>/          the hypervisor rebuilt with CONFIG_GDBSX: xen, xen.config
+#   hv-<hash>/          the hypervisor rebuilt with CONFIG_GDBSX: xen, xen.config,
+#                       and xen-cr2sync, the same with src/xen-svm-cr2.patch
+#                       (for HVM/PVH guests under QEMU 10.0's TCG; see the patch)
 #                       (rebuilt only when its inputs change: source package,
-#                       Debian's config, src/xen-gdbsx.config, gcc)
-#   out-<hash>/         one build: xen xen.config xen-stock vmlinuz System.map
-#                       dom0-initrd.gz domU-initrd.gz gpwork domu-run BUILDINFO
+#                       Debian's config, src/xen-gdbsx.config, the patch, gcc)
+#   out-<hash>/         one build: xen xen.config xen-cr2sync xen-stock vmlinuz
+#                       System.map dom0-initrd.gz domU-initrd.gz gpwork domu-run
+#                       BUILDINFO
+#   qemu-bpo/           Debian's QEMU 10.0 from bookworm-backports, for the
+#                       tests that ask for it (qemu-bpo.sh, not run by build.sh)
 #   out -> out-<hash>   the current build
 # Idempotent: a second run with the same inputs does nothing. Concurrent runs
 # serialize on $GPROBES_XENLAB/.lock.
@@ -33,7 +38,7 @@ LAB=${GPROBES_XENLAB:-${HOME:-/root}/.cache/gprobes-xenlab}
 QLAB=${GPROBES_LAB:-${HOME:-/root}/.cache/gprobes-qemulab}
 KVER=${GPROBES_KVER:-6.1.0-56-amd64}
 XENV=4.17
-HV_RECIPE=1 # bump when the hypervisor build steps below change
+HV_RECIPE=2 # bump when the hypervisor build steps below change
 
 declare -A CMD_PKG=(
 	[qemu-system-x86_64]=qemu-system-x86 [cpio]=cpio [gzip]=gzip [gcc]=gcc [make]=make
@@ -154,7 +159,7 @@ fi
 DSC=$(ls "$A"/src/xen_*.dsc | head -1)
 HVHASH=$( {
 	echo "recipe $HV_RECIPE"
-	cat "$DSC" "$ROOT/boot/xen-$XENV-amd64.config" "$HERE/src/xen-gdbsx.config"
+	cat "$DSC" "$ROOT/boot/xen-$XENV-amd64.config" "$HERE/src/xen-gdbsx.config" "$HERE/src/xen-svm-cr2.patch"
 	gcc --version | head -1
 } | sha256sum | cut -c1-12)
 HV=$LAB/hv-$HVHASH
@@ -184,6 +189,13 @@ if [ ! -e "$HV/.done" ]; then
 		{ tail -40 "$HV.tmp/build.log" >&2; die "xen build failed (log: $HV.tmp/build.log)"; }
 	nm "$S/xen-syms" | grep gdbsx_guest_mem_io >/dev/null || die "the built hypervisor has no gdbsx_guest_mem_io"
 	cp "$S/xen" "$HV.tmp/xen"
+	# xen-cr2sync: the same tree with src/xen-svm-cr2.patch (svm.c and the
+	# link again, ~15 s)
+	patch -d "$HV.tmp/src" -p1 -s <"$HERE/src/xen-svm-cr2.patch" >>"$HV.tmp/build.log" 2>&1 ||
+		{ tail -10 "$HV.tmp/build.log" >&2; die "src/xen-svm-cr2.patch does not apply"; }
+	make -C "$S" -j"$(nproc)" PYTHON=/usr/bin/python3 >>"$HV.tmp/build.log" 2>&1 ||
+		{ tail -40 "$HV.tmp/build.log" >&2; die "xen build with src/xen-svm-cr2.patch failed (log: $HV.tmp/build.log)"; }
+	cp "$S/xen" "$HV.tmp/xen-cr2sync"
 	cp "$S/.config" "$HV.tmp/xen.config"
 	basename "$DSC" >"$HV.tmp/source"
 	rm -rf "$HV.tmp/src" "$HV.tmp"/*.tar.* "$HV.tmp"/*.debian.* "$HV.tmp"/*.dsc
@@ -213,6 +225,7 @@ if [ ! -e "$O/.done" ]; then
 	rm -rf "$O" "$O.tmp" && mkdir -p "$O.tmp"
 	cp "$HV/xen" "$O.tmp/xen"
 	cp "$HV/xen.config" "$O.tmp/xen.config"
+	cp "$HV/xen-cr2sync" "$O.tmp/xen-cr2sync"
 	zcat "$XENGZ" >"$O.tmp/xen-stock" # QEMU's multiboot loader cannot read gzip
 	cp "$K/vmlinuz" "$O.tmp/vmlinuz"
 	cp "$K/System.map" "$O.tmp/System.map"

@@ -44,9 +44,18 @@ type Options struct {
 	CPUs int
 	// CPU is the QEMU -cpu model; default "qemu64,+npt".
 	CPU string
+	// QEMU is the QEMU to run; nil: the system's qemu-system-x86_64.
+	// BackportsQEMU gives Debian's 10.0 from bookworm-backports.
+	QEMU *QEMUBinary
 	// StockXen boots Debian's own hypervisor (no CONFIG_GDBSX) instead of
 	// the rebuilt one.
 	StockXen bool
+	// CR2Sync boots xen-cr2sync, the rebuilt hypervisor with
+	// src/xen-svm-cr2.patch, which an HVM or PVH guest needs under QEMU
+	// 10.0's TCG (BackportsQEMU): that QEMU reports a guest's read of CR2
+	// as a CR0 read, which Xen emulates from a copy of CR2 the patch keeps
+	// current. Not with StockXen.
+	CR2Sync bool
 	// XenCmdline and Dom0Cmdline are appended to the hypervisor's and
 	// dom0's command lines.
 	XenCmdline, Dom0Cmdline string
@@ -91,7 +100,7 @@ func SourceDir() string { return labkit.SourceDir("GPROBES_XENLAB_SRC", "lab/xen
 
 var build = &labkit.Build{
 	Name: "xenlab", Dir: SourceDir, Rel: "lab/xen",
-	Outputs: []string{"xen", "xen-stock", "vmlinuz", "dom0-initrd.gz", "domU-initrd.gz", "System.map"},
+	Outputs: []string{"xen", "xen-cr2sync", "xen-stock", "vmlinuz", "dom0-initrd.gz", "domU-initrd.gz", "System.map"},
 	Tools: [][2]string{
 		{"qemu-system-x86_64", "qemu-system-x86"}, {"cpio", "cpio"}, {"gzip", "gzip"},
 		{"gcc", "gcc"}, {"make", "make"}, {"/usr/bin/python3", "python3"}, {"readelf", "binutils"},
@@ -102,8 +111,9 @@ var build = &labkit.Build{
 }
 
 // Artifacts runs build.sh (once per process; build.sh itself caches across
-// processes) and returns the folder holding xen, xen-stock, vmlinuz,
-// System.map, dom0-initrd.gz, domU-initrd.gz, gpwork, domu-run, BUILDINFO.
+// processes) and returns the folder holding xen, xen-cr2sync, xen-stock,
+// vmlinuz, System.map, dom0-initrd.gz, domU-initrd.gz, gpwork, domu-run,
+// BUILDINFO.
 func Artifacts() (string, error) { return build.Artifacts() }
 
 // Available reports whether the lab can run here: nil if qemu-system-x86_64
@@ -168,6 +178,13 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 	if opts.StockXen {
 		xen = filepath.Join(dir, "xen-stock")
 	}
+	if opts.CR2Sync {
+		if opts.StockXen {
+			os.RemoveAll(tmp)
+			return nil, errors.New("xenlab: CR2Sync and StockXen")
+		}
+		xen = filepath.Join(dir, "xen-cr2sync")
+	}
 	// Xen and dom0's hvc0 share com1. No "noreboot": a Xen or dom0 panic
 	// reboots, and -no-reboot turns that into QEMU's exit.
 	xenArgs := fmt.Sprintf("console=com1 com1=115200,8n1 dom0_mem=%s,max:%s dom0_max_vcpus=%d",
@@ -205,7 +222,12 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 		"-serial", "stdio",
 	}
 	args = append(args, opts.ExtraArgs...)
-	vm.QEMU, err = labkit.StartQEMU(ctx, labkit.QEMUConfig{Args: args, LogPath: opts.LogPath, TmpDir: tmp, Panic: panicRe})
+	cfg := labkit.QEMUConfig{Args: args, LogPath: opts.LogPath, TmpDir: tmp, Panic: panicRe}
+	if q := opts.QEMU; q != nil {
+		cfg.Binary, cfg.Env = q.Path, q.Env
+		cfg.Args = append(append([]string(nil), q.Args...), args...)
+	}
+	vm.QEMU, err = labkit.StartQEMU(ctx, cfg)
 	if err != nil {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("xenlab: %w", err)
