@@ -15,6 +15,7 @@ import (
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/gdbtarget"
 	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/lab/corecheck"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -185,7 +186,7 @@ exit 0
 // linux_banner and init_task.comm (qemulab.CoreCheck).
 func checkCore(t *testing.T, gdb, art, core string, jiffies uint64) {
 	t.Helper()
-	c, err := qemulab.NewCoreCheck(art)
+	c, err := corecheck.New(art)
 	if err != nil {
 		t.Fatal(err)
 	}

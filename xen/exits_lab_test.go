@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/lab/corecheck"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
@@ -57,7 +58,7 @@ func TestXenGuestExits(t *testing.T) {
 	os.WriteFile(wrapper, []byte("#!/bin/sh\nLD_LIBRARY_PATH=/opt/gdb/lib exec /opt/gdb/gdb \"$@\"\n"), 0o755)
 	extra["/bin/gdb"] = wrapper
 	// gdb reads the core with the vmlinux and System.map's addresses
-	core, err := qemulab.NewCoreCheck(art)
+	core, err := corecheck.New(art)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestXenGuestExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gout := run("gdb -nx -batch /guest/vmlinux " + qemulab.ShellArgs(gargs) + " 2>&1")
+	gout := run("gdb -nx -batch /guest/vmlinux " + corecheck.ShellArgs(gargs) + " 2>&1")
 	t.Logf("gdb on the core:\n%s", gout)
 	for _, e := range core.Verify(gout, jiffies) {
 		t.Error(e)

@@ -1,4 +1,7 @@
-package qemu
+// Package corecheck checks an ELF core of a lab guest with gdb (the QEMU
+// lab's and the Xen lab's tests). Not in lab/qemu: symbols' own tests
+// import lab/qemu, and this imports symbols.
+package corecheck
 
 import (
 	"fmt"
@@ -21,8 +24,8 @@ type CoreCheck struct {
 	comm uint64
 }
 
-// NewCoreCheck reads the lab kernel's symbols from art (Artifacts()).
-func NewCoreCheck(art string) (*CoreCheck, error) {
+// New reads the lab kernel's symbols from art (lab/qemu's Artifacts()).
+func New(art string) (*CoreCheck, error) {
 	set := symbols.NewSet()
 	for _, f := range []string{"System.map", "vmlinux"} {
 		tab, err := symbols.Open(filepath.Join(art, f))
