@@ -26,7 +26,7 @@ func (t *Target) setupHVM() error {
 	trace("an HVM or PVH domain: breakpoints %s (asked %s), route %q", mode, t.hvm, route)
 	switch route {
 	case "":
-		return fmt.Errorf("an HVM or PVH domain: no route of its events is proven (under the lab's QEMU TCG none is delivered; docs/xen.md, \"HVM and PVH domains\"): GPROBES_XEN_ROUTE=%s (debugging mode, a hypervisor with CONFIG_GDBSX) or %s (Xen's monitor ring) probes it", RouteDebug, RouteVMEvent)
+		return fmt.Errorf("an HVM or PVH domain: name the route of its events, GPROBES_XEN_ROUTE=%s (debugging mode: a hypervisor with CONFIG_GDBSX; a debugger attached with gdbsx shares it) or %s (Xen's monitor ring: one client a domain, so not while LibVMI or DRAKVUF watch it); both are proven in the lab under QEMU 10.0 TCG, not on hardware (docs/xen.md, \"HVM and PVH domains\")", RouteDebug, RouteVMEvent)
 	case RouteDebug:
 		return nil
 	case RouteVMEvent:
