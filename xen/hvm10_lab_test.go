@@ -182,6 +182,12 @@ func TestXenPVHProbes(t *testing.T) {
 			t.Fatalf("PVH domU: %v\n%s", err, out)
 		}
 		t.Logf("pvh1 (domid %d): %s", d, l.run("xl list -l pvh1 | grep -m1 '\"type\"'"))
+		// under QEMU 10.0's TCG a PVH boot has triple-faulted in the guest's
+		// early code (before any probe; xl restarted it and the second boot
+		// ran): counted here, and the docs say so
+		if n := strings.TrimSpace(l.run("xl dmesg | grep -c 'Triple fault' || true")); n != "0" {
+			t.Logf("pvh1's boot triple-faulted %s time(s) before it came up (xl restarted it; domid %d runs)", n, d)
+		}
 		t.Logf("pvh1: write(2) %.0f µs", lat(l, "pvh1"))
 		probe(l, "pvh1", d, "GPROBES_XEN_ROUTE=debug")
 		probe(l, "pvh1", d, "GPROBES_XEN_ROUTE=vmevent")

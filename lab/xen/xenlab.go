@@ -472,7 +472,8 @@ func (vm *VM) waitDomU(name string, timeout time.Duration) error {
 }
 
 // CreateDomU creates one more PV domU (memMiB 0: the boot's DomUMemory),
-// waits for its command loop and returns its domid.
+// waits for its command loop and returns its domid: the domid of the
+// instance running then, which xl may have restarted while it booted.
 func (vm *VM) CreateDomU(name string, memMiB int) (int, error) {
 	if memMiB <= 0 {
 		memMiB = vm.domuMem
@@ -480,7 +481,24 @@ func (vm *VM) CreateDomU(name string, memMiB int) (int, error) {
 	if err := vm.createDomUs([]string{name}, memMiB); err != nil {
 		return -1, err
 	}
-	return vm.DomID(name), vm.waitDomU(name, vm.domuWait)
+	if err := vm.waitDomU(name, vm.domuWait); err != nil {
+		return vm.DomID(name), err
+	}
+	// the domU that came up may be a second instance: a domain that dies
+	// while it boots (a triple fault of a PVH guest under QEMU 10.0's TCG,
+	// seen once) is restarted by xl (on_reboot) with a new domid
+	out, rc, err := vm.Run("xl domid "+name, 30*time.Second)
+	if err != nil || rc != 0 {
+		return vm.DomID(name), fmt.Errorf("xenlab: xl domid %s: rc %d %v: %s", name, rc, err, out)
+	}
+	id, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		return vm.DomID(name), fmt.Errorf("xenlab: xl domid %s: %q", name, out)
+	}
+	vm.mu.Lock()
+	vm.domids[name] = id
+	vm.mu.Unlock()
+	return id, nil
 }
 
 // DestroyDomU runs `xl destroy` on a domU and forgets its domid.
