@@ -24,7 +24,7 @@ func (t *Target) ForgetBreakpoint(space int, addr uint64) error {
 		return nil
 	}
 	delete(t.bps, addr)
-	delete(t.bpFrame, addr)
+	t.unframe(addr)
 	delete(t.orig, addr)
 	return t.writeJournal()
 }

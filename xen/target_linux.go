@@ -59,6 +59,8 @@ type Target struct {
 	dirty    []bool            // ctx changed, to write before the vCPU runs
 	bps      map[uint64]bool   // addresses holding our breakpoint byte
 	bpFrame  map[uint64]uint64 // the machine frame of each of bps, whose writable mapping is kept (dropWritable)
+	bpsIn    map[uint64]int    // how many of bps each machine frame holds
+	loose    map[uint64]bool   // writable frames that may hold none of bps since the last Resume
 	gone     map[uint64]bool   // addresses whose breakpoint byte was taken out
 	dr       [4]uint64         // debug-register breakpoints (0: free slot)
 	wdr      [4]*engine.Watch  // watches in debug registers (watch_linux.go)
@@ -161,7 +163,7 @@ func Open(dom int, opts Options) func() (engine.Target, error) {
 }
 
 func newTarget(dom uint16, opts Options) *Target {
-	return &Target{dom: dom, opts: opts, bps: map[uint64]bool{}, bpFrame: map[uint64]uint64{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{}, orig: map[uint64]byte{},
+	return &Target{dom: dom, opts: opts, bps: map[uint64]bool{}, bpFrame: map[uint64]uint64{}, bpsIn: map[uint64]int{}, loose: map[uint64]bool{}, gone: map[uint64]bool{}, drGone: map[uint64]bool{}, orig: map[uint64]byte{},
 		step: map[int]bool{}, frames: map[uint64][]byte{}, wframes: map[uint64][]byte{}, tlb: map[tlbKey]Translation{}, int3: map[int]bool{}}
 }
 
@@ -584,6 +586,9 @@ func (t *Target) frame(fn uint64, write bool) ([]byte, error) {
 		return nil, err
 	}
 	m[fn] = b
+	if write {
+		t.loose[fn] = true // kept past the next Resume only if a breakpoint byte goes in
+	}
 	return b, nil
 }
 
@@ -1049,7 +1054,10 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 		return err
 	}
 	if tr, err := t.translate(addr); err == nil { // the write just used it
-		t.bpFrame[addr] = tr.Phys >> 12
+		fn := tr.Phys >> 12
+		t.unframe(addr) // counted once, should it be in already
+		t.bpFrame[addr] = fn
+		t.bpsIn[fn]++
 	}
 	delete(t.gone, addr)
 	return nil
@@ -1063,22 +1071,30 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 // kernel module's text freed by rmmod, a page a probe wrote, is soon
 // reused as one. A breakpoint taken out for a step in place keeps its
 // frame's mapping (Step does not come here); one taken out for good, or
-// forgotten with the module, loses it at the next Resume.
+// forgotten with the module, loses it at the next Resume. Only the frames
+// that changed since the last Resume are looked at (loose): a hit costs a
+// lookup or two, whatever the number of probes.
 func (t *Target) dropWritable() {
-	if len(t.wframes) == 0 {
-		return
-	}
-	keep := make(map[uint64]bool, len(t.bps))
-	for a := range t.bps {
-		if fn, ok := t.bpFrame[a]; ok {
-			keep[fn] = true
-		}
-	}
-	for fn, b := range t.wframes {
-		if !keep[fn] {
+	for fn := range t.loose {
+		if b, ok := t.wframes[fn]; ok && t.bpsIn[fn] == 0 {
 			UnmapFrame(b)
 			delete(t.wframes, fn)
 		}
+	}
+	clear(t.loose)
+}
+
+// unframe drops addr's breakpoint byte from its frame's count; a frame
+// left with none is looked at by the next dropWritable.
+func (t *Target) unframe(addr uint64) {
+	fn, ok := t.bpFrame[addr]
+	if !ok {
+		return
+	}
+	delete(t.bpFrame, addr)
+	if t.bpsIn[fn]--; t.bpsIn[fn] <= 0 {
+		delete(t.bpsIn, fn)
+		t.loose[fn] = true
 	}
 }
 
@@ -1097,7 +1113,7 @@ func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 		return err
 	}
 	delete(t.bps, addr)
-	delete(t.bpFrame, addr)
+	t.unframe(addr)
 	delete(t.orig, addr)
 	t.gone[addr] = true
 	return t.writeJournal()
