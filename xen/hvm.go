@@ -29,9 +29,6 @@ import (
 //     Int3 probes are therefore taken only when asked for by name
 //     (breakpoints = int3), the route of real hardware; on auto an HVM
 //     domain gets its four debug registers and no more.
-//
-// Since no route is proven end to end, an HVM domain is probed only with
-// one named (GPROBES_XEN_ROUTE=debug or vmevent, hvm_linux.go).
 //   - ICEBP (int1) is an intercept of its own on VMX and SVM, reported at the
 //     instruction and not past it: refused.
 //   - Memory: the page tables hold guest-physical frame numbers, which is
@@ -40,6 +37,11 @@ import (
 //     context's gs_base_kernel is the GS base in use when the vCPU is in ring
 //     0 (arch_get_info_guest), the kernel's per-CPU base at a probe in kernel
 //     code, as for a PV guest.
+//
+// An HVM domain is probed only with a route named (GPROBES_XEN_ROUTE=debug
+// or vmevent, hvm_linux.go): each takes something another tool may hold.
+// Both are proven end to end under QEMU 10.0 TCG with the lab's
+// xen-cr2sync hypervisor (TestXenPVHProbes), not on hardware.
 
 // hvmBreakpoints is the breakpoint mode used on an HVM or PVH domain for the
 // mode asked.

@@ -1,21 +1,17 @@
 package xen_test
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gprobes/gprobes/internal/testkit"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
 
@@ -41,47 +37,15 @@ import (
 // The findings about TCG are asserted: a QEMU that delivers these events
 // fails the test, and the docs are to be updated then.
 func TestXenPVH(t *testing.T) {
-	xenlab.Require(t)
-	dir := t.TempDir()
-	extra := map[string]string{}
-	for name, pkg := range map[string]string{"gprobes": "cmd/gprobes", "xenrecord": "lab/xen/xenrecord"} {
-		bin := filepath.Join(dir, name)
-		build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/"+pkg)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", name, err, out)
-		}
-		extra["/bin/"+name] = bin
-	}
-	if art, err := qemulab.Artifacts(); err == nil {
-		extra["/guest/vmlinux"] = filepath.Join(art, "vmlinux")
-		extra["/guest/System.map"] = filepath.Join(art, "System.map")
-	} else if testkit.CI() {
-		t.Fatal(err)
-	}
-	writes := filepath.Join(dir, "writes.dpdf")
-	os.WriteFile(writes, []byte("name = vmlinux\nmodtype = kernel\nvars = 2\n"+
-		"offset = ksys_write\nminor = 1\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n"+
-		"offset = do_sys_openat2\nminor = 2\ninc lv,1\npush pid\nlog 1\npush d,255\npush r,rsi\nlog str\nexit 1\n"), 0o644)
-	extra["/etc/gprobes/writes.dpdf"] = writes
-	fd4 := filepath.Join(dir, "fd4.dpdf")
-	os.WriteFile(fd4, []byte("name = vmlinux\nmodtype = kernel\noffset = ksys_write\npush r,rdi\nlog 1\nexit 1\n"), 0o644)
-	extra["/etc/gprobes/fd4.dpdf"] = fd4
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
-	vm, err := xenlab.Boot(ctx, xenlab.Options{Extra: extra, DomUs: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
-	run := func(cmd string) string {
-		t.Helper()
-		out, rc, err := vm.Run(cmd, 2*time.Minute)
-		if err != nil || rc != 0 {
-			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
-		}
-		return out
-	}
+	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: -1}, timeout: 12 * time.Minute,
+		bins: map[string]string{"/bin/xenrecord": "lab/xen/xenrecord"},
+		files: map[string]string{
+			"/etc/gprobes/writes.dpdf": "name = vmlinux\nmodtype = kernel\nvars = 2\n" +
+				"offset = ksys_write\nminor = 1\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n" +
+				"offset = do_sys_openat2\nminor = 2\ninc lv,1\npush pid\nlog 1\npush d,255\npush r,rsi\nlog str\nexit 1\n",
+			"/etc/gprobes/fd4.dpdf": "name = vmlinux\nmodtype = kernel\noffset = ksys_write\npush r,rdi\nlog 1\nexit 1\n"},
+		dump: "grep -v 'xen: walk' /tmp/daemon.log | head -c 3000; xl list; xl dmesg | tail -15; tail -30 /var/log/xen/console/guest-pvh1.log"})
+	vm, run := l.vm, l.run
 
 	// what the hypervisor offers under TCG
 	caps := run("xl info | grep -E '^(virt_caps|xen_caps)'; xl dmesg | grep -iE 'svm|hap|asid|hvm' | head -20")
@@ -98,12 +62,6 @@ func TestXenPVH(t *testing.T) {
 		t.Fatalf("PVH domU: %v\n%s", err, out)
 	}
 	t.Logf("pvh1 (domid %d): %s", d, run("xl list -l pvh1 | grep -m1 '\"type\"'; xl list"))
-	defer func() {
-		if t.Failed() {
-			out, _, _ := vm.Run("grep -v 'xen: walk' /tmp/daemon.log | head -c 3000; xl list; xl dmesg | tail -15; tail -30 /var/log/xen/console/guest-pvh1.log", time.Minute)
-			t.Logf("dom0:\n%s", out)
-		}
-	}()
 
 	// what the hypervisor answers, for the replay test
 	banner := strings.Fields(run("grep -w linux_banner /guest/System.map"))[0]
@@ -166,7 +124,7 @@ func TestXenPVH(t *testing.T) {
 		}
 		return writes, opens
 	}
-	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
+	syms := guestSyms
 
 	// the single-step's #DB comes back by both routes (xen.StepEvent)
 	step := func(route string) string {
