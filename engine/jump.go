@@ -207,6 +207,29 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 	if !plan.OK() {
 		return plan.Reason
 	}
+	// nothing else in the file may enter the covered bytes past their
+	// first: another function's jump (a .cold part, a shared tail), a
+	// symbol, a landing pad, a jump table
+	if inst.ld.Entries == nil {
+		return "what else enters the function is unknown"
+	}
+	ents, err := inst.ld.Entries()
+	if err != nil {
+		return fmt.Sprintf("what else enters the function is unknown: %v", err)
+	}
+	if lo, hi := x86.CoveredRange(plan, addr); lo < hi {
+		if en, ok := ents.Inside(lo-inst.bias, hi-inst.bias); ok {
+			return en.Describe(inst.bias, func(a uint64) string {
+				if s, off, ok := set.Nearest(a); ok {
+					if off == 0 {
+						return s.Name
+					}
+					return fmt.Sprintf("%s+%#x", s.Name, off)
+				}
+				return ""
+			})
+		}
+	}
 	for i := range plan.Covered {
 		in := &plan.Covered[i]
 		if in.Class == x86.Branch && len(in.Bytes) > 0 && in.Bytes[0] == 0xe8 && host.ShadowStack(sp.id) {

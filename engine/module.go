@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gprobes/gprobes/engine/entries"
 	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
@@ -310,6 +311,12 @@ type Loaded struct {
 	BuildID []byte
 	// Exec reports whether addr is in the module's executable code.
 	Exec func(addr uint64) bool
+	// Entries lists, at link-time addresses, every place where the
+	// module's code may be entered other than by falling through (the
+	// direct branches of all its code, symbols, unwind ranges, landing
+	// pads, jump tables: package entries); computed once per file. nil
+	// when the target cannot tell: no jump pads there.
+	Entries func() (*entries.Set, error)
 }
 
 // resolver answers a location's or a relocation's terms (rpn.Sum) from a

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/engine/entries"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
@@ -119,6 +120,7 @@ func (o processOS) Resolve(space int, name string, modtype rpn.ModType) (*engine
 		ld.Symbols = set
 		ld.BuildID = set.BuildID()
 	}
+	ld.Entries = func() (*entries.Set, error) { return fileEntries(mf) }
 	var exec [][2]uint64
 	for _, m := range maps {
 		if m.Path == path && m.Exec() {
@@ -282,6 +284,38 @@ func openSymbols(mf mapped) (*symbols.Set, error) {
 	symCache.m[mf.id] = s
 	symCache.order = append(symCache.order, mf.id)
 	return s, nil
+}
+
+// entryCache holds what may enter the code of mapped files
+// (engine/entries), keyed as symCache: found once per file (libc: about
+// 50 ms), at the first jump placed in it.
+var entryCache = struct {
+	sync.Mutex
+	m     map[string]*entryScan
+	order []string
+}{m: map[string]*entryScan{}}
+
+type entryScan struct {
+	once sync.Once
+	set  *entries.Set
+	err  error
+}
+
+func fileEntries(mf mapped) (*entries.Set, error) {
+	entryCache.Lock()
+	sc := entryCache.m[mf.id]
+	if sc == nil {
+		sc = &entryScan{}
+		if len(entryCache.order) >= symCacheMax {
+			delete(entryCache.m, entryCache.order[0])
+			entryCache.order = entryCache.order[1:]
+		}
+		entryCache.m[mf.id] = sc
+		entryCache.order = append(entryCache.order, mf.id)
+	}
+	entryCache.Unlock()
+	sc.once.Do(func() { sc.set, sc.err = entries.Open(mf.open) })
+	return sc.set, sc.err
 }
 
 // Rendezvous is the dynamic linker's _dl_debug_state, which it calls after
