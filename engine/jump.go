@@ -49,6 +49,9 @@ type JumpHost interface {
 	FSGSBase(space int) bool
 	// ShadowStack reports whether the space runs with CET shadow stacks.
 	ShadowStack(space int) bool
+	// MapRanges returns the space's mappings, [start, end) each, in
+	// order.
+	MapRanges(space int) ([][2]uint64, error)
 }
 
 // Route values of Options.Route.
@@ -281,7 +284,10 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 			e.resumeStopped(stopped)
 			return fmt.Sprintf("stop the threads: %v", err)
 		}
-		inside := e.insideCovered(sp, plan, addr)
+		inside := ""
+		if lo, hi := x86.CoveredRange(plan, addr); lo < hi {
+			inside = e.mayReturnInto(sp, host, [][2]uint64{{lo, hi}}, "the covered bytes")
+		}
 		if inside == "" {
 			break
 		}
@@ -1165,21 +1171,6 @@ func (e *Engine) retryTCB(sp *space, tid int) {
 			atomic.StoreUint64(rg.mem.Word(pad.OffTCBTid), off)
 		}
 	}
-}
-
-// insideCovered says which thread of a space (all stopped) is inside the
-// bytes a jump at addr would cover, or "".
-func (e *Engine) insideCovered(sp *space, plan x86.JumpPlan, addr uint64) string {
-	for _, tid := range e.tgt.Threads(sp.id) {
-		var r Regs
-		if e.tgt.GetRegs(tid, &r) != nil {
-			continue
-		}
-		if pc := r[rpn.RegRIP]; x86.InsideCovered(plan, addr, pc) {
-			return fmt.Sprintf("thread %d is inside the covered bytes (at %#x)", tid, pc)
-		}
-	}
-	return ""
 }
 
 // drainAll drains every ring to its end (a region about to go, Close).

@@ -470,6 +470,19 @@ func (tg *Target) ShadowStack(space int) bool {
 	return false
 }
 
+// MapRanges returns the process's mappings, in order.
+func (tg *Target) MapRanges(space int) ([][2]uint64, error) {
+	maps, err := Maps(space)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][2]uint64, 0, len(maps))
+	for _, m := range maps {
+		out = append(out, [2]uint64{m.Start, m.End})
+	}
+	return out, nil
+}
+
 // FSGSBase reports whether the kernel lets the process's code run
 // rdfsbase and rdgsbase (AT_HWCAP2's FSGSBASE bit).
 func (tg *Target) FSGSBase(space int) bool {
