@@ -861,8 +861,9 @@ func (e *Engine) padSignal(th *thread, ev Event) bool {
 		}
 		if pc == bp.p.Lea {
 			th.regs[rpn.RegRSP] += 128
+			pc = bp.p.Final
 		}
-		e.leavePad(th, bp)
+		e.leavePad(th, bp, pc)
 		e.resume(th.tid, ev.Sig)
 		return true
 	}
@@ -907,7 +908,7 @@ func (e *Engine) padTrap(th *thread, sp *space) bool {
 	if bp == nil || bp.p.Trap != pc-1 {
 		return false
 	}
-	e.leavePad(th, bp)
+	e.leavePad(th, bp, bp.p.Final)
 	if sp.jump.holding[th.tid] {
 		delete(sp.jump.holding, th.tid)
 		if len(sp.jump.holding) == 0 {
@@ -1105,14 +1106,21 @@ func (e *Engine) jumpCovering(sp *space, addr uint64) *jumpSite {
 // arrives has it held again.
 const maxPadHeldSigs = 256
 
-// leavePad moves a thread that is at its pad's Final (registers all its
-// own) out of the pad: it runs the last covered instruction when that is
-// a jmp, jcc or call (emulated), else goes to the code after the covered
-// bytes. A handler delivered then sees an address of the program's.
-func (e *Engine) leavePad(th *thread, bp *builtPad) {
+// leavePad moves a thread that is at pc, between its pad's Final and
+// FinalEnd (registers all its own), out of the pad: it runs what is left
+// of the last covered instruction when that is a jmp, jcc or call
+// (emulated), else goes to the code after the covered bytes. A handler
+// delivered then sees an address of the program's. A relocated call is a
+// push of the return address then a jump: a thread after the push has
+// only the jump left (the call emulated whole, its push undone first,
+// stores the same return address at the same place).
+func (e *Engine) leavePad(th *thread, bp *builtPad, pc uint64) {
 	site := bp.site
 	last := &site.plan.Covered[len(site.plan.Covered)-1]
 	if orig, ok := bp.p.Displaced[bp.p.Final]; ok && orig == last.Addr && last.Class == x86.Branch {
+		if bp.p.Pushed != 0 && pc == bp.p.Pushed {
+			th.regs[rpn.RegRSP] += 8
+		}
 		th.regs[rpn.RegRIP] = last.Addr
 		x86.EmulateBranch(last, &th.regs, mem{e, th.space})
 	} else {

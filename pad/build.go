@@ -84,7 +84,11 @@ type Pad struct {
 	// again (gprobes finishes them for it: popfq, then rsp += 128)
 	Popf, Lea uint64
 	Ret       uint64 // where the jump back goes (probe address + covered length)
-	StackUse  int    // bytes below the thread's rsp the pad uses
+	// Pushed is where a relocated call's jump is, after the push of its
+	// return address (0: the last covered instruction is no call): a
+	// thread stopped there has only the jump left
+	Pushed   uint64
+	StackUse int // bytes below the thread's rsp the pad uses
 }
 
 type emitter struct {
@@ -306,6 +310,9 @@ func Build(s Spec) (*Pad, error) {
 			return nil, err
 		}
 		p.Displaced[e.pc()] = lastIn.Addr
+		if r.Pushed > 0 {
+			p.Pushed = e.pc() + uint64(r.Pushed)
+		}
 		e.emit(r.Code...)
 		if r.Exits && !isUncond(lastIn) {
 			e.emit(x86.JmpTo(e.pc(), p.Ret)...) // a jcc not taken

@@ -20,6 +20,10 @@ type Relocated struct {
 	// general (jmp, call, ret, jcc's taken side): the pad must have done
 	// its commit before it. A jcc falls through to the pad's jump back.
 	Exits bool
+	// Pushed, for a call, is the offset in Code of the jump that follows
+	// the push of the return address: a thread stopped there has pushed
+	// it already, and only the jump is left (0: not a call).
+	Pushed int
 }
 
 // RelocateForPad rewrites the 64-bit instruction in to run at address at,
@@ -30,6 +34,11 @@ type Relocated struct {
 // jumps are copied (their operand rebased). Instructions it cannot move
 // say why: loop, jrcxz, xbegin, system calls and software interrupts,
 // targets beyond ±2 GiB of the pad, calls through rsp-based memory.
+//
+// A call becomes two instructions, push 8(%rip)... of the return address
+// kept as a constant after the jump (one store: a thread is either before
+// it, nothing done, or after it, the jump left; never half-way), then the
+// jump (Relocated.Pushed).
 func RelocateForPad(in *Insn, at uint64) (Relocated, error) {
 	if in.Mode != 64 {
 		return Relocated{}, fmt.Errorf("`%s` at %#x: jump pads are for 64-bit code", in.String(), in.Addr)
@@ -56,9 +65,8 @@ func RelocateForPad(in *Insn, at uint64) (Relocated, error) {
 			binary.LittleEndian.PutUint32(code[2:], uint32(int32(d)))
 			return Relocated{Code: code, Exits: true}, nil
 		case l.omap == 0 && l.op == 0xe8:
-			code := pushImm64(next)
-			code = append(code, jmpTo(at+uint64(len(code)), target)...)
-			return Relocated{Code: code, Exits: true}, nil
+			j := jmpTo(at+pushRetLen, target)
+			return Relocated{Code: pushRet(next, j), Exits: true, Pushed: pushRetLen}, nil
 		}
 		return Relocated{}, fmt.Errorf("`%s` at %#x cannot be relocated to a pad (loop, jrcxz or xbegin)", in.String(), in.Addr)
 	}
@@ -84,20 +92,19 @@ func RelocateForPad(in *Insn, at uint64) (Relocated, error) {
 		if l.memOperand() && usesRSP(in) {
 			return Relocated{}, fmt.Errorf("`%s` at %#x calls through the stack: it cannot be relocated", in.String(), in.Addr)
 		}
-		out := pushImm64(next)
 		j := append([]byte(nil), in.Bytes...)
 		j[l.modrmOff] = j[l.modrmOff]&^0x38 | 4<<3
 		if in.RIPDispOff >= 0 {
 			old := int64(int32(binary.LittleEndian.Uint32(in.Bytes[in.RIPDispOff:])))
 			target := next + uint64(old)
-			jat := at + uint64(len(out))
+			jat := at + pushRetLen
 			nd := int64(target - (jat + uint64(in.Len)))
 			if nd != int64(int32(nd)) {
 				return Relocated{}, fmt.Errorf("`%s` at %#x: its operand at %#x is beyond ±2 GiB of the pad", in.String(), in.Addr, target)
 			}
 			binary.LittleEndian.PutUint32(j[in.RIPDispOff:], uint32(int32(nd)))
 		}
-		return Relocated{Code: append(out, j...), Exits: true}, nil
+		return Relocated{Code: pushRet(next, j), Exits: true, Pushed: pushRetLen}, nil
 	}
 	if in.Class == Branch {
 		return Relocated{}, fmt.Errorf("`%s` at %#x: a control transfer the pad cannot relocate", in.String(), in.Addr)
@@ -122,13 +129,18 @@ func jmpTo(at, target uint64) []byte {
 // JmpTo is jmpTo for the pad builder.
 func JmpTo(at, target uint64) []byte { return jmpTo(at, target) }
 
-// pushImm64 pushes a 64-bit constant without touching a register or the
-// flags: push imm32 (sign-extended), then movl of the high half.
-func pushImm64(v uint64) []byte {
-	code := []byte{0x68, 0, 0, 0, 0, 0xc7, 0x44, 0x24, 0x04, 0, 0, 0, 0}
-	binary.LittleEndian.PutUint32(code[1:], uint32(v))
-	binary.LittleEndian.PutUint32(code[9:], uint32(v>>32))
-	return code
+// pushRetLen is the length of pushRet's push.
+const pushRetLen = 6
+
+// pushRet is a relocated call: push ret(%rip), the 64-bit return address
+// kept after the jump j that follows (which never falls through), then j,
+// then the address. The push is the one instruction that changes
+// anything before the jump, touching no register but rsp and no flag.
+func pushRet(ret uint64, j []byte) []byte {
+	code := []byte{0xff, 0x35, 0, 0, 0, 0}
+	binary.LittleEndian.PutUint32(code[2:], uint32(len(j)))
+	code = append(code, j...)
+	return binary.LittleEndian.AppendUint64(code, ret)
 }
 
 func usesRSP(in *Insn) bool {

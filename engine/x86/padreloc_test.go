@@ -1,6 +1,7 @@
 package x86
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 
@@ -25,7 +26,8 @@ func TestRelocateForPad(t *testing.T) {
 		{"lock add rip", []byte{0xf0, 0x48, 0x83, 0x05, 0xf8, 0x0f, 0x00, 0x00, 0x01}, "lock addq $0x1,0xfff00ff8(%rip)", false, ""},
 		{"jmp rel8", []byte{0xeb, 0x10}, "jmpq 0x401012", true, ""},
 		{"jcc", []byte{0x0f, 0x84, 0x00, 0x01, 0x00, 0x00}, "je 0x401106", true, ""},
-		{"call", []byte{0xe8, 0x00, 0x01, 0x00, 0x00}, "pushq $0x401005", true, ""},
+		// the return address is the constant after the 5-byte jump
+		{"call", []byte{0xe8, 0x00, 0x01, 0x00, 0x00}, "pushq 0x5(%rip)", true, ""},
 		{"ret", []byte{0xc3}, "retq", true, ""},
 		{"syscall", []byte{0x0f, 0x05}, "", false, "system call"},
 		{"loop", []byte{0xe2, 0x10}, "", false, "loop, jrcxz"},
@@ -60,9 +62,9 @@ func TestRelocateForPad(t *testing.T) {
 	}
 }
 
-// A relocated call pushes the original return address (push imm32, then
-// its high half) and jumps to the original target: the callee returns to
-// the program, never to the pad.
+// A relocated call pushes the original return address (one push from a
+// constant after the jump) and jumps to the original target: the callee
+// returns to the program, never to the pad. Pushed says where the jump is.
 func TestRelocateCallPushesOriginalReturn(t *testing.T) {
 	const addr, at = 0x7f0000401000, 0x7f0000501000
 	in, _ := Decode([]byte{0xe8, 0x00, 0x01, 0x00, 0x00}, addr, 64)
@@ -72,7 +74,13 @@ func TestRelocateCallPushesOriginalReturn(t *testing.T) {
 	}
 	var got []string
 	pc := uint64(at)
-	for off := 0; off < len(r.Code); {
+	if r.Pushed != 6 || len(r.Code) != 6+5+8 {
+		t.Fatalf("pushed at %d, %d bytes: % x", r.Pushed, len(r.Code), r.Code)
+	}
+	if ret := binary.LittleEndian.Uint64(r.Code[11:]); ret != addr+5 {
+		t.Errorf("the return address kept is %#x, want %#x", ret, uint64(addr+5))
+	}
+	for off := 0; off < 11; {
 		i, err := x86asm.Decode(r.Code[off:], 64)
 		if err != nil {
 			t.Fatal(err)
@@ -81,7 +89,7 @@ func TestRelocateCallPushesOriginalReturn(t *testing.T) {
 		off += i.Len
 		pc += uint64(i.Len)
 	}
-	want := []string{"pushq $0x401005", "movl $0x7f00,0x4(%rsp)", "jmpq 0x7f0000401105"}
+	want := []string{"pushq 0x5(%rip)", "jmpq 0x7f0000401105"}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Errorf("relocated call: %q, want %q", got, want)
 	}

@@ -1,0 +1,149 @@
+//go:build linux
+
+package ptrace_test
+
+import (
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"testing"
+
+	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/internal/testkit"
+)
+
+// The jump route never harms its target (docs/engine.md, "Never harm the
+// target"): testdata/padsafe/storm.c, whose threads call functions
+// whose covered bytes hold a call (f_call, h_call) or a red-zone store
+// (f_leaf), under signal storms, and check their own results.
+
+func stormFixture(t *testing.T) string {
+	t.Helper()
+	return testkit.CC(t, "storm", "-O2", "-g", "-fcf-protection=none", "-pthread", "-Wl,-z,now",
+		"../testdata/padsafe/storm.c", "../testdata/padsafe/storm.S")
+}
+
+// stormProbes counts each probed function in its own variable; f_call's
+// and h_call's probes log (a record to commit after the covered call),
+// the others only count.
+const stormProbes = `name = PROGRAM
+modtype = user
+vars = 3
+offset = f_call
+minor = 1
+inc lv,0
+push r,rdi
+log 1
+exit 1
+offset = h_call
+minor = 2
+inc lv,1
+push r,rdi
+log 1
+exit 1
+offset = f_leaf
+minor = 3
+inc lv,2
+exit 0
+`
+
+// stormResult is storm's last line.
+type stormResult struct {
+	calls, bad, alarms, rtGot, rtSent, tscOwn, tscFaults, foreign, deep, alt, altBad int64
+	line                                                                             string
+}
+
+func parseStorm(lines []string) (stormResult, bool) {
+	for _, l := range lines {
+		var s stormResult
+		n, _ := fmt.Sscanf(l, "calls %d bad %d alarms %d rt %d/%d tsc %d/%d foreign %d deep %d alt %d altbad %d",
+			&s.calls, &s.bad, &s.alarms, &s.rtGot, &s.rtSent, &s.tscOwn, &s.tscFaults, &s.foreign, &s.deep, &s.alt, &s.altBad)
+		if n == 11 {
+			s.line = l
+			return s, true
+		}
+	}
+	return stormResult{}, false
+}
+
+// symbolBytes reads the first n bytes of a function of an ELF file.
+func symbolBytes(t *testing.T, path, name string, n int) []byte {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range syms {
+		if s.Name != name {
+			continue
+		}
+		sec := f.Sections[s.Section]
+		b := make([]byte, n)
+		if _, err := sec.ReadAt(b, int64(s.Value-sec.Addr)); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	t.Fatalf("%s: no symbol %s", path, name)
+	return nil
+}
+
+// checkStormProbes fails unless every probe went in on the jump route.
+func checkStormProbes(t *testing.T, infos []engine.ProbeInfo) {
+	t.Helper()
+	for _, p := range infos {
+		if p.State != engine.StateActive || p.How != "jump" {
+			t.Fatalf("probe %s (minor %d): %s, how %q: %s", p.Location, p.Minor, p.State, p.How, p.Reason)
+		}
+	}
+}
+
+// A signal that stops a thread anywhere in a pad, the relocated call of
+// its last covered instruction included (push of the return address, then
+// the jump), lets the thread go on exactly: every call runs once, each
+// probe counts every call. 20 rounds, 4 threads, each with a timer
+// firing at 20 kHz at it (SIGEV_THREAD_ID). Before: the call ran twice,
+// or returned to half an address, in most rounds.
+func TestPadCallSignals(t *testing.T) {
+	prog := stormFixture(t)
+	// the covered bytes hold a call in each: f_call begins with one,
+	// h_call is gcc's code for return g_count(x) + 1 (a call, or sub
+	// $8,%rsp then a call)
+	if b := symbolBytes(t, prog, "h_call", 5); b[0] != 0xe8 && !(bytes.Equal(b[:4], []byte{0x48, 0x83, 0xec, 0x08}) && b[4] == 0xe8) {
+		t.Fatalf("h_call begins % x, not a call: the test would not cover one", b)
+	}
+	rounds := 20
+	if testing.Short() {
+		rounds = 3
+	}
+	var alarms int64
+	for round := 0; round < rounds; round++ {
+		r := startWith(t, startConfig{path: prog}, "-t", "4", "-n", "10000", "-r", "20000")
+		checkStormProbes(t, r.insert(compileFor(t, prog, stormProbes)))
+		r.eng.Release()
+		lines := r.finish()
+		s, ok := parseStorm(lines)
+		if !ok || s.bad != 0 || s.calls != 4*10000 {
+			t.Fatalf("round %d: the program's own check: %q", round, lines)
+		}
+		lv, _, err := r.eng.Vars(prog, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range lv[:3] {
+			if v != uint64(s.calls) {
+				t.Fatalf("round %d: lv %d = %d, want %d (%s)", round, i, v, s.calls, s.line)
+			}
+		}
+		alarms += s.alarms
+	}
+	t.Logf("%d rounds, %d alarms taken", rounds, alarms)
+	if alarms == 0 {
+		t.Fatal("no alarm fired: the test proves nothing")
+	}
+}
