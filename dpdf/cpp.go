@@ -39,9 +39,9 @@ func findCPP(opts Options) ([]string, error) {
 // preprocess runs the C preprocessor over a DPDF and returns its output
 // with line markers, and the files it read (deps). Preprocessor errors
 // come back as an ErrorList in the user's files and lines.
-func preprocess(path string, data []byte, opts Options, onDisk bool) (string, []string, error) {
+func preprocess(path string, data string, opts Options, onDisk bool) (string, []string, error) {
 	firstDirective := lexer.Position{Filename: path, Line: 1, Column: 1}
-	for i, l := range strings.Split(strings.TrimPrefix(string(data), bom), "\n") {
+	for i, l := range strings.Split(strings.TrimPrefix(data, bom), "\n") {
 		if t := strings.TrimLeft(l, " \t"); strings.HasPrefix(t, "#") {
 			firstDirective.Line = i + 1
 			firstDirective.Column = len(l) - len(t) + 1
@@ -61,7 +61,7 @@ func preprocess(path string, data []byte, opts Options, onDisk bool) (string, []
 			return "", nil, fmt.Errorf("preprocess: %w", err)
 		}
 		defer os.Remove(tmp.Name())
-		if _, err := tmp.Write(data); err != nil {
+		if _, err := tmp.WriteString(data); err != nil {
 			tmp.Close()
 			return "", nil, fmt.Errorf("preprocess: %w", err)
 		}

@@ -345,6 +345,28 @@ func TestFastPathMatchesGrammar(t *testing.T) {
 	if len(srcs) < 3 {
 		t.Fatal("test sources missing")
 	}
+	// each form the fast path builds itself, and near misses the
+	// grammar decides
+	srcs = append(srcs, `offset = func_1+0x10
+offset = a | b << 3 ^ 'c' % 2
+offset = a +
+offset = a + + 1
+offset = -a
+major = (1)
+minor = 1 2
+watch = a+1,8,w
+push d,a - 1 * b
+push d,a - -1
+push d,sizeof(int)+1
+push d,1+offsetof(struct a,b)
+push d,1+
+push pid ; push TID ; push procid ; push task ; push ts ; push lp ; push Mrf ; push mrf,8 ; push mrf,(8) ; push mrf,
+push lv ; push gv,3 ; push iv,1 ; push field,x
+pop lp ; pop mrf ; pop mrf,8 ; pop r,rax ; pop U,rsp ; pop r,1 ; pop lv ; pop gv,2 ; pop lv,(2) ; pop lv, ; pop iv,1 ; pop io,1 ; pop
+log str ; log MRF ; log 2 ; log x ; log lv ; log lv,1,2 ; log gv,0,n ; log str,1 ; log (2) ; log
+inc lv ; inc gv,1 ; dec lv,(1) ; move gv, ; inc lv,1,2 ; inc x
+jmp l ; jz 1 ; loop a b ; call ; l: jmp l
+`)
 	n := 0
 	for _, src := range srcs {
 		var errs ErrorList

@@ -231,7 +231,10 @@ func PrintError(w io.Writer, err error, detail bool) {
 // displays and for recovering token columns after preprocessing.
 type sources struct {
 	files map[string][]string
-	pp    map[lineKey]string // preprocessed text of each line
+	// text holds the text of files given in memory (the DPDF being read),
+	// split into files on first use: a file without errors is never split
+	text map[string]string
+	pp   map[lineKey]string // preprocessed text of each line
 }
 
 func (s *sources) line(file string, n int) string {
@@ -243,8 +246,10 @@ func (s *sources) line(file string, n int) string {
 		if s.files == nil {
 			s.files = map[string][]string{}
 		}
-		data, err := os.ReadFile(file)
-		if err == nil {
+		if text, ok := s.text[file]; ok {
+			lines = strings.Split(text, "\n")
+			delete(s.text, file)
+		} else if data, err := os.ReadFile(file); err == nil {
 			lines = strings.Split(string(data), "\n")
 		}
 		s.files[file] = lines

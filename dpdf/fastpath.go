@@ -63,7 +63,41 @@ func trivialExpr(toks []lexer.Token) (*Expr, bool) {
 	if len(toks) != 1 {
 		return nil, false
 	}
-	t := toks[0]
+	return flatExpr(toks)
+}
+
+// flatExpr builds the Expr of operands joined by binary operators, without
+// parentheses, prefix operators, sizeof or offsetof (func+0x10, a|b<<3),
+// as the grammar would, without running it.
+func flatExpr(toks []lexer.Token) (*Expr, bool) {
+	if len(toks)%2 == 0 {
+		return nil, false
+	}
+	head, ok := operand(toks[0])
+	if !ok {
+		return nil, false
+	}
+	e := &Expr{Pos: toks[0].Pos, Tokens: toks[:len(toks):len(toks)], Head: head}
+	for i := 1; i < len(toks); i += 2 {
+		op := toks[i]
+		if op.Type != tokPunct || !binaryOps[op.Value] {
+			return nil, false
+		}
+		y, ok := operand(toks[i+1])
+		if !ok {
+			return nil, false
+		}
+		e.Tail = append(e.Tail, &BinOp{Pos: op.Pos, Op: op.Value, Y: y})
+	}
+	return e, true
+}
+
+// binaryOps are the operators of BinOp.
+var binaryOps = map[string]bool{"|": true, "^": true, "&": true, "<<": true, ">>": true, "+": true, "-": true, "*": true, "/": true, "%": true}
+
+// operand builds the Unary of a one-token operand: a number, a character
+// or a symbol.
+func operand(t lexer.Token) (*Unary, bool) {
 	v := t.Value
 	p := &Primary{Pos: t.Pos}
 	switch t.Type {
@@ -79,12 +113,12 @@ func trivialExpr(toks []lexer.Token) (*Expr, bool) {
 	default:
 		return nil, false
 	}
-	return &Expr{Pos: t.Pos, Tokens: []lexer.Token{t}, Head: &Unary{Pos: t.Pos, Primary: p}}, true
+	return &Unary{Pos: t.Pos, Primary: p}, true
 }
 
-// expr parses an expression, the one-token case without the grammar.
+// expr parses an expression, the flat case without the grammar.
 func expr(toks []lexer.Token) (*Expr, bool) {
-	if e, ok := trivialExpr(toks); ok {
+	if e, ok := flatExpr(toks); ok {
 		return e, true
 	}
 	return parseProd(exprProd, toks)
@@ -93,10 +127,19 @@ func expr(toks []lexer.Token) (*Expr, bool) {
 // isWord reports whether t is the identifier w, in any case.
 func isWord(t lexer.Token, w string) bool { return t.Type == tokIdent && strings.EqualFold(t.Value, w) }
 
-// fastKV parses "key = value" with a one-token value.
+// fastKV parses "key = value" with a one-token value or a flat
+// expression.
 func fastKV(toks []lexer.Token) (*KeyValue, bool) {
-	if len(toks) != 3 || toks[1].Type != tokPunct || toks[1].Value != "=" {
+	if len(toks) < 3 || toks[1].Type != tokPunct || toks[1].Value != "=" {
 		return parseProd(kvProd, toks)
+	}
+	if len(toks) > 3 {
+		e, ok := flatExpr(toks[2:])
+		if !ok {
+			return parseProd(kvProd, toks)
+		}
+		v := &Value{Pos: toks[2].Pos, Tokens: e.Tokens, Expr: e}
+		return &KeyValue{Pos: toks[0].Pos, Key: toks[0].Value, Value: v}, true
 	}
 	t := toks[2]
 	v := &Value{Pos: t.Pos, Tokens: []lexer.Token{t}}
@@ -122,6 +165,16 @@ func fastKV(toks []lexer.Token) (*KeyValue, bool) {
 // "lv,I" and "iv,I" with a one-token X, and hands anything else to the
 // push production.
 func fastPush(toks []lexer.Token) (*PushOperand, bool) {
+	switch {
+	case len(toks) == 1 && toks[0].Type == tokIdent && pushSys[strings.ToLower(toks[0].Value)]:
+		return &PushOperand{Pos: toks[0].Pos, Sys: toks[0].Value}, true
+	case len(toks) == 1 && isWord(toks[0], "mrf"):
+		return &PushOperand{Pos: toks[0].Pos, MrfKw: true}, true
+	case len(toks) > 3 && isWord(toks[0], "d") && isComma(toks[1]):
+		if e, ok := flatExpr(toks[2:]); ok {
+			return &PushOperand{Pos: toks[0].Pos, Const: e}, true
+		}
+	}
 	if len(toks) == 3 && toks[1].Value == "," && toks[1].Type == tokPunct {
 		op := &PushOperand{Pos: toks[0].Pos}
 		switch {
@@ -153,9 +206,72 @@ func fastPush(toks []lexer.Token) (*PushOperand, bool) {
 			if ok {
 				return op, true
 			}
+		case isWord(toks[0], "mrf"):
+			e, ok := trivialExpr(toks[2:])
+			op.MrfKw, op.Size = true, e
+			if ok {
+				return op, true
+			}
 		}
 	}
 	return parseProd(pushProd, toks)
+}
+
+// pushSys are the words of "push WORD" (PushOperand.Sys).
+var pushSys = map[string]bool{"pid": true, "tid": true, "procid": true, "task": true, "ts": true, "lp": true}
+
+func isComma(t lexer.Token) bool { return t.Type == tokPunct && t.Value == "," }
+
+// fastVarRef handles "lv", "gv", "lv,I" and "gv,I" with a one-token I.
+func fastVarRef(toks []lexer.Token) (*VarRef, bool) {
+	if len(toks) >= 1 && (isWord(toks[0], "lv") || isWord(toks[0], "gv")) {
+		v := &VarRef{Pos: toks[0].Pos, Space: toks[0].Value}
+		if len(toks) == 1 {
+			return v, true
+		}
+		if len(toks) == 3 && isComma(toks[1]) {
+			if e, ok := trivialExpr(toks[2:]); ok {
+				v.Index = e
+				return v, true
+			}
+		}
+	}
+	return parseProd(varProd, toks)
+}
+
+// fastPop handles "pop lp", "pop mrf", "pop r,REG", "pop u,REG" and the
+// forms of fastVarRef.
+func fastPop(toks []lexer.Token) (*PopOperand, bool) {
+	switch {
+	case len(toks) == 1 && isWord(toks[0], "lp"):
+		return &PopOperand{Pos: toks[0].Pos, LP: true}, true
+	case len(toks) == 1 && isWord(toks[0], "mrf"):
+		return &PopOperand{Pos: toks[0].Pos, MrfKw: true}, true
+	case len(toks) == 3 && (isWord(toks[0], "r") || isWord(toks[0], "u")) && isComma(toks[1]) && toks[2].Type == tokIdent:
+		return &PopOperand{Pos: toks[0].Pos, Reg: &RegRef{Pos: toks[0].Pos, Set: toks[0].Value, Name: &Name{Pos: toks[2].Pos, Value: toks[2].Value}}}, true
+	case len(toks) >= 1 && (isWord(toks[0], "lv") || isWord(toks[0], "gv")):
+		if v, ok := fastVarRef(toks); ok {
+			return &PopOperand{Pos: toks[0].Pos, Var: v}, true
+		}
+	}
+	return parseProd(popProd, toks)
+}
+
+// fastLog handles "log str", "log mrf" and "log N" with a one-token N.
+func fastLog(toks []lexer.Token) (*LogOperand, bool) {
+	if len(toks) == 1 {
+		switch t := toks[0]; {
+		case isWord(t, "str"):
+			return &LogOperand{Pos: t.Pos, Str: true}, true
+		case isWord(t, "mrf"):
+			return &LogOperand{Pos: t.Pos, Mrf: true}, true
+		case !isWord(t, "lv") && !isWord(t, "gv"):
+			if e, ok := trivialExpr(toks); ok {
+				return &LogOperand{Pos: t.Pos, Words: e}, true
+			}
+		}
+	}
+	return parseProd(logProd, toks)
 }
 
 // fastStatement parses one statement (its tokens, ending with EOL) by
@@ -207,16 +323,20 @@ func fastInstr(toks []lexer.Token) (*Instr, bool) {
 	case mn == "pop":
 		in.PopKw = true
 		if len(rest) > 0 {
-			in.Pop, ok = parseProd(popProd, rest)
+			in.Pop, ok = fastPop(rest)
 		}
 	case mn == "log":
-		in.Log, ok = parseProd(logProd, rest)
+		in.Log, ok = fastLog(rest)
 	case mn == "move" || mn == "inc" || mn == "dec":
 		in.VarOp = word
-		in.VarRef, ok = parseProd(varProd, rest)
+		in.VarRef, ok = fastVarRef(rest)
 	case jumpWords[mn]:
 		var label *Name
-		label, ok = parseProd(nameProd, rest)
+		if len(rest) == 1 && rest[0].Type == tokIdent {
+			label = &Name{Pos: rest[0].Pos, Value: rest[0].Value}
+		} else {
+			label, ok = parseProd(nameProd, rest)
+		}
 		in.Jump = &Jump{Pos: toks[0].Pos, Op: word, Label: label}
 	case mn == "exit":
 		in.ExitKw = true

@@ -3,6 +3,7 @@ package dpdf
 import (
 	"errors"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -80,10 +81,13 @@ type scanner struct {
 
 	cpp    bool // input is preprocessor output: honour line markers
 	tokens []lexer.Token
+	eols   int // EOL tokens emitted in this batch (see next)
 	errs   *ErrorList
 	// lines records, for every file and line that produced tokens, the text
 	// of that line as the lexer saw it, for caret displays of preprocessed
-	// input and for column recovery.
+	// input (a line of a file that cannot be read again). Only preprocessed
+	// input records lines: without the preprocessor every line is a line of
+	// the file being read, which sources holds.
 	lines map[lineKey]string
 
 	atStmt  bool // at the start of a statement: keywords and labels are recognised
@@ -101,8 +105,7 @@ type lineKey struct {
 }
 
 func newScanner(file, src string, cpp bool, errs *ErrorList) *scanner {
-	return &scanner{src: src, file: file, line: 1, cpp: cpp, errs: errs, atStmt: true, lines: map[lineKey]string{},
-		tokens: make([]lexer.Token, 0, len(src)/4+8)} // DPDF runs at about one token per 4 bytes
+	return &scanner{src: src, file: file, line: 1, cpp: cpp, errs: errs, atStmt: true, lines: map[lineKey]string{}}
 }
 
 func (s *scanner) pos(off int) lexer.Position {
@@ -118,6 +121,7 @@ func (s *scanner) emit(t lexer.TokenType, val string, off int) {
 func (s *scanner) eol(off int) {
 	if s.pending {
 		s.tokens = append(s.tokens, lexer.Token{Type: tokEOL, Value: "\n", Pos: s.pos(off)})
+		s.eols++
 	}
 	s.pending = false
 	s.atStmt = true
@@ -155,7 +159,22 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\
 
 // scan lexes the whole input.
 func (s *scanner) scan() []lexer.Token {
+	toks, _ := s.next(math.MaxInt, len(s.src)/4+8) // DPDF runs at about one token per 4 bytes
+	return toks
+}
+
+// next lexes at least min more statements, in a new slice of capacity
+// size: the tokens end with the EOL of the last statement, or, at the end
+// of the input (done), with EOF. The scanner keeps its state between
+// calls, so a file is read a batch of statements at a time and only the
+// batch's tokens are in memory.
+func (s *scanner) next(min, size int) (toks []lexer.Token, done bool) {
+	s.tokens = make([]lexer.Token, 0, size)
+	s.eols = 0
 	for s.off < len(s.src) {
+		if s.eols >= min {
+			return s.tokens, false // the last token is an EOL: the next batch starts a statement
+		}
 		c := s.src[s.off]
 		switch {
 		case c == bom[0] && s.off == s.lsrc && s.line == 1 && strings.HasPrefix(s.src[s.off:], bom):
@@ -205,11 +224,15 @@ func (s *scanner) scan() []lexer.Token {
 	s.recordLine()
 	s.eol(s.off)
 	s.tokens = append(s.tokens, lexer.Token{Type: tokEOF, Pos: s.pos(s.off)})
-	return s.tokens
+	return s.tokens, true
 }
 
-// recordLine remembers the text of the line being finished.
+// recordLine remembers the text of the line being finished (preprocessed
+// input only: see lines).
 func (s *scanner) recordLine() {
+	if !s.cpp {
+		return
+	}
 	end := strings.IndexByte(s.src[s.lsrc:], '\n')
 	text := s.src[s.lsrc:]
 	if end >= 0 {

@@ -3,7 +3,6 @@ package dpdf
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -81,50 +80,46 @@ func (kv *KeyValue) Norm() string { return normKey(kv.Key) }
 // the file through the C preprocessor first. The error is an ErrorList
 // holding every error found, or an I/O error.
 func Parse(path string, opts Options) (*File, error) {
-	data, err := os.ReadFile(path)
+	text, err := readText(path)
 	if err != nil {
 		return nil, fmt.Errorf("read DPDF: %w", err)
 	}
-	return parse(path, data, opts, true)
+	return parse(path, text, opts, true)
 }
 
 // ParseSource parses DPDF text held in memory; name is used in positions.
 // Preprocessing reads the text from standard input, so #include "x"
 // resolves against -I directories and the current directory.
 func ParseSource(name string, src []byte, opts Options) (*File, error) {
-	return parse(name, src, opts, false)
+	return parse(name, string(src), opts, false)
 }
 
-func parse(path string, data []byte, opts Options, onDisk bool) (*File, error) {
-	f := &File{Path: path, src: &sources{files: map[string][]string{}}}
-	f.src.files[path] = strings.Split(string(data), "\n")
-	var errs ErrorList
-	text := string(data)
-	cpp := false
-	if hasDirectives(strings.TrimPrefix(text, bom)) && !opts.NoPreprocessor {
-		out, deps, err := preprocess(path, data, opts, onDisk)
-		if err != nil {
-			var l ErrorList
-			if errors.As(err, &l) {
-				f.src.annotate(l)
-				return nil, l
-			}
-			return nil, err
+func parse(path string, text string, opts Options, onDisk bool) (*File, error) {
+	r, err := newReader(path, text, opts, onDisk)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{Path: path, Deps: r.Deps, Preprocessed: r.Preprocessed, src: r.src}
+	var cur *ProbeDef
+	for {
+		it, ok := r.Next()
+		if !ok {
+			break
 		}
-		text, cpp, f.Deps, f.Preprocessed = out, true, deps, true
-	} else {
-		f.Deps = []string{path}
+		switch {
+		case it.Header != nil:
+			f.Header = append(f.Header, it.Header)
+		case it.Probe != nil:
+			cur = it.Probe
+			f.Probes = append(f.Probes, cur)
+		case it.Key != nil:
+			cur.Keys = append(cur.Keys, it.Key)
+		case it.Stmt != nil:
+			cur.Body = append(cur.Body, it.Stmt)
+		}
 	}
-	sc := newScanner(path, text, cpp, &errs)
-	toks := sc.scan()
-	f.src.pp = sc.lines
-	if cpp {
-		fixColumns(toks, f.src)
-	}
-	stmts := parseStatements(toks, text, &errs)
-	f.structure(stmts, &errs)
-	errs.Sort()
-	f.src.annotate(errs)
+	errs := r.Errors()
+	r.Finish(&errs)
 	f.Errors = errs
 	if len(errs) > 0 {
 		return f, errs
@@ -154,13 +149,9 @@ func hasDirectives(s string) bool {
 // fixColumns recovers the columns of tokens in preprocessor output, which
 // collapses runs of blanks: each token is looked up, left to right, in the
 // original line. A token that a macro produced keeps the column of the
-// preprocessed text.
-func fixColumns(toks []lexer.Token, src *sources) {
-	type cursor struct {
-		key  lineKey
-		from int
-	}
-	var cur cursor
+// preprocessed text. cur is where the search stands in the line of the
+// last token, kept from one batch of tokens to the next.
+func fixColumns(toks []lexer.Token, src *sources, cur *columnCursor) {
 	for i := range toks {
 		t := &toks[i]
 		if t.Type == tokEOL || t.Type == tokEOF || t.Type == tokBad {
@@ -168,7 +159,7 @@ func fixColumns(toks []lexer.Token, src *sources) {
 		}
 		k := lineKey{t.Pos.Filename, t.Pos.Line}
 		if k != cur.key {
-			cur = cursor{key: k}
+			*cur = columnCursor{key: k}
 		}
 		orig := src.line(k.file, k.line)
 		if orig == "" {
@@ -186,6 +177,12 @@ func fixColumns(toks []lexer.Token, src *sources) {
 			cur.from += j + len(needle)
 		}
 	}
+}
+
+// columnCursor is where fixColumns stands: a line and an offset in it.
+type columnCursor struct {
+	key  lineKey
+	from int
 }
 
 // parseStatements parses each statement (the tokens up to an EOL) with the
@@ -481,70 +478,6 @@ func init() {
 	for _, s := range []string{"nop", "ret", "abort", "rem", "add", "sub", "mul", "div", "idiv", "and", "or",
 		"xor", "not", "neg", "vfy_r", "vfy_rw", "dup", "xchg"} {
 		syntax[s] = s + " takes no operand"
-	}
-}
-
-// structure groups statements into the header and the probes and checks
-// where each keyword stands.
-func (f *File) structure(stmts []*Stmt, errs *ErrorList) {
-	var cur *ProbeDef
-	seenHeader := map[string]*KeyValue{}
-	var seenProbe map[string]*KeyValue
-	for _, st := range stmts {
-		if st.KV == nil {
-			if cur == nil {
-				if !st.broken {
-					errs.add(st.Pos, "instruction outside a probe: %s", probeStart)
-				}
-				continue
-			}
-			cur.Body = append(cur.Body, st)
-			continue
-		}
-		kv := st.KV
-		k := kv.Norm()
-		switch {
-		case contains(StartKeys, k):
-			cur = &ProbeDef{Pos: kv.Pos, Offset: kv}
-			f.Probes = append(f.Probes, cur)
-			seenProbe = map[string]*KeyValue{k: kv}
-		case contains(headerKeys, k):
-			if cur != nil {
-				errs.add(kv.Pos, "header keyword %q inside a probe: move it before the first probe", kv.Key)
-				continue
-			}
-			if prev, dup := seenHeader[k]; dup {
-				errs.add(kv.Pos, "%s given twice (first at line %d)", KeyName(k), prev.Pos.Line)
-				continue
-			}
-			seenHeader[k] = kv
-			f.Header = append(f.Header, kv)
-		case contains(probeKeys, k):
-			if cur == nil {
-				errs.add(kv.Pos, "probe keyword %q before the first probe: %s", kv.Key, probeStart)
-				continue
-			}
-			if len(cur.Body) > 0 {
-				errs.add(kv.Pos, "probe keyword %q after the program started: put it right after the %s line", kv.Key, cur.Offset.Norm())
-				continue
-			}
-			if prev, dup := seenProbe[k]; dup {
-				errs.add(kv.Pos, "%s given twice in this probe (first at line %d)", KeyName(k), prev.Pos.Line)
-				continue
-			}
-			seenProbe[k] = kv
-			cur.Keys = append(cur.Keys, kv)
-		default:
-			msg := fmt.Sprintf("unknown keyword %q", kv.Key)
-			all := append(append([]string{}, headerKeys...), probeKeys...)
-			if s := suggest(k, all); s != "" {
-				msg += fmt.Sprintf(" (did you mean %q?)", KeyName(s))
-			}
-			errs.add(kv.Pos, "%s", msg)
-		}
-	}
-	if len(f.Probes) == 0 && len(*errs) == 0 {
-		errs.add(lexer.Position{Filename: f.Path, Line: 1, Column: 1}, "no probes: %s", probeStart)
 	}
 }
 

@@ -60,21 +60,75 @@ func Compile(f *dpdf.File, opts CompileOptions) (*Module, error) {
 // CompileProgram is Compile returning the loaded program, which saves
 // verifying the module a second time when it is run at once.
 func CompileProgram(f *dpdf.File, opts CompileOptions) (*Program, error) {
-	c := &compiler{f: f, opts: opts, fileIdx: map[string]uint16{}, fields: map[string]uint16{}}
-	c.errs = append(c.errs, f.Errors...)
-	c.fileIndex(lexer.Position{Filename: f.Path})
-	c.header()
-	var clean []int // probes compiled without an error
-	for i, p := range f.Probes {
-		before := len(c.errs)
-		c.probe(i, p)
-		next := 0
-		if i+1 < len(f.Probes) {
-			next = f.Probes[i+1].Pos.Line
+	return CompileReader(f.Reader(), opts)
+}
+
+// CompileReader compiles the DPDF that r reads, a statement at a time:
+// the syntax tree of a statement is dropped once its code is emitted, so
+// the memory compiling takes is that of the module it builds (dpdf.Open
+// and CompileReader read a DPDF of any size in memory proportional to its
+// bytecode; dpdf.Parse and Compile hold the whole file's tree). Errors are
+// reported as Compile's.
+func CompileReader(r *dpdf.Reader, opts CompileOptions) (*Program, error) {
+	c := &compiler{path: r.Path, opts: opts, fileIdx: map[string]uint16{}, fields: map[string]uint16{}}
+	c.fileIndex(lexer.Position{Filename: r.Path})
+	var header []*dpdf.KeyValue
+	headerDone := false
+	// per probe: whether it compiled without an error of its own, and
+	// where it starts (what is clean is decided at the end, with the
+	// syntax errors of its lines)
+	type probeMark struct {
+		ok   bool
+		file string
+		line int
+	}
+	var marks []probeMark
+	var before int // len(c.errs) when the current probe started
+	open := false  // a probe is being compiled
+	inBody := false
+	var keys []*dpdf.KeyValue
+	var pd *dpdf.ProbeDef
+	endProbe := func() {
+		if !inBody {
+			c.probeKeys(len(marks)-1, pd, keys)
 		}
-		if len(c.errs) == before && !f.HasErrorsIn(p.Pos.Filename, p.Pos.Line, next) {
-			clean = append(clean, i)
+		c.probeEnd(pd)
+		marks[len(marks)-1].ok = len(c.errs) == before
+	}
+	for {
+		it, more := r.Next()
+		if !more {
+			break
 		}
+		switch {
+		case it.Header != nil:
+			header = append(header, it.Header)
+		case it.Probe != nil:
+			if !headerDone {
+				c.header(header)
+				headerDone = true
+			}
+			if open {
+				endProbe()
+			}
+			open, inBody, keys, pd = true, false, keys[:0], it.Probe
+			before = len(c.errs)
+			marks = append(marks, probeMark{file: pd.Pos.Filename, line: pd.Pos.Line})
+		case it.Key != nil:
+			keys = append(keys, it.Key)
+		case it.Stmt != nil:
+			if !inBody {
+				c.probeKeys(len(marks)-1, pd, keys)
+				inBody = true
+			}
+			c.stmt(it.Stmt)
+		}
+	}
+	if !headerDone {
+		c.header(header)
+	}
+	if open {
+		endProbe()
 	}
 	c.checkSwitches()
 	if opts.Symbols != nil {
@@ -83,13 +137,31 @@ func CompileProgram(f *dpdf.File, opts CompileOptions) (*Program, error) {
 			c.m.BuildID = mb.ModuleBuildID(c.m.Name, c.m.ModType)
 		}
 		if len(c.m.BuildID) > MaxBuildID {
-			c.errorf(lexer.Position{Filename: f.Path}, "the build ID of the symbols is %d bytes, at most %d: give symbols of another module", len(c.m.BuildID), MaxBuildID)
+			c.errorf(lexer.Position{Filename: r.Path}, "the build ID of the symbols is %d bytes, at most %d: give symbols of another module", len(c.m.BuildID), MaxBuildID)
 		}
+	}
+	syntax := r.Errors()
+	c.errs = append(c.errs, syntax...)
+	// clean: the probes compiled without an error, none of syntax in
+	// their lines (from their start to the next probe's)
+	clean := func() []int {
+		index := newLineIndex(syntax)
+		var out []int
+		for i, mk := range marks {
+			next := 0
+			if i+1 < len(marks) {
+				next = marks[i+1].line
+			}
+			if mk.ok && !index.any(mk.file, mk.line, next) {
+				out = append(out, i)
+			}
+		}
+		return out
 	}
 	if len(c.errs) > 0 {
 		// what only the verifier sees is reported with the rest
-		c.verifyProbes(clean)
-		f.Finish(&c.errs)
+		c.verifyProbes(clean())
+		r.Finish(&c.errs)
 		return nil, c.errs
 	}
 	prog, err := Load(c.m)
@@ -98,11 +170,34 @@ func CompileProgram(f *dpdf.File, opts CompileOptions) (*Program, error) {
 		if !errors.As(err, &ve) || ve.Probe < 0 {
 			return nil, fmt.Errorf("internal error: compiled code fails verification: %w", err)
 		}
-		c.verifyProbes(clean)
-		f.Finish(&c.errs)
+		c.verifyProbes(clean())
+		r.Finish(&c.errs)
 		return nil, c.errs
 	}
 	return prog, nil
+}
+
+// lineIndex answers whether an error lies in a range of lines of a file,
+// in O(log n) a question.
+type lineIndex map[string][]int
+
+func newLineIndex(errs dpdf.ErrorList) lineIndex {
+	ix := lineIndex{}
+	for _, e := range errs {
+		ix[e.Pos.Filename] = append(ix[e.Pos.Filename], e.Pos.Line)
+	}
+	for _, lines := range ix {
+		slices.Sort(lines)
+	}
+	return ix
+}
+
+// any reports whether an error lies in lines [from, to) of file; to = 0
+// means to the end of the file (dpdf.File.HasErrorsIn).
+func (ix lineIndex) any(file string, from, to int) bool {
+	lines := ix[file]
+	i, _ := slices.BinarySearch(lines, from)
+	return i < len(lines) && (to == 0 || lines[i] < to)
 }
 
 // verifyProbes runs the verifier on each of the given probes on its own
@@ -132,7 +227,7 @@ func (c *compiler) verifyProbes(probes []int) {
 		if err == nil {
 			continue
 		}
-		pos := c.f.Probes[i].Pos
+		pos := c.position(p.Pos)
 		var ve *VerifyError
 		if !errors.As(err, &ve) || ve.Probe < 0 {
 			c.errorf(pos, "internal error: compiled code fails verification: %v", err)
@@ -146,7 +241,7 @@ func (c *compiler) verifyProbes(probes []int) {
 }
 
 type compiler struct {
-	f       *dpdf.File
+	path    string // the DPDF's
 	opts    CompileOptions
 	m       *Module
 	errs    dpdf.ErrorList
@@ -161,11 +256,14 @@ type compiler struct {
 	enabledAt map[int]lexer.Position
 
 	// per probe
-	kind    ProbeKind
-	labels  map[string]uint32
-	labelAt map[string]lexer.Position
-	fixups  []fixup
-	lastPos Pos
+	cur      Probe // the probe being compiled
+	lastEnds bool  // its last instruction ends the flow
+	last     lexer.Position
+	kind     ProbeKind
+	labels   map[string]uint32
+	labelAt  map[string]lexer.Position
+	fixups   []fixup
+	lastPos  Pos
 }
 
 // switchUse is one enable or disable instruction: its operand, where.
@@ -212,6 +310,15 @@ func (c *compiler) fileIndex(p lexer.Position) uint16 {
 
 func (c *compiler) pos(p lexer.Position) Pos {
 	return Pos{File: c.fileIndex(p), Line: uint32(p.Line), Col: uint32(max(p.Column, 0))}
+}
+
+// position is the source position p stands for.
+func (c *compiler) position(p Pos) lexer.Position {
+	file := c.path
+	if int(p.File) < len(c.m.Files) {
+		file = c.m.Files[p.File]
+	}
+	return lexer.Position{Filename: file, Line: int(p.Line), Column: int(p.Col)}
 }
 
 // text checks that a string the module keeps fits in it.
@@ -323,11 +430,11 @@ func (c *compiler) number(kv *dpdf.KeyValue, lo, hi uint64) (uint64, bool) {
 	return c.constant(kv.Value.Expr, dpdf.KeyName(kv.Norm()), lo, hi)
 }
 
-func (c *compiler) header() {
+func (c *compiler) header(kvs []*dpdf.KeyValue) {
 	h := Header{JmpMax: DefaultJmpMax, LogMax: DefaultLogMax, DfltExit: DefaultDfltExit, Arch: ArchX86_64}
 	var haveName, haveType bool
 	// arch first: it decides what the rest means
-	for _, kv := range c.f.Header {
+	for _, kv := range kvs {
 		if kv.Value == nil {
 			continue // a line that failed to parse, already reported
 		}
@@ -337,7 +444,7 @@ func (c *compiler) header() {
 			}
 		}
 	}
-	for _, kv := range c.f.Header {
+	for _, kv := range kvs {
 		if kv.Value == nil {
 			// the value failed to parse: the keyword is given, but
 			// check the probes against the widest setting so that
@@ -406,7 +513,7 @@ func (c *compiler) header() {
 			h.GVars = uint16(v)
 		}
 	}
-	start := lexer.Position{Filename: c.f.Path, Line: 1, Column: 1}
+	start := lexer.Position{Filename: c.path, Line: 1, Column: 1}
 	if !haveName {
 		c.errorf(start, "missing \"name = MODULE\": the probed module (a path, vmlinux or a kernel module name)")
 	}
@@ -423,7 +530,10 @@ var probeKinds = map[string]ProbeKind{"offset": ProbeOffset, "retprobe": ProbeRe
 // watch probe" in messages.
 var kindNames = [...]string{ProbeOffset: "an offset probe", ProbeRetprobe: "a retprobe", ProbeTracepoint: "a tracepoint probe", ProbeWatch: "a watch probe"}
 
-func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
+// probeKeys starts compiling the probe pd, number index, with its
+// keywords: the probe is complete (probeEnd) once its program's statements
+// are compiled (stmt).
+func (c *compiler) probeKeys(index int, pd *dpdf.ProbeDef, keys []*dpdf.KeyValue) {
 	p := Probe{Pos: c.pos(pd.Pos), Kind: probeKinds[pd.Offset.Norm()]}
 	c.kind = p.Kind
 	switch p.Kind {
@@ -436,7 +546,7 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 	default:
 		p.Loc = c.location(pd.Offset.Value, "")
 	}
-	for _, kv := range pd.Keys {
+	for _, kv := range keys {
 		if kv.Value == nil {
 			if kv.Norm() == "minor" {
 				c.minorUnknown = true
@@ -497,31 +607,39 @@ func (c *compiler) probe(index int, pd *dpdf.ProbeDef) {
 		}
 	}
 	p.Entry = uint32(len(c.m.Code))
+	c.cur = p
 	c.labels = map[string]uint32{}
 	c.labelAt = map[string]lexer.Position{}
 	c.fixups = c.fixups[:0]
 	c.lastPos = Pos{}
-	lastEnds := false
-	var last lexer.Position = pd.Pos
-	for _, st := range pd.Body {
-		last = st.Pos
-		if st.Label != nil {
-			name := st.Label.Name
-			if prev, dup := c.labelAt[name]; dup {
-				c.errorf(st.Label.Pos, "label %s defined twice in this probe (first at line %d)", name, prev.Line)
-			} else {
-				c.labels[name] = uint32(len(c.m.Code))
-				c.labelAt[name] = st.Label.Pos
-			}
-			lastEnds = false
+	c.lastEnds = false
+	c.last = pd.Pos
+}
+
+// stmt compiles a statement of the current probe's program.
+func (c *compiler) stmt(st *dpdf.Stmt) {
+	c.last = st.Pos
+	if st.Label != nil {
+		name := st.Label.Name
+		if prev, dup := c.labelAt[name]; dup {
+			c.errorf(st.Label.Pos, "label %s defined twice in this probe (first at line %d)", name, prev.Line)
+		} else {
+			c.labels[name] = uint32(len(c.m.Code))
+			c.labelAt[name] = st.Label.Pos
 		}
-		if st.Instr != nil {
-			lastEnds = c.instr(st.Instr)
-		}
+		c.lastEnds = false
 	}
-	if !lastEnds {
+	if st.Instr != nil {
+		c.lastEnds = c.instr(st.Instr)
+	}
+}
+
+// probeEnd completes the current probe: its final exit, its jumps.
+func (c *compiler) probeEnd(pd *dpdf.ProbeDef) {
+	p := c.cur
+	if !c.lastEnds {
 		// falling off the end of a program is a bare exit
-		c.line(last)
+		c.line(c.last)
 		c.emit8(OpExit, c.m.DfltExit)
 	}
 	// A label on a line that failed to parse is still defined (the

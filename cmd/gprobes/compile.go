@@ -148,8 +148,10 @@ func load(c *cli.Context, path string) (*loaded, error) {
 // none).
 func compileSource(c *cli.Context, path string, set *symbols.Set) (*loaded, error) {
 	opts := dpdf.Options{Defines: c.StringSlice("D"), Includes: c.StringSlice("I"), CPP: c.String("cpp")}
-	f, err := dpdf.Parse(path, opts)
-	if f == nil {
+	// read a statement at a time: memory holds the module being built,
+	// not the file's syntax tree (docs/design.md, "Parsing")
+	r, err := dpdf.Open(path, opts)
+	if err != nil {
 		return nil, reportErrors(c, err)
 	}
 	// a file with syntax errors still compiles, to report every error at once
@@ -157,12 +159,12 @@ func compileSource(c *cli.Context, path string, set *symbols.Set) (*loaded, erro
 	if set != nil {
 		copts.Symbols = resolver{set}
 	}
-	prog, err := rpn.CompileProgram(f, copts)
+	prog, err := rpn.CompileReader(r, copts)
 	if err != nil {
 		return nil, reportErrors(c, err)
 	}
 	m := prog.Module()
-	deps := append([]string{}, f.Deps...)
+	deps := append([]string{}, r.Deps...)
 	if set != nil {
 		deps = append(deps, set.Files()...)
 	}

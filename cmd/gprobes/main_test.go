@@ -292,6 +292,9 @@ func TestMakeDependencies(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv("GPROBES_TEST_PEAKRSS") == "1" {
+		os.Exit(peakRSSMain())
+	}
 	if os.Getenv("GPROBES_TEST_MAIN") == "1" {
 		os.Exit(run(os.Args, os.Stdout, os.Stderr))
 	}
