@@ -796,4 +796,8 @@ func TestExtendedNumbering(t *testing.T) {
 	if c := strings.Count(string(out), "\n  LOAD "); c != n {
 		t.Errorf("readelf shows %d LOAD segments, want %d", c, n)
 	}
+	// gprobes sim --core reads it too (the count from section header 0)
+	if err := sim.NewEnv().LoadCore(path); err != nil {
+		t.Errorf("sim: %v", err)
+	}
 }
