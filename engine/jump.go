@@ -49,6 +49,10 @@ type JumpHost interface {
 	FSGSBase(space int) bool
 	// ShadowStack reports whether the space runs with CET shadow stacks.
 	ShadowStack(space int) bool
+	// NSIDs returns the ids thread tid sees for itself and its process
+	// (gettid, getpid), which differ from gprobes' in a pid namespace of
+	// the process's own.
+	NSIDs(tid int) (nsTid, nsPid int)
 	// MapRanges returns the space's mappings, [start, end) each, in
 	// order.
 	MapRanges(space int) ([][2]uint64, error)
@@ -79,6 +83,11 @@ type region struct {
 	// there is one, the pads ask the kernel
 	tcbOff uint64
 	odd    map[int]bool
+	// ns: the process runs in a pid namespace of its own; nsRoot maps
+	// the thread ids its pads see (its records carry) to gprobes' (under
+	// e.js.mu)
+	ns     bool
+	nsRoot map[int]int
 }
 
 type siteRef struct {
@@ -346,7 +355,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		code, err := jit.Compile(inst.prog, p.idx, jit.Layout{
 			LV: lv, GV: rg.gv, Switch: sw, Probe: rg.addr + pad.OffCounters + uint64(n)*64,
 			Clock: rg.addr + pad.OffClock, Threads: rg.addr + pad.OffThreads,
-			FSGSBase: host.FSGSBase(sp.id),
+			FSGSBase: host.FSGSBase(sp.id), PidNS: rg.ns,
 		})
 		if err != nil {
 			var u *jit.Unsupported
@@ -441,12 +450,15 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 	}
 	pad.InitRegion(mem.Bytes, ringSize)
 	var addr, gv, sw, tcbOff uint64
+	var ns bool
 	err = e.withStoppedThread(sp.id, func(tid int) error {
 		var err error
 		if addr, err = host.MapShared(sp.id, tid, mem.FD, uint64(len(mem.Bytes))); err != nil {
 			return err
 		}
 		tcbOff = host.TIDOffset(sp.id, tid)
+		nsTid, _ := host.NSIDs(tid)
+		ns = nsTid != tid
 		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffTCBTid:], tcbOff)
 		if gv, err = host.MapShared(sp.id, tid, gvm.FD, uint64(len(gvm.Bytes))); err != nil {
 			return err
@@ -460,7 +472,7 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		return nil, js.no
 	}
 	rg := &region{mem: mem, ring: pad.NewRing(mem.Bytes), ringSize: ringSize, addr: addr, gv: gv, sw: sw, lvAt: map[*Module]int{}, refs: 1,
-		tcbOff: tcbOff, odd: map[int]bool{}}
+		tcbOff: tcbOff, odd: map[int]bool{}, ns: ns, nsRoot: map[int]int{}}
 	if clk, ok := e.clock(); ok {
 		// push ts converts with the calibration of the moment (a skew of
 		// some parts in 100,000 as the process runs); the records' times
@@ -533,12 +545,19 @@ func (e *Engine) lvFor(rg *region, m *Module) (uint64, string) {
 }
 
 // noteThread enters a thread in the records' table and in its region's
-// thread table (push procid). Called with e.js.mu held.
+// thread table (push procid, and push pid and push tid in a pid
+// namespace). Called with e.js.mu held.
 func (e *Engine) noteThread(tid, spID int) {
 	idx := e.tgt.ThreadIndex(tid)
 	e.js.threads[tid] = [2]int{spID, idx}
 	if sp := e.spaces[spID]; sp != nil && sp.jump != nil && sp.jump.rg != nil {
-		pad.SetThread(sp.jump.rg.mem.Bytes, tid, idx)
+		rg := sp.jump.rg
+		own := tid
+		if rg.ns {
+			own, _ = e.tgt.(JumpHost).NSIDs(tid)
+			rg.nsRoot[own] = tid
+		}
+		pad.SetThread(rg.mem.Bytes, own, idx, tid, spID)
 	}
 }
 
@@ -633,11 +652,18 @@ func (e *Engine) ringRecord(rg *region, r *pad.Record) *Record {
 	if clockOK {
 		at = clockVal.Time(r.TSC)
 	}
+	tid := int(r.Tid)
+	if rg.ns {
+		// the pad read the id its thread sees
+		if root, ok := rg.nsRoot[tid]; ok {
+			tid = root
+		}
+	}
 	rec := &Record{Time: at, Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,
-		Location: d.Loc.Text, Address: ref.addr, Tid: int(r.Tid), Exit: r.Exit, Truncated: r.Truncated}
-	if t, ok := e.js.threads[int(r.Tid)]; ok {
+		Location: d.Loc.Text, Address: ref.addr, Tid: tid, Exit: r.Exit, Truncated: r.Truncated}
+	if t, ok := e.js.threads[tid]; ok {
 		rec.Pid, rec.CPU = t[0], t[1]
-	} else if x, ok := e.js.exited[int(r.Tid)]; ok {
+	} else if x, ok := e.js.exited[tid]; ok {
 		rec.Pid, rec.CPU = x.pid, x.index
 	}
 	if r.Exception != 0 {

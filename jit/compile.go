@@ -756,10 +756,18 @@ func (c *compiler) insn(i int) {
 		})
 
 	case rpn.OpPushPID:
-		c.sysID(OffPid, sysGetpid)
+		if c.l.PidNS {
+			c.threadEntry(i, 12)
+		} else {
+			c.sysID(OffPid, sysGetpid)
+		}
 		c.push(rax)
 	case rpn.OpPushTID:
-		c.sysID(OffTid, sysGettid)
+		if c.l.PidNS {
+			c.threadEntry(i, 8)
+		} else {
+			c.sysID(OffTid, sysGettid)
+		}
 		c.push(rax)
 	case rpn.OpPushProcID:
 		c.procID(i)
@@ -989,36 +997,43 @@ func (c *compiler) sysID(off int32, nr uint64) {
 	a.bind(have)
 }
 
-// procID: push procid, the thread's index in the thread table
-// (Layout.Threads): open addressing from uint32(tid*0x9e3779b1) >>
-// (32-ThreadBits), linear; an empty slot (tid 0) or a whole table
-// searched is an invalid-operand exception. Entries are read with one
-// 8-byte load (gprobes writes them with one 8-byte store).
+// procID: push procid, the thread's index in the thread table.
 func (c *compiler) procID(i int) {
+	c.threadEntry(i, 4)
+	c.push(rax)
+}
+
+// threadEntry leaves in rax the 32-bit field at off of the calling
+// thread's entry in the thread table (Layout.Threads): open addressing
+// from uint32(tid*0x9e3779b1) >> (32-ThreadBits), linear; an empty slot
+// (tid 0) or a whole table searched is an invalid-operand exception.
+// The entry's first 8 bytes are read with one load (gprobes writes them
+// with one store, after the rest).
+func (c *compiler) threadEntry(i int, off int32) {
 	a := &c.a
 	c.sysID(OffTid, sysGettid)
 	notFound := c.raise(rpn.ExInvalidOperand, i)
 	h := uint32(threadHash)
-	a.imulRRI(false, rcx, rax, int32(h))
-	a.shiftRI(shShr, false, rcx, 32-ThreadBits)
+	a.imulRRI(false, rdi, rax, int32(h))
+	a.shiftRI(shShr, false, rdi, 32-ThreadBits)
+	a.shiftRI(shShl, false, rdi, 4) // ThreadEntry
 	a.movAbs(rsi, c.l.Threads)
 	a.movImm(rdx, ThreadSlots)
 	loop := a.newLabel()
 	found := a.newLabel()
 	a.bind(loop)
-	a.load(true, rdi, atIdx(rsi, rcx, 8, 0))
-	a.aluRR(aluCmp, false, rdi, rax)
+	a.load(true, rcx, atIdx(rsi, rdi, 1, 0))
+	a.aluRR(aluCmp, false, rcx, rax)
 	a.jcc(condE, found)
-	a.testRR(false, rdi, rdi)
+	a.testRR(false, rcx, rcx)
 	a.jcc(condE, notFound)
-	a.incR(false, rcx)
-	a.aluRI(aluAnd, false, rcx, ThreadSlots-1)
+	a.aluRI(aluAdd, false, rdi, ThreadEntry)
+	a.aluRI(aluAnd, false, rdi, ThreadSlots*ThreadEntry-1)
 	a.decR(false, rdx)
 	a.jcc(condNE, loop)
 	a.jmp(notFound)
 	a.bind(found)
-	a.shiftRI(shShr, true, rdi, 32)
-	c.push(rdi)
+	a.load(false, rax, atIdx(rsi, rdi, 1, off))
 }
 
 // timestamp: push ts, the hit's TSC (OffTSC) through the Clock:

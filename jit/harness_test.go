@@ -61,7 +61,7 @@ const (
 	dLV       = 512
 	dGV       = dLV + rpn.MaxVars*8
 	dThreads  = 8192
-	dScratch  = 65536
+	dScratch  = dThreads + jit.ThreadSlots*jit.ThreadEntry
 	dSize     = dScratch + 70000 + 4096
 )
 
@@ -73,6 +73,7 @@ type harness struct {
 	base     uint64 // mem's address
 	rng      *rand.Rand
 	fsgsbase bool // the kernel allows rdfsbase
+	pidns    bool // Layout.PidNS: push pid and push tid from the thread table
 	pid, tid uint64
 	segs     [6]uint64
 	fsBase   uint64
@@ -202,6 +203,7 @@ func (h *harness) layout() jit.Layout {
 		Clock:    h.addr(dClock),
 		Threads:  h.addr(dThreads),
 		FSGSBase: h.fsgsbase,
+		PidNS:    h.pidns,
 		Switch:   uint64(uintptr(unsafe.Pointer(&h.sw[0]))),
 	}
 }
@@ -214,12 +216,19 @@ func (h *harness) counters() *jit.Counters {
 
 func (h *harness) clock() *jit.Clock { return (*jit.Clock)(unsafe.Pointer(&h.data[dClock])) }
 
-// setThread enters tid in the thread table as the pad's region does.
+// setThread enters tid in the thread table as the pad's region does,
+// with root ids of its own.
 func (h *harness) setThread(tid uint32, index uint32) {
+	h.setThreadIDs(tid, index, tid, uint32(h.pid))
+}
+
+func (h *harness) setThreadIDs(tid, index, rootTid, rootPid uint32) {
 	s := uint64(tid*0x9e3779b1) >> (32 - jit.ThreadBits)
 	for i := uint64(0); i < jit.ThreadSlots; i++ {
-		p := h.u64(dThreads + int((s+i)&(jit.ThreadSlots-1))*8)
+		off := dThreads + int((s+i)&(jit.ThreadSlots-1))*jit.ThreadEntry
+		p := h.u64(off)
 		if t := uint32(*p); t == 0 || t == tid {
+			*h.u64(off + 8) = uint64(rootTid) | uint64(rootPid)<<32
 			*p = uint64(tid) | uint64(index)<<32
 			return
 		}
@@ -228,17 +237,25 @@ func (h *harness) setThread(tid uint32, index uint32) {
 
 // lookupThread is the reference for push procid.
 func (h *harness) lookupThread(tid uint32) (uint64, bool) {
+	e, ok := h.threadEntry(tid)
+	return uint64(e[1]), ok
+}
+
+// threadEntry is tid's entry in the thread table: tid, index, root tid,
+// root pid.
+func (h *harness) threadEntry(tid uint32) ([4]uint32, bool) {
 	s := uint64(tid*0x9e3779b1) >> (32 - jit.ThreadBits)
 	for i := uint64(0); i < jit.ThreadSlots; i++ {
-		v := *h.u64(dThreads + int((s+i)&(jit.ThreadSlots-1))*8)
+		off := dThreads + int((s+i)&(jit.ThreadSlots-1))*jit.ThreadEntry
+		v, w := *h.u64(off), *h.u64(off + 8)
 		switch uint32(v) {
 		case tid:
-			return v >> 32, true
+			return [4]uint32{uint32(v), uint32(v >> 32), uint32(w), uint32(w >> 32)}, true
 		case 0:
-			return 0, false
+			return [4]uint32{}, false
 		}
 	}
-	return 0, false
+	return [4]uint32{}, false
 }
 
 // env is the machine's environment for one hit.
@@ -313,8 +330,16 @@ func (e *env) Access(addr uint64, write bool) bool { return e.ok(addr, 1, write)
 func (e *env) Sys(v rpn.SysValue) (uint64, bool) {
 	switch v {
 	case rpn.SysPID:
+		if e.h.pidns {
+			t, ok := e.h.threadEntry(uint32(e.h.tid))
+			return uint64(t[3]), ok
+		}
 		return e.h.pid, true
 	case rpn.SysTID:
+		if e.h.pidns {
+			t, ok := e.h.threadEntry(uint32(e.h.tid))
+			return uint64(t[2]), ok
+		}
 		return e.h.tid, true
 	case rpn.SysProcID:
 		return e.h.lookupThread(uint32(e.h.tid))
@@ -382,9 +407,7 @@ func (h *harness) start(p *rpn.Program) (*probeRun, error) {
 		*h.u64(dLV + i*8) = r.lv[i]
 		*h.u64(dGV + i*8) = r.gv[i]
 	}
-	for i := 0; i < jit.ThreadSlots; i++ {
-		*h.u64(dThreads + i*8) = 0
-	}
+	clear(h.data[dThreads:dScratch])
 	clear(h.sw)
 	clear(h.swShadow)
 	return r, nil

@@ -4,6 +4,7 @@ package jit_test
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -195,6 +196,36 @@ func TestProcID(t *testing.T) {
 	}
 }
 
+// In a pid namespace of the process's own, push pid and push tid are the
+// root ids of the thread's entry in the thread table (what gprobes
+// reports elsewhere), not getpid's and gettid's; a thread not in the
+// table is an invalid-operand exception, as for push procid.
+func TestPidNamespace(t *testing.T) {
+	h := newHarness(t, 4)
+	h.pidns = true
+	p := compileSrc(t, "push pid\npush tid\npush procid\nlog 3\nexit 1")
+	r, err := h.start(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.hit(h.randomSetup()); d != "" {
+		t.Fatalf("no table entry: %s", d)
+	}
+	if res := r.mach.Run(p, 0, &rpn.ProbeState{}, r.lv, r.gv, &env{h: h}); res.Outcome != rpn.OutcomeException || res.Exception != rpn.ExInvalidOperand {
+		t.Fatalf("no table entry: the machine says %+v", res)
+	}
+	h.setThreadIDs(uint32(h.tid), 7, 4000001, 4000002)
+	for i := 0; i < 3; i++ {
+		if d := r.hit(h.randomSetup()); d != "" {
+			t.Fatalf("with the table: %s", d)
+		}
+	}
+	res := r.mach.Run(p, 0, &rpn.ProbeState{}, r.lv, r.gv, &env{h: h})
+	if len(res.Log) != 24 || binary.LittleEndian.Uint64(res.Log) != 4000002 || binary.LittleEndian.Uint64(res.Log[8:]) != 4000001 || binary.LittleEndian.Uint64(res.Log[16:]) != 7 {
+		t.Fatalf("log % x, want pid 4000002, tid 4000001, procid 7", res.Log)
+	}
+}
+
 // A full thread table without the thread ends the search too.
 func TestProcIDFullTable(t *testing.T) {
 	h := newHarness(t, 3)
@@ -204,7 +235,7 @@ func TestProcIDFullTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < jit.ThreadSlots; i++ {
-		*h.u64(dThreads + i*8) = 0xffffffff
+		*h.u64(dThreads + i*jit.ThreadEntry) = 0xffffffff
 	}
 	if d := r.hit(h.randomSetup()); d != "" {
 		t.Fatal(d)

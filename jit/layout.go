@@ -16,13 +16,22 @@ type Layout struct {
 	// Clock converts the time stamp counter to nanoseconds for push ts:
 	// ns = NS0 + ((rdtsc - TSC0) * Mult) >> Shift (128-bit product).
 	Clock uint64
-	// Threads is the thread table for push procid: ThreadSlots entries
-	// of {tid uint32, index uint32}, open addressing, first probe at
-	// uint32(tid*0x9e3779b1) >> (32-ThreadBits) (a 32-bit product), then
-	// linear, wrapping; an empty slot (tid 0) ends the search, a tombstone
-	// (tid 0xffffffff) does not. A tid not found is an invalid-operand
-	// exception.
+	// Threads is the thread table for push procid (and, with PidNS, push
+	// pid and push tid): ThreadSlots entries of ThreadEntry bytes, {tid
+	// uint32, index uint32, root tid uint32, root pid uint32}, where tid is
+	// the id the thread itself sees (gettid) and the root ids are gprobes'
+	// (the same unless the process runs in a pid namespace of its own).
+	// Open addressing, first probe at uint32(tid*0x9e3779b1) >>
+	// (32-ThreadBits) (a 32-bit product), then linear, wrapping; an empty
+	// slot (tid 0) ends the search, a tombstone (tid 0xffffffff) does not.
+	// A tid not found is an invalid-operand exception. The first 8 bytes
+	// are read with one load, and written last (one store), the root ids
+	// first.
 	Threads uint64
+	// PidNS: the process runs in a pid namespace of its own, where
+	// getpid and gettid give ids gprobes never reports: push pid and
+	// push tid read the root ids from the thread table instead.
+	PidNS bool
 	// FSGSBase: the kernel lets user code run rdfsbase/rdgsbase
 	// (AT_HWCAP2 bit 1). Without it push r,fs_base/gs_base asks the
 	// kernel (arch_prctl ARCH_GET_FS/GS, a system call per read); only
@@ -34,6 +43,7 @@ type Layout struct {
 const (
 	ThreadBits  = 12
 	ThreadSlots = 1 << ThreadBits
+	ThreadEntry = 16
 )
 
 // Counters is one probe's run-time state in the data region, updated by

@@ -35,7 +35,7 @@ const (
 	OffLV       = OffCounters + MaxProbes*64
 	LVWords     = 8192
 	OffThreads  = OffLV + LVWords*8
-	OffRing     = OffThreads + jit.ThreadSlots*8
+	OffRing     = OffThreads + jit.ThreadSlots*jit.ThreadEntry
 
 	Magic = 0x3244415042505247 // "GPRBPAD2"
 
@@ -175,12 +175,16 @@ func LoadCounters(c *jit.Counters) jit.Counters {
 	}
 }
 
-// SetThread enters tid with its index in the region's thread table (push
-// procid); index < 0 takes it out.
-func SetThread(b []byte, tid, index int) {
+// SetThread enters thread tid (the id it sees itself, gettid) with its
+// index in the region's thread table (push procid) and its ids in
+// gprobes' pid namespace (push pid, push tid, records: the same as tid
+// and its process's id unless the process runs in a namespace of its
+// own); index < 0 takes it out. The root ids go in first, then tid and
+// index with one store (jit.Layout.Threads).
+func SetThread(b []byte, tid, index, rootTid, rootPid int) {
 	h := uint64(uint32(tid)*0x9e3779b1) >> (32 - jit.ThreadBits)
 	for i := 0; i < jit.ThreadSlots; i++ {
-		off := OffThreads + int((h+uint64(i))&(jit.ThreadSlots-1))*8
+		off := OffThreads + int((h+uint64(i))&(jit.ThreadSlots-1))*jit.ThreadEntry
 		w := word(b, off)
 		v := atomic.LoadUint64(w)
 		t := uint32(v)
@@ -192,6 +196,7 @@ func SetThread(b []byte, tid, index int) {
 				}
 				return
 			}
+			atomic.StoreUint64(word(b, off+8), uint64(uint32(rootTid))|uint64(uint32(rootPid))<<32)
 			atomic.StoreUint64(w, uint64(uint32(tid))|uint64(uint32(index))<<32)
 			return
 		}

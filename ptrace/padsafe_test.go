@@ -5,8 +5,14 @@ package ptrace_test
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/internal/testkit"
@@ -146,4 +152,76 @@ func TestPadCallSignals(t *testing.T) {
 	if alarms == 0 {
 		t.Fatal("no alarm fired: the test proves nothing")
 	}
+}
+
+// In a pid namespace the records and push pid/push tid carry the ids
+// gprobes reports everywhere else (the root namespace's), not the
+// namespace's own (pid 1). Before: every record said pid 0.
+func TestPadPidNamespace(t *testing.T) {
+	prog := stormFixture(t)
+	unshare := testkit.Tool(t, "unshare")
+	if out, err := exec.Command(unshare, "--pid", "--fork", "true").CombinedOutput(); err != nil {
+		testkit.SkipOrFail(t, "unshare --pid: %v: %s", err, out)
+	}
+	dir := t.TempDir()
+	started, stop := dir+"/started", dir+"/stop"
+	r := startWith(t, startConfig{path: unshare}, "--pid", "--fork", prog, "-t", "4", "-n", "1000000000", "-s", started, "-e", stop)
+	infos := r.insert(compileFor(t, prog, `name = PROGRAM
+modtype = user
+offset = f_call
+push pid
+push tid
+log 2
+exit 1
+`))
+	r.eng.Release()
+	for !exists(started) {
+		time.Sleep(time.Millisecond)
+	}
+	if q := r.eng.Query(); len(q) != 1 || q[0].How != "jump" {
+		t.Fatalf("probe: %+v (inserted %+v)", q, infos)
+	}
+	var recs []engine.Record
+	for end := time.Now().Add(30 * time.Second); len(recs) < 100; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d records in 30 s", len(recs))
+		}
+		recs = r.records(0)
+	}
+	// while it runs: each record's pid is a process in a child namespace
+	// (NSpid: root id, then its own), its tid one of that process's tasks
+	nspid := func(id string) []string {
+		st, err := os.ReadFile("/proc/" + id + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(st), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && k == "NSpid" {
+				return strings.Fields(v)
+			}
+		}
+		t.Fatalf("no NSpid in /proc/%s/status", id)
+		return nil
+	}
+	pids := map[int]bool{}
+	for _, rec := range recs[:100] {
+		pid, tid := rec.Pid, rec.Tid
+		w0, w1 := binary.LittleEndian.Uint64(rec.Data), binary.LittleEndian.Uint64(rec.Data[8:])
+		if int(w0) != pid || int(w1) != tid {
+			t.Fatalf("push pid %d, push tid %d; the record's pid %d tid %d", w0, w1, pid, tid)
+		}
+		if ns := nspid(strconv.Itoa(pid)); len(ns) != 2 || ns[0] != strconv.Itoa(pid) || ns[1] != "1" {
+			t.Fatalf("record pid %d: NSpid %v, want [%d 1]", pid, ns, pid)
+		}
+		if ns := nspid(fmt.Sprintf("%d/task/%d", pid, tid)); len(ns) != 2 || ns[0] != strconv.Itoa(tid) {
+			t.Fatalf("record tid %d: NSpid %v", tid, ns)
+		}
+		pids[pid] = true
+	}
+	os.WriteFile(stop, nil, 0o644)
+	lines := r.finish()
+	if s, ok := parseStorm(lines); !ok || s.bad != 0 {
+		t.Fatalf("the program's own check: %q", lines)
+	}
+	t.Logf("records from pids %v; the program: %q", pids, lines)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -516,10 +517,52 @@ func (tg *Target) TIDOffset(space, tid int) uint64 {
 	if tg.ReadMem(space, r[rpn.RegFSBase]+glibcTID, b[:]) != nil {
 		return 0
 	}
-	if int(uint32(b[0])|uint32(b[1])<<8|uint32(b[2])<<16|uint32(b[3])<<24) != tid {
+	// the id the thread sees (its pid namespace's)
+	own, _ := tg.NSIDs(tid)
+	if int(uint32(b[0])|uint32(b[1])<<8|uint32(b[2])<<16|uint32(b[3])<<24) != own {
 		return 0
 	}
 	return glibcTID
+}
+
+// NSIDs returns the ids thread tid sees for itself and its process
+// (gettid, getpid: those of the innermost pid namespace it is in, from
+// NSpid and NStgid of /proc/TID/status); the same as gprobes' when the
+// process runs in gprobes' namespace, or /proc cannot tell.
+func (tg *Target) NSIDs(tid int) (nsTid, nsPid int) {
+	nsTid = tid
+	if th := tg.t.Thread(tid); th != nil {
+		nsPid = th.Pid
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tid))
+	if err != nil {
+		return nsTid, nsPid
+	}
+	last := func(v string) (int, bool) {
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			return 0, false
+		}
+		n, err := strconv.Atoi(f[len(f)-1])
+		return n, err == nil && n > 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "NSpid":
+			if n, ok := last(v); ok {
+				nsTid = n
+			}
+		case "NStgid":
+			if n, ok := last(v); ok {
+				nsPid = n
+			}
+		}
+	}
+	return nsTid, nsPid
 }
 
 // Dump writes an ELF core of the process: every thread is stopped for the
