@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // A QEMU 7.2-like stub: a stop reported unasked at connection, an empty
@@ -366,7 +368,8 @@ func TestRunAndWait(t *testing.T) {
 	if err := c.Continue(nil, 11); err != nil {
 		t.Fatal(err)
 	}
-	// Interrupt from another goroutine while Wait blocks.
+	// Interrupt from another goroutine, most likely while Wait blocks
+	// (not a wait: the stop comes whichever is first)
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		c.Interrupt()
@@ -423,6 +426,8 @@ func TestWaitClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
+		// most likely while Wait blocks (not a wait: Wait on a closed
+		// connection says so whichever is first)
 		time.Sleep(20 * time.Millisecond)
 		s.conn.Close()
 	}()
@@ -570,19 +575,24 @@ func TestGdbsxLike(t *testing.T) {
 // 0x03 that reaches it while the VM is stopped.
 func TestInterruptDuringResume(t *testing.T) {
 	s := newFakeStub(t)
-	s.ackDelay = 100 * time.Millisecond
+	gate := make(chan struct{})
+	s.ackGate = gate // no ack until the interrupt is in
 	c, err := s.start(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Continue(nil, 0) }()
-	for !c.Running() {
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitTrue(t, time.Minute, "the resume to be on its way", c.Running)
 	if err := c.Interrupt(); err != nil {
 		t.Fatal(err)
 	}
+	select {
+	case err := <-done:
+		t.Fatalf("the resume ended before its ack: %v", err)
+	default:
+	}
+	close(gate)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -677,15 +687,11 @@ func TestStopReplySentAgainAfterIgnoredInterrupt(t *testing.T) {
 	if err := c.Interrupt(); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	testkit.Wait(t, time.Minute, "the stub to read the 0x03", func() (bool, string) {
 		s.mu.Lock()
-		n := s.intr
-		s.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer s.mu.Unlock()
+		return s.intr == 1, fmt.Sprintf("%d interrupts read", s.intr)
+	})
 	s.stopNow <- "T05thread:p01.01;" // a breakpoint, later
 	wctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()

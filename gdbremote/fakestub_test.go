@@ -42,7 +42,7 @@ type fakeStub struct {
 	beforeReply  map[string][]string // packet prefix -> packets sent before its reply
 	resumeReply  map[string]string   // resume packet -> immediate stop reply
 	closeOnPkt   string              // close the connection on this packet
-	ackDelay     time.Duration       // delay before acking a resume packet
+	ackGate      chan struct{}       // if set, a resume packet is acked once it is closed
 	regs         [608]byte
 	threads      []string
 	binaryUpload bool
@@ -277,8 +277,8 @@ func (s *fakeStub) serve() {
 				s.conn.Write([]byte("-"))
 				continue
 			}
-			if strings.HasPrefix(e.data, "vCont;") {
-				time.Sleep(s.ackDelay)
+			if strings.HasPrefix(e.data, "vCont;") && s.ackGate != nil {
+				<-s.ackGate
 			}
 			s.conn.Write([]byte("+"))
 		}

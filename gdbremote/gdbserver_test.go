@@ -365,6 +365,8 @@ func TestGdbserverInterrupt(t *testing.T) {
 		t.Fatalf("Wait cut short: %v, running %v", err, c.Running())
 	}
 	go func() {
+		// most likely while Wait blocks (not a wait: the stop comes
+		// whichever is first)
 		time.Sleep(100 * time.Millisecond)
 		if err := c.Interrupt(); err != nil {
 			t.Error(err)
@@ -383,9 +385,9 @@ func TestGdbserverInterrupt(t *testing.T) {
 		t.Errorf("rip %#x not in main (%#x)", rip, syms["main"])
 	}
 	// A 0x03 that reaches gdbserver while the process is stopped is not
-	// lost: it becomes a SIGINT stop at the next resume.
+	// lost: it becomes a SIGINT stop at the next resume. (It reaches it
+	// before the resume: one stream, read in order.)
 	c.writeRaw([]byte{0x03})
-	time.Sleep(50 * time.Millisecond)
 	if err := c.Continue(nil, 0); err != nil {
 		t.Fatal(err)
 	}

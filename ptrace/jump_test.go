@@ -469,9 +469,7 @@ func TestJumpRemoveUnderLoad(t *testing.T) {
 	started, stop := dir+"/started", dir+"/stop"
 	r := startWith(t, startConfig{path: harm}, "-t", "4", "-n", "1000000000", "-s", started, "-e", stop)
 	r.eng.Release()
-	for !exists(started) {
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitTrue(t, time.Minute, "the fixture's threads to start", func() bool { return exists(started) })
 	src := "name = PROGRAM\nmodtype = user\nvars = 2\noffset = f_lock\nminor = 1\ninc lv,0\nexit 0\noffset = f_push\nminor = 2\ninc lv,1\npush r,rdi\nlog 1\nexit 1\n"
 	for round := 0; round < 20; round++ {
 		infos, err := r.eng.Insert(compileFor(t, harm, src), engine.InsertNew)
@@ -483,11 +481,11 @@ func TestJumpRemoveUnderLoad(t *testing.T) {
 				t.Fatalf("round %d: %s: how %q (%s)", round, p.Location, p.How, p.Reason)
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
-		q := r.eng.Query()
-		if q[0].Hits == 0 || q[1].Hits == 0 {
-			t.Fatalf("round %d: no hits while in: %+v", round, q)
-		}
+		// the probes count while in: both, while the threads run
+		testkit.Wait(t, time.Minute, fmt.Sprintf("round %d: hits of both probes while in", round), func() (bool, string) {
+			q := r.eng.Query()
+			return q[0].Hits > 0 && q[1].Hits > 0, fmt.Sprintf("%+v", q)
+		})
 		if n, err := r.eng.Remove(harm, nil); err != nil || n != 2 {
 			t.Fatalf("round %d: remove: %d %v", round, n, err)
 		}

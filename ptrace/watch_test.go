@@ -289,7 +289,11 @@ func TestWatchDetach(t *testing.T) {
 	}
 	eng.Release()
 	fmt.Fprintln(in, "go")
-	time.Sleep(20 * time.Millisecond)
+	// the detach comes mid-run: once the watch has counted
+	testkit.Wait(t, time.Minute, "hits of the watch", func() (bool, string) {
+		lv, _, err := eng.Vars(fix, false)
+		return err == nil && len(lv) > 0 && lv[0] > 0, fmt.Sprint(lv, err)
+	})
 	f, err := eng.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -36,12 +36,13 @@ func TestWatchReleases(t *testing.T) {
 	}
 	event := func(c net.Conn) { xsWrite(c, xsWatchEvent, 0, []byte("@releaseDomain\x00gprobes\x00")) }
 
+	seen := make(chan bool)
 	serve(func(c net.Conn) {
 		event(c) // xenstored fires a new watch at once, maybe before the answer
 		xsWrite(c, xsWatch, 1, []byte("OK\x00"))
 		event(c)
 		event(c)
-		time.Sleep(100 * time.Millisecond)
+		<-seen // the end comes after the three events were taken
 		c.Close()
 	})
 	fired := make(chan bool, 10)
@@ -58,6 +59,7 @@ func TestWatchReleases(t *testing.T) {
 			t.Fatalf("%d events of 3", i)
 		}
 	}
+	close(seen)
 	select {
 	case <-ended:
 	case <-time.After(5 * time.Second):

@@ -129,7 +129,7 @@ func TestOTLPExport(t *testing.T) {
 				}
 				return out
 			}
-			for end := time.Now().Add(15 * time.Second); len(mine()) < want; time.Sleep(50 * time.Millisecond) {
+			for end := time.Now().Add(time.Minute); len(mine()) < want; time.Sleep(50 * time.Millisecond) {
 				if time.Now().After(end) {
 					t.Fatalf("%d of %d records arrived\n%s", len(mine()), want, dout)
 				}
@@ -169,7 +169,12 @@ func TestOTLPExport(t *testing.T) {
 					t.Errorf("no record of probed(%d)", i)
 				}
 			}
-			st := daemonStatus(t, sock)
+			// the receiver has them before the exporter has its answer:
+			// the status counts them sent a moment later
+			st := waitStatus(t, sock, "the exporter to count them sent", time.Minute, func(st daemon.StatusResponse) bool {
+				e := st.Exporters["otlp"]
+				return e.Sent+e.Dropped.Records >= uint64(want)
+			})
 			e := st.Exporters["otlp"]
 			if e.Sent != uint64(want) || e.Dropped.Records != 0 || e.Queued != 0 || !strings.HasPrefix(e.Endpoint, proto+"://") {
 				t.Errorf("status exporters: %+v", st.Exporters)
@@ -198,7 +203,9 @@ func TestOTLPUnreachable(t *testing.T) {
 		_, dout := daemonProcess(t, sock, state, "--otlp", "grpc://"+addr)
 		target := execHits(t, sock, hits, probes, n)
 		waitStatus(t, sock, "the fixture's end", 30*time.Second, gone(target))
-		time.Sleep(1500 * time.Millisecond) // an export or two fail
+		// not a wait: an export or two fail meanwhile; nothing is lost
+		// while the receiver is away, however long (checked below)
+		time.Sleep(1500 * time.Millisecond)
 		st := daemonStatus(t, sock)
 		if e := st.Exporters["otlp"]; e.Sent != 0 || e.Queued != n || e.Dropped.Records != 0 {
 			t.Fatalf("before the receiver: %+v", e)
@@ -245,7 +252,7 @@ func TestOTLPUnreachable(t *testing.T) {
 		if v := value(t, fams, "gprobes_probe_lost_records_total", map[string]string{"target": target, "minor": "1", "where": "otlp"}); v != n {
 			t.Errorf("gprobes_probe_lost_records_total{where=otlp} %v", v)
 		}
-		for end := time.Now().Add(5 * time.Second); !strings.Contains(dout.String(), "otlp: records are being dropped"); time.Sleep(50 * time.Millisecond) {
+		for end := time.Now().Add(time.Minute); !strings.Contains(dout.String(), "otlp: records are being dropped"); time.Sleep(50 * time.Millisecond) {
 			if time.Now().After(end) {
 				t.Fatalf("no word of it from the daemon:\n%s", dout)
 			}

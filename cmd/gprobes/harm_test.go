@@ -187,8 +187,12 @@ func harmDetach(t *testing.T, fx harmFixture) {
 			if err := r.Start(); err != nil {
 				t.Fatal(err)
 			}
-			// in once both jumps are (query would need a daemon)
-			waitFor(t, func() bool { return allProbesIn(h.pid) }, "run's probes in the fixture")
+			// run says when its probes are in: both jumps are then, in
+			// the fixture's memory
+			waitFor(t, func() bool { return strings.Contains(rout.String(), "gprobes: ready on "+target+" (probes: 2 active)") }, "run's ready line")
+			if !allProbesIn(h.pid) {
+				t.Fatalf("%s: run said it was ready before both probes were in the fixture:\n%s", what, rout.String())
+			}
 			openAndWait(t, h.gate, h.started)
 			h.mustBeRunning(t, what+", before it")
 			r.Process.Signal(syscall.SIGINT)
@@ -310,7 +314,7 @@ func killDaemon(t *testing.T, d *exec.Cmd, how string, pid int) {
 	t.Helper()
 	guard := guardOf(t, d.Process.Pid)
 	if how != "guard" {
-		syscall.Kill(guard, syscall.SIGKILL)
+		killDead(t, guard)
 	}
 	d.Process.Kill()
 	d.Wait()
@@ -318,7 +322,7 @@ func killDaemon(t *testing.T, d *exec.Cmd, how string, pid int) {
 	case "guard":
 		waitFor(t, func() bool { return !probesIn(pid) }, "the guard to put the bytes back")
 	case "recover":
-		time.Sleep(50 * time.Millisecond)
+		// the daemon and its guard are dead: nothing puts the bytes back
 		if !probesIn(pid) {
 			t.Fatal("the bytes went back with no guard and no recover: the test proves nothing")
 		}
@@ -386,6 +390,8 @@ func (h *harmRunning) stopAndWait() (int, string) {
 // and checks the program's own verdict: exit 0, every count exact.
 func (h *harmRunning) finish(t *testing.T, what string) string {
 	t.Helper()
+	// not a wait: calls on the original code, however many, before the
+	// stop; the verdict holds for any number
 	time.Sleep(10 * time.Millisecond)
 	code, out := h.stopAndWait()
 	total, want, ok := harmTotal(out)
@@ -528,6 +534,8 @@ func openAndWait(t *testing.T, gate, started string) {
 	t.Helper()
 	os.WriteFile(gate, nil, 0o644)
 	waitFor(t, func() bool { _, err := os.Stat(started); return err == nil }, "the fixture's threads to start")
+	// not a wait: more calls, however many, so that the detach comes
+	// mid-run (mustBeRunning checks the threads still call, after it)
 	time.Sleep(30 * time.Millisecond)
 }
 
@@ -679,6 +687,17 @@ func queryProbes(t *testing.T, sock, module string) map[uint16]harmQueried {
 	return m
 }
 
+// killDead kills process pid with SIGKILL and waits until it is dead
+// (gone, or a zombie: it can do nothing more).
+func killDead(t *testing.T, pid int) {
+	t.Helper()
+	syscall.Kill(pid, syscall.SIGKILL)
+	testkit.Wait(t, time.Minute, fmt.Sprintf("process %d to die of SIGKILL", pid), func() (bool, string) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		return err != nil || strings.Contains(string(b), ") Z "), string(b)
+	})
+}
+
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
@@ -740,8 +759,11 @@ func harmDlclose(t *testing.T) {
 			t.Fatalf("round %d: %d hits of plug, want %d", r, got, want)
 		}
 	}
-	// the library is unloaded (or about to be): remove writes nothing
-	time.Sleep(50 * time.Millisecond)
+	// the library is unloaded: remove writes nothing
+	testkit.Wait(t, time.Minute, "reload to dlclose the library", func() (bool, string) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+		return err == nil && !strings.Contains(string(b), lib), string(b)
+	})
 	mustRun(t, "remove", "--socket", sock, "--all")
 	os.WriteFile(filepath.Join(dir, "end"), nil, 0o644)
 	if code, out := wait(); code != 0 {

@@ -200,7 +200,19 @@ func TestKernelKVMPio(t *testing.T) {
 	otherEnded := make(chan error, 1)
 	go func() { otherEnded <- other.Wait() }()
 	defer func() { other.Process.Kill(); <-otherEnded }()
-	time.Sleep(100 * time.Millisecond)
+	// running its vCPU before run starts: its vCPU's file is open
+	testkit.Wait(t, time.Minute, "the other VMM's vCPU", func() (bool, string) {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", other.Process.Pid))
+		var links []string
+		for _, e := range ents {
+			l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", other.Process.Pid, e.Name()))
+			if strings.Contains(l, "kvm-vcpu") {
+				return true, ""
+			}
+			links = append(links, l)
+		}
+		return false, strings.Join(links, " ")
+	})
 	// this test binary as gprobes (TestMain): the VMM's line comes out
 	// on the same standard output as the records and the summary
 	cmd := exec.CommandContext(ctx, os.Args[0], "run", "--target", "kernel", "--json", kvmPioExample,

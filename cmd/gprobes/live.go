@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -282,6 +283,28 @@ func printProbes(w io.Writer, probes []daemon.TargetProbe) {
 	}
 }
 
+// stateCounts is "2 active, 1 refused": how many probes are in each
+// state, in the order of engine's states.
+func stateCounts(probes []engine.ProbeInfo) string {
+	var parts []string
+	for _, st := range []engine.ProbeState{engine.StateActive, engine.StatePending, engine.StateDisabled,
+		engine.StateMismatch, engine.StateRefused, engine.StateGone, engine.StateRemoved} {
+		n := 0
+		for _, p := range probes {
+			if p.State == st {
+				n++
+			}
+		}
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -454,7 +477,7 @@ func runCommand() *cli.Command {
 		Usage:     "one shot, no daemon: start COMMAND (or attach to --target), insert FILE, print records as they commit, then the variables and probes",
 		ArgsUsage: "FILE -- COMMAND [ARGS...]",
 		Flags: append(append(sourceFlags(), trustFlags()...),
-			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command; or kernel, this machine's kernel through eBPF: with -- COMMAND, only COMMAND's process is probed, and run ends when it exits"},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command; or kernel, this machine's kernel through eBPF: with -- COMMAND, only COMMAND's process is probed, and run ends when it exits. Attached (no COMMAND), run says \"gprobes: ready on TARGET (probes: 2 active)\" on standard error once its probes are in: start the workload then"},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary (with -o, the records still go to the file)"},
@@ -611,6 +634,12 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 	defer signal.Stop(sigs)
 	if err := eng.Release(); err != nil {
 		return cli.Exit("run: "+err.Error(), 1)
+	}
+	if len(command) == 0 {
+		// attached to a running target: say when the probes are in, so
+		// that whoever drives the target (a person, a script, a test)
+		// starts the workload then and not after a guessed time
+		fmt.Fprintf(c.App.ErrWriter, "gprobes: ready on %s (probes: %s); Ctrl-C (SIGINT) or SIGTERM takes them out and ends\n", label, stateCounts(probes))
 	}
 	ended := eng.Ended()
 	if held != nil {

@@ -78,14 +78,11 @@ func TestDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Process.Kill(); d.Wait() })
-	for i := 0; i < 200; i++ {
-		if st, err := os.Stat(sock); err == nil {
-			if st.Mode().Perm() != 0o600 {
-				t.Errorf("socket mode %v, want 0600", st.Mode().Perm())
-			}
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	testkit.WaitTrue(t, time.Minute, "the daemon's socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	if st, err := os.Stat(sock); err != nil {
+		t.Fatal(err)
+	} else if st.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v, want 0600", st.Mode().Perm())
 	}
 	target, lines := startLooping(t, hits)
 	// the reference: the same rounds unprobed
@@ -254,7 +251,7 @@ func daemonProcess(t *testing.T, sock, state string, flags ...string) (*exec.Cmd
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Process.Signal(syscall.SIGTERM); d.Wait() })
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		if c, err := net.Dial("unix", sock); err == nil {
 			c.Close()
 			return d, out

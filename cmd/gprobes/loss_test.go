@@ -292,7 +292,7 @@ func TestDaemonFullDisk(t *testing.T) {
 	// on the jump route the records of a process come through its ring,
 	// drained by the daemon a moment after the hits: wait for them
 	per := logRecords(t, logPath)
-	for deadline := time.Now().Add(5 * time.Second); per[pidB] < m && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Minute); per[pidB] < m && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		per = logRecords(t, logPath)
 	}
@@ -461,7 +461,9 @@ func TestDaemonLogRotation(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // anything more would be a bug
+	// not a wait: a moment for a record too many to show up, were there
+	// one; anything more would be a bug
+	time.Sleep(100 * time.Millisecond)
 	mu.Lock()
 	got := append([]daemon.LogLine(nil), followed...)
 	mu.Unlock()

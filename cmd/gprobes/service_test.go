@@ -100,7 +100,7 @@ func TestSocketActivation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(sock); err == nil {
 			break
 		}
@@ -119,7 +119,7 @@ func TestSocketActivation(t *testing.T) {
 	// the daemon writes the line before it answers, but it reaches out
 	// through a pipe and exec's copying goroutine, which may lag the
 	// answer: waited for, a moment
-	for end := time.Now().Add(5 * time.Second); !strings.Contains(out.String(), "serving "+sock); time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(time.Minute); !strings.Contains(out.String(), "serving "+sock); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Errorf("the daemon does not say it serves %s:\n%s", sock, out.String())
 			break

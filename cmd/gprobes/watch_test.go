@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gprobes/gprobes/internal/testkit"
 )
@@ -90,7 +89,7 @@ func TestWatchSigkill(t *testing.T) {
 			}
 			guard := guardOf(t, d.Process.Pid)
 			if how != "guard" {
-				syscall.Kill(guard, syscall.SIGKILL)
+				killDead(t, guard)
 			}
 			d.Process.Kill()
 			d.Wait()
@@ -99,7 +98,7 @@ func TestWatchSigkill(t *testing.T) {
 			case "guard":
 				waitFor(t, gone, "the guard to turn the debug registers off")
 			case "recover":
-				time.Sleep(50 * time.Millisecond)
+				// the daemon and its guard are dead: nothing turns them off
 				if gone() {
 					t.Fatal("the journal went with no guard and no recover: the test proves nothing")
 				}
@@ -110,8 +109,6 @@ func TestWatchSigkill(t *testing.T) {
 			case "next daemon":
 				daemonProcess(t, filepath.Join(dir, "n.sock"), filepath.Join(dir, "nstate"))
 				waitFor(t, gone, "the next daemon to turn the debug registers off")
-			case "none":
-				time.Sleep(50 * time.Millisecond)
 			}
 			fmt.Fprintln(in, "go")
 			var rest strings.Builder
