@@ -175,9 +175,7 @@ log 2
 exit 1
 `))
 	r.eng.Release()
-	for !exists(started) {
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitTrue(t, time.Minute, "the fixture's threads to start", func() bool { return exists(started) })
 	if q := r.eng.Query(); len(q) != 1 || q[0].How != "jump" {
 		t.Fatalf("probe: %+v (inserted %+v)", q, infos)
 	}
