@@ -137,6 +137,8 @@ const (
 // put one that fails in its place).
 type logFile interface {
 	io.Writer
+	io.ReaderAt
+	Stat() (os.FileInfo, error)
 	Truncate(size int64) error
 	Sync() error
 	Close() error
@@ -157,17 +159,27 @@ type logFile interface {
 // written starts on a line of its own. Readers never read past that end.
 // Records syslog misses are counted the same way.
 type LogWriter struct {
-	mu     sync.Mutex
-	f      logFile // nil after a rotation that could not open a new file
-	path   string
-	opts   LogOptions
-	size   int64         // end of the last whole record in f
-	torn   bool          // f holds bytes past size that could not be cut off yet
-	gen    uint64        // rotations so far
-	notify chan struct{} // closed and replaced at every write
-	dirty  bool
-	stop   chan struct{}
-	buf    []byte
+	mu   sync.Mutex
+	f    logFile // nil after a rotation that could not open a new file
+	path string
+	opts LogOptions
+	size int64        // end of the last whole record in f
+	torn bool         // f holds bytes past size that could not be cut off yet
+	gen  uint64       // generations so far: rotations, and files renamed, removed or cut under the daemon
+	id   fileID       // f's identity
+	gens []generation // the generations remembered, the current one (w.gen) last (logfile.go)
+	// dropped: records of generations moved away under the daemon and
+	// since forgotten, by awayKind
+	dropped  awayCounts
+	replaced uint64      // files renamed, removed or cut under the daemon
+	checked  time.Time   // when checkFile last ran
+	moved    atomic.Bool // the directory entry may have changed (watchName): check at the next write
+	unwatch  func()
+	checkErr string        // what checkFile said last when it could not open a new file
+	notify   chan struct{} // closed and replaced at every write
+	dirty    bool
+	stop     chan struct{}
+	buf      []byte
 	// failing is set while records are being lost, lostAt the count when
 	// it began (for the Warn messages)
 	failing   bool
@@ -203,16 +215,16 @@ func OpenLog(dir string, opts ...LogOptions) (*LogWriter, error) {
 		return nil, err
 	}
 	path := filepath.Join(dir, "log.jsonl")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	f, size, err := openLogFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("open the log: %w", err)
 	}
-	size, err := wholeLines(f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("open the log: %w", err)
+	w := &LogWriter{f: f, path: path, opts: o, size: size, notify: make(chan struct{}), stop: make(chan struct{}), checked: time.Now()}
+	w.id = fileIDOf(mustStat(f))
+	w.newGeneration(countLines(f, size))
+	if stop, err := watchName(path, &w.moved); err == nil {
+		w.unwatch = stop
 	}
-	w := &LogWriter{f: f, path: path, opts: o, size: size, notify: make(chan struct{}), stop: make(chan struct{})}
 	if s, err := syslog.New(syslog.LOG_INFO|syslog.LOG_DAEMON, "gprobes"); err == nil {
 		w.sys = s
 		w.sysq = make(chan LogLine, 4096)
@@ -224,7 +236,7 @@ func OpenLog(dir string, opts ...LogOptions) (*LogWriter, error) {
 
 // wholeLines cuts off a partial line at the end of f and returns the size
 // left.
-func wholeLines(f *os.File) (int64, error) {
+func wholeLines(f logFile) (int64, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return 0, err
@@ -276,7 +288,9 @@ func (w *LogWriter) syncer() {
 				w.f.Sync()
 				w.dirty = false
 			}
+			msg := w.checkFile()
 			w.mu.Unlock()
+			w.warn(msg)
 		case <-w.stop:
 			return
 		}
@@ -287,6 +301,10 @@ func (w *LogWriter) syncer() {
 // lost (Status, Lost) and the error returned.
 func (w *LogWriter) Write(l *LogLine) error {
 	w.mu.Lock()
+	var checked string
+	if w.moved.Swap(false) || time.Since(w.checked) >= checkInterval {
+		checked = w.checkFile()
+	}
 	w.buf = append(l.AppendJSON(w.buf[:0]), '\n')
 	err := w.append(w.buf)
 	if w.Tee != nil {
@@ -309,9 +327,8 @@ func (w *LogWriter) Write(l *LogLine) error {
 	close(w.notify)
 	w.notify = make(chan struct{})
 	w.mu.Unlock()
-	if warn != "" && w.opts.Warn != nil {
-		w.opts.Warn(warn)
-	}
+	w.warn(checked)
+	w.warn(warn)
 	if w.sys != nil {
 		// syslog is a copy for the system's log: sent by its own goroutine,
 		// off the path of the probed thread; dropped (and counted) if that
@@ -327,20 +344,24 @@ func (w *LogWriter) Write(l *LogLine) error {
 
 var errSyslogBehind = errors.New("syslog fell behind (4096 records queued)")
 
+// warn tells the user msg, if there is one (LogOptions.Warn).
+func (w *LogWriter) warn(msg string) {
+	if msg != "" && w.opts.Warn != nil {
+		w.opts.Warn(msg)
+	}
+}
+
 // append writes b, a whole record, at the end of the file, or nothing.
 // Called with w.mu held.
 func (w *LogWriter) append(b []byte) error {
 	if w.f == nil {
-		f, err := os.OpenFile(w.path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+		f, size, err := openLogFile(w.path)
 		if err != nil {
-			return fmt.Errorf("open the log: %w", err)
-		}
-		size, err := wholeLines(f)
-		if err != nil {
-			f.Close()
 			return fmt.Errorf("open the log: %w", err)
 		}
 		w.f, w.size, w.torn = f, size, false
+		w.id = fileIDOf(mustStat(f))
+		w.gens[len(w.gens)-1] = generation{n: w.gen, id: w.id, records: countLines(f, size)}
 	}
 	if w.torn {
 		if err := w.f.Truncate(w.size); err != nil {
@@ -349,6 +370,7 @@ func (w *LogWriter) append(b []byte) error {
 		w.torn = false
 	}
 	if w.opts.MaxSize > 0 && w.size > 0 && w.size+int64(len(b)) > w.opts.MaxSize {
+		w.warn(w.checkFile()) // rotate the daemon's own file, not one put at its path
 		w.rotate()
 		if w.f == nil {
 			return errors.New("log rotation: " + w.rotateErr)
@@ -367,6 +389,7 @@ func (w *LogWriter) append(b []byte) error {
 	}
 	w.size += int64(n)
 	w.dirty = true
+	w.current().records++
 	return nil
 }
 
@@ -408,12 +431,16 @@ func (w *LogWriter) rotate() {
 		old := w.f
 		w.f, w.size = nil, 0
 		w.gen++
+		w.id = fileID{}
+		w.newGeneration(0) // its file is opened by the next write
 		go func() { old.Sync(); old.Close() }()
 		return
 	}
 	old := w.f
 	w.f, w.size, w.dirty = nf, 0, false
 	w.gen++
+	w.id = fileIDOf(mustStat(nf))
+	w.newGeneration(0)
 	w.rotateErr = ""
 	go func() { old.Sync(); old.Close() }()
 }
@@ -442,8 +469,10 @@ func (w *LogWriter) Lost(target, module string, minor uint16) (file, syslog uint
 // Status says what was lost and how the log rotates.
 func (w *LogWriter) Status() LogStatus {
 	w.mu.Lock()
-	st := LogStatus{LogSize: w.size, LogMaxSize: w.opts.MaxSize, LogKeep: w.opts.Keep, RotateError: w.rotateErr, Rotations: w.gen}
+	msg := w.checkFile()
+	st := LogStatus{LogSize: w.size, LogMaxSize: w.opts.MaxSize, LogKeep: w.opts.Keep, RotateError: w.rotateErr, Rotations: w.gen - w.replaced, Replaced: w.replaced}
 	w.mu.Unlock()
+	w.warn(msg)
 	st.Lost = w.lost.Summary()
 	st.SyslogLost = w.sysLost.Summary()
 	st.Written, st.SyslogWritten = w.written.Load(), w.sysWritten.Load()
@@ -460,6 +489,9 @@ func (w *LogWriter) changed() <-chan struct{} {
 // Close syncs and closes the log.
 func (w *LogWriter) Close() error {
 	close(w.stop)
+	if w.unwatch != nil {
+		w.unwatch()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.sys != nil {
@@ -477,92 +509,114 @@ func (w *LogWriter) Close() error {
 // record written later, across rotations, until ctx ends. Only whole lines
 // are copied. When records were lost, a LostLine (kind "lost") with the
 // daemon-wide counts follows the records read: at the end without follow;
-// with follow, whenever the counts change, at most once a second.
+// with follow, whenever the counts change, at most once a second. The
+// LostLine also says how many records this reader could not read because
+// their file was renamed, removed or cut under the daemon (logfile.go).
+//
+// Each generation of the log is found by the identity of its file, not by
+// its name: a file logrotate put at a name the daemon uses is not read as
+// the daemon's.
 func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flush func()) error {
+	type opened struct {
+		f *os.File
+		n uint64
+	}
+	var queue []opened // the generations kept when the reader started, opened at once so none goes away
+	var away awayCounts
 	w.mu.Lock()
-	var olds []*os.File
-	for k := w.opts.Keep; k >= 1; k-- {
-		if f, err := os.Open(w.rotated(k)); err == nil {
-			olds = append(olds, f)
+	msg := w.checkFile()
+	for _, g := range w.gens {
+		if f := w.openGeneration(g); f != nil {
+			queue = append(queue, opened{f, g.n})
+		} else if g.away != inChain {
+			away[g.away] += g.records
 		}
 	}
-	cur, err := os.Open(w.path)
-	gen := w.gen
+	for k, n := range w.dropped {
+		away[k] += n
+	}
+	next := w.gen + 1 // the first generation not in the queue
 	w.mu.Unlock()
-	if err != nil {
-		for _, f := range olds {
-			f.Close()
-		}
-		return err
-	}
-	defer func() { cur.Close() }()
-	for i, f := range olds {
-		_, err := copyLines(out, f, 0, -1)
-		f.Close()
-		if err != nil {
-			for _, f := range olds[i+1:] {
-				f.Close()
-			}
-			return err
-		}
-	}
+	w.warn(msg)
+	var cur *os.File
+	var curN uint64
 	var pos int64
-	var reported [4]uint64
+	var lines uint64 // lines read of the current generation
+	defer func() {
+		if cur != nil {
+			cur.Close()
+		}
+		for _, o := range queue {
+			o.f.Close()
+		}
+	}()
+	var reported [7]uint64
 	var reportedAt time.Time
 	var skipped uint64 // rotated files deleted before this reader got to them
 	for {
 		w.mu.Lock()
+		msg := w.checkFile()
 		ch := w.notify
-		limit := int64(-1) // a rotated file is whole: read it to its end
-		var next *os.File
-		if gen == w.gen {
-			limit = w.size
-		} else {
-			k := int(w.gen - gen - 1) // where the next generation is now
-			if k > w.opts.Keep {
-				skipped += uint64(k - w.opts.Keep) // rotated away before we got to them
-				k = w.opts.Keep
-			}
-			var oerr error
-			for ; k >= 0; k-- {
-				if next, oerr = os.Open(w.rotated(k)); oerr == nil {
-					break
-				}
-				if k > 0 {
-					skipped++
-				}
-			}
-			if next == nil {
-				// not even the current file (a rotation that failed
-				// half-way): say so rather than spin
-				w.mu.Unlock()
-				return oerr
-			}
-			gen = w.gen - uint64(k)
+		if cur == nil && len(queue) > 0 {
+			cur, curN, pos, lines = queue[0].f, queue[0].n, 0, 0
+			queue = queue[1:]
 		}
+		for cur == nil && next <= w.gen {
+			g, ok := w.generation(next)
+			next++
+			if !ok {
+				skipped++
+				continue
+			}
+			if f := w.openGeneration(g); f != nil {
+				cur, curN, pos, lines = f, g.n, 0, 0
+			} else if g.away != inChain {
+				away[g.away] += g.records
+			} else if g.n != w.gen {
+				skipped++ // rotated away before this reader got to it
+			}
+		}
+		limit := int64(-1) // a generation that is over is read to its end
+		if cur != nil {
+			if g, ok := w.generation(curN); ok {
+				switch {
+				case g.n == w.gen:
+					limit = w.size
+				case g.away == cutAway:
+					// its bytes are gone: what is in the file now is the
+					// next generation's
+					limit = pos
+					if g.records > lines {
+						away[cutAway] += g.records - lines
+					}
+				}
+			}
+		}
+		done := cur != nil && limit < 0 || limit == pos && cur != nil && curN != w.gen
 		w.mu.Unlock()
-		var err error
-		pos, err = copyLines(out, cur, pos, limit)
-		if err != nil {
-			if next != nil {
-				next.Close()
+		w.warn(msg)
+		if cur != nil {
+			var err error
+			pos, err = copyLinesN(out, cur, pos, limit, &lines)
+			if err != nil {
+				return err
 			}
-			return err
-		}
-		if next != nil {
-			cur.Close()
-			cur, pos = next, 0
-			continue
+			if done {
+				cur.Close()
+				cur = nil
+				continue
+			}
 		}
 		lost, slost := w.lost.Summary(), w.sysLost.Summary()
 		var inTargets uint64
 		if w.TargetLost != nil {
 			inTargets = w.TargetLost()
 		}
-		now := [4]uint64{lost.Records, slost.Records, skipped, inTargets}
+		now := [7]uint64{lost.Records, slost.Records, skipped, inTargets, away[renamedAway], away[removedAway], away[cutAway]}
 		pending := now != reported
 		if pending && (!follow || time.Since(reportedAt) >= time.Second) {
-			b, _ := json.Marshal(LostLine{Time: time.Now(), Kind: "lost", Lost: lost, SyslogLost: slost, RotatedAway: skipped, InTargets: inTargets})
+			b, _ := json.Marshal(LostLine{Time: time.Now(), Kind: "lost", Lost: lost, SyslogLost: slost, RotatedAway: skipped, InTargets: inTargets,
+				RenamedAway: away[renamedAway], RemovedAway: away[removedAway], CutAway: away[cutAway]})
 			if _, err := out.Write(append(b, '\n')); err != nil {
 				return err
 			}

@@ -101,6 +101,7 @@ type LogStatus struct {
 	Written       uint64      `json:"written"`        // records written to the log file
 	SyslogWritten uint64      `json:"syslog_written"` // records syslog took
 	Rotations     uint64      `json:"rotations"`      // times the log file was rotated
+	Replaced      uint64      `json:"replaced"`       // times the log file was renamed, removed or cut under the daemon (and a new one started)
 	LogSize       int64       `json:"log_size"`       // bytes in the current log file
 	LogMaxSize    int64       `json:"log_max_size"`
 	LogKeep       int         `json:"log_keep"`
@@ -123,4 +124,13 @@ type LostLine struct {
 	// rings of jump pads that were full (engine.Engine.Lost), counted per
 	// probe in query's LOST column
 	InTargets uint64 `json:"in_targets,omitempty"`
+	// RenamedAway, RemovedAway and CutAway are the records this reader
+	// could not read because their log file was changed under the daemon
+	// (logrotate, a person): renamed to a name the daemon does not read
+	// (the records are in that file), removed (they are gone), or cut
+	// shorter (logrotate's copytruncate: they are in its copy). They were
+	// written, not lost.
+	RenamedAway uint64 `json:"renamed_away,omitempty"`
+	RemovedAway uint64 `json:"removed_away,omitempty"`
+	CutAway     uint64 `json:"cut_away,omitempty"`
 }

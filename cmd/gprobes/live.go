@@ -458,6 +458,7 @@ func logCommand() *cli.Command {
 				if l.RotatedAway > 0 {
 					fmt.Fprintf(c.App.ErrWriter, "gprobes: log: fell behind: %d rotated log files were deleted before they could be read (the daemon's --log-keep)\n", l.RotatedAway)
 				}
+				printAway(c.App.ErrWriter, l)
 				if c.Bool("json") {
 					return enc.Encode(l)
 				}
@@ -727,6 +728,38 @@ func printLosses(w io.Writer, cmd string, file, sys daemon.LossSummary) {
 	if sys.Records > 0 {
 		fmt.Fprintf(w, "gprobes: %s: records syslog did not get: %s\n", cmd, sys)
 	}
+}
+
+// printAway says which records log could not read because their file was
+// changed under the daemon.
+func printAway(w io.Writer, l *daemon.LostLine) {
+	for _, a := range awayOf(l) {
+		fmt.Fprintf(w, "gprobes: log: %s\n", a)
+	}
+}
+
+// awayOf says, a sentence each, which records the log stream does not
+// have because their file was renamed, removed or cut under the daemon.
+func awayOf(l *daemon.LostLine) []string {
+	var out []string
+	if l.RenamedAway > 0 {
+		out = append(out, fmt.Sprintf("%s in a log file renamed under the daemon (logrotate?) to a name it does not read: read that file", count(l.RenamedAway, "record is", "records are")))
+	}
+	if l.RemovedAway > 0 {
+		out = append(out, fmt.Sprintf("%s in a log file removed under the daemon: they were written and cannot be read", count(l.RemovedAway, "record was", "records were")))
+	}
+	if l.CutAway > 0 {
+		out = append(out, fmt.Sprintf("%s cut out of the log file under the daemon (logrotate's copytruncate?): they are in its copy, if one was made", count(l.CutAway, "record was", "records were")))
+	}
+	return out
+}
+
+// count is "1 one" or "N many".
+func count(n uint64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // routeFlag is --route, for run and the daemon.

@@ -43,6 +43,9 @@ func printStatus(w io.Writer, st *daemon.StatusResponse) {
 	if st.RotateError != "" {
 		fmt.Fprintf(w, "  the last rotation failed: %s\n", st.RotateError)
 	}
+	if st.Replaced > 0 {
+		fmt.Fprintf(w, "  renamed, removed or cut under the daemon %s (logrotate?): a new file was started each time\n", plural(int(st.Replaced), "time"))
+	}
 	fmt.Fprintf(w, "syslog: %s taken, %s\n", plural(int(st.SyslogWritten), "record"), st.SyslogLost)
 	if st.LostInTargets > 0 {
 		fmt.Fprintf(w, "targets: %s dropped in the targets (jump pads' full rings)\n", plural(int(st.LostInTargets), "record"))

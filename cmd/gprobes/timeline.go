@@ -117,6 +117,9 @@ func lossesOf(l *daemon.LostLine) []timeline.Loss {
 		out = append(out, timeline.Loss{Time: l.Time, Minor: -1,
 			Why: fmt.Sprintf("%d rotated log files were deleted before they could be read (records written, not read)", l.RotatedAway)})
 	}
+	for _, why := range awayOf(l) { // written, not read: no count of lost records
+		out = append(out, timeline.Loss{Time: l.Time, Minor: -1, Why: why})
+	}
 	return out
 }
 
@@ -148,6 +151,7 @@ func logTimeline(c *cli.Context, format, out string) error {
 	}, func(l *daemon.LostLine) error {
 		losses = append(losses, lossesOf(l)...)
 		printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
+		printAway(c.App.ErrWriter, l)
 		return nil
 	})
 	if err == nil {
@@ -286,6 +290,7 @@ func logTimelineFollow(c *cli.Context, format, out string) error {
 	}, func(l *daemon.LostLine) error {
 		losses = append(losses, lossesOf(l)...)
 		printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
+		printAway(c.App.ErrWriter, l)
 		return nil
 	})
 	close(done)
@@ -341,6 +346,7 @@ func logHist(c *cli.Context, n int) error {
 		return nil
 	}, func(l *daemon.LostLine) error {
 		printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
+		printAway(c.App.ErrWriter, l)
 		return nil
 	})
 	if err != nil {

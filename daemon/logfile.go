@@ -1,0 +1,270 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+)
+
+// The log file can be renamed, removed or cut under the daemon: logrotate
+// renames it and creates a new one (its create mode), removes old ones, or
+// copies it and truncates it (copytruncate); a person removes it to free
+// space. The writer notices (checkFile: the path no longer names the file
+// it writes, or the file got shorter than what it wrote), starts a new
+// generation in the file now at the path (creating it if there is none),
+// and keeps, for every generation, the file's identity and how many
+// records went into it. A reader finds each generation by identity, not by
+// name, and says how many records it could not read and why, instead of
+// printing nothing.
+
+// fileIDOf is the identity of a file (fileID: limits.go).
+func fileIDOf(fi os.FileInfo) fileID {
+	if fi == nil {
+		return fileID{}
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fileID{uint64(st.Dev), uint64(st.Ino)}
+	}
+	return fileID{}
+}
+
+// links is the number of names a file has: 0 once it is removed.
+func links(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
+}
+
+// awayKind is what was done to a log file under the daemon.
+type awayKind uint8
+
+const (
+	inChain     awayKind = iota // a file the daemon rotates itself: log.jsonl, then .1, .2 ...
+	renamedAway                 // renamed under the daemon: readable under its new name, which gprobes finds only if it is log.jsonl.N
+	removedAway                 // removed under the daemon
+	cutAway                     // its records cut out of the file under the daemon (copytruncate copies them first)
+)
+
+var awayNames = [...]string{inChain: "", renamedAway: "renamed", removedAway: "removed", cutAway: "cut"}
+
+// generation is one file of the log: the current one, or an older one.
+type generation struct {
+	n       uint64   // the writer's gen while it was current
+	id      fileID   // its file; zero once its records are cut out of it
+	records uint64   // whole records in it (those of earlier runs included)
+	away    awayKind // what was done to it under the daemon
+}
+
+// maxGenerations is how many generations the writer remembers beyond
+// --log-keep; the records of older ones moved away under the daemon are
+// summed in LogWriter.dropped.
+const maxGenerations = 64
+
+// checkInterval is how often, at most, a write compares the path with
+// the file it writes to (a stat(2)); readers and the once-a-second sync
+// compare too.
+const checkInterval = 100 * time.Millisecond
+
+// newGeneration makes the writer's current file (w.f, w.id) generation
+// w.gen, holding records records. Called with w.mu held.
+func (w *LogWriter) newGeneration(records uint64) {
+	w.gens = append(w.gens, generation{n: w.gen, id: w.id, records: records})
+	if keep := w.opts.Keep + 1 + maxGenerations; len(w.gens) > keep {
+		for _, g := range w.gens[:len(w.gens)-keep] {
+			if g.away != inChain {
+				w.dropped[g.away] += g.records
+			}
+		}
+		w.gens = append(w.gens[:0], w.gens[len(w.gens)-keep:]...)
+	}
+}
+
+// current is the generation being written. Called with w.mu held.
+func (w *LogWriter) current() *generation { return &w.gens[len(w.gens)-1] }
+
+// generation returns generation n, if the writer remembers it. Called with
+// w.mu held.
+func (w *LogWriter) generation(n uint64) (generation, bool) {
+	if len(w.gens) == 0 || n < w.gens[0].n || n > w.gen {
+		return generation{}, false
+	}
+	return w.gens[n-w.gens[0].n], true
+}
+
+// checkFile compares the file at the path with the one the writer writes
+// to and starts a new generation when it was renamed or removed (in the
+// file now at the path, created if there is none) or cut shorter than
+// what was written. It returns what to tell the user, if anything. Called
+// with w.mu held.
+func (w *LogWriter) checkFile() string {
+	w.checked = time.Now()
+	if w.f == nil {
+		return "" // the next write opens the path
+	}
+	fi, err := os.Stat(w.path)
+	if err == nil && fileIDOf(fi) == w.id {
+		if fi.Size() >= w.size {
+			return ""
+		}
+		// cut under us: what was in it is gone from it (copytruncate
+		// copied it first); what is left starts a new generation
+		cut := w.current()
+		size, err := wholeLines(w.f)
+		if err != nil {
+			size = fi.Size()
+		}
+		// the lines left are records written since the cut (the file is
+		// appended to): they start the new generation
+		left := countLines(w.f, size)
+		cut.records -= min(left, cut.records)
+		records := cut.records
+		cut.away, cut.id = cutAway, fileID{}
+		w.size, w.torn = size, false
+		w.gen++
+		w.replaced++
+		w.newGeneration(left)
+		return fmt.Sprintf("the log file %s was cut to %d bytes under the daemon (logrotate's copytruncate?): %s written to it are no longer in it; writing on", w.path, fi.Size(), plural(records, "record"))
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "" // cannot tell: keep writing where we are
+	}
+	how := renamedAway
+	if st, err := w.f.Stat(); err == nil && links(st) == 0 {
+		how = removedAway
+	}
+	nf, size, err := openLogFile(w.path)
+	if err != nil {
+		msg := fmt.Sprintf("the log file %s was %s under the daemon and no new one can be opened (%v): records go on into the %s file", w.path, awayNames[how], err, awayNames[how])
+		if msg == w.checkErr {
+			return ""
+		}
+		w.checkErr = msg
+		return msg
+	}
+	w.checkErr = ""
+	old := w.current()
+	old.away = how
+	records := old.records
+	prev := w.f
+	w.f, w.size, w.torn, w.dirty = nf, size, false, false
+	w.id = fileIDOf(mustStat(nf))
+	w.gen++
+	w.replaced++
+	w.newGeneration(countLines(nf, size))
+	go func() { prev.Sync(); prev.Close() }()
+	if how == removedAway {
+		return fmt.Sprintf("the log file %s was removed under the daemon: writing a new one; the %s in the removed file can no longer be read", w.path, plural(records, "record"))
+	}
+	return fmt.Sprintf("the log file %s was renamed under the daemon (logrotate?): writing a new one; the %s written before are in the renamed file", w.path, plural(records, "record"))
+}
+
+// openLogFile opens (creating) a log file: a regular file, its partial
+// last line cut off; size is what is left.
+func openLogFile(path string) (*os.File, int64, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file (%s): the log is a file the daemon writes, reads back, truncates and rotates", path, st.Mode().Type())
+	}
+	var size int64
+	if err == nil {
+		size, err = wholeLines(f)
+	}
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, size, nil
+}
+
+func mustStat(f *os.File) os.FileInfo {
+	st, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+// countLines counts the lines in the first size bytes of f.
+func countLines(f io.ReaderAt, size int64) uint64 {
+	var n uint64
+	buf := make([]byte, 64<<10)
+	for pos := int64(0); pos < size; {
+		k, err := f.ReadAt(buf[:min(int64(len(buf)), size-pos)], pos)
+		n += uint64(bytes.Count(buf[:k], []byte{'\n'}))
+		pos += int64(k)
+		if err != nil {
+			break
+		}
+	}
+	return n
+}
+
+// openGeneration opens generation g's file for reading: the writer's own
+// file for the current one, else the file among log.jsonl, .1 ... .Keep
+// that is g's (by identity: a name may hold another generation's file, or
+// another file; an identity a later generation also has is the later
+// one's, the inode number having been reused). Nil when none is. Called
+// with w.mu held.
+func (w *LogWriter) openGeneration(g generation) *os.File {
+	if g.id == (fileID{}) {
+		return nil
+	}
+	for _, later := range w.gens {
+		if later.n > g.n && later.id == g.id {
+			// the file was freed and its inode number given to a later
+			// generation's: g's is gone
+			return nil
+		}
+	}
+	if g.n == w.gen && w.f != nil {
+		if fd, ok := w.f.(interface{ Fd() uintptr }); ok {
+			if nfd, err := syscall.Dup(int(fd.Fd())); err == nil {
+				syscall.CloseOnExec(nfd)
+				return os.NewFile(uintptr(nfd), w.path)
+			}
+		}
+	}
+	for k := 0; k <= w.opts.Keep; k++ {
+		f, err := os.Open(w.rotated(k))
+		if err != nil {
+			continue
+		}
+		if st, err := f.Stat(); err == nil && fileIDOf(st) == g.id {
+			return f
+		}
+		f.Close()
+	}
+	return nil
+}
+
+// awayCounts are the records a reader could not read because their file
+// was renamed, removed or cut under the daemon, by awayKind.
+type awayCounts [4]uint64
+
+// copyLinesN is copyLines that also counts the lines copied.
+func copyLinesN(out io.Writer, f *os.File, pos, limit int64, lines *uint64) (int64, error) {
+	return copyLines(countingWriter{out, lines}, f, pos, limit)
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *uint64
+}
+
+// Write is given one whole line at a time (copyLines).
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	if err == nil {
+		*c.n++
+	}
+	return n, err
+}
