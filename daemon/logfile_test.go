@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // readLog reads the whole log as a new reader does: the pids of the
@@ -117,11 +119,7 @@ func TestLogReplacedUnderTheWriter(t *testing.T) {
 			// report, less than checkInterval ago): a follower has it,
 			// a new reader is told where it is
 			w.Write(record(10, "m", 1))
-			for deadline := time.Now().Add(10 * time.Second); w.Status().Replaced == 0; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the writer did not notice")
-				}
-			}
+			testkit.WaitTrue(t, time.Minute, "the writer notices", func() bool { return w.Status().Replaced > 0 })
 			for i := 11; i < 15; i++ {
 				w.Write(record(i, "m", 1))
 			}
@@ -166,14 +164,10 @@ func TestLogReplacedUnderTheWriter(t *testing.T) {
 // waitLines waits until b holds n record lines.
 func waitLines(t *testing.T, b *syncBuffer, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if pids, _ := parseStream(t, b.String()); len(pids) >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the follower has %q, want %d records", b.String(), n)
-		}
-	}
+	testkit.Wait(t, time.Minute, fmt.Sprintf("the follower has %d records", n), func() (bool, string) {
+		pids, _ := parseStream(t, b.String())
+		return len(pids) >= n, fmt.Sprint(pids)
+	})
 }
 
 // A FIFO or a directory at the log's path is refused with the reason: the
@@ -209,11 +203,7 @@ func TestLogWatchNoticesARenameAtOnce(t *testing.T) {
 	if err := os.Rename(w.Path(), w.Path()+"-old"); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !w.moved.Load(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("inotify did not report the rename in 10 s")
-		}
-	}
+	testkit.WaitTrue(t, time.Minute, "inotify reports the rename", w.moved.Load)
 	w.Write(record(2, "m", 1))
 	if got := wholeRecords(t, w.Path()); fmt.Sprint(got) != "[2]" {
 		t.Errorf("the new file holds %v, want [2]", got)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/daemon"
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // The daemon's log file renamed (logrotate's create mode: renamed with a
@@ -54,11 +55,9 @@ func TestDaemonLogReplaced(t *testing.T) {
 			}
 			// the daemon notices by itself, idle (its once-a-second
 			// check), and says so
-			for deadline := time.Now().Add(20 * time.Second); !strings.Contains(dout.String(), c.name+" under the daemon"); time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the daemon did not notice in 20 s:\n%s", dout.String())
-				}
-			}
+			testkit.Wait(t, time.Minute, "the daemon says the log was "+c.name, func() (bool, string) {
+				return strings.Contains(dout.String(), c.name+" under the daemon"), dout.String()
+			})
 			wave(200)
 			out, errs, code := gprobes(t, "log", "--socket", sock, "--json")
 			if n := strings.Count(out, `"kind":"log"`); code != 0 || n != 100 {
@@ -89,13 +88,8 @@ func status(t *testing.T, sock string) daemon.StatusResponse {
 // waitWritten waits until the daemon has written n records to its log.
 func waitWritten(t *testing.T, sock string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testkit.Wait(t, time.Minute, fmt.Sprintf("the daemon writes %d records", n), func() (bool, string) {
 		st := status(t, sock)
-		if st.Written >= uint64(n) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon wrote %d records, want %d", st.Written, n)
-		}
-	}
+		return st.Written >= uint64(n), fmt.Sprintf("%d written", st.Written)
+	})
 }
