@@ -75,3 +75,21 @@ fetch() { # fetch PKG -> path of its .deb under $LAB/debs (or $DEB_ALSO)
 	fi
 	echo "$f"
 }
+
+# prune_outs HASH: the build out-HASH is in use now; remove the other builds
+# no one has asked for in six hours. Several checkouts (a CI run, a
+# developer's worktrees) share one cache and may each need their own build
+# at the same time: keeping only the newest other build removed a build a
+# running test was about to boot. Each build.sh run stamps the build it
+# returns (.used), and a build is removed only when that stamp is old.
+prune_outs() {
+	touch "$LAB/out-$1/.used"
+	local d
+	for d in "$LAB"/out-*; do
+		[ -d "$d" ] && [ "$d" != "$LAB/out-$1" ] || continue
+		if [ -z "$(find "$d" -maxdepth 1 -name .used -mmin -360 2>/dev/null)" ] &&
+			[ -z "$(find "$d" -maxdepth 0 -mmin -360 2>/dev/null)" ]; then
+			rm -rf "$d"
+		fi
+	done
+}

@@ -214,6 +214,6 @@ if [ ! -e "$O/.done" ]; then
 	mv "$O.tmp" "$O"
 fi
 ln -sfn "out-$HASH" "$LAB/out.tmp" && mv -T "$LAB/out.tmp" "$LAB/out"
-# keep the current build and the newest other one (a concurrent test may use it)
-ls -1td "$LAB"/out-* 2>/dev/null | grep -v "/out-$HASH\$" | tail -n +2 | xargs -r rm -rf || true
+# other builds go only when unused for hours (a concurrent run may need one)
+prune_outs "$HASH"
 echo "$O"
