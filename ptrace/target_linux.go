@@ -379,6 +379,25 @@ func injectAt(space int) (uint64, error) {
 	return aux[AtEntry], nil
 }
 
+// System calls gprobes injects.
+const (
+	sysClose  = 3
+	sysMmap   = 9
+	sysMunmap = 11
+	sysOpenat = 257
+)
+
+// inject makes stopped thread tid of space run one system call at the
+// program's entry point, after checking that the thread's seccomp state
+// lets it (seccompCheck): a refused call is not made, and the error says
+// why.
+func (tg *Target) inject(space, tid int, entry uint64, c sysCall) (uint64, error) {
+	if err := seccompCheck(space, tid, entry, c); err != nil {
+		return 0, err
+	}
+	return tg.t.InjectSyscall(tid, entry, c.nr, c.args...)
+}
+
 // AllocXOL maps an executable area near addr by making thread tid call
 // mmap from the program's entry point (code no thread runs again).
 func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
@@ -386,16 +405,12 @@ func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	const (
-		sysMmap   = 9
-		sysMunmap = 11
-	)
 	prot := uint64(unix.PROT_READ | unix.PROT_EXEC)
 	flags := uint64(unix.MAP_PRIVATE | unix.MAP_ANONYMOUS)
 	var first uint64
 	// a hint below the code, then one above, then anywhere
 	for _, hint := range []uint64{(near &^ 0xfffff) - 0x1000000, (near &^ 0xfffff) + 0x1000000, 0} {
-		addr, err := tg.t.InjectSyscall(tid, entry, sysMmap, hint, size, prot, flags, ^uint64(0), 0)
+		addr, err := tg.inject(space, tid, entry, sysCall{"mmap", sysMmap, []uint64{hint, size, prot, flags, ^uint64(0), 0}})
 		if err != nil {
 			return 0, err
 		}
@@ -406,7 +421,7 @@ func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
 		if first == 0 {
 			first = addr
 		}
-		tg.t.InjectSyscall(tid, entry, sysMunmap, addr, size)
+		tg.inject(space, tid, entry, sysCall{"munmap", sysMunmap, []uint64{addr, size}})
 	}
 	return first, nil
 }
@@ -417,7 +432,9 @@ func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
 // program's entry point; the process keeps the mapping, not the
 // descriptor. Opening another process's descriptor needs ptrace rights
 // over it: a process of the same user, or root's. The path is written on
-// the thread's stack below its red zone, where nothing lives.
+// the thread's stack below its red zone, where nothing lives. The three
+// calls are checked against the thread's seccomp state first: none is
+// made unless all may be.
 func (tg *Target) MapShared(space, tid int, fd int, size uint64) (uint64, error) {
 	entry, err := injectAt(space)
 	if err != nil {
@@ -429,24 +446,29 @@ func (tg *Target) MapShared(space, tid int, fd int, size uint64) (uint64, error)
 	}
 	path := fmt.Sprintf("/proc/%d/fd/%d\x00", os.Getpid(), fd)
 	at := (regs[rpn.RegRSP] - 4096) &^ 15
+	const atFDCWD = ^uint64(99) // -100
+	open := sysCall{"openat", sysOpenat, []uint64{atFDCWD, at, uint64(unix.O_RDWR | unix.O_CLOEXEC), 0}}
+	mmap := func(tfd uint64) sysCall {
+		return sysCall{"mmap", sysMmap, []uint64{0, size, uint64(unix.PROT_READ | unix.PROT_WRITE), uint64(unix.MAP_SHARED), tfd, 0}}
+	}
+	closeFD := func(tfd uint64) sysCall { return sysCall{"close", sysClose, []uint64{tfd}} }
+	// the descriptor is not known yet: the checks use 3, the lowest a
+	// process usually gets, and each call is checked again as it is made
+	if err := seccompCheck(space, tid, entry, open, mmap(3), closeFD(3)); err != nil {
+		return 0, err
+	}
 	if err := tg.WriteMem(space, at, []byte(path)); err != nil {
 		return 0, fmt.Errorf("write the path for openat: %w", err)
 	}
-	const (
-		sysOpenat = 257
-		sysClose  = 3
-		sysMmap   = 9
-		atFDCWD   = ^uint64(99) // -100
-	)
-	tfd, err := tg.t.InjectSyscall(tid, entry, sysOpenat, atFDCWD, at, uint64(unix.O_RDWR|unix.O_CLOEXEC), 0)
+	tfd, err := tg.inject(space, tid, entry, open)
 	if err != nil {
 		return 0, err
 	}
 	if int64(tfd) < 0 {
 		return 0, fmt.Errorf("the process cannot open gprobes' shared memory (%s): %w", strings.TrimSuffix(path, "\x00"), unix.Errno(-int64(tfd)))
 	}
-	addr, err := tg.t.InjectSyscall(tid, entry, sysMmap, 0, size, uint64(unix.PROT_READ|unix.PROT_WRITE), uint64(unix.MAP_SHARED), tfd, 0)
-	tg.t.InjectSyscall(tid, entry, sysClose, tfd)
+	addr, err := tg.inject(space, tid, entry, mmap(tfd))
+	tg.inject(space, tid, entry, closeFD(tfd))
 	if err != nil {
 		return 0, err
 	}

@@ -242,8 +242,13 @@ func notPermitted(pid int) string {
 
 // procStatus reads /proc/PID/status as keys and values.
 func procStatus(pid int) map[string]string {
+	return procStatusOf(fmt.Sprintf("/proc/%d/status", pid))
+}
+
+// procStatusOf reads a status file of /proc as keys and values.
+func procStatusOf(path string) map[string]string {
 	out := map[string]string{}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return out
 	}
@@ -426,20 +431,28 @@ func (t *Tracer) Wait() (Event, error) {
 	}
 }
 
-// WaitThread waits for the next stop of one thread, queueing the events
-// of other tracees that arrive meanwhile for Wait.
+// WaitThread waits for the next stop (or the end) of one thread,
+// queueing the events of other tracees that arrive meanwhile for Wait.
+// It waits for any tracee, not for tid alone: a thread group leader whose
+// process is killed (a seccomp filter's verdict on a system call gprobes
+// made it run, a SIGKILL from elsewhere) is reported only once the other
+// threads are reaped, and waiting for the leader alone waited for good.
 func (t *Tracer) WaitThread(tid int) (Event, error) {
 	for {
 		var ws unix.WaitStatus
-		got, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOTHREAD, nil)
+		got, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD, nil)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return Event{}, fmt.Errorf("wait4 %d: %w", tid, err)
+			return Event{}, fmt.Errorf("wait4 for %d: %w", tid, err)
 		}
 		ev, ok := t.decode(got, ws)
 		if !ok {
+			continue
+		}
+		if got != tid && ev.Tid != tid {
+			t.queued = append(t.queued, ev)
 			continue
 		}
 		return ev, nil
@@ -723,7 +736,9 @@ func (t *Tracer) StopThread(tid int) ([]Event, error) {
 		return nil, fmt.Errorf("stop %d: not traced", tid)
 	}
 	if th.Stopped {
-		return nil, nil
+		// its stop may have been taken while waiting for another
+		// thread (WaitThread): it is this thread's to report
+		return t.unqueue(tid), nil
 	}
 	th.kicks.Add(1)
 	if err := unix.Tgkill(th.Pid, tid, unix.SIGSTOP); err != nil {
@@ -809,6 +824,21 @@ func stopPending(pid, tid int) bool {
 		}
 	}
 	return false
+}
+
+// unqueue takes the queued events of thread tid out of the queue.
+func (t *Tracer) unqueue(tid int) []Event {
+	var mine []Event
+	keep := t.queued[:0]
+	for _, ev := range t.queued {
+		if ev.Tid == tid && ev.Kind != EventProcessExit && ev.Kind != EventThreadExit {
+			mine = append(mine, ev)
+		} else {
+			keep = append(keep, ev)
+		}
+	}
+	t.queued = keep
+	return mine
 }
 
 // Queue hands events back to Wait, to be returned before new ones.
@@ -909,7 +939,9 @@ func (t *Tracer) InjectSyscall(tid int, addr uint64, nr uint64, args ...uint64) 
 			break
 		}
 		if ev.Kind == EventProcessExit || ev.Kind == EventThreadExit {
-			return 0, fmt.Errorf("inject syscall: thread %d exited", tid)
+			// the engine learns of it from Wait
+			t.queued = append(t.queued, ev)
+			return 0, fmt.Errorf("inject syscall: thread %d exited (%v)", tid, ev.Status)
 		}
 		if ev.Kind == EventKick {
 			// our own SIGSTOP from earlier: keep stepping
