@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"time"
 	"unsafe"
+
+	"github.com/gprobes/gprobes/internal/outfile"
 )
 
 // Thread is one thread's state at the time of the dump.
@@ -572,38 +574,26 @@ func zeroFilled(st *Stats, m *mapping, from, end uint64, err error) {
 	st.ZeroFilled = append(st.ZeroFilled, Region{from, end, m.perms, m.path, "unreadable: " + errText(err)})
 }
 
-// WriteFile writes the core to a temporary file in dir, then renames it to
+// WriteFile writes the core to a temporary file in dir, then gives it
 // name (a file name, not a path) in dir: the file appears whole or not at
-// all, with mode 0600. A failed dump leaves no file behind.
+// all, with mode 0600. A failed dump leaves no file behind. Nothing that
+// stands at the name is replaced or followed (a file, a link planted in a
+// shared folder, a FIFO): the dump fails instead (internal/outfile's
+// CreateNew).
 func WriteFile(dir, name string, p *Process, opts Options) (path string, st Stats, err error) {
 	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
 		return "", st, fmt.Errorf("coredump: %q is not a file name", name)
 	}
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	path = filepath.Join(dir, name)
+	f, err := outfile.CreateNew(path, 0o600)
 	if err != nil {
 		return "", st, fmt.Errorf("coredump: %w", err)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(0o600); err != nil {
-		return "", st, fmt.Errorf("coredump: %w", err)
-	}
-	if st, err = Write(f, p, opts); err != nil {
+	if st, err = Write(f.OS(), p, opts); err != nil {
+		f.Abort()
 		return "", st, err
 	}
-	if err = f.Sync(); err != nil {
-		return "", st, fmt.Errorf("coredump: %w", err)
-	}
-	if err = f.Close(); err != nil {
-		return "", st, fmt.Errorf("coredump: %w", err)
-	}
-	path = filepath.Join(dir, name)
-	if err = os.Rename(tmp, path); err != nil {
+	if err = f.Commit(); err != nil {
 		return "", st, fmt.Errorf("coredump: %w", err)
 	}
 	return path, st, nil

@@ -801,3 +801,38 @@ func TestExtendedNumbering(t *testing.T) {
 		t.Errorf("sim: %v", err)
 	}
 }
+
+// WriteFile never replaces or follows what stands at the core's name: a
+// FIFO or a link planted in a shared dump folder makes the dump fail, and
+// the FIFO stays, the link's target is not written. A rename over them
+// used to replace them with the core and report success.
+func TestWriteFileReplacesNothing(t *testing.T) {
+	testkit.Need(t, "gcc")
+	tg := startTarget(t)
+	p := tg.stop(t, 0)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "core.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "elsewhere")
+	os.Symlink(elsewhere, filepath.Join(dir, "core.link"))
+	for _, name := range []string{"core.fifo", "core.link"} {
+		if _, _, err := WriteFile(dir, name, p, Options{}); !errors.Is(err, os.ErrExist) {
+			t.Errorf("%s: %v, want an error saying it exists", name, err)
+		}
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the FIFO is now %v (%v)", fi.Mode(), err)
+	}
+	if _, err := os.Lstat(elsewhere); err == nil {
+		t.Error("the link's target was written")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("the folder holds %d entries, want the FIFO and the link", len(ents))
+	}
+	// and a new name is written as before
+	if _, _, err := WriteFile(dir, "core.new", p, Options{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -64,6 +64,9 @@ type stream struct {
 // Create makes the trace directory dir (it must not exist, or be empty)
 // and returns a writer into it.
 func Create(dir string, opts timeline.Options) (*Writer, error) {
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("ctf: %s is not a directory (%s): a CTF trace is a directory of its own", dir, fi.Mode().Type())
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}

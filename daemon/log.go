@@ -403,7 +403,8 @@ func (w *LogWriter) rotate() {
 	}
 	w.rotateTry = time.Now()
 	tmp := w.path + ".new"
-	nf, err := os.OpenFile(tmp, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o600)
+	os.Remove(tmp) // a leftover of a daemon that died rotating; never followed if a link
+	nf, err := os.OpenFile(tmp, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		w.rotateErr = err.Error()
 		return

@@ -17,10 +17,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/internal/outfile"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -220,23 +219,25 @@ func (o *Options) plan(mem Memory, st *Stats) (*plan, error) {
 
 func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
 
-// WriteFile writes the core to path: into a temporary file in the same
-// folder, renamed once complete (a failed dump leaves no file).
+// WriteFile writes the core to path, a new file: into a temporary file in
+// the same folder, given its name once complete (a failed dump leaves no
+// file). Nothing that stands at path is replaced or followed: the dump
+// fails instead (internal/outfile's CreateNew).
 func WriteFile(path string, mem Memory, opts Options) (Stats, error) {
 	var st Stats
 	p, err := opts.plan(mem, &st)
 	if err != nil {
 		return st, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".guestcore-*")
+	out, err := outfile.CreateNew(path, 0o600)
 	if err != nil {
 		return st, err
 	}
+	f := out.OS()
 	ok := false
 	defer func() {
 		if !ok {
-			f.Close()
-			os.Remove(f.Name())
+			out.Abort()
 		}
 	}()
 	if err := f.Truncate(st.Size); err != nil { // holes where nothing is written
@@ -272,14 +273,8 @@ func WriteFile(path string, mem Memory, opts Options) (Stats, error) {
 			}
 		}
 	}
-	if err := f.Close(); err != nil {
-		return st, err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return st, err
-	}
-	ok = true
-	return st, nil
+	ok = true // Commit removes the temporary file if it fails
+	return st, out.Commit()
 }
 
 func zero(b []byte) bool {

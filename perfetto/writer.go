@@ -441,7 +441,11 @@ func (w *Writer) Close() error {
 		w.packet(protowire.AppendBytes(p, te), nil)
 		w.counter(ts, total)
 	}
-	return w.flush()
+	err := w.flush()
+	if cerr := w.file.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // counter writes a value of the lost-records counter.

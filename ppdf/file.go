@@ -1,22 +1,22 @@
 package ppdf
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
-	"path/filepath"
-	"strconv"
 
+	"github.com/gprobes/gprobes/internal/outfile"
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// WriteFile encodes m and writes it to path atomically: the bytes go to a
-// new file in the same directory, are synced to disk, and only then is that
-// file renamed over path. A crash or an error leaves either the old file or
-// the new one, never a half-written PPDF. The file is created with mode
-// 0666 minus the umask, like a compiler's output.
+// WriteFile encodes m and writes it to path as a compiler writes its
+// output (internal/outfile): a regular file is replaced atomically (the
+// bytes go to a new file in the same directory, synced, then renamed over
+// it, so a crash or an error leaves the old file or the new one, never a
+// half-written PPDF), a symbolic link is followed to the file it names, a
+// character device or a FIFO (/dev/null, a pipe) is written through, and
+// a directory, a block device or a socket is refused. A new file gets mode
+// 0666 minus the umask; a replaced one keeps its mode.
 func WriteFile(path string, m *rpn.Module) (err error) {
 	return WritePackFile(path, []*rpn.Module{m})
 }
@@ -30,51 +30,9 @@ func WritePackFile(path string, builds []*rpn.Module) (err error) {
 	return WriteAtomic(path, data)
 }
 
-// WriteAtomic writes data to path as WriteFile does: to a new file in
-// the same directory, synced, then renamed over path.
-func WriteAtomic(path string, data []byte) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	var f *os.File
-	for range 100 {
-		tmp := filepath.Join(dir, "."+base+".tmp"+strconv.FormatUint(uint64(rand.Uint32()), 36))
-		f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-		if !errors.Is(err, os.ErrExist) {
-			break
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("write %s: %w", path, err)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// Make the rename itself durable. Some file systems cannot sync a
-	// directory; the file is complete and in place either way.
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+// WriteAtomic writes data to path as WriteFile does.
+func WriteAtomic(path string, data []byte) error {
+	return outfile.WriteFile(path, data, 0o666) // its errors name path
 }
 
 // ReadFile reads and decodes the PPDF at path. Errors name the file. It

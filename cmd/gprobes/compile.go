@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/internal/outfile"
 	"github.com/gprobes/gprobes/packsign"
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/rpn"
@@ -278,12 +279,13 @@ docs/ppdf.md, "Packs for customers".`,
 				}
 				deps = append(deps, key)
 			}
+			// errors name the file
 			if err := ppdf.WriteAtomic(out, data); err != nil {
-				return cli.Exit(fmt.Sprintf("write %s: %v", out, err), 1)
+				return cli.Exit("build: "+err.Error(), 1)
 			}
 			if sig != nil {
 				if err := ppdf.WriteAtomic(out+packsign.SigSuffix, sig); err != nil {
-					return cli.Exit(fmt.Sprintf("write %s: %v", out+packsign.SigSuffix, err), 1)
+					return cli.Exit("build: "+err.Error(), 1)
 				}
 			}
 			if c.Bool("MD") || c.String("MF") != "" {
@@ -409,7 +411,7 @@ func writeDepfile(path, target string, deps []string) error {
 	for _, d := range rest {
 		b.WriteString("\n" + makeEscape(d) + ":\n")
 	}
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+	if err := outfile.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write dependency file: %w", err)
 	}
 	return nil

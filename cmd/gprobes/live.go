@@ -20,6 +20,7 @@ import (
 	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/internal/outfile"
 	"github.com/gprobes/gprobes/pad"
 	"github.com/gprobes/gprobes/ppdf"
 	"github.com/gprobes/gprobes/rpn"
@@ -547,7 +548,9 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 	out := c.App.Writer
 	recOut := &recordOutput{w: out, name: "standard output"}
 	if path := c.String("output"); path != "" && c.String("format") == "" {
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		// a file appended to (links followed), or a device or FIFO
+		// written through; a directory, block device or socket refused
+		f, err := outfile.OpenAppend(path, 0o600)
 		if err != nil {
 			return cli.Exit("run: "+err.Error(), 1)
 		}

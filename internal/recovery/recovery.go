@@ -12,6 +12,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/gprobes/gprobes/internal/outfile"
 )
 
 // Read reads the journal at path into v.
@@ -26,20 +28,14 @@ func Read(path string, v any) error {
 	return nil
 }
 
-// Write writes v to path atomically: a new file renamed over the old one.
+// Write writes v to path atomically: a new file (a name of its own,
+// created exclusively) renamed over the old one (internal/outfile).
 func Write(path string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	tmp := path + ".new"
-	if err = os.WriteFile(tmp, b, 0o600); err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
+	return outfile.WriteFile(path, b, 0o600)
 }
 
 // StartTime is a process's start time (clock ticks after boot, field 22
