@@ -526,12 +526,32 @@ func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flus
 	var away awayCounts
 	w.mu.Lock()
 	msg := w.checkFile()
+	// each name opened once (the writer waits meanwhile), then matched
+	// to the generations by identity
+	byID := map[fileID]*os.File{}
+	for k := 0; k <= w.opts.Keep; k++ {
+		f, err := os.Open(w.rotated(k))
+		if err != nil {
+			continue
+		}
+		st, err := f.Stat()
+		if id := fileIDOf(st); err != nil || byID[id] != nil {
+			f.Close()
+			continue
+		} else {
+			byID[id] = f
+		}
+	}
 	for _, g := range w.gens {
-		if f := w.openGeneration(g); f != nil {
+		if f := byID[g.id]; f != nil && g.id != (fileID{}) && w.latest(g) {
 			queue = append(queue, opened{f, g.n})
+			delete(byID, g.id)
 		} else if g.away != inChain {
 			away[g.away] += g.records
 		}
+	}
+	for _, f := range byID {
+		f.Close() // not the daemon's (a copy logrotate made), or a generation forgotten
 	}
 	for k, n := range w.dropped {
 		away[k] += n

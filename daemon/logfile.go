@@ -218,12 +218,8 @@ func (w *LogWriter) openGeneration(g generation) *os.File {
 	if g.id == (fileID{}) {
 		return nil
 	}
-	for _, later := range w.gens {
-		if later.n > g.n && later.id == g.id {
-			// the file was freed and its inode number given to a later
-			// generation's: g's is gone
-			return nil
-		}
+	if !w.latest(g) {
+		return nil
 	}
 	if g.n == w.gen && w.f != nil {
 		if fd, ok := w.f.(interface{ Fd() uintptr }); ok {
@@ -244,6 +240,18 @@ func (w *LogWriter) openGeneration(g generation) *os.File {
 		f.Close()
 	}
 	return nil
+}
+
+// latest reports whether no later generation has g's identity: if one
+// has, g's file was freed and its inode number given to the later one's,
+// and g's file is gone. Called with w.mu held.
+func (w *LogWriter) latest(g generation) bool {
+	for _, later := range w.gens {
+		if later.n > g.n && later.id == g.id {
+			return false
+		}
+	}
+	return true
 }
 
 // awayCounts are the records a reader could not read because their file

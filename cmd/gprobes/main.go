@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/gprobes/gprobes/internal/outfile"
 )
 
 // version is set by the build (-ldflags "-X main.version=...").
@@ -18,12 +20,13 @@ var version = "dev"
 
 func main() {
 	if path := os.Getenv("GPROBES_CPUPROFILE"); path != "" {
-		// for measuring gprobes itself (scripts/bench-process)
-		if f, err := os.Create(path); err == nil {
-			pprof.StartCPUProfile(f)
+		// for measuring gprobes itself (scripts/bench-process); written
+		// as every output is (internal/outfile)
+		if f, err := outfile.Create(path, 0o644); err == nil {
+			pprof.StartCPUProfile(f.OS())
 			code := run(os.Args, os.Stdout, os.Stderr)
 			pprof.StopCPUProfile()
-			f.Close()
+			f.Commit()
 			os.Exit(code)
 		}
 	}
