@@ -197,7 +197,7 @@ func (e *Engine) forked(child, parent int) {
 		// (shared memory is shared across fork): records carry their
 		// thread, so the child's are told apart
 		cj := &jumpState{rg: pj.rg, sites: map[uint64]*jumpSite{}, pads: append([]*builtPad{}, pj.pads...),
-			held: append([]uint64{}, pj.held...), no: pj.no, holding: map[int]bool{}, int3Only: map[uint64]string{}}
+			held: append([]uint64{}, pj.held...), no: pj.no, holding: map[int]bool{}, int3Only: map[uint64]string{}, pool: pj.pool}
 		for a, why := range pj.int3Only {
 			cj.int3Only[a] = why
 		}

@@ -53,6 +53,9 @@ type JumpHost interface {
 	// (gettid, getpid), which differ from gprobes' in a pid namespace of
 	// the process's own.
 	NSIDs(tid int) (nsTid, nsPid int)
+	// MapStacks maps size bytes of private read-write memory, anywhere in
+	// the space, using stopped thread tid: the pads' stacks.
+	MapStacks(space, tid int, size uint64) (uint64, error)
 	// MapRanges returns the space's mappings, [start, end) each, in
 	// order.
 	MapRanges(space int) ([][2]uint64, error)
@@ -119,6 +122,8 @@ type jumpState struct {
 	pads  []*builtPad // sorted by at
 	areas []*xolArea
 	held  []uint64 // the held byte of each area
+	// pool: the pads' stacks (pad.PoolSize bytes), 0 until mapped
+	pool uint64
 	// no says why this space cannot have pads ("" until tried)
 	no string
 	// holding counts threads with a signal held until they leave a pad
@@ -366,8 +371,12 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		}
 		pps = append(pps, pad.Probe{Code: code, Site: uint32(n), LogMax: int(p.src.LogMax)})
 	}
+	pool, why := e.padStacks(sp, host)
+	if why != "" {
+		return why
+	}
 	// build once to learn the size, then at its address
-	trial, err := pad.Build(pad.Spec{At: site.addr, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: site.addr})
+	trial, err := pad.Build(pad.Spec{At: site.addr, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: site.addr, Pool: pool})
 	if err != nil {
 		return err.Error()
 	}
@@ -375,7 +384,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 	if err != nil {
 		return fmt.Sprintf("map the pad's area: %v", err)
 	}
-	built, err := pad.Build(pad.Spec{At: at, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: held})
+	built, err := pad.Build(pad.Spec{At: at, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: held, Pool: pool})
 	if err != nil {
 		return err.Error()
 	}
@@ -388,6 +397,50 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 	site.pad = bpad
 	site.probes = append([]*probe{}, probes...)
 	return ""
+}
+
+// padStacks maps the space's pad stacks the first time a pad is built
+// (pad.PoolSize bytes of private memory: a fork child has a copy of its
+// own, an exec'd image new ones).
+func (e *Engine) padStacks(sp *space, host JumpHost) (uint64, string) {
+	js := sp.jump
+	if js.pool != 0 {
+		return js.pool, ""
+	}
+	err := e.withStoppedThread(sp.id, func(tid int) error {
+		var err error
+		js.pool, err = host.MapStacks(sp.id, tid, pad.PoolSize)
+		return err
+	})
+	if err != nil {
+		js.pool = 0
+		return 0, fmt.Sprintf("map the pads' stacks: %v", err)
+	}
+	return js.pool, ""
+}
+
+// freePadStack frees the pad stack a thread at rsp r holds (it leaves its
+// pad without the pad's help: a fault in its covered instructions), if
+// one is its. The owner words are read and written through the target.
+func (e *Engine) freePadStack(sp *space, r uint64) {
+	pool := sp.jump.pool
+	if pool == 0 {
+		return
+	}
+	first, end := pad.SlotOf(pool, r)
+	var w [8]byte
+	for i, a := 0, first; i < pad.PoolSlots; i, a = i+1, a+pad.SlotStride {
+		if a >= end {
+			a = pad.FirstSlot(pool)
+		}
+		if e.tgt.ReadMem(sp.id, a, w[:]) != nil {
+			return
+		}
+		if binary.LittleEndian.Uint64(w[:]) == r {
+			e.fail(e.tgt.WriteMem(sp.id, a, make([]byte, 8)), "free the pad stack of a thread at %#x", r)
+			return
+		}
+	}
 }
 
 // padSpace finds room for a pad of size bytes within reach of addr. Each
@@ -718,6 +771,7 @@ func (e *Engine) jumpCounters(p *probe, info *ProbeInfo) {
 			info.Skipped += c.Skipped
 			info.Faults += c.Faults
 			info.Lost += c.Lost
+			info.Missed += c.Missed
 			if c.Disabled != 0 && (info.State == StateActive || info.State == StateDisabled) {
 				info.State, info.Reason = StateDisabled, reasonEnded
 			}
@@ -855,13 +909,21 @@ func (e *Engine) padSignal(th *thread, ev Event) bool {
 			return true
 		}
 		if orig, ok := bp.p.Displaced[pc]; ok {
+			if tw, ok := bp.p.Pending[pc]; ok {
+				// the copy run with records pending: they are dropped
+				// (as the int3 route drops a faulting step's), the pad
+				// stack freed, and the thread moves to the same
+				// instruction of the other copy, which needs none
+				e.freePadStack(sp, r[rpn.RegRSP]-uint64(tw.Delta))
+				r[rpn.RegRIP] = tw.A
+			}
 			if orig == bp.site.addr {
 				// the first covered instruction faulted: its handler
 				// sees the original address (and a return runs it again
 				// there, the probe included, as on the int3 route)
 				r[rpn.RegRIP] = orig
-				e.fail(e.tgt.SetRegs(th.tid, &r), "put thread %d back on %#x", th.tid, orig)
 			}
+			e.fail(e.tgt.SetRegs(th.tid, &r), "move thread %d to %#x for its fault", th.tid, r[rpn.RegRIP])
 			e.resume(th.tid, ev.Sig)
 			return true
 		}
@@ -870,28 +932,17 @@ func (e *Engine) padSignal(th *thread, ev Event) bool {
 		return true
 	}
 	// an asynchronous signal
-	if pc >= bp.p.Popf && pc < bp.p.FinalEnd {
+	th.regs = r
+	if leave, ok := e.padExit(th, bp, pc); ok {
 		// past the held check: the pad's state is gone and the
-		// registers are the thread's (but for popfq and the red zone's
-		// lea, done here): move the thread out, deliver there
-		th.regs = r
-		if pc == bp.p.Popf {
-			var f [8]byte
-			if e.tgt.ReadMem(th.space, r[rpn.RegRSP], f[:]) != nil {
-				e.resume(th.tid, ev.Sig)
-				return true
-			}
-			th.regs[rpn.RegRFLAGS] = binary.LittleEndian.Uint64(f[:])
-			th.regs[rpn.RegRSP] += 8
-			pc = bp.p.Lea
-		}
-		if pc == bp.p.Lea {
-			th.regs[rpn.RegRSP] += 128
-			pc = bp.p.Final
-		}
-		e.leavePad(th, bp, pc)
+		// registers are the thread's (but for what padExit finished):
+		// move the thread out, deliver there
+		e.leavePad(th, bp, leave)
 		e.resume(th.tid, ev.Sig)
 		return true
+	}
+	if e.padToChecked(th, bp, pc) {
+		e.fail(e.tgt.SetRegs(th.tid, &th.regs), "move thread %d to the checked copy of its pad", th.tid)
 	}
 	// anywhere before: held until the thread leaves the pad (it stops
 	// at the pad's int3, the held flag set)
@@ -912,6 +963,78 @@ func (e *Engine) padSignal(th *thread, ev Event) bool {
 	sp.jump.holding[th.tid] = true
 	e.setHeld(sp, 1)
 	e.resume(th.tid, 0)
+	return true
+}
+
+// padExit finishes for a thread at pc, past its pad's last held check
+// (Popf, Lea, Back: popfq, lea 128(%rsp),%rsp, jmp Final), what is left
+// before Final, in th.regs, and returns where in Final..FinalEnd it is; ok
+// is false elsewhere.
+func (e *Engine) padExit(th *thread, bp *builtPad, pc uint64) (uint64, bool) {
+	p := bp.p
+	switch {
+	case pc >= p.Final && pc < p.FinalEnd:
+		return pc, true
+	case pc == p.Popf:
+		var f [8]byte
+		if e.tgt.ReadMem(th.space, th.regs[rpn.RegRSP], f[:]) != nil {
+			return 0, false
+		}
+		th.regs[rpn.RegRFLAGS] = binary.LittleEndian.Uint64(f[:])
+		th.regs[rpn.RegRSP] += 8 + 128
+		return p.Final, true
+	case pc == p.Lea:
+		th.regs[rpn.RegRSP] += 128
+		return p.Final, true
+	case pc == p.Back:
+		return p.Final, true
+	}
+	return 0, false
+}
+
+// padToChecked moves a thread gprobes is about to hold a signal for, that
+// would otherwise leave its pad without passing a held check (the fast
+// path: past its first check, or in the first copy of the covered
+// instructions), to the copy followed by the check, in th.regs; it
+// reports whether it moved it. Past the check's jne (taken with the flag
+// clear: ZF set) it finishes the pops the thread has left (pop %rbp, pop
+// %rax, popfq, lea 128(%rsp),%rsp) for it.
+func (e *Engine) padToChecked(th *thread, bp *builtPad, pc uint64) bool {
+	p := bp.p
+	if c, ok := p.Holding[pc]; ok {
+		th.regs[rpn.RegRIP] = c
+		return true
+	}
+	from := -1
+	if pc == p.Checked && th.regs[rpn.RegRFLAGS]&0x40 != 0 {
+		from = 0
+	}
+	for i, a := range p.Unwind {
+		if pc == a {
+			from = i
+		}
+	}
+	if from < 0 {
+		return false
+	}
+	var w [8]byte
+	for i := from; i < 3; i++ {
+		if e.tgt.ReadMem(th.space, th.regs[rpn.RegRSP], w[:]) != nil {
+			return false
+		}
+		v := binary.LittleEndian.Uint64(w[:])
+		switch i {
+		case 0:
+			th.regs[rpn.RegRBP] = v
+		case 1:
+			th.regs[rpn.RegRAX] = v
+		case 2:
+			th.regs[rpn.RegRFLAGS] = v
+		}
+		th.regs[rpn.RegRSP] += 8
+	}
+	th.regs[rpn.RegRSP] += 128
+	th.regs[rpn.RegRIP] = p.CopyC
 	return true
 }
 
@@ -1025,6 +1148,7 @@ func (e *Engine) releaseRegion(rg *region) {
 		s.p.st.Runs += c.Runs
 		s.p.st.Faults += c.Faults
 		s.p.lost += c.Lost
+		s.p.missed += c.Missed
 		if c.Disabled != 0 {
 			s.p.st.Disabled = true
 		}

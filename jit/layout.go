@@ -56,8 +56,12 @@ type Counters struct {
 	Faults   uint64 // executions that ended in an exception
 	Disabled uint64 // non-zero: max hits reached or rem executed
 	Lost     uint64 // records the pad could not commit: the ring was full (the pad counts it)
-	_        [2]uint64
+	Missed   uint64 // hits the pad ran no program for: every pad stack was in use (the pad counts it)
+	_        uint64
 }
+
+// OffMissed is Counters.Missed's offset, for the pad.
+const OffMissed = 48
 
 // Clock is the layout at Layout.Clock.
 type Clock struct {

@@ -8,45 +8,86 @@ import (
 	"github.com/gprobes/gprobes/jit"
 )
 
-// A pad, from its first byte (the probe's jump lands there):
+// A pad, from its first byte (the probe's jump lands there). R is the
+// thread's rsp at the probe.
 //
-//	pre:   lea -128(%rsp),%rsp          skip the interrupted code's red zone
-//	       pushfq; sub $8,%rsp; push r15..r8, rsp, rbp, rdi, rsi, rdx, rcx, rbx, rax
-//	       mov %rsp,%rbp                 the frame, indexed by rpn.Reg (jit's contract)
-//	       frame.rsp = the rsp at the probe; frame.rip = the probe address
-//	       scratch_0 = rbp - Gap - total scratch; rsp = scratch_0 & -16
-//	       rdtsc into scratch_0; clear the pending flag
-//	       for each probe i: rbx = scratch_i; tsc, pid, tid; call prog_i;
-//	                         record the result; an exception commits now,
-//	                         a record to commit sets the pending flag
-//	       mov %rbp,%rsp; pop ...; popfq; lea 128(%rsp),%rsp
-//	       (the registers are the thread's again, as a program left them)
-//	disp:  the covered instructions but a last one that transfers control,
-//	       relocated
-//	post:  cmpb $0, pending(%rsp)        found again from rsp: the covered
-//	       jne commit                    instructions moved it by a known delta
-//	cont:  cmpb $0, held(%rip)           a signal gprobes holds for a thread
-//	       je final                      inside a pad: stop here (int3)
-//	       int3
-//	final: the last covered instruction if it transfers control, else
-//	       jmp back to the probe address + covered length
-//	commit: save everything, commit each pending record to the ring,
-//	       restore, jmp cont
-//	ring:  the commit routine (r12d = the record's site, rbx = scratch)
-//	progs: the compiled programs
+//	entry:  lea -128(%rsp),%rsp; pushfq; push rax, rcx, rdx
+//	                                the only bytes of the thread's stack the
+//	                                pad writes: 4 words below its red zone
+//	        take a pad stack: from the slot R hashes to, the first whose
+//	        owner word goes from 0 to R (lock cmpxchg); none free: count the
+//	        hit missed, restore, run the covered instructions (copy C)
+//	        xchg: rsp = the slot's top; the frame from the saved words and
+//	        the registers (rbp = the frame, jit's contract); the scratch
+//	        areas below it; rdtsc; the thread id
+//	        for each probe i: rbx = scratch_i; call prog_i; an exception
+//	                          commits now, a record to commit sets pending
+//	        nothing pending: the flags, rbp, rax and the slot's address go
+//	        to the thread's stack below its red zone (the same 4 words), the
+//	        other registers from the frame, rsp = R - 160, the slot freed
+//	        (a store of 0: after the last read of it);
+//	        cmpb $0,held(%rip); Checked: jne toC     a signal held
+//	Unwind: pop %rbp; pop %rax; popfq; lea 128(%rsp),%rsp
+//	copyA:  the covered instructions but a last one that transfers control,
+//	        relocated, with the thread's own registers and rsp (no flag
+//	        saved or checked after them: the fast path)
+//	Final:  the last covered instruction if it transfers control, else
+//	        jmp back to the probe address + covered length
+//	toC:    pop %rbp; pop %rax; popfq; lea 128(%rsp),%rsp
+//	copyC:  the covered instructions again; lea -128(%rsp),%rsp; pushfq
+//	cont:   cmpb $0, held(%rip)       a signal gprobes holds for a thread
+//	        jne trap                  inside a pad: stop at the int3
+//	Popf:   popfq
+//	Lea:    lea 128(%rsp),%rsp
+//	Back:   jmp Final
+//	trap:   popfq; lea 128(%rsp),%rsp; int3; jmp Final
+//	pend:   a record pending: the registers back as above, the slot kept
+//	copyB:  the covered instructions a third time
+//	post:   lea -128(%rsp),%rsp; pushfq; push rax, rcx, rdx; the slot found
+//	        again (owner R: the covered instructions moved rsp by a known
+//	        delta); on the slot's stack, below its scratch areas, save what
+//	        the commit uses, commit each pending record to the ring,
+//	        restore, back to the thread's stack, free the slot, pop; jmp cont
+//	ring:   the commit routine (r12d = the record's site, rbx = scratch)
+//	progs:  the compiled programs
+//	        the pool's first slot top and end, for the rip-relative loads
 //
-// The pad's state lives on the thread's stack below the red zone: the
-// frame, then Gap bytes the covered instructions may write (pushes, a
-// sub from rsp), then the scratch areas. Nothing is allocated per thread,
-// and a signal delivered in the pad lands below it all.
+// gprobes moves a thread it holds a signal for from copy A to the same
+// instruction of copy C (Pad.Holding), and one that faults in copy B to
+// copy A (Pad.Pending: the hit's records dropped, its pad stack freed).
+//
+// A pad's state (the frame, the scratch areas, the programs' stack) is on
+// a pad stack of its own, one of PoolSlots slots of SlotStride bytes in a
+// private mapping of the process (a fork child has its own copy): nothing
+// per thread to allocate or find, no system call, any runtime (the key is
+// the rsp, not a thread id). A slot's top 64 bytes are its owner word; its
+// stack is below. A signal that arrives while a thread is inside a pad is
+// held by gprobes (docs/engine.md), so no handler runs on a pad stack.
 const (
 	redZone   = 128
 	frameSize = 18 * 8
-	// Gap is the room below the frame left to the covered instructions,
-	// which run with the thread's own rsp: StackDelta must not go below
-	// -MaxDrop.
-	Gap     = 512
-	MaxDrop = 256
+	// saved is the bytes the pad pushes below the red zone: flags, rax,
+	// rcx, rdx (entry and post) or flags, rax, rbp, the slot (leaving)
+	saved = 4 * 8
+	// StackBelow is the most the pad writes below a thread's rsp: its
+	// red zone and the 4 words.
+	StackBelow = redZone + saved
+	// MaxDrop bounds how far the covered instructions may move rsp.
+	MaxDrop = 4096
+
+	// PoolSlots pad stacks of SlotStride bytes: SlotUse of each for the
+	// pad (the frame, the scratch areas, the programs' stack), the rest
+	// a margin that is never touched unless a handler runs there (the
+	// tracer gone, see docs/engine.md)
+	PoolSlots  = 256
+	poolBits   = 8
+	SlotStride = 64 << 10
+	slotShift  = 16
+	SlotUse    = 32 << 10
+	// PoolSize is the mapping the pool takes in the process.
+	PoolSize = PoolSlots * SlotStride
+	// slotTop is where a slot's owner word is, from the slot's start
+	slotTop = SlotStride - 64
 )
 
 // Probe is one compiled probe at the pad's address.
@@ -66,6 +107,7 @@ type Spec struct {
 	// RingSize is its ring's (pad.RegionSize, a power of two)
 	RingSize int
 	Held     uint64 // the byte gprobes sets while it holds a signal for a thread in a pad
+	Pool     uint64 // the pad stacks' mapping in the process (PoolSize bytes)
 }
 
 // Pad is a built pad.
@@ -74,21 +116,50 @@ type Pad struct {
 	// Fixups: a fault at the key (an absolute address) goes to the value.
 	Fixups map[uint64]uint64
 	// Displaced maps the pad address of each relocated covered
-	// instruction to its original address.
+	// instruction (both copies, and the final one) to its original
+	// address.
 	Displaced map[uint64]uint64
-	Final     uint64 // where the last covered instruction (if it transfers control) or the jump back is
-	FinalEnd  uint64 // the end of that code
-	Trap      uint64 // the int3 a thread leaving with a signal held stops at
-	// Popf and Lea are the two instructions between the held check and
-	// Final: a thread stopped there leaves without passing the check
-	// again (gprobes finishes them for it: popfq, then rsp += 128)
-	Popf, Lea uint64
-	Ret       uint64 // where the jump back goes (probe address + covered length)
+	// Pending maps each instruction of the covered instructions' second
+	// copy (run while a record is pending, the thread holding its pad
+	// stack) to its twin in the first copy and how far the instructions
+	// before it moved rsp: a thread that faults there drops the hit's
+	// records (as the int3 route drops the record of a faulting step),
+	// frees the pad stack (owner R = rsp - Delta) and takes the signal in
+	// the first copy.
+	Pending map[uint64]Twin
+	// Holding maps each instruction of the first copy (run with nothing
+	// pending, no held check after it) to its twin in the third, which
+	// ends at the check: a thread gprobes holds a signal for moves there.
+	Holding map[uint64]uint64
+	// Checked is the jne of the first path's held check; Unwind the four
+	// instructions after it (pop %rbp, pop %rax, popfq, lea 128(%rsp)) to
+	// the first copy: a thread at Checked or in Unwind has passed the
+	// check; gprobes finishes them for it and moves it to the third copy.
+	Checked  uint64
+	Unwind   [4]uint64
+	CopyC    uint64 // the third copy's first instruction
+	Final    uint64 // where the last covered instruction (if it transfers control) or the jump back is
+	FinalEnd uint64 // the end of that code
+	Trap     uint64 // the int3 a thread leaving with a signal held stops at
+	// Popf, Lea and Back (jmp Final) are the instructions between the
+	// second held check and Final: a thread stopped there leaves without
+	// passing the check again (gprobes finishes them for it: popfq, then
+	// rsp += 128)
+	Popf, Lea, Back uint64
+	Ret             uint64 // where the jump back goes (probe address + covered length)
 	// Pushed is where a relocated call's jump is, after the push of its
 	// return address (0: the last covered instruction is no call): a
 	// thread stopped there has only the jump left
-	Pushed   uint64
-	StackUse int // bytes below the thread's rsp the pad uses
+	Pushed uint64
+	// StackUse is the bytes of a pad stack the pad uses
+	StackUse int
+}
+
+// Twin is a covered instruction's place in the pad's first copy, and the
+// rsp delta of the instructions before it.
+type Twin struct {
+	A     uint64
+	Delta int64
 }
 
 type emitter struct {
@@ -144,6 +215,70 @@ func (e *emitter) mem32(rex byte, op []byte, reg, base byte, disp int64) {
 // scratchSize is the bytes a probe's scratch area takes, 16-byte rounded.
 func scratchSize(logmax int) int { return (jit.ScratchSize(logmax) + 15) &^ 15 }
 
+// findSlot emits: rdx = the owner word of the slot the value of rcx (R)
+// hashes to (its page, Fibonacci-hashed to poolBits bits).
+func findSlot(e *emitter) {
+	e.emit(0x48, 0x89, 0xca)       // mov %rcx,%rdx
+	e.emit(0x48, 0xc1, 0xea, 0x0c) // shr $12,%rdx
+	e.emit(0x69, 0xd2)             // imul $0x9e3779b1,%edx,%edx
+	e.u32(0x9e3779b1)
+	e.emit(0xc1, 0xea, 32-poolBits)          // shr $(32-poolBits),%edx
+	e.emit(0x48, 0xc1, 0xe2, slotShift)      // shl $slotShift,%rdx
+	e.rel([]byte{0x48, 0x03, 0x15}, "pool0") // add pool0(%rip),%rdx
+}
+
+// restoreFrame emits the return from the pad's stack to the thread's, the
+// frame at rbp: the flags, rbp and rax go below the thread's red zone
+// (with the slot's address when free is set), every other register from
+// the frame; then rsp = R - 152 (or - 160) and, with free, the slot freed
+// (a store of 0, after the last read of it). Nothing is pushed on the
+// pad's stack, whose rsp stays below its scratch areas. popWords emits
+// the rest: the words popped, rsp = R, every register the thread's (as
+// the programs left them).
+func restoreFrame(e *emitter, free bool) {
+	e.mem32(0x48, []byte{0x8b}, 0, 5, 7*8) // mov rsp-slot(%rbp),%rax: R
+	e.mem32(0, []byte{0xff}, 6, 5, 17*8)   // push flags(%rbp)
+	e.mem32(0, []byte{0x8f}, 0, 0, -136)   // pop -136(%rax)
+	e.mem32(0, []byte{0xff}, 6, 5, 0)      // push rax(%rbp)
+	e.mem32(0, []byte{0x8f}, 0, 0, -144)   // pop -144(%rax)
+	e.mem32(0, []byte{0xff}, 6, 5, 6*8)    // push rbp(%rbp)
+	e.mem32(0, []byte{0x8f}, 0, 0, -152)   // pop -152(%rax)
+	if free {
+		e.mem32(0x48, []byte{0x8d}, 1, 5, frameSize) // lea frameSize(%rbp),%rcx: the slot's owner word
+		e.mem32(0x48, []byte{0x89}, 1, 0, -160)      // mov %rcx,-160(%rax)
+	}
+	// frame slots (rpn.Reg order) and x86 register numbers: rbx, rcx,
+	// rdx, rsi, rdi, then r8-r15 (rax, rbp and rsp are done apart)
+	for slot, r := range []byte{1: 3, 2: 1, 3: 2, 4: 6, 5: 7, 8: 8, 9: 9, 10: 10, 11: 11, 12: 12, 13: 13, 14: 14, 15: 15} {
+		if r == 0 {
+			continue
+		}
+		rex := byte(0x48)
+		if r >= 8 {
+			rex = 0x4c
+		}
+		e.mem32(rex, []byte{0x8b}, r&7, 5, int64(slot)*8) // mov slot(%rbp),%r
+	}
+	if free {
+		e.mem32(0x48, []byte{0x8d}, 4, 0, -160) // lea -160(%rax),%rsp
+		e.emit(0x58)                            // pop %rax: the owner word
+		e.emit(0x48, 0xc7, 0x00, 0, 0, 0, 0)    // movq $0,(%rax): the slot is free
+	} else {
+		e.mem32(0x48, []byte{0x8d}, 4, 0, -152) // lea -152(%rax),%rsp
+	}
+}
+
+// popWords emits pop %rbp; pop %rax; popfq; lea 128(%rsp),%rsp and
+// returns the address of each.
+func popWords(e *emitter) [4]uint64 {
+	var at [4]uint64
+	for i, b := range [][]byte{{0x5d}, {0x58}, {0x9d}, {0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00}} {
+		at[i] = e.pc()
+		e.emit(b...)
+	}
+	return at
+}
+
 // Build assembles a pad.
 func Build(s Spec) (*Pad, error) {
 	if len(s.Covered) == 0 || len(s.Probes) == 0 {
@@ -156,7 +291,7 @@ func Build(s Spec) (*Pad, error) {
 	for _, in := range s.Covered {
 		covered += in.Len
 	}
-	p := &Pad{Fixups: map[uint64]uint64{}, Displaced: map[uint64]uint64{}, Ret: s.Addr + uint64(covered)}
+	p := &Pad{Fixups: map[uint64]uint64{}, Displaced: map[uint64]uint64{}, Pending: map[uint64]Twin{}, Holding: map[uint64]uint64{}, Ret: s.Addr + uint64(covered)}
 	total := 0
 	offs := make([]int, len(s.Probes))
 	for i, pr := range s.Probes {
@@ -167,25 +302,93 @@ func Build(s Spec) (*Pad, error) {
 		total += scratchSize(pr.LogMax)
 	}
 	// the scratch areas, from rbp (the frame)
-	sc0 := -int64(Gap + total)
-	p.StackUse = redZone + frameSize + Gap + total + jit.StackUse + 64
+	sc0 := -int64(total)
+	p.StackUse = frameSize + total + 64 + jit.StackUse + 16*8
+	if p.StackUse > SlotUse {
+		return nil, fmt.Errorf("the probes at this address need %d bytes of pad stack (their logmax), more than a pad has (%d)", p.StackUse, SlotUse)
+	}
+	// the covered instructions: how each moves rsp
+	var last *x86.Insn
+	deltas := make([]int64, len(s.Covered)+1)
+	for i := range s.Covered {
+		in := &s.Covered[i]
+		if r, err := x86.RelocateForPad(in, s.At); err != nil {
+			return nil, err
+		} else if r.Exits {
+			if i != len(s.Covered)-1 {
+				return nil, fmt.Errorf("`%s` at %#x transfers control before the last covered instruction", in.String(), in.Addr)
+			}
+			last = in
+			deltas[i+1] = deltas[i]
+			break
+		}
+		d, ok := x86.StackDelta(in)
+		if !ok {
+			return nil, fmt.Errorf("`%s` at %#x moves rsp in a way the pad cannot follow", in.String(), in.Addr)
+		}
+		deltas[i+1] = deltas[i] + d
+		if deltas[i+1] < -MaxDrop || deltas[i+1] > MaxDrop {
+			return nil, fmt.Errorf("the covered instructions move rsp by %d bytes, more than the pad allows (%d)", deltas[i+1], MaxDrop)
+		}
+	}
+	moved := len(s.Covered)
+	if last != nil {
+		moved--
+	}
+	delta := deltas[moved]
 	e := &emitter{at: s.At, labels: map[string]int{}}
 
-	// pre
-	e.emit(0x48, 0x8d, 0x64, 0x24, 0x80) // lea -128(%rsp),%rsp
-	e.emit(0x9c)                         // pushfq
-	e.emit(0x48, 0x83, 0xec, 0x08)       // sub $8,%rsp (rip slot)
-	for r := byte(7); ; r-- {            // push r15..r8
+	// entry: 4 words below the red zone, then a pad stack
+	e.emit(0x48, 0x8d, 0x64, 0x24, 0x80)          // lea -128(%rsp),%rsp
+	e.emit(0x9c, 0x50, 0x51, 0x52)                // pushfq; push rax, rcx, rdx
+	e.mem32(0x48, []byte{0x8d}, 1, 4, StackBelow) // lea 160(%rsp),%rcx: R
+	findSlot(e)
+	for pass := 1; pass <= 2; pass++ {
+		try := fmt.Sprintf("try%d", pass)
+		e.label(try)
+		e.emit(0x31, 0xc0)                   // xor %eax,%eax
+		e.emit(0xf0, 0x48, 0x0f, 0xb1, 0x0a) // lock cmpxchg %rcx,(%rdx)
+		e.rel([]byte{0x0f, 0x84}, "got")
+		e.emit(0x48, 0x39, 0xc8) // cmp %rcx,%rax: a slot of this very rsp, left by a thread gone from a pad
+		e.rel([]byte{0x0f, 0x84}, "got")
+		e.emit(0x48, 0x81, 0xc2) // add $SlotStride,%rdx
+		e.u32(SlotStride)
+		e.rel([]byte{0x48, 0x3b, 0x15}, "poolEnd") // cmp poolEnd(%rip),%rdx
+		e.rel([]byte{0x0f, 0x82}, try)             // jb
+		e.rel([]byte{0x48, 0x8b, 0x15}, "pool0")   // mov pool0(%rip),%rdx
+	}
+	// every pad stack taken: no probe runs, the hit is counted missed,
+	// the covered instructions run (their copy followed by the held check)
+	e.emit(0x48, 0xb8) // movabs $region+OffMissed,%rax
+	e.u64(s.Region + OffMissed)
+	e.emit(0xf0, 0x48, 0xff, 0x00) // lock incq (%rax)
+	for _, pr := range s.Probes {
+		e.emit(0x48, 0xb8) // movabs $counters[site].Missed,%rax
+		e.u64(s.Region + OffCounters + uint64(pr.Site)*64 + jit.OffMissed)
+		e.emit(0xf0, 0x48, 0xff, 0x00) // lock incq (%rax)
+	}
+	e.emit(0x5a, 0x59, 0x58, 0x9d)                         // pop rdx, rcx, rax; popfq
+	e.emit(0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00) // lea 128(%rsp),%rsp
+	e.rel([]byte{0xe9}, "copyC")                           // the path that checks the held flag after
+
+	e.label("got")
+	// rdx = our slot's owner word, its stack below; rcx = R
+	e.emit(0x48, 0x87, 0xd4)       // xchg %rdx,%rsp: rdx = R - 160
+	e.emit(0xff, 0x72, 0x18)       // push 24(%rdx): flags
+	e.emit(0x48, 0x83, 0xec, 0x08) // sub $8,%rsp: rip
+	for r := byte(7); ; r-- {      // push r15..r8
 		e.emit(0x41, 0x50+r)
 		if r == 0 {
 			break
 		}
 	}
-	e.emit(0x54, 0x55, 0x57, 0x56, 0x52, 0x51, 0x53, 0x50) // push rsp rbp rdi rsi rdx rcx rbx rax
-	e.emit(0x48, 0x89, 0xe5)                               // mov %rsp,%rbp
-	e.mem32(0x48, []byte{0x8d}, 0, 5, frameSize+redZone)   // lea 0x110(%rbp),%rax
-	e.emit(0x48, 0x89, 0x45, 0x38)                         // mov %rax,0x38(%rbp)
-	e.emit(0x48, 0xb8)                                     // movabs $addr,%rax
+	e.emit(0x51, 0x55, 0x57, 0x56) // push rcx (R: the rsp slot), rbp, rdi, rsi
+	e.emit(0xff, 0x32)             // push (%rdx): rdx
+	e.emit(0xff, 0x72, 0x08)       // push 8(%rdx): rcx
+	e.emit(0x53)                   // push rbx
+	e.emit(0xff, 0x72, 0x10)       // push 16(%rdx): rax
+	e.emit(0x48, 0x89, 0xe5)       // mov %rsp,%rbp
+	e.emit(0x48, 0xb8)             // movabs $addr,%rax
 	e.u64(s.Addr)
 	e.emit(0x48, 0x89, 0x85) // mov %rax,0x80(%rbp)
 	e.u32(0x80)
@@ -240,61 +443,77 @@ func Build(s Spec) (*Pad, error) {
 		e.emit(1)
 		e.label(nc)
 	}
-	restore := func() {
-		e.emit(0x48, 0x89, 0xec) // mov %rbp,%rsp
-	}
-	restore()
-	e.emit(0x58, 0x5b, 0x59, 0x5a, 0x5e, 0x5f, 0x5d) // pop rax rbx rcx rdx rsi rdi rbp
-	e.emit(0x48, 0x83, 0xc4, 0x08)                   // add $8,%rsp (rsp slot)
-	for r := byte(0); r < 8; r++ {                   // pop r8..r15
-		e.emit(0x41, 0x58+r)
-	}
-	e.emit(0x48, 0x83, 0xc4, 0x08)                         // add $8,%rsp (rip slot)
-	e.emit(0x9d)                                           // popfq
-	e.emit(0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00) // lea 128(%rsp),%rsp
+	e.mem32(0, []byte{0x80}, 7, 5, sc0+jit.OffPadScratch) // cmpb $0,pending(scratch_0)
+	e.emit(0)
+	e.rel([]byte{0x0f, 0x85}, "pend")
 
-	// the covered instructions
-	var delta int64
-	var last *x86.Relocated
-	var lastIn *x86.Insn
-	for i := range s.Covered {
-		in := &s.Covered[i]
-		r, err := x86.RelocateForPad(in, e.pc())
+	// nothing to commit: the slot freed; the held check while the flags
+	// are still below the red zone (the covered instructions then leave
+	// the flags alone: no check after them on this path)
+	restoreFrame(e, true)
+	e.emit(0x80, 0x3d) // cmpb $0,held(%rip): 80 3d rel32 imm8
+	e.i32(int64(s.Held - (e.pc() + 5)))
+	e.emit(0)
+	p.Checked = e.pc()
+	e.rel([]byte{0x0f, 0x85}, "toC")
+	p.Unwind = popWords(e)
+
+	// the covered instructions, run with the thread's registers and rsp
+	copyLabel := func(copy string, i int) string { return fmt.Sprintf("%s%d", copy, i) }
+	relocated := func(copy string) error {
+		for i := 0; i < moved; i++ {
+			in := &s.Covered[i]
+			r, err := x86.RelocateForPad(in, e.pc())
+			if err != nil {
+				return err
+			}
+			p.Displaced[e.pc()] = in.Addr
+			e.label(copyLabel(copy, i))
+			e.emit(r.Code...)
+		}
+		return nil
+	}
+	twins := func(from, to string, f func(a, b uint64, i int)) {
+		for i := 0; i < moved; i++ {
+			f(e.at+uint64(e.labels[copyLabel(from, i)]), e.at+uint64(e.labels[copyLabel(to, i)]), i)
+		}
+	}
+	e.label("copyA")
+	if err := relocated("A"); err != nil {
+		return nil, err
+	}
+	e.label("final")
+	p.Final = e.pc()
+	if last != nil {
+		r, err := x86.RelocateForPad(last, e.pc())
 		if err != nil {
 			return nil, err
 		}
-		if r.Exits {
-			if i != len(s.Covered)-1 {
-				return nil, fmt.Errorf("`%s` at %#x transfers control before the last covered instruction", in.String(), in.Addr)
-			}
-			last, lastIn = &r, in
-			break
+		p.Displaced[e.pc()] = last.Addr
+		if r.Pushed > 0 {
+			p.Pushed = e.pc() + uint64(r.Pushed)
 		}
-		d, ok := x86.StackDelta(in)
-		if !ok {
-			return nil, fmt.Errorf("`%s` at %#x moves rsp in a way the pad cannot follow", in.String(), in.Addr)
-		}
-		delta += d
-		if delta < -MaxDrop || delta > MaxDrop {
-			return nil, fmt.Errorf("the covered instructions move rsp by %d bytes, more than the pad allows (%d)", delta, MaxDrop)
-		}
-		p.Displaced[e.pc()] = in.Addr
 		e.emit(r.Code...)
+		if r.Exits && !isUncond(last) {
+			e.emit(x86.JmpTo(e.pc(), p.Ret)...) // a jcc not taken
+		}
+	} else {
+		e.emit(x86.JmpTo(e.pc(), p.Ret)...)
 	}
+	p.FinalEnd = e.pc()
 
-	// post: the flags are the covered instructions' (a cmp covered, a jcc
-	// after it): kept on the stack, below the red zone, while the pad
-	// looks at its own bytes. rsp = orig + delta - 136 then;
-	// scratch_0 = orig - redZone - frameSize + sc0
+	// held: the covered instructions again, then the check and the stop
+	e.label("toC")
+	popWords(e)
+	e.label("copyC")
+	p.CopyC = e.pc()
+	if err := relocated("C"); err != nil {
+		return nil, err
+	}
 	e.emit(0x48, 0x8d, 0x64, 0x24, 0x80) // lea -128(%rsp),%rsp
 	e.emit(0x9c)                         // pushfq
-	pendingFromRSP := -int64(redZone+frameSize) + sc0 + jit.OffPadScratch - delta + redZone + 8
-	e.mem32(0, []byte{0x80}, 7, 4, pendingFromRSP) // cmpb $0,pending(%rsp)
-	e.emit(0)
-	e.rel([]byte{0x0f, 0x85}, "commit")
 	e.label("cont")
-	// cmpb $0,held(%rip): 80 3d rel32 imm8
-	e.emit(0x80, 0x3d)
+	e.emit(0x80, 0x3d) // cmpb $0,held(%rip)
 	e.i32(int64(s.Held - (e.pc() + 5)))
 	e.emit(0)
 	e.rel([]byte{0x0f, 0x85}, "trap")
@@ -302,25 +521,8 @@ func Build(s Spec) (*Pad, error) {
 	e.emit(0x9d) // popfq
 	p.Lea = e.pc()
 	e.emit(0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00) // lea 128(%rsp),%rsp
-	e.label("final")
-	p.Final = e.pc()
-	if last != nil {
-		r, err := x86.RelocateForPad(lastIn, e.pc())
-		if err != nil {
-			return nil, err
-		}
-		p.Displaced[e.pc()] = lastIn.Addr
-		if r.Pushed > 0 {
-			p.Pushed = e.pc() + uint64(r.Pushed)
-		}
-		e.emit(r.Code...)
-		if r.Exits && !isUncond(lastIn) {
-			e.emit(x86.JmpTo(e.pc(), p.Ret)...) // a jcc not taken
-		}
-	} else {
-		e.emit(x86.JmpTo(e.pc(), p.Ret)...)
-	}
-	p.FinalEnd = e.pc()
+	p.Back = e.pc()
+	e.rel([]byte{0xe9}, "final")
 
 	// trap: a thread leaving with a signal held stops at the int3
 	e.label("trap")
@@ -330,22 +532,44 @@ func Build(s Spec) (*Pad, error) {
 	e.emit(0xcc)
 	e.rel([]byte{0xe9}, "final")
 
-	// commit: after the covered instructions; the flags are pushed
-	// already, below the red zone
-	e.label("commit")
-	e.emit(0x50, 0x53, 0x51, 0x52, 0x56, 0x57, 0x55)
-	for r := byte(0); r < 8; r++ {
-		e.emit(0x41, 0x50+r)
+	// a record pending: the slot kept until it is committed
+	e.label("pend")
+	restoreFrame(e, false)
+	popWords(e)
+	if err := relocated("B"); err != nil {
+		return nil, err
 	}
-	e.emit(0x48, 0x89, 0xe5) // mov %rsp,%rbp
-	// rbp = orig + delta - redZone - 16*8; scratch_0 = orig - redZone - frameSize + sc0
-	sc0FromRBP := -int64(frameSize) + sc0 + 16*8 - delta
-	e.mem32(0x48, []byte{0x8d}, 3, 5, sc0FromRBP-64) // lea (scratch_0-64)(%rbp),%rbx
-	e.emit(0x48, 0x89, 0xdc)                         // mov %rbx,%rsp
-	e.emit(0x48, 0x83, 0xe4, 0xf0)                   // and $-16,%rsp
+	twins("A", "C", func(a, c uint64, i int) { p.Holding[a] = c })
+	twins("B", "A", func(b, a uint64, i int) { p.Pending[b] = Twin{A: a, Delta: deltas[i]} })
+	// post: the flags below the red zone, then rax, rcx, rdx: rsp = R +
+	// delta - 160
+	e.emit(0x48, 0x8d, 0x64, 0x24, 0x80)                // lea -128(%rsp),%rsp
+	e.emit(0x9c, 0x50, 0x51, 0x52)                      // pushfq; push rax, rcx, rdx
+	e.mem32(0x48, []byte{0x8d}, 1, 4, StackBelow-delta) // lea (160-delta)(%rsp),%rcx: R
+	findSlot(e)
+	for pass := 1; pass <= 2; pass++ {
+		find := fmt.Sprintf("find%d", pass)
+		e.label(find)
+		e.emit(0x48, 0x39, 0x0a) // cmp %rcx,(%rdx)
+		e.rel([]byte{0x0f, 0x84}, "found")
+		e.emit(0x48, 0x81, 0xc2) // add $SlotStride,%rdx
+		e.u32(SlotStride)
+		e.rel([]byte{0x48, 0x3b, 0x15}, "poolEnd") // cmp poolEnd(%rip),%rdx
+		e.rel([]byte{0x0f, 0x82}, find)            // jb
+		e.rel([]byte{0x48, 0x8b, 0x15}, "pool0")   // mov pool0(%rip),%rdx
+	}
+	e.rel([]byte{0xe9}, "postdone") // not found (it cannot be): nothing to commit
+	e.label("found")
+	e.emit(0x48, 0x89, 0xe0)                               // mov %rsp,%rax: the thread's
+	e.mem32(0x48, []byte{0x8d}, 4, 2, -frameSize+sc0-64)   // lea (scratch_0-64)(%rdx),%rsp
+	e.emit(0x48, 0x83, 0xe4, 0xf0)                         // and $-16,%rsp
+	e.emit(0x50, 0x52, 0x53, 0x55, 0x56, 0x57)             // push rax, rdx, rbx, rbp, rsi, rdi
+	e.emit(0x41, 0x50, 0x41, 0x51, 0x41, 0x52, 0x41, 0x53) // push r8-r11
+	e.emit(0x41, 0x54, 0x41, 0x54)                         // push r12 (twice: 16-byte aligned)
+	e.mem32(0x48, []byte{0x8d}, 5, 2, -frameSize)          // lea -frameSize(%rdx),%rbp: where the frame was
 	for i := range s.Probes {
-		e.mem32(0x48, []byte{0x8d}, 3, 5, sc0FromRBP+int64(offs[i])) // lea scratch_i(%rbp),%rbx
-		e.mem32(0, []byte{0x80}, 7, 3, jit.OffPadFlag)               // cmpb $1,OffPadFlag(%rbx)
+		e.mem32(0x48, []byte{0x8d}, 3, 5, sc0+int64(offs[i])) // lea scratch_i(%rbp),%rbx
+		e.mem32(0, []byte{0x80}, 7, 3, jit.OffPadFlag)        // cmpb $1,OffPadFlag(%rbx)
 		e.emit(jit.ResultCommit)
 		nc := fmt.Sprintf("post%d", i)
 		e.rel([]byte{0x0f, 0x85}, nc)
@@ -354,14 +578,13 @@ func Build(s Spec) (*Pad, error) {
 		e.rel([]byte{0xe8}, "ring")
 		e.label(nc)
 	}
-	e.emit(0x48, 0x89, 0xec) // mov %rbp,%rsp
-	for r := byte(7); ; r-- {
-		e.emit(0x41, 0x58+r)
-		if r == 0 {
-			break
-		}
-	}
-	e.emit(0x5d, 0x5f, 0x5e, 0x5a, 0x59, 0x5b, 0x58)
+	e.emit(0x41, 0x5c, 0x41, 0x5c)                         // pop r12 (twice)
+	e.emit(0x41, 0x5b, 0x41, 0x5a, 0x41, 0x59, 0x41, 0x58) // pop r11-r8
+	e.emit(0x5f, 0x5e, 0x5d, 0x5b, 0x5a, 0x58)             // pop rdi, rsi, rbp, rbx, rdx, rax
+	e.emit(0x48, 0x89, 0xc4)                               // mov %rax,%rsp: the thread's stack
+	e.emit(0x48, 0xc7, 0x02, 0, 0, 0, 0)                   // movq $0,(%rdx): the slot is free
+	e.label("postdone")
+	e.emit(0x5a, 0x59, 0x58) // pop rdx, rcx, rax
 	e.rel([]byte{0xe9}, "cont")
 
 	e.label("ring")
@@ -378,6 +601,13 @@ func Build(s Spec) (*Pad, error) {
 			p.Fixups[base+uint64(f.At)] = base + uint64(f.Handler)
 		}
 	}
+	for len(e.b)%8 != 0 {
+		e.emit(0xcc)
+	}
+	e.label("pool0")
+	e.u64(s.Pool + slotTop)
+	e.label("poolEnd")
+	e.u64(s.Pool + PoolSize)
 	if err := e.resolve(); err != nil {
 		return nil, err
 	}
@@ -385,6 +615,17 @@ func Build(s Spec) (*Pad, error) {
 	p.Code = e.b
 	return p, nil
 }
+
+// SlotOf returns the owner word of the slot a thread at rsp r starts its
+// search from (the pad's findSlot), and the pool's end: gprobes looks for
+// a slot whose owner is r from there, wrapping to Pool+slotTop.
+func SlotOf(pool, r uint64) (first, end uint64) {
+	k := uint64(uint32(r>>12)*0x9e3779b1) >> (32 - poolBits)
+	return pool + slotTop + k<<slotShift, pool + PoolSize
+}
+
+// FirstSlot is the owner word of the pool's first slot.
+func FirstSlot(pool uint64) uint64 { return pool + slotTop }
 
 // isUncond: the relocated instruction never falls through (jmp, call,
 // ret, indirect jmp); a jcc does.

@@ -29,7 +29,10 @@ const (
 	// where every thread it checked holds its id there (glibc's struct
 	// pthread: 0x2d0) and rdfsbase is allowed; it clears it when a
 	// thread does not.
-	OffTCBTid   = 320
+	OffTCBTid = 320
+	// OffMissed: u64 hits that ran no probe because every pad stack was
+	// in use (pad.PoolSlots threads inside pads at once)
+	OffMissed   = 384
 	OffCounters = 4096
 	MaxProbes   = 1024 // probes (sites × probes there) one region serves
 	OffLV       = OffCounters + MaxProbes*64
@@ -172,6 +175,7 @@ func LoadCounters(c *jit.Counters) jit.Counters {
 		Faults:   atomic.LoadUint64(&c.Faults),
 		Disabled: atomic.LoadUint64(&c.Disabled),
 		Lost:     atomic.LoadUint64(&c.Lost),
+		Missed:   atomic.LoadUint64(&c.Missed),
 	}
 }
 

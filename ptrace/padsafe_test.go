@@ -223,3 +223,32 @@ exit 1
 	}
 	t.Logf("records from pids %v; the program: %q", pids, lines)
 }
+
+// A pad's state is not on the thread's stack: a thread with a 16 KiB
+// stack calls a probed function with about 1 KiB left, and from a
+// handler on a 4 KiB alternate stack; the bytes below the alternate stack
+// stay as they were, and nothing is written below the probed function's
+// rsp further than its red zone and a few words. Before: SIGSEGV (a pad
+// took 2.7 KiB below the rsp).
+func TestPadStack(t *testing.T) {
+	prog := stormFixture(t)
+	r := startWith(t, startConfig{path: prog}, "-t", "1", "-n", "20000", "-S")
+	checkStormProbes(t, r.insert(compileFor(t, prog, stormProbes)))
+	r.eng.Release()
+	lines := r.finish()
+	s, ok := parseStorm(lines)
+	if !ok || s.bad != 0 || s.altBad != 0 {
+		t.Fatalf("the program's own check: %q", lines)
+	}
+	// f_leaf writes 16 bytes below its rsp itself
+	const most = 128 + 4*8
+	if s.deep > most {
+		t.Errorf("something wrote %d bytes below f_leaf's rsp, more than its red zone and 4 words (%d)", s.deep, most)
+	}
+	lv, _, _ := r.eng.Vars(prog, false)
+	// the 16 KiB thread: 1 + 20000 calls, and 100 from each of 1000 handlers
+	if want := uint64(s.calls + 1 + 20000 + 1000*100); lv[2] != want {
+		t.Errorf("f_leaf counted %d, want %d", lv[2], want)
+	}
+	t.Logf("%s", s.line)
+}

@@ -426,6 +426,25 @@ func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
 	return first, nil
 }
 
+// MapStacks maps size bytes of private read-write memory in the process,
+// anywhere, reserving no swap for what is never touched (jump pads'
+// stacks: a few KiB of each used).
+func (tg *Target) MapStacks(space, tid int, size uint64) (uint64, error) {
+	entry, err := injectAt(space)
+	if err != nil {
+		return 0, err
+	}
+	addr, err := tg.inject(space, tid, entry, sysCall{"mmap", sysMmap, []uint64{0, size, uint64(unix.PROT_READ | unix.PROT_WRITE),
+		uint64(unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_NORESERVE), ^uint64(0), 0}})
+	if err != nil {
+		return 0, err
+	}
+	if int64(addr) < 0 && int64(addr) > -4096 {
+		return 0, fmt.Errorf("mmap of %d bytes: %w", size, unix.Errno(-int64(addr)))
+	}
+	return addr, nil
+}
+
 // MapShared maps gprobes' memfd fd (size bytes) into the process, read
 // and write, shared: thread tid (stopped) opens it through
 // /proc/<gprobes>/fd/<fd> and maps it, with system calls injected at the
