@@ -543,9 +543,17 @@ func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flus
 		}
 	}
 	for _, g := range w.gens {
-		if f := byID[g.id]; f != nil && g.id != (fileID{}) && w.latest(g) {
-			queue = append(queue, opened{f, g.n})
+		f := byID[g.id]
+		if f != nil && g.id != (fileID{}) && w.latest(g) {
 			delete(byID, g.id)
+		} else if f = nil; g.n == w.gen {
+			// the file being written is at no name the daemon reads (moved
+			// away, and no new one could be opened): read it through the
+			// writer's own descriptor
+			f = w.openGeneration(g)
+		}
+		if f != nil {
+			queue = append(queue, opened{f, g.n})
 		} else if g.away != inChain {
 			away[g.away] += g.records
 		}

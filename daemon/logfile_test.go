@@ -212,3 +212,31 @@ func TestLogWatchNoticesARenameAtOnce(t *testing.T) {
 		t.Errorf("the renamed file holds %v, want [1]", got)
 	}
 }
+
+// When no new file can be opened at the path (a directory put there), the
+// writer goes on in the file it has, and a reader reads it through the
+// writer's descriptor: the records are neither lost nor hidden.
+func TestLogMovedAndNoNewFile(t *testing.T) {
+	dir := t.TempDir()
+	var warnings []string
+	w, err := OpenLog(dir, LogOptions{Warn: func(s string) { warnings = append(warnings, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.Write(record(0, "m", 1))
+	os.Rename(w.Path(), w.Path()+"-old")
+	os.Mkdir(w.Path(), 0o700)
+	w.Status() // the writer looks
+	for i := 1; i < 4; i++ {
+		if err := w.Write(record(i, "m", 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pids, lost := readLog(t, w); fmt.Sprint(pids) != "[0 1 2 3]" || lost != (LostLine{}) {
+		t.Errorf("read %v (%+v), want every record", pids, lost)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "no new one can be opened") {
+		t.Errorf("warnings %q", warnings)
+	}
+}
