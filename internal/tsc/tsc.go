@@ -27,9 +27,16 @@ func Calibrate(d time.Duration) (Cal, bool) {
 	t0, c0 := time.Now(), Read()
 	time.Sleep(d)
 	t1, c1 := time.Now(), Read()
+	return between(t0, c0, t1, c1)
+}
+
+// between is the calibration from two samples of the wall clock and the
+// counter, anchored at the second: its rate is (t1-t0)/(c1-c0) in 32.32
+// fixed point. ok is false when the samples give no rate.
+func between(t0 time.Time, c0 uint64, t1 time.Time, c1 uint64) (Cal, bool) {
 	dt := uint64(t1.Sub(t0).Nanoseconds())
 	dc := c1 - c0
-	if dc == 0 || dt == 0 {
+	if dc == 0 || dt == 0 || t1.Before(t0) || int64(dc) < 0 {
 		return Cal{}, false
 	}
 	// mult = dt << shift / dc
@@ -71,13 +78,16 @@ type Clock struct {
 	cal    Cal
 	ok     bool
 	refine time.Time
+	sample func() (time.Time, uint64) // the wall clock and the counter now; tests replace it
 }
+
+func sampleNow() (time.Time, uint64) { return time.Now(), Read() }
 
 // NewClock calibrates a clock; ok is false without a counter.
 func NewClock(d time.Duration) (*Clock, bool) {
 	t0, c0 := time.Now(), Read()
 	cal, ok := Calibrate(d)
-	return &Clock{c0: c0, t0: t0, cal: cal, ok: ok, refine: time.Now()}, ok
+	return &Clock{c0: c0, t0: t0, cal: cal, ok: ok, refine: time.Now(), sample: sampleNow}, ok
 }
 
 // Cal is the current calibration.
@@ -95,16 +105,15 @@ func (c *Clock) Time(v uint64) time.Time { return c.Cal().Time(v) }
 func (c *Clock) Refine() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.ok || time.Since(c.refine) < time.Second {
+	if !c.ok {
 		return
 	}
-	t1, c1 := time.Now(), Read()
-	dt, dc := uint64(t1.Sub(c.t0).Nanoseconds()), c1-c.c0
-	hi, lo := bits.Mul64(dt, 1<<shift)
-	if dc == 0 || hi >= dc {
+	t1, c1 := c.sample()
+	if t1.Sub(c.refine) < time.Second {
 		return
 	}
-	mult, _ := bits.Div64(hi, lo, dc)
-	c.cal = Cal{TSC0: c1, NS0: uint64(t1.UnixNano()), Mult: mult, Shift: shift}
-	c.refine = t1
+	if cal, ok := between(c.t0, c.c0, t1, c1); ok {
+		c.cal = cal
+		c.refine = t1
+	}
 }
