@@ -273,7 +273,7 @@
 // (logonfault has no meaning). The temporary log is per CPU. The lazily
 // paged user memory and the log str fault address above.
 //
-// # Speed (TestGetppidCost, this host, one run)
+// # Speed (BenchmarkGetppidCost, this host, one run)
 //
 // getppid 166 ns natively; a hand-written minimal counter (one atomic add
 // to a one-entry array) on syscalls:sys_enter_getppid +156 ns a hit; the

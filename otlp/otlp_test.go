@@ -228,12 +228,19 @@ func TestQueueFull(t *testing.T) {
 	}
 	e := newExp(t, Options{URL: "grpc://" + addr, Queue: 4096, Interval: 50 * time.Millisecond, Retry: time.Minute})
 	in := lines(100)
-	start := time.Now()
-	for i := range in {
-		export(e, &in[i])
-	}
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Errorf("100 exports took %v", d)
+	// nothing listens at addr and the sender waits a minute between
+	// tries: an Export that waited for room would not return
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range in {
+			export(e, &in[i])
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("100 exports did not return within a minute (status %+v): Export waits for room", e.Status())
 	}
 	st := e.Status()
 	if st.QueueFull < 50 || st.Dropped.Records != st.QueueFull || !strings.Contains(st.Dropped.LastError, "queue is full") {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf/btf"
 )
@@ -130,7 +131,8 @@ type btfInfo struct {
 	ptrSize int
 	sizes   map[string]uint64
 	fields  map[string]layout
-	keys    []string // every type key, for suggestions; built on the first miss
+	keys    []string     // every type key, for suggestions; built on the first miss
+	visits  atomic.Int64 // the member walks' calls: a test bounds them
 }
 
 // loadBTF parses t's BTF, once. The caller holds t.mu. The file is read
@@ -550,6 +552,7 @@ func membersOf(ty btf.Type) ([]btf.Member, bool) {
 // visited holds the types searched already in vain, so that a hostile
 // file whose anonymous members share or repeat types costs one visit each.
 func (bi *btfInfo) findMember(ty btf.Type, name string, depth int, visited map[btf.Type]bool) (m btf.Member, off btf.Bits, ok bool, err error) {
+	bi.visits.Add(1)
 	if depth > maxChain {
 		return m, 0, false, fmt.Errorf("anonymous members of %s nest deeper than %d", describeBTF(ty), maxChain)
 	}
@@ -583,6 +586,7 @@ func (bi *btfInfo) findMember(ty btf.Type, name string, depth int, visited map[b
 
 // fieldNames lists the member names visible in ty, through anonymous members.
 func (bi *btfInfo) fieldNames(ty btf.Type, visited map[btf.Type]bool, out []string) []string {
+	bi.visits.Add(1)
 	ms, _ := membersOf(ty)
 	if visited[ty] {
 		return out

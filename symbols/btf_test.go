@@ -194,7 +194,7 @@ func TestBTFTypeErrors(t *testing.T) {
 		cases = append(cases, btfCase{[]string{b.pahole}, b.pahole}, btfCase{[]string{b.paholeRaw}, b.paholeRaw})
 	}
 	if len(cases) == 0 {
-		t.Skip(b.gccSkip, "; ", b.paholeSkip)
+		testkit.SkipOrFail(t, "%s; %s", b.gccSkip, b.paholeSkip)
 	}
 	for _, c := range cases {
 		s := NewSet(mustOpen(t, "testdata/kallsyms"))
@@ -366,7 +366,7 @@ func TestBTFOpen(t *testing.T) {
 func TestBTFChanged(t *testing.T) {
 	b := needBTFFixtures(t)
 	if b.gccSkip != "" {
-		t.Skip(b.gccSkip)
+		testkit.SkipOrFail(t, "%s", b.gccSkip)
 	}
 	p := filepath.Join(t.TempDir(), "x.btf")
 	data, err := os.ReadFile(b.gccRaw[0])
@@ -649,9 +649,7 @@ func checkPtRegs(t *testing.T, s *Set, wantSizes bool) {
 // /sys/kernel/btf/vmlinux) and checks it against the hand-rolled reader,
 // bpftool and pahole.
 func TestBTFRunningKernel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: reads the whole kernel BTF")
-	}
+	testkit.SkipShort(t, "reads the whole kernel BTF")
 	p := kernelBTF(t)
 	tb := mustOpen(t, p)
 	if tb.Format() != FormatBTF || !tb.HasBTF() || tb.Len() != 0 {
@@ -677,9 +675,7 @@ func TestBTFRunningKernel(t *testing.T) {
 // TestBTFLabKernel reads the lab's Debian 6.1 vmlinux: an ELF with .BTF, no
 // symbol table and no DWARF, with its System.map.
 func TestBTFLabKernel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: reads the whole kernel BTF")
-	}
+	testkit.SkipShort(t, "reads the whole kernel BTF")
 	dir := labArtifacts(t)
 	vmlinux, sysmap := filepath.Join(dir, "vmlinux"), filepath.Join(dir, "System.map")
 	vt := mustOpen(t, vmlinux)
@@ -793,11 +789,12 @@ func unameRelease(t *testing.T) string {
 	return strings.TrimSpace(string(b))
 }
 
-// TestBTFCost measures the costs docs/symbols.md reports, on this
-// machine's kernel BTF (or SYMBOLS_BTF=FILE):
+// BenchmarkBTFCost measures the costs docs/symbols.md reports, on this
+// machine's kernel BTF (or SYMBOLS_BTF=FILE), once (cold caches):
 //
-//	go test -run BTFCost -v ./symbols/
-func TestBTFCost(t *testing.T) {
+//	go test -run '^$' -bench BTFCost -benchtime 1x -v ./symbols/
+func BenchmarkBTFCost(b *testing.B) {
+	t := b
 	p := os.Getenv("SYMBOLS_BTF")
 	if p == "" {
 		p = kernelBTF(t)
@@ -906,41 +903,74 @@ func hostileBTF(t testing.TB) []byte {
 	return marshalBTF(t, loop, deep, tb, huge)
 }
 
-// TestBTFHostile: cycles and blow-ups end at once with an error.
+// TestBTFHostile: cycles and blow-ups end at once with an error: the
+// member walks visit each type once a query (the file has 50 types; a walk
+// without its memory would take 2^40 paths through struct deep). The
+// queries run aside while the test watches the walks' count, so that a
+// blow-up fails at once, with its count, instead of running till the
+// test's timeout.
 func TestBTFHostile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "hostile.btf")
 	if err := os.WriteFile(p, hostileBTF(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := NewSet(mustOpen(t, p))
-	start := time.Now()
-	if v, err := s.Offsetof("struct loop", "b"); err != nil || v != 0 {
-		t.Errorf("Offsetof(loop, b) = %d, %v", v, err)
+	tb := mustOpen(t, p)
+	tb.mu.Lock()
+	bi, err := tb.loadBTF()
+	tb.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
 	}
-	var nf *NotFoundError
-	if _, err := s.Offsetof("struct loop", "x"); !errors.As(err, &nf) {
-		t.Errorf("Offsetof(loop, x) = %v; want not found", err)
-	}
-	if v, err := s.Offsetof("struct deep", "leaf"); err != nil || v != 0 {
-		t.Errorf("Offsetof(deep, leaf) = %d, %v", v, err)
-	}
-	if _, err := s.Offsetof("struct deep", "leaff"); !errors.As(err, &nf) || nf.Suggestions[0] != "leaf" {
-		t.Errorf("Offsetof(deep, leaff) = %v; want not found, suggesting leaf", err)
-	}
-	if _, err := s.Sizeof("ta"); err == nil || !strings.Contains(err.Error(), "typedef chain longer than") {
-		t.Errorf("Sizeof(ta) = %v; want a chain error", err)
-	}
-	if _, err := s.Sizeof("struct huge"); err != nil {
-		t.Errorf("Sizeof(huge) = %v", err)
-	}
-	if _, _, err := s.Field("struct huge", "a"); err == nil || !strings.Contains(err.Error(), "overflows") {
-		t.Errorf("Field(huge, a) = %v; want an overflow", err)
-	}
-	if _, err := s.Offsetof("struct huge", "a[4294967294]"); err == nil || !strings.Contains(err.Error(), "overflows") {
-		t.Errorf("Offsetof(huge, a[max]) = %v; want an overflow", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("hostile queries took %v", d)
+	const queries, types = 8, 50
+	const bound = queries * (types + 1)
+	s := NewSet(tb)
+	errs := make(chan []string, 1)
+	go func() {
+		var e []string
+		if v, err := s.Offsetof("struct loop", "b"); err != nil || v != 0 {
+			e = append(e, fmt.Sprintf("Offsetof(loop, b) = %d, %v", v, err))
+		}
+		var nf *NotFoundError
+		if _, err := s.Offsetof("struct loop", "x"); !errors.As(err, &nf) {
+			e = append(e, fmt.Sprintf("Offsetof(loop, x) = %v; want not found", err))
+		}
+		if v, err := s.Offsetof("struct deep", "leaf"); err != nil || v != 0 {
+			e = append(e, fmt.Sprintf("Offsetof(deep, leaf) = %d, %v", v, err))
+		}
+		if _, err := s.Offsetof("struct deep", "leaff"); !errors.As(err, &nf) || nf.Suggestions[0] != "leaf" {
+			e = append(e, fmt.Sprintf("Offsetof(deep, leaff) = %v; want not found, suggesting leaf", err))
+		}
+		if _, err := s.Sizeof("ta"); err == nil || !strings.Contains(err.Error(), "typedef chain longer than") {
+			e = append(e, fmt.Sprintf("Sizeof(ta) = %v; want a chain error", err))
+		}
+		if _, err := s.Sizeof("struct huge"); err != nil {
+			e = append(e, fmt.Sprintf("Sizeof(huge) = %v", err))
+		}
+		if _, _, err := s.Field("struct huge", "a"); err == nil || !strings.Contains(err.Error(), "overflows") {
+			e = append(e, fmt.Sprintf("Field(huge, a) = %v; want an overflow", err))
+		}
+		if _, err := s.Offsetof("struct huge", "a[4294967294]"); err == nil || !strings.Contains(err.Error(), "overflows") {
+			e = append(e, fmt.Sprintf("Offsetof(huge, a[max]) = %v; want an overflow", err))
+		}
+		errs <- e
+	}()
+	for {
+		select {
+		case e := <-errs:
+			for _, m := range e {
+				t.Error(m)
+			}
+			if n := bi.visits.Load(); n > bound {
+				t.Errorf("the member walks took %d steps, more than %d", n, bound)
+			}
+			t.Logf("%d member-walk steps", bi.visits.Load())
+			return
+		default:
+		}
+		if n := bi.visits.Load(); n > bound {
+			t.Fatalf("the member walks are past %d steps (%d): a blow-up", bound, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -8,20 +8,22 @@ import (
 	"time"
 )
 
-// TestLargeDWARFCost measures the first queries on a large ELF file, such as
-// a vmlinux built with debug information. It runs only when
-// SYMBOLS_LARGE_ELF names the file; SYMBOLS_LARGE_TYPE (default "struct
+// BenchmarkLargeDWARFCost measures the first queries on a large ELF file,
+// such as a vmlinux built with debug information, once (cold caches: run
+// it with -benchtime 1x). It runs only when SYMBOLS_LARGE_ELF names the
+// file; SYMBOLS_LARGE_TYPE (default "struct
 // task_struct") and SYMBOLS_LARGE_FIELD (default "pid") choose the lookup,
 // SYMBOLS_LARGE_RARE (default a type that does not exist) one defined only
 // in the last compile unit.
 // The figures in docs/symbols.md come from here.
 //
-//	SYMBOLS_LARGE_ELF=/path/to/vmlinux go test -run LargeDWARF -v ./symbols/
-func TestLargeDWARFCost(t *testing.T) {
+//	SYMBOLS_LARGE_ELF=/path/to/vmlinux go test -run '^$' -bench LargeDWARF -benchtime 1x -v ./symbols/
+func BenchmarkLargeDWARFCost(b *testing.B) {
 	path := os.Getenv("SYMBOLS_LARGE_ELF")
 	if path == "" {
-		t.Skip("set SYMBOLS_LARGE_ELF to a large ELF file with DWARF")
+		b.Skip("set SYMBOLS_LARGE_ELF to a large ELF file with DWARF")
 	}
+	t := b
 	typ := cmpOr(os.Getenv("SYMBOLS_LARGE_TYPE"), "struct task_struct")
 	field := cmpOr(os.Getenv("SYMBOLS_LARGE_FIELD"), "pid")
 
