@@ -79,15 +79,27 @@ type Discarded struct {
 var discardedRE = regexp.MustCompile(`Tracer discarded (\d+) events between .* within stream "([^"]*)"`)
 
 // Read runs babeltrace2 on the trace directory and returns its events, in
-// its order (time, then stream), and the discarded-event reports.
+// its order (time, then stream), and the discarded-event reports; a trace
+// babeltrace2 cannot read fails the test.
 func Read(t testing.TB, dir string) ([]Event, []Discarded) {
+	t.Helper()
+	events, disc, err := Try(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events, disc
+}
+
+// Try is Read returning babeltrace2's failure instead of failing the test
+// (to wait for a trace that is still being written).
+func Try(t testing.TB, dir string) ([]Event, []Discarded, error) {
 	t.Helper()
 	bt := Need(t)
 	cmd := exec.Command(bt, "--clock-cycles", "--no-delta", "--names=all", dir)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("babeltrace2 %s: %v\n%s", dir, err, errb.String())
+		return nil, nil, fmt.Errorf("babeltrace2 %s: %v\n%s", dir, err, errb.String())
 	}
 	var events []Event
 	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
@@ -96,7 +108,7 @@ func Read(t testing.TB, dir string) ([]Event, []Discarded) {
 		}
 		ev, err := ParseLine(line)
 		if err != nil {
-			t.Fatalf("babeltrace2's line %q: %v", line, err)
+			return nil, nil, fmt.Errorf("babeltrace2's line %q: %v", line, err)
 		}
 		events = append(events, ev)
 	}
@@ -105,7 +117,7 @@ func Read(t testing.TB, dir string) ([]Event, []Discarded) {
 		n, _ := strconv.ParseUint(m[1], 10, 64)
 		disc = append(disc, Discarded{n, m[2]})
 	}
-	return events, disc
+	return events, disc, nil
 }
 
 // ParseLine parses one event line of --names=all:
