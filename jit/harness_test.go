@@ -80,6 +80,7 @@ type harness struct {
 	gsBase   uint64
 	maps     []mapping
 	stats    map[string]int // outcomes seen, for the random test's log
+	refused  map[string]int // the verifier's refusals of random programs, by kind
 	// the module's switches (Layout.Switch), and the machine's copy
 	sw, swShadow []byte
 }
@@ -365,6 +366,7 @@ func (e *env) Switch(minor uint16, on bool) bool {
 type probeRun struct {
 	h    *harness
 	p    *rpn.Program
+	idx  int // the probe of p under test
 	code *jit.Code
 	x    *jitexec.Code
 	mach rpn.Machine
@@ -385,8 +387,11 @@ func (r *probeRun) close() {
 // start compiles probe 0 of p and resets counters, variables and the
 // thread table; lv and gv start with random words (wider than 32 bits
 // too: gprobes may write any value).
-func (h *harness) start(p *rpn.Program) (*probeRun, error) {
-	code, err := jit.Compile(p, 0, h.layout())
+func (h *harness) start(p *rpn.Program) (*probeRun, error) { return h.startProbe(p, 0) }
+
+// startProbe is start for probe idx of p.
+func (h *harness) startProbe(p *rpn.Program, idx int) (*probeRun, error) {
+	code, err := jit.Compile(p, idx, h.layout())
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +403,7 @@ func (h *harness) start(p *rpn.Program) (*probeRun, error) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	r := &probeRun{h: h, p: p, code: code, x: x, lv: make([]uint64, rpn.MaxVars), gv: make([]uint64, rpn.MaxGVars)}
+	r := &probeRun{h: h, p: p, idx: idx, code: code, x: x, lv: make([]uint64, rpn.MaxVars), gv: make([]uint64, rpn.MaxGVars)}
 	h.t.Cleanup(r.close)
 	*h.counters() = jit.Counters{}
 	for i := range r.lv {
@@ -449,14 +454,14 @@ func (r *probeRun) hit(s hitSetup) string {
 	h := r.h
 	e := &env{h: h, frame: s.frame, tsc: s.tsc}
 	var res *rpn.Result
-	if h.swShadow[r.p.Module().Probes[0].Minor] != 0 {
+	if h.swShadow[r.p.Module().Probes[r.idx].Minor] != 0 {
 		// switched off: what the engine does, no hit (no run, no count)
 		res = &rpn.Result{Outcome: rpn.OutcomeSkipped}
 	} else {
-		res = r.mach.Run(r.p, 0, &r.st, r.lv, r.gv, e)
+		res = r.mach.Run(r.p, r.idx, &r.st, r.lv, r.gv, e)
 	}
 	if e.err != nil {
-		h.t.Fatalf("%v\n%s", e.err, r.p.Listing(0))
+		h.t.Fatalf("%v\n%s", e.err, r.p.Listing(r.idx))
 	}
 	if h.stats != nil {
 		k := res.Outcome.String()
