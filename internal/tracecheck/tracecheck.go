@@ -217,7 +217,9 @@ func ctfEvent(g babeltrace.Event, w timeline.Event) error {
 // Perfetto decodes the trace at path and checks it holds exactly want
 // (and the losses): the sequences and their incremental state, the track
 // descriptors, every event's type, track, timestamp, name, category and
-// debug annotations.
+// debug annotations; first with package perfetto's reader, then with
+// Perfetto's own schema (PerfettoSchema), which shares no field number
+// with the writer.
 func Perfetto(t testing.TB, path string, want []timeline.Event, losses []timeline.Loss) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -319,6 +321,8 @@ func Perfetto(t testing.TB, path string, want []timeline.Event, losses []timelin
 			t.Errorf("Perfetto: counter %d: %+v, want %d at %d", i+1, c, total, e.Timestamp)
 		}
 	}
+	// and the same, read with Perfetto's own schema
+	PerfettoSchema(t, path, want, losses)
 }
 
 // findTrack finds the thread's track: a thread descriptor under its
