@@ -224,10 +224,7 @@ func TestFieldDataLoc(t *testing.T) {
 	f := format(t, "sched", "sched_process_exec")
 	p := compileProbe(t, "tracepoint = sched:sched_process_exec\npush field,pid\npush field,old_pid\nlog 2\npush d,4096\npush field,filename\nlog str\nexit 1")
 	prog, m, _ := load(t, p, bpf.Options{Kind: bpf.KindTracepoint, Format: f})
-	path, err := exec.LookPath("true")
-	if err != nil {
-		t.Skip(err)
-	}
+	path := testkit.Tool(t, "true")
 	rd, err := bpf.NewReader(m)
 	if err != nil {
 		t.Fatal(err)

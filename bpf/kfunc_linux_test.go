@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gprobes/gprobes/bpf"
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // Function probes: fentry, kprobe, kretprobe. This host's kernel (6.18)
@@ -64,12 +65,12 @@ func kallsyms(t testing.TB, name string) uint64 {
 		if len(fs) >= 3 && fs[2] == name && (fs[1] == "t" || fs[1] == "T") {
 			a, _ := strconv.ParseUint(fs[0], 16, 64)
 			if a == 0 {
-				t.Skip("kallsyms hides addresses")
+				testkit.SkipOrFail(t, "kallsyms hides addresses (kernel.kptr_restrict)")
 			}
 			return a
 		}
 	}
-	t.Skipf("no %s in kallsyms", name)
+	testkit.SkipOrFail(t, "no %s in kallsyms", name)
 	return 0
 }
 
@@ -117,7 +118,10 @@ func TestFentry(t *testing.T) {
 	const fn = "do_sys_openat2"
 	nargs, err := bpf.FuncArgs(fn)
 	if err != nil {
-		t.Skip(err)
+		if _, serr := os.Stat("/sys/kernel/btf/vmlinux"); serr != nil {
+			testkit.SkipOrFail(t, "%v", err)
+		}
+		t.Fatalf("FuncArgs(%s), the kernel's BTF there: %v", fn, err)
 	}
 	if nargs != 3 {
 		t.Fatalf("FuncArgs(%s) = %d, want 3", fn, nargs)

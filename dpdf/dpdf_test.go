@@ -2,7 +2,6 @@ package dpdf
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -262,9 +261,7 @@ func TestPreprocessorMissing(t *testing.T) {
 }
 
 func TestPreprocessorCommandFails(t *testing.T) {
-	if _, err := exec.LookPath("false"); err != nil {
-		t.Skip("no false(1)")
-	}
+	testkit.Need(t, "false")
 	dir := writeFiles(t, map[string]string{"p.dpdf": "#define A 1\n"})
 	_, err := Parse(filepath.Join(dir, "p.dpdf"), Options{CPP: "false"})
 	if err == nil || !strings.Contains(err.Error(), "p.dpdf:1:1: the C preprocessor false failed") {

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/internal/tracecheck"
 	"github.com/gprobes/gprobes/perfetto"
 	"github.com/gprobes/gprobes/timeline"
@@ -45,7 +46,7 @@ func TestDecode(t *testing.T) {
 // A chunk the file does not take loses its records, each told to OnLost.
 func TestLostChunk(t *testing.T) {
 	if _, err := os.Stat("/dev/full"); err != nil {
-		t.Skip("no /dev/full")
+		testkit.SkipOrFail(t, "no /dev/full: %v", err)
 	}
 	lost := 0
 	w, err := perfetto.Create("/dev/full", timeline.Options{OnLost: func(r *timeline.Record, err error) {

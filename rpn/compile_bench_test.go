@@ -24,8 +24,18 @@ func generateDPDF(n int) string {
 	return b.String()
 }
 
+var genPath = flag.String("gen", "", "TestGenerated1000Compiles also writes the 1,000-probe DPDF of BenchmarkCompile1000 to this file")
+
+// TestGenerated1000Compiles: the benchmark's generated DPDF compiles to
+// 1,000 probes. With -gen FILE it also writes it there, for timing the
+// CLI (scripts/bench).
 func TestGenerated1000Compiles(t *testing.T) {
 	src := generateDPDF(1000)
+	if *genPath != "" {
+		if err := os.WriteFile(*genPath, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f, err := dpdf.ParseSource("gen.dpdf", []byte(src), dpdf.Options{NoPreprocessor: true})
 	if err != nil {
 		t.Fatal(err)
@@ -53,18 +63,5 @@ func BenchmarkCompile1000(b *testing.B) {
 		if _, err := rpn.Compile(f, rpn.CompileOptions{}); err != nil {
 			b.Fatal(err)
 		}
-	}
-}
-
-var genPath = flag.String("gen", "", "TestWriteGenerated writes the 1,000-probe DPDF of BenchmarkCompile1000 to this file")
-
-// TestWriteGenerated writes the benchmark's generated DPDF for timing the
-// CLI (scripts/bench); without -gen it does nothing.
-func TestWriteGenerated(t *testing.T) {
-	if *genPath == "" {
-		t.Skip("no -gen")
-	}
-	if err := os.WriteFile(*genPath, []byte(generateDPDF(1000)), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/internal/testkit"
-	"github.com/gprobes/gprobes/targets"
 )
 
 // The seed 003 scenario of issue 12 on a real vCPU: testdata/kvm/vmm.c,
@@ -179,9 +178,6 @@ func probeRows(out string) map[uint16]map[string]string {
 // kvm:kvm_userspace_exit too); the probes' hits are the kernel's events of
 // that VMM, while another one runs outside the command all along.
 func TestKernelKVMPio(t *testing.T) {
-	if _, err := targets.Parse("kernel"); err != nil {
-		t.Skipf("gprobes run --target kernel is not built yet (issue 12): %v", err)
-	}
 	if os.Geteuid() != 0 {
 		testkit.SkipOrFail(t, "the kernel target needs root (BPF), euid %d", os.Geteuid())
 	}

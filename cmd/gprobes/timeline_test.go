@@ -21,10 +21,9 @@ import (
 	"github.com/gprobes/gprobes/internal/babeltrace"
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/internal/tracecheck"
+	"github.com/gprobes/gprobes/pad"
 	"github.com/gprobes/gprobes/perfetto"
 	"github.com/gprobes/gprobes/timeline"
-
-	"github.com/gprobes/gprobes/pad"
 )
 
 // Timelines of real records (testdata/timeline/timeline.c): gprobes run

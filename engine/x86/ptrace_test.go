@@ -153,7 +153,7 @@ type tprobe struct {
 func startTracer(t testing.TB) *tracer {
 	t.Helper()
 	if os.Getenv("GPROBES_NO_PTRACE") != "" {
-		t.Skip("GPROBES_NO_PTRACE set")
+		testkit.SkipOrFail(t, "GPROBES_NO_PTRACE set")
 	}
 	cmd := exec.Command(buildC(t, "harness.c"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}

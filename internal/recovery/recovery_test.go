@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 func TestStartTime(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("/proc is Linux's")
+		testkit.SkipOrFail(t, "/proc is Linux's, this is %s", runtime.GOOS)
 	}
 	st, ok := StartTime(os.Getpid())
 	if !ok || st == 0 || !Running(os.Getpid(), st) || Running(os.Getpid(), st+1) {

@@ -122,3 +122,13 @@ func Main(m *testing.M) {
 	Cleanup()
 	os.Exit(code)
 }
+
+// SkipShort skips the test in a -short run (the fast loop), saying
+// "-short: why"; the full run (scripts/test) runs it. testsum accepts
+// these skips, and only these, in a run it is told had -short.
+func SkipShort(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: " + why)
+	}
+}

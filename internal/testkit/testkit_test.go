@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,5 +68,21 @@ func TestCCBuildsOnce(t *testing.T) {
 		if p := CC(&f, "seven", "-O1", src); p != "" || !strings.Contains(f.failed, "syntax error") {
 			t.Errorf("call %d of a broken build: path %q, failed %q", i, p, f.failed)
 		}
+	}
+}
+
+func TestSkipShort(t *testing.T) {
+	was := testing.Short()
+	defer flag.Set("test.short", fmt.Sprint(was))
+	flag.Set("test.short", "false")
+	var f fakeT
+	SkipShort(&f, "boots a VM")
+	if f.skipped != "" || f.failed != "" {
+		t.Errorf("without -short: skipped %q, failed %q", f.skipped, f.failed)
+	}
+	flag.Set("test.short", "true")
+	SkipShort(&f, "boots a VM")
+	if f.skipped != "-short: boots a VM" || f.failed != "" {
+		t.Errorf("with -short: skipped %q, failed %q", f.skipped, f.failed)
 	}
 }

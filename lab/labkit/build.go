@@ -126,9 +126,7 @@ func (b *Build) Available() error {
 // boot VMs, and go test -short is the fast loop.
 func (b *Build) Require(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
-		t.Skipf("%s: boots a VM: not with -short", b.Name)
-	}
+	testkit.SkipShort(t, b.Name+": boots a VM")
 	if err := b.Available(); err != nil {
 		testkit.SkipOrFail(t, "%v", err)
 	}

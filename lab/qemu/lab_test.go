@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 func boot(t *testing.T, opts Options) *VM {
@@ -261,9 +263,7 @@ func TestLab(t *testing.T) {
 	})
 
 	t.Run("gdb", func(t *testing.T) {
-		if _, err := exec.LookPath("gdb"); err != nil {
-			t.Skip("no gdb on the host")
-		}
+		testkit.Need(t, "gdb")
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
 		out, err := exec.CommandContext(ctx, "gdb", "-nx", "-batch",
