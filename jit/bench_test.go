@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/gprobes/gprobes/jit"
-	"github.com/gprobes/gprobes/jit/internal/jitexec"
+	"github.com/gprobes/gprobes/internal/jitexec"
 	"github.com/gprobes/gprobes/rpn"
 )
 

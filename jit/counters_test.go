@@ -8,7 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/gprobes/gprobes/jit"
-	"github.com/gprobes/gprobes/jit/internal/jitexec"
+	"github.com/gprobes/gprobes/internal/jitexec"
 	"golang.org/x/sys/unix"
 )
 

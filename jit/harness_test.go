@@ -14,7 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/gprobes/gprobes/jit"
-	"github.com/gprobes/gprobes/jit/internal/jitexec"
+	"github.com/gprobes/gprobes/internal/jitexec"
 	"github.com/gprobes/gprobes/rpn"
 	"golang.org/x/sys/unix"
 )

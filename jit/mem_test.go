@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gprobes/gprobes/jit/internal/jitexec"
+	"github.com/gprobes/gprobes/internal/jitexec"
 	"golang.org/x/sys/unix"
 )
 
