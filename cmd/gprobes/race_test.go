@@ -1,6 +1,0 @@
-//go:build race
-
-package main
-
-// raceBuild: the race detector multiplies memory and time several times.
-const raceBuild = true
