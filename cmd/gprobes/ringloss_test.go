@@ -21,10 +21,13 @@ func ringHolds(size, logWords int) int { return size / (48 + 8*logWords) }
 
 // A jump pad's ring that fills up drops records and counts them where the
 // user looks: query's LOST column for the probe, log's lost line, and
-// records in the log + lost = the hits, exactly. The daemon is frozen
-// (SIGSTOP) while the fixture calls f_push 400,000 times, so its drain
-// takes nothing: the smallest ring (64 KiB) holds 1,170 records of one
-// logged word and the pads count the other 398,830 lost, every run.
+// records in the log + lost = the hits, exactly, while the process lives
+// (the pads' counters) and after it is gone (its counts kept). The daemon
+// is frozen (SIGSTOP) while the fixture calls f_push 400,000 times, so
+// its drain takes nothing: the smallest ring (64 KiB) holds 1,170 records
+// of one logged word and the pads count the other 398,830 lost, every
+// run. The fixture then sleeps (-l -p: a second round only after 10
+// minutes) until the test kills it.
 func TestJumpRingLossShown(t *testing.T) {
 	hits := buildHits(t)
 	state := t.TempDir()
@@ -35,7 +38,7 @@ func TestJumpRingLossShown(t *testing.T) {
 	if kept != 1170 {
 		t.Fatalf("the ring holds %d records, want 1170 (the record layout changed: fix ringHolds)", kept)
 	}
-	f := startWaitingHits(t, hits, n)
+	f := startWaitingHits(t, hits, n, "-l", "-p", "600000")
 	out := mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", f.pid), pushProbe(t))
 	if !strings.Contains(out, " jump ") {
 		t.Fatalf("the probe is not on the jump route:\n%s", out)
@@ -43,27 +46,33 @@ func TestJumpRingLossShown(t *testing.T) {
 	thaw := freeze(t, d.Process.Pid)
 	f.goAndWaitLoop(t)
 	thaw()
-	f.wait(t)
-	var q map[uint16]uint64
-	var lost uint64
-	var inLog int
 	// the daemon drains the ring and commits what it held once it runs
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		q = queryHits(t, sock, "hits")
-		out, _, _ = gprobes(t, "query", "--socket", sock, "hits")
-		lost, _ = strconv.ParseUint(lostColumn(t, out), 10, 64)
-		inLog = logRecords(t, state+"/log.jsonl")[f.pid]
-		if uint64(inLog) == kept && lost == 2*n-kept && q[1] == 2*n {
-			break
+	counts := func(when string) {
+		t.Helper()
+		var q map[uint16]uint64
+		var lost uint64
+		var inLog int
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			q = queryHits(t, sock, "hits")
+			out, _, _ = gprobes(t, "query", "--socket", sock, "hits")
+			lost, _ = strconv.ParseUint(lostColumn(t, out), 10, 64)
+			inLog = logRecords(t, state+"/log.jsonl")[f.pid]
+			if uint64(inLog) == kept && lost == 2*n-kept && q[1] == 2*n {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d records in the log, %d lost, %d hits; want %d, %d, %d\n%s", when, inLog, lost, q[1], kept, 2*n-kept, 2*n, out)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a minute after the daemon thawed: %d records in the log, %d lost, %d hits; want %d, %d, %d", inLog, lost, q[1], kept, 2*n-kept, 2*n)
+		_, errs, code := gprobes(t, "log", "--socket", sock)
+		if want := fmt.Sprintf("%d records lost in the targets probed", lost); code != 0 || !strings.Contains(errs, want) {
+			t.Errorf("%s: log: exit %d, standard error %q: want %q", when, code, errs, want)
 		}
 	}
-	_, errs, code := gprobes(t, "log", "--socket", sock)
-	if want := fmt.Sprintf("%d records lost in the targets probed", lost); code != 0 || !strings.Contains(errs, want) {
-		t.Errorf("log: exit %d, standard error %q: want %q", code, errs, want)
-	}
+	counts("the process running")
+	f.cmd.Process.Kill()
+	f.cmd.Wait()
+	counts("the process gone")
 }
 
 // waitingFixture is the hits fixture waiting for a line on its standard input
@@ -75,9 +84,9 @@ type waitingFixture struct {
 	lines chan string
 }
 
-func startWaitingHits(t *testing.T, hits string, n int) *waitingFixture {
+func startWaitingHits(t *testing.T, hits string, n int, more ...string) *waitingFixture {
 	t.Helper()
-	cmd := exec.Command(hits, "-w", "-n", strconv.Itoa(n))
+	cmd := exec.Command(hits, append([]string{"-w", "-n", strconv.Itoa(n)}, more...)...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -122,19 +131,5 @@ func (f *waitingFixture) goAndWaitLoop(t *testing.T) {
 		case <-timeout:
 			t.Fatalf("the fixture did not finish its iterations in 2 minutes; it printed %q", seen)
 		}
-	}
-}
-
-func (f *waitingFixture) wait(t *testing.T) {
-	t.Helper()
-	waited := make(chan error, 1)
-	go func() { waited <- f.cmd.Wait() }()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Fatalf("the fixture: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the fixture did not end in 2 minutes")
 	}
 }
