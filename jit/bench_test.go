@@ -5,8 +5,8 @@ package jit_test
 import (
 	"testing"
 
-	"github.com/gprobes/gprobes/jit"
 	"github.com/gprobes/gprobes/internal/jitexec"
+	"github.com/gprobes/gprobes/jit"
 	"github.com/gprobes/gprobes/rpn"
 )
 

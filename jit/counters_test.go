@@ -7,8 +7,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/gprobes/gprobes/jit"
 	"github.com/gprobes/gprobes/internal/jitexec"
+	"github.com/gprobes/gprobes/jit"
 	"golang.org/x/sys/unix"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/gprobes/gprobes/jit"
 	"github.com/gprobes/gprobes/internal/jitexec"
+	"github.com/gprobes/gprobes/jit"
 	"github.com/gprobes/gprobes/rpn"
 	"golang.org/x/sys/unix"
 )
