@@ -282,8 +282,9 @@ func TestParseNumber(t *testing.T) {
 	}
 }
 
-// FuzzParse: the parser never panics, and every error it reports is
-// positioned in the input.
+// FuzzParse: the parser never panics, every error it reports is
+// positioned in the input, and the fast path builds the whole grammar's
+// tree for every statement (or fails where it fails).
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"name = x\nmodtype = user\noffset = 1\npush d,1\nexit\n",
@@ -305,6 +306,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		compareFastPath(t, string(data))
 		file, err := ParseSource("fuzz.dpdf", data, Options{NoPreprocessor: true})
 		if err == nil {
 			return
@@ -366,35 +368,55 @@ jmp l ; jz 1 ; loop a b ; call ; l: jmp l
 `)
 	n := 0
 	for _, src := range srcs {
-		var errs ErrorList
-		toks := newScanner("x", src, false, &errs).scan()
-		start := 0
-		for i, tok := range toks {
-			if tok.Type != tokEOL {
-				continue
-			}
-			line := toks[start : i+1]
-			start = i + 1
-			fast, ok := fastStatement(line)
-			eof := lexer.Token{Type: tokEOF, Pos: tok.Pos}
-			pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[:len(line):len(line)], eof)})
-			full, err := stmtParser.ParseFromLexer(pl)
-			if ok != (err == nil) {
-				t.Errorf("%s: fast path ok=%v, grammar error %v", line[0].Pos, ok, err)
-				continue
-			}
-			if !ok {
-				continue
-			}
-			n++
-			if !reflect.DeepEqual(fast, full) {
-				t.Errorf("%s: fast path AST differs:\n%#v\n%#v", line[0].Pos, fast, full)
-			}
-		}
+		n += compareFastPath(t, src)
 	}
 	if n < 200 {
 		t.Errorf("only %d statements compared", n)
 	}
+}
+
+// compareFastPath checks that the fast path and the whole grammar agree on
+// every statement of src: both fail, or both build the same tree. It
+// returns how many trees it compared.
+func compareFastPath(t *testing.T, src string) int {
+	t.Helper()
+	n := 0
+	var errs ErrorList
+	toks := newScanner("x", src, false, &errs).scan()
+	start := 0
+	for i, tok := range toks {
+		if tok.Type != tokEOL {
+			continue
+		}
+		line := toks[start : i+1]
+		start = i + 1
+		if _, ok := checkNesting(line); !ok {
+			continue // refused before either parser runs
+		}
+		bad := false
+		for _, t := range line {
+			bad = bad || t.Type == tokBad
+		}
+		if bad {
+			continue
+		}
+		fast, ok := fastStatement(line)
+		eof := lexer.Token{Type: tokEOF, Pos: tok.Pos}
+		pl, _ := lexer.Upgrade(&sliceLexer{toks: append(line[:len(line):len(line)], eof)})
+		full, err := stmtParser.ParseFromLexer(pl)
+		if ok != (err == nil) {
+			t.Errorf("%s: fast path ok=%v, grammar error %v", line[0].Pos, ok, err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		n++
+		if !reflect.DeepEqual(fast, full) {
+			t.Errorf("%s: fast path AST differs:\n%#v\n%#v", line[0].Pos, fast, full)
+		}
+	}
+	return n
 }
 
 // TestProbeKindsParse: retprobe and tracepoint start probes as offset does;
