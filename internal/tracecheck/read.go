@@ -59,7 +59,8 @@ func ReadCTF(t testing.TB, dir string) ([]timeline.Event, []timeline.Loss) {
 }
 
 // ReadPerfetto decodes a Perfetto trace into the records it holds, each
-// with its place on its thread, and the losses. Events come in the file's
+// with its place on its thread, and the losses, and checks that Perfetto's
+// own schema reads the same (PerfettoSchema). Events come in the file's
 // order.
 func ReadPerfetto(t testing.TB, path string) ([]timeline.Event, []timeline.Loss) {
 	t.Helper()
@@ -120,6 +121,9 @@ func ReadPerfetto(t testing.TB, path string) ([]timeline.Event, []timeline.Loss)
 		}
 		evs = append(evs, timeline.Event{Type: typ, Record: r})
 	}
+	// what package perfetto's reader read is what Perfetto's own schema
+	// reads, field by field (the reader shares the writer's numbers)
+	PerfettoSchema(t, path, evs, losses)
 	return evs, losses
 }
 
