@@ -112,11 +112,12 @@ var (
 
 // Linux x86-64 system calls.
 const (
-	sysGetpid    = 39
-	sysGettid    = 186
-	sysArchPrctl = 158
-	archGetFS    = 0x1003
-	archGetGS    = 0x1004
+	sysGetpid       = 39
+	sysGettid       = 186
+	sysArchPrctl    = 158
+	sysClockGettime = 228
+	archGetFS       = 0x1003
+	archGetGS       = 0x1004
 )
 
 // threadHash is the multiplier of the thread table (Layout.Threads).
@@ -157,6 +158,7 @@ type compiler struct {
 	labels       []label // one per instruction
 	stubs        []func()
 	fixups       []fixupRef
+	tscSites     []fixupRef // rdtsc, and the system-call read instead
 	exStubs      map[exKey]label
 	exCommon     label // exception exit, Addr 0; ecx PC, edx exception
 	exAddrCommon label // exception exit, Addr already stored
@@ -222,6 +224,9 @@ func Compile(p *rpn.Program, pi int, l Layout) (*Code, error) {
 	code := &Code{Bytes: c.a.b}
 	for _, f := range c.fixups {
 		code.Fixups = append(code.Fixups, Fixup{At: uint32(f.at), Handler: uint32(c.a.labels[f.handler])})
+	}
+	for _, f := range c.tscSites {
+		code.TSC = append(code.TSC, Fixup{At: uint32(f.at), Handler: uint32(c.a.labels[f.handler])})
 	}
 	return code, nil
 }
@@ -1036,13 +1041,18 @@ func (c *compiler) threadEntry(i int, off int32) {
 	a.load(false, rax, atIdx(rsi, rdi, 1, off))
 }
 
-// timestamp: push ts, the hit's TSC (OffTSC) through the Clock:
-// NS0 + ((tsc - TSC0) * Mult) >> Shift, with a 128-bit product and
-// Shift taken modulo 128.
+// timestamp: push ts, the hit's time stamp (stamp): a time stamp counter
+// value goes through the Clock, NS0 + ((tsc - TSC0) * Mult) >> Shift,
+// with a 128-bit product and Shift taken modulo 128; a time in ns (bit
+// 63, StampNS) is pushed as it is.
 func (c *compiler) timestamp() {
 	a := &c.a
+	c.stamp()
+	ns := a.newLabel()
+	done := a.newLabel()
+	a.emit(0x48, 0x0f, 0xba, 0xe0, 0x3f) // bt $63,%rax
+	a.jcc(condB, ns)
 	a.movAbs(rsi, c.l.Clock)
-	a.load(true, rax, at(rbx, OffTSC))
 	a.aluRM(aluSub, true, rax, at(rsi, offTSC0))
 	a.unaryM(unMul, true, at(rsi, offMult)) // rdx:rax
 	a.load(true, rcx, at(rsi, offShift))
@@ -1051,8 +1061,62 @@ func (c *compiler) timestamp() {
 	a.test8RI(rcx, 64)
 	a.cmov(condNE, true, rax, rdx)
 	a.aluRM(aluAdd, true, rax, at(rsi, offNS0))
+	a.jmp(done)
+	a.bind(ns)
+	a.emit(0x48, 0x0f, 0xba, 0xf0, 0x3f) // btr $63,%rax
+	a.bind(done)
 	c.maskW(rax)
 	c.push(rax)
+}
+
+// stamp leaves the hit's time stamp in rax (OffTSC), reading it the first
+// time in the hit: rdtsc, or, with the NoTSC byte set, the
+// clock_gettime(CLOCK_REALTIME) system call (out of line; ns | StampNS;
+// StampNS alone when the call fails). Each rdtsc is in Code.TSC with that
+// code as its handler. Clobbers rcx, rdx, rsi, rdi and r11.
+func (c *compiler) stamp() {
+	a := &c.a
+	a.load(true, rax, at(rbx, OffTSC))
+	a.testRR(true, rax, rax)
+	have := a.newLabel()
+	a.jcc(condNE, have)
+	slow := a.newLabel()
+	back := a.newLabel()
+	if c.l.NoTSC != 0 {
+		a.movAbs(rsi, c.l.NoTSC)
+		a.movzx8(rax, at(rsi, 0))
+		a.testRR(false, rax, rax)
+		a.jcc(condNE, slow)
+	}
+	c.tscSites = append(c.tscSites, fixupRef{a.pos(), slow})
+	a.rdtsc()
+	a.shiftRI(shShl, true, rdx, 32)
+	a.aluRR(aluOr, true, rax, rdx)
+	a.bind(back)
+	a.store(true, at(rbx, OffTSC), rax)
+	a.bind(have)
+	c.stubs = append(c.stubs, func() {
+		a.bind(slow)
+		a.aluRI(aluSub, true, rsp, 16)
+		a.aluRR(aluXor, false, rdi, rdi) // CLOCK_REALTIME
+		a.movRR(true, rsi, rsp)
+		a.movImm(rax, sysClockGettime)
+		a.syscall()
+		fail := a.newLabel()
+		fin := a.newLabel()
+		a.testRR(true, rax, rax)
+		a.jcc(condNE, fail)
+		a.load(true, rax, at(rsp, 0))
+		a.imulRRI(true, rax, rax, 1000000000)
+		a.aluRM(aluAdd, true, rax, at(rsp, 8))
+		a.jmp(fin)
+		a.bind(fail)
+		a.aluRR(aluXor, false, rax, rax)
+		a.bind(fin)
+		a.aluRI(aluAdd, true, rsp, 16)
+		a.emit(0x48, 0x0f, 0xba, 0xe8, 0x3f) // bts $63,%rax
+		a.jmp(back)
+	})
 }
 
 // ClockNS is what push ts computes from a TSC value and the Clock.

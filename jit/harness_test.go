@@ -58,6 +58,7 @@ const (
 	dFrame    = 0
 	dCounters = 256
 	dClock    = 320
+	dNoTSC    = 400
 	dLV       = 512
 	dGV       = dLV + rpn.MaxVars*8
 	dThreads  = 8192
@@ -202,6 +203,7 @@ func (h *harness) layout() jit.Layout {
 		GV:       h.addr(dGV),
 		Probe:    h.addr(dCounters),
 		Clock:    h.addr(dClock),
+		NoTSC:    h.addr(dNoTSC),
 		Threads:  h.addr(dThreads),
 		FSGSBase: h.fsgsbase,
 		PidNS:    h.pidns,
@@ -345,6 +347,10 @@ func (e *env) Sys(v rpn.SysValue) (uint64, bool) {
 	case rpn.SysProcID:
 		return e.h.lookupThread(uint32(e.h.tid))
 	case rpn.SysTS:
+		if e.tsc&jit.StampNS != 0 {
+			// read with the system call: ns already
+			return e.tsc &^ jit.StampNS, true
+		}
 		return jit.ClockNS(*e.h.clock(), e.tsc), true
 	}
 	return 0, false
@@ -444,7 +450,7 @@ func (h *harness) randomSetup() hitSetup {
 	for i := range s.frame {
 		s.frame[i] = h.word()
 	}
-	s.tsc = h.rng.Uint64()
+	s.tsc = h.rng.Uint64() | 1 // 0 is "not read yet"
 	return s
 }
 

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/jit"
@@ -264,6 +265,54 @@ func TestTimestamp(t *testing.T) {
 			if d := r.hit(h.randomSetup()); d != "" {
 				t.Fatalf("clock %+v: %s", k, d)
 			}
+		}
+	}
+}
+
+// The hit's time stamp is read by push ts when the pad has not (OffTSC
+// 0): rdtsc (each listed in Code.TSC with its system-call handler), or,
+// with the NoTSC byte set (a process that traps rdtsc), the
+// clock_gettime system call: the time in ns, pushed as it is, and kept in
+// OffTSC with bit 63 set for the record.
+func TestTimestampRead(t *testing.T) {
+	h := newHarness(t, 5)
+	p := compileSrc(t, "push ts\nlog 1\nexit 1")
+	r, err := h.start(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := jit.Compile(p, 0, h.layout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(code.TSC) != 1 || code.Bytes[code.TSC[0].At] != 0x0f || code.Bytes[code.TSC[0].At+1] != 0x31 || int(code.TSC[0].Handler) >= len(code.Bytes) {
+		t.Fatalf("rdtsc sites %+v", code.TSC)
+	}
+	*h.clock() = jit.Clock{Mult: 1, Shift: 0}
+	for _, notsc := range []byte{0, 1} {
+		h.data[dNoTSC] = notsc
+		*h.u64(dScratch + jit.OffTSC) = 0
+		*h.u64(dScratch + jit.OffPid) = 0
+		*h.u64(dScratch + jit.OffTid) = 0
+		before := time.Now()
+		if ret := r.x.Call(uintptr(h.addr(dFrame)), uintptr(h.addr(dScratch))); ret != jit.ResultCommit {
+			t.Fatalf("returned %d", ret)
+		}
+		after := time.Now()
+		stamp := *h.u64(dScratch + jit.OffTSC)
+		logged := *h.u64(dScratch + jit.OffLog)
+		if notsc == 0 {
+			// the identity clock: push ts is the counter itself
+			if stamp == 0 || stamp&jit.StampNS != 0 || logged != stamp {
+				t.Errorf("rdtsc: stamp %#x, pushed %#x", stamp, logged)
+			}
+			continue
+		}
+		if stamp&jit.StampNS == 0 || logged != stamp&^jit.StampNS {
+			t.Fatalf("system call: stamp %#x, pushed %#x", stamp, logged)
+		}
+		if ts := time.Unix(0, int64(logged)); ts.Before(before) || ts.After(after) {
+			t.Errorf("system call: %v, not between %v and %v", ts, before, after)
 		}
 	}
 }

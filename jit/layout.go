@@ -16,6 +16,11 @@ type Layout struct {
 	// Clock converts the time stamp counter to nanoseconds for push ts:
 	// ns = NS0 + ((rdtsc - TSC0) * Mult) >> Shift (128-bit product).
 	Clock uint64
+	// NoTSC is a byte: non-zero, the process traps rdtsc (PR_SET_TSC,
+	// PR_TSC_SIGSEGV) and the hit's time is read with the
+	// clock_gettime(CLOCK_REALTIME) system call instead (not the vDSO's,
+	// which reads the TSC). 0: no such byte, always rdtsc.
+	NoTSC uint64
 	// Threads is the thread table for push procid (and, with PidNS, push
 	// pid and push tid): ThreadSlots entries of ThreadEntry bytes, {tid
 	// uint32, index uint32, root tid uint32, root pid uint32}, where tid is
@@ -63,6 +68,10 @@ type Counters struct {
 // OffMissed is Counters.Missed's offset, for the pad.
 const OffMissed = 48
 
+// StampNS is the bit of a time stamp that says it is a time in ns (the
+// NoTSC case), not a time stamp counter.
+const StampNS = 1 << 63
+
 // Clock is the layout at Layout.Clock.
 type Clock struct {
 	TSC0, NS0, Mult, Shift uint64
@@ -89,13 +98,22 @@ type Fixup struct{ At, Handler uint32 }
 type Code struct {
 	Bytes  []byte
 	Fixups []Fixup
+	// TSC lists the rdtsc instructions, each with the code that reads
+	// the time with the system call instead: a process that traps rdtsc
+	// gets a SIGSEGV there, which the tracer turns into a jump to it (and
+	// sets the NoTSC byte, so that it happens once).
+	TSC []Fixup
 }
 
-// The scratch area's header (rbx on entry). The pad writes OffTSC (the
-// hit's time stamp counter, read once per hit: push ts and the record's
-// time agree) and zeroes OffPid/OffTid before the call; the compiled code
-// fills the rest for ResultCommit and ResultException and may cache the
-// pid and tid it fetched (getpid/gettid) there, for the pad's record.
+// The scratch area's header (rbx on entry). The pad zeroes OffTSC,
+// OffPid and OffTid before the call; the compiled code fills the rest for
+// ResultCommit and ResultException and may cache the pid and tid it
+// fetched (getpid/gettid) there, for the pad's record, and the hit's time
+// stamp (push ts; the pad reads it after the call when the compiled code
+// did not and there is a record: push ts and the record's time agree).
+// A time stamp is the time stamp counter, or with bit 63 set the time in
+// ns since 1970 (the NoTSC case; 1<<63 alone: the time could not be read).
+// 0 is "not read yet".
 const (
 	OffExit       = 0  // u8 exit facility (1, 2; 1 for rem)
 	OffException  = 1  // u8 rpn.Exception
@@ -106,7 +124,7 @@ const (
 	OffPC         = 8  // u32 byte offset of the faulting RPN instruction
 	OffLogLen     = 12 // u32 bytes in the log
 	OffAddr       = 16 // u64 fault address for invalid-address
-	OffTSC        = 24 // u64 rdtsc at the hit, written by the pad
+	OffTSC        = 24 // u64 the hit's time stamp, 0 until read
 	OffPid        = 32 // u64 0 until fetched
 	OffTid        = 40 // u64 0 until fetched
 	OffPadScratch = 48 // 16 bytes, the pad's own

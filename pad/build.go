@@ -115,6 +115,10 @@ type Pad struct {
 	Code []byte
 	// Fixups: a fault at the key (an absolute address) goes to the value.
 	Fixups map[uint64]uint64
+	// TSC: an rdtsc (the key) that faults (the process traps it) goes to
+	// the value, which reads the time with a system call; gprobes sets
+	// the region's NoTSC byte so that no pad runs rdtsc there again.
+	TSC map[uint64]uint64
 	// Displaced maps the pad address of each relocated covered
 	// instruction (both copies, and the final one) to its original
 	// address.
@@ -291,7 +295,7 @@ func Build(s Spec) (*Pad, error) {
 	for _, in := range s.Covered {
 		covered += in.Len
 	}
-	p := &Pad{Fixups: map[uint64]uint64{}, Displaced: map[uint64]uint64{}, Pending: map[uint64]Twin{}, Holding: map[uint64]uint64{}, Ret: s.Addr + uint64(covered)}
+	p := &Pad{Fixups: map[uint64]uint64{}, Displaced: map[uint64]uint64{}, Pending: map[uint64]Twin{}, Holding: map[uint64]uint64{}, TSC: map[uint64]uint64{}, Ret: s.Addr + uint64(covered)}
 	total := 0
 	offs := make([]int, len(s.Probes))
 	for i, pr := range s.Probes {
@@ -395,10 +399,6 @@ func Build(s Spec) (*Pad, error) {
 	e.mem32(0x48, []byte{0x8d}, 3, 5, sc0)            // lea sc0(%rbp),%rbx
 	e.emit(0x48, 0x89, 0xdc)                          // mov %rbx,%rsp
 	e.emit(0x48, 0x83, 0xe4, 0xf0)                    // and $-16,%rsp
-	e.emit(0x0f, 0x31)                                // rdtsc
-	e.emit(0x48, 0xc1, 0xe2, 0x20)                    // shl $32,%rdx
-	e.emit(0x48, 0x09, 0xd0)                          // or %rdx,%rax
-	e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTSC)     // mov %rax,OffTSC(%rbx)
 	e.mem32(0, []byte{0xc6}, 0, 3, jit.OffPadScratch) // movb $0,pending(%rbx)
 	e.emit(0)
 	// the thread's id from its thread control block when gprobes found
@@ -419,16 +419,24 @@ func Build(s Spec) (*Pad, error) {
 	e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffPadScratch+8) // mov %rax,tid(scratch_0)
 	for i := range s.Probes {
 		e.mem32(0x48, []byte{0x8d}, 3, 5, sc0+int64(offs[i])) // lea scratch_i(%rbp),%rbx
-		// tsc from scratch_0: rax is the program's to clobber
-		e.mem32(0x48, []byte{0x8b}, 0, 5, sc0+jit.OffTSC) // mov sc0+OffTSC(%rbp),%rax
-		e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTSC)     // mov %rax,OffTSC(%rbx)
-		e.emit(0x31, 0xc0)                                // xor %eax,%eax
+		e.emit(0x31, 0xc0)                                    // xor %eax,%eax
+		e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTSC)         // the time: not read yet
 		e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffPid)
 		e.mem32(0x48, []byte{0x8b}, 0, 5, sc0+jit.OffPadScratch+8) // the tid, or 0
 		e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTid)
 		e.rel([]byte{0xe8}, fmt.Sprintf("prog%d", i))  // call prog_i
 		e.mem32(0, []byte{0x88}, 0, 3, jit.OffPadFlag) // mov %al,OffPadFlag(%rbx)
-		e.emit(0x83, 0xf8, jit.ResultException)        // cmp $2,%eax
+		// a record: its time, read now unless the program did (push ts)
+		stamped := fmt.Sprintf("stamped%d", i)
+		e.emit(0x85, 0xc0) // test %eax,%eax
+		e.rel([]byte{0x0f, 0x84}, stamped)
+		e.mem32(0x48, []byte{0x83}, 7, 3, jit.OffTSC) // cmpq $0,OffTSC(%rbx)
+		e.emit(0)
+		e.rel([]byte{0x0f, 0x85}, stamped)
+		e.rel([]byte{0xe8}, "stamp")
+		e.label(stamped)
+		e.mem32(0, []byte{0x80}, 7, 3, jit.OffPadFlag) // cmpb $2,OffPadFlag(%rbx)
+		e.emit(jit.ResultException)
 		skip := fmt.Sprintf("noexc%d", i)
 		e.rel([]byte{0x0f, 0x85}, skip) // jne
 		e.emit(0x41, 0xbc)              // mov $site,%r12d
@@ -589,6 +597,7 @@ func Build(s Spec) (*Pad, error) {
 
 	e.label("ring")
 	ring(e, s.Region, s.RingSize)
+	stamp(e, p, s.Region)
 
 	for i, pr := range s.Probes {
 		for len(e.b)%16 != 0 {
@@ -599,6 +608,9 @@ func Build(s Spec) (*Pad, error) {
 		e.emit(pr.Code.Bytes...)
 		for _, f := range pr.Code.Fixups {
 			p.Fixups[base+uint64(f.At)] = base + uint64(f.Handler)
+		}
+		for _, f := range pr.Code.TSC {
+			p.TSC[base+uint64(f.At)] = base + uint64(f.Handler)
 		}
 	}
 	for len(e.b)%8 != 0 {
@@ -738,6 +750,46 @@ func ring(e *emitter, region uint64, size int) {
 	e.emit(0xf0, 0x48, 0xff, 0x84, 0x0e) // lock incq OffCounters+40(%rsi,%rcx)
 	e.u32(OffCounters + 40)
 	e.emit(0xc3)
+}
+
+// stamp emits the routine that reads a record's time stamp into
+// OffTSC(%rbx) (as jit's push ts does): rdtsc, or with the region's NoTSC
+// byte set the clock_gettime(CLOCK_REALTIME) system call (ns | StampNS;
+// StampNS alone if it fails). The rdtsc is in p.TSC with the system call
+// as its handler. Clobbers rax, rcx, rdx, rsi, rdi, r11 and the flags.
+func stamp(e *emitter, p *Pad, region uint64) {
+	e.label("stamp")
+	e.emit(0x48, 0xbe) // movabs $region+OffNoTSC,%rsi
+	e.u64(region + OffNoTSC)
+	e.emit(0x80, 0x3e, 0x00) // cmpb $0,(%rsi)
+	e.rel([]byte{0x0f, 0x85}, "stampSlow")
+	tsc := e.pc()
+	e.emit(0x0f, 0x31)                            // rdtsc
+	e.emit(0x48, 0xc1, 0xe2, 0x20)                // shl $32,%rdx
+	e.emit(0x48, 0x09, 0xd0)                      // or %rdx,%rax
+	e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTSC) // mov %rax,OffTSC(%rbx)
+	e.emit(0xc3)                                  // ret
+	e.label("stampSlow")
+	p.TSC[tsc] = e.pc()
+	e.emit(0x48, 0x83, 0xec, 0x10) // sub $16,%rsp
+	e.emit(0x31, 0xff)             // xor %edi,%edi: CLOCK_REALTIME
+	e.emit(0x48, 0x89, 0xe6)       // mov %rsp,%rsi
+	e.emit(0xb8)                   // mov $228,%eax: clock_gettime
+	e.u32(228)
+	e.emit(0x0f, 0x05)       // syscall
+	e.emit(0x48, 0x85, 0xc0) // test %rax,%rax
+	e.rel([]byte{0x0f, 0x85}, "stampFail")
+	e.emit(0x48, 0x69, 0x04, 0x24) // imul $1e9,(%rsp),%rax
+	e.u32(1000000000)
+	e.emit(0x48, 0x03, 0x44, 0x24, 0x08) // add 8(%rsp),%rax
+	e.rel([]byte{0xe9}, "stampDone")
+	e.label("stampFail")
+	e.emit(0x31, 0xc0) // xor %eax,%eax: the time could not be read
+	e.label("stampDone")
+	e.emit(0x48, 0x0f, 0xba, 0xe8, 0x3f)          // bts $63,%rax
+	e.emit(0x48, 0x83, 0xc4, 0x10)                // add $16,%rsp
+	e.mem32(0x48, []byte{0x89}, 0, 3, jit.OffTSC) // mov %rax,OffTSC(%rbx)
+	e.emit(0xc3)                                  // ret
 }
 
 // logLen emits ecx = the scratch's log length, at most MaxLog (the

@@ -32,7 +32,11 @@ const (
 	OffTCBTid = 320
 	// OffMissed: u64 hits that ran no probe because every pad stack was
 	// in use (pad.PoolSlots threads inside pads at once)
-	OffMissed   = 384
+	OffMissed = 384
+	// OffNoTSC: a byte, non-zero once a pad's rdtsc faulted (the process
+	// traps it: PR_SET_TSC, PR_TSC_SIGSEGV): the pads read the time with
+	// clock_gettime instead (jit.Layout.NoTSC)
+	OffNoTSC    = 448
 	OffCounters = 4096
 	MaxProbes   = 1024 // probes (sites × probes there) one region serves
 	OffLV       = OffCounters + MaxProbes*64

@@ -252,3 +252,43 @@ func TestPadStack(t *testing.T) {
 	}
 	t.Logf("%s", s.line)
 }
+
+// A process that traps rdtsc (PR_SET_TSC, PR_TSC_SIGSEGV, as record and
+// replay tools set) and emulates its own in a SIGSEGV handler sees only
+// its own faults: the first pad rdtsc to fault (the pad's own, for a
+// record's time; or push ts's, in the compiled program) is turned into a
+// clock_gettime system call by gprobes, and no pad of the process runs
+// rdtsc again; the records and push ts still carry the time. Before: the
+// pad's rdtsc reached the program's handler as a fault it did not make.
+func TestPadTrappedTSC(t *testing.T) {
+	prog := stormFixture(t)
+	for _, probe := range []string{"push r,rdi", "push ts"} {
+		before := time.Now()
+		r := startWith(t, startConfig{path: prog}, "-t", "4", "-n", "5000", "-T")
+		checkStormProbes(t, r.insert(compileFor(t, prog, "name = PROGRAM\nmodtype = user\nvars = 1\noffset = f_call\ninc lv,0\n"+probe+"\nlog 1\nexit 1\n")))
+		r.eng.Release()
+		lines := r.finish()
+		after := time.Now()
+		s, ok := parseStorm(lines)
+		if !ok || s.bad != 0 || s.foreign != 0 || s.tscOwn == 0 || s.tscOwn != s.tscFaults {
+			t.Fatalf("%s: the program's own check: %q", probe, lines)
+		}
+		recs := r.records(0)
+		q := r.eng.Query()[0]
+		if uint64(len(recs))+q.Lost != uint64(s.calls) {
+			t.Fatalf("%s: %d records + %d lost, want %d", probe, len(recs), q.Lost, s.calls)
+		}
+		for _, rec := range recs {
+			if rec.Time.Before(before) || rec.Time.After(after) {
+				t.Fatalf("%s: record time %v: not within the run (%v to %v)", probe, rec.Time, before, after)
+			}
+			if probe != "push ts" {
+				continue
+			}
+			if ts := time.Unix(0, int64(binary.LittleEndian.Uint64(rec.Data))); !ts.Equal(rec.Time) {
+				t.Fatalf("push ts %v, record time %v: the hit's time read twice", ts, rec.Time)
+			}
+		}
+		t.Logf("%s: %s; %d records", probe, s.line, len(recs))
+	}
+}
