@@ -47,6 +47,7 @@ type space struct {
 	rendezvous []uint64 // the engine's breakpoints where loaded modules change; nil until the OS names some
 	detached   bool
 	noXOL      bool        // the target cannot map out-of-line slots
+	unmapped   bool        // what gprobes mapped is unmapped (areas.go): detached
 	jump       *jumpState  // jump pads (jump.go), nil until a probe tries one
 	calls      *spaceCalls // return probes (retprobe.go), nil until one goes in
 }
@@ -59,10 +60,6 @@ type breakpoint struct {
 	slot     uint64
 	probes   []*probe
 	internal func(th *thread)
-}
-
-type xolArea struct {
-	base, size, used uint64
 }
 
 func (e *Engine) newSpace(id int) *space {
@@ -101,7 +98,23 @@ func (e *Engine) takeOut(sp *space, addr uint64) error {
 	if err := e.tgt.RemoveBreakpoint(sp.id, addr, bp.insn.Bytes); err != nil {
 		return fmt.Errorf("restore the original code at %#x: %w", addr, err)
 	}
+	e.retireSlot(sp, bp)
 	return nil
+}
+
+// retireSlot gives a breakpoint's slot back: used again once no thread
+// can be in it (reclaim).
+func (e *Engine) retireSlot(sp *space, bp *breakpoint) {
+	if bp.slot == 0 {
+		return
+	}
+	for _, a := range sp.xol {
+		if a.holds(bp.slot) {
+			a.retire(bp.slot, x86.SlotSize)
+			break
+		}
+	}
+	bp.slot = 0
 }
 
 // takeOutAll restores every breakpoint of a space (detach).
@@ -189,6 +202,8 @@ func (e *Engine) forked(child, parent int) {
 	}
 	for _, a := range ps.xol {
 		c := *a
+		c.free = append([]span(nil), a.free...)
+		c.retired = append([]span(nil), a.retired...)
 		sp.xol = append(sp.xol, &c)
 	}
 	sp.rendezvous = slices.Clone(ps.rendezvous) // nil stays nil: not asked yet
@@ -203,6 +218,8 @@ func (e *Engine) forked(child, parent int) {
 		}
 		for _, a := range pj.areas {
 			c := *a
+			c.free = append([]span(nil), a.free...)
+			c.retired = append([]span(nil), a.retired...)
 			cj.areas = append(cj.areas, &c)
 		}
 		for addr, s := range pj.sites {
@@ -248,11 +265,17 @@ const xolAreaSize = 64 << 10
 // allocSlot finds a free slot within 2 GiB of addr, mapping a new area
 // if needed.
 func (e *Engine) allocSlot(sp *space, addr uint64) (uint64, error) {
-	for _, a := range sp.xol {
-		if a.used+x86.SlotSize <= a.size && near(a.base, addr) {
-			s := a.base + a.used
-			a.used += x86.SlotSize
-			return s, nil
+	for try := 0; try < 2; try++ {
+		for _, a := range sp.xol {
+			if nearArea(a.base, a.size, addr) {
+				if s, ok := a.take(x86.SlotSize); ok {
+					return s, nil
+				}
+			}
+		}
+		// slots given back may serve before a new area is mapped
+		if try == 0 && e.reclaim(sp) == 0 {
+			break
 		}
 	}
 	if sp.noXOL {
@@ -278,6 +301,9 @@ func (e *Engine) allocSlot(sp *space, addr uint64) (uint64, error) {
 	}
 	a := &xolArea{base: base, size: xolAreaSize, used: x86.SlotSize}
 	sp.xol = append(sp.xol, a)
+	if !nearArea(base, xolAreaSize, addr) {
+		e.warn(fmt.Sprintf("process %d: no room for an out-of-line area within ±2 GiB of %#x: mapped at %#x (slots serve instructions with no RIP-relative operand there)", sp.id, addr, base))
+	}
 	return base, nil
 }
 

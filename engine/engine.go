@@ -643,8 +643,12 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 	// they go back to the original instruction
 	trapped := map[int]bool{}
 	for _, ev := range e.pendingEvents {
-		if ev.Kind == EvTrap && ev.Space == spID {
+		switch {
+		case ev.Kind == EvTrap && ev.Space == spID:
 			trapped[ev.Tid] = true
+		case ev.Kind == EvSignal && ev.Space == spID:
+			// a signal not delivered yet: it goes with the detach
+			sigOf[ev.Tid] = append(sigOf[ev.Tid], ev)
 		}
 	}
 	for _, tid := range e.tgt.Threads(spID) {
@@ -702,6 +706,14 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 				}
 			}
 		}
+	}
+	// every thread settled and stopped: what gprobes mapped goes, when
+	// no thread can be in it (a thread with a signal to deliver makes no
+	// system call)
+	if sp != nil {
+		e.unmapAreas(sp, sigOf)
+	}
+	for _, tid := range e.tgt.Threads(spID) {
 		// a thread that stopped for something else still has the
 		// engine's SIGSTOP pending: take it, or the process would stop
 		more, err := e.tgt.DrainKick(tid)

@@ -59,6 +59,12 @@ type JumpHost interface {
 	// MapRanges returns the space's mappings, [start, end) each, in
 	// order.
 	MapRanges(space int) ([][2]uint64, error)
+	// Unmap unmaps what AllocXOL or MapShared mapped, using stopped
+	// thread tid.
+	Unmap(space, tid int, addr, size uint64) error
+	// SharesMemory reports whether two spaces are one address space (a
+	// vfork child and its parent).
+	SharesMemory(a, b int) (bool, error)
 }
 
 // Route values of Options.Route.
@@ -79,7 +85,8 @@ type region struct {
 	sites    []siteRef // by site number: whose counters and records
 	lvNext   int       // next free word of the region's lv area
 	lvAt     map[*Module]int
-	refs     int // spaces using it
+	lvFree   []int // offsets of modules' lv areas given back
+	refs     int   // spaces using it
 	// tcbOff is where its threads keep their id (pad.OffTCBTid), as
 	// checked when the region was made; odd are the threads that do not
 	// (a vfork child shares its parent's thread control block): while
@@ -107,12 +114,21 @@ type jumpSite struct {
 	probes []*probe
 }
 
-// builtPad is a pad written into a space. Pads are never freed: a thread
-// may be inside one long after its probe went (a removal under load).
+// builtPad is a pad written into a space. A pad no jump leads to any more
+// is retired, and used again only once no thread can be inside it (a
+// thread may be inside one long after its probe went: a removal under
+// load, a signal handler that interrupted it).
 type builtPad struct {
 	at, end uint64
 	p       *pad.Pad
 	site    *jumpSite
+	// retired: no jump leads to it any more; its bytes are used again
+	// once no thread can be inside (areas.go)
+	retired bool
+	// the region's site numbers and modules' variables its code uses:
+	// free for others once no pad using them can run
+	sites []int
+	mods  []*Module
 }
 
 // jumpState is a space's jump books.
@@ -288,6 +304,12 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 	if why := e.buildPad(sp, host, rg, site, append(site.probes, p)); why != "" {
 		return why
 	}
+	placed := false
+	defer func() {
+		if !placed {
+			e.retirePad(sp, site.pad) // never reached by a jump
+		}
+	}()
 	// every thread stopped; none inside the covered bytes (a thread
 	// there is let run on a moment, a few times, before giving up)
 	var stopped []int
@@ -300,7 +322,7 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 		}
 		inside := ""
 		if lo, hi := x86.CoveredRange(plan, addr); lo < hi {
-			inside = e.mayReturnInto(sp, host, [][2]uint64{{lo, hi}}, "the covered bytes")
+			inside = e.mayReturnInto(sp, host, [][2]uint64{{lo, hi}}, "the covered bytes", true)
 		}
 		if inside == "" {
 			break
@@ -326,7 +348,23 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 		return fmt.Sprintf("write the jump: %v", err)
 	}
 	js.sites[addr] = site
+	placed = true
 	return ""
+}
+
+// retirePad: no jump leads to the pad any more. Its bytes go back to its
+// area, to be used again once no thread can be inside (reclaim).
+func (e *Engine) retirePad(sp *space, bp *builtPad) {
+	if bp == nil || bp.retired || sp.jump == nil {
+		return
+	}
+	bp.retired = true
+	for _, a := range sp.jump.areas {
+		if a.holds(bp.at) {
+			a.retire(bp.at, (bp.end-bp.at+15)&^15)
+			return
+		}
+	}
 }
 
 // buildPad compiles the probes of a site, builds their pad and writes it;
@@ -334,6 +372,8 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) strin
 func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, probes []*probe) string {
 	js := sp.jump
 	var pps []pad.Probe
+	var sites []int
+	var mods []*Module
 	for _, p := range probes {
 		inst := sp.inst[p.src]
 		if inst == nil {
@@ -346,13 +386,21 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 			return fmt.Sprintf("logmax %d is more than a ring slot holds (%d)", p.src.LogMax, pad.MaxLog)
 		}
 		n := e.siteFor(rg, p, site.addr)
+		if n < 0 && e.reclaim(sp) > 0 {
+			n = e.siteFor(rg, p, site.addr)
+		}
 		if n < 0 {
 			return fmt.Sprintf("the region serves %d probes at most", pad.MaxProbes)
 		}
+		sites = append(sites, n)
 		lv, why := e.lvFor(rg, p.mod)
+		if why != "" && e.reclaim(sp) > 0 {
+			lv, why = e.lvFor(rg, p.mod)
+		}
 		if why != "" {
 			return why
 		}
+		mods = append(mods, p.mod)
 		sw, why := e.padSwitches(rg, p.mod)
 		if why != "" {
 			return why
@@ -391,7 +439,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 	if err := e.tgt.WriteMem(sp.id, at, built.Code); err != nil {
 		return fmt.Sprintf("write the pad: %v", err)
 	}
-	bpad := &builtPad{at: at, end: at + uint64(len(built.Code)), p: built, site: site}
+	bpad := &builtPad{at: at, end: at + uint64(len(built.Code)), p: built, site: site, sites: sites, mods: mods}
 	js.pads = append(js.pads, bpad)
 	sort.Slice(js.pads, func(i, j int) bool { return js.pads[i].at < js.pads[j].at })
 	site.pad = bpad
@@ -443,16 +491,22 @@ func (e *Engine) freePadStack(sp *space, r uint64) {
 	}
 }
 
-// padSpace finds room for a pad of size bytes within reach of addr. Each
-// area starts with its held byte.
+// padSpace finds room for a pad of size bytes within reach of addr: in
+// an area (pads given back and proven unused first, reclaim), else in a
+// new one. Each area starts with its held byte.
 func (e *Engine) padSpace(sp *space, host JumpHost, addr, size uint64) (held, at uint64, err error) {
 	js := sp.jump
 	size = (size + 15) &^ 15
-	for i, a := range js.areas {
-		if a.used+size <= a.size && near(a.base, addr) {
-			at := a.base + a.used
-			a.used += size
-			return js.held[i], at, nil
+	for try := 0; try < 2; try++ {
+		for i, a := range js.areas {
+			if nearArea(a.base, a.size, addr) {
+				if at, ok := a.take(size); ok {
+					return js.held[i], at, nil
+				}
+			}
+		}
+		if try == 0 && e.reclaim(sp) == 0 {
+			break
 		}
 	}
 	const areaSize = 256 << 10
@@ -462,14 +516,20 @@ func (e *Engine) padSpace(sp *space, host JumpHost, addr, size uint64) (held, at
 	var base uint64
 	err = e.withStoppedThread(sp.id, func(tid int) error {
 		var err error
-		base, err = host.AllocXOL(sp.id, tid, addr, areaSize)
-		return err
+		if base, err = host.AllocXOL(sp.id, tid, addr, areaSize); err != nil {
+			return err
+		}
+		if !nearArea(base, areaSize, addr) {
+			// of no use to pads: not kept
+			if err := host.Unmap(sp.id, tid, base, areaSize); err != nil {
+				e.warn(fmt.Sprintf("process %d: unmap an area mapped out of reach: %v", sp.id, err))
+			}
+			return fmt.Errorf("no room within ±2 GiB of %#x", addr)
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, 0, err
-	}
-	if !near(base, addr) {
-		return 0, 0, fmt.Errorf("no memory within ±2 GiB of %#x", addr)
 	}
 	if err := host.JournalHeld(sp.id, base); err != nil {
 		return 0, 0, err
@@ -565,10 +625,18 @@ func (e *Engine) clock() (*tsc.Clock, bool) {
 func (e *Engine) siteFor(rg *region, p *probe, addr uint64) int {
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
+	free := -1
 	for i, s := range rg.sites {
 		if s.p == p && s.addr == addr {
 			return i
 		}
+		if s.p == nil && free < 0 {
+			free = i
+		}
+	}
+	if free >= 0 {
+		rg.sites[free] = siteRef{p: p, addr: addr}
+		return free
 	}
 	if len(rg.sites) >= pad.MaxProbes {
 		return -1
@@ -585,11 +653,16 @@ func (e *Engine) lvFor(rg *region, m *Module) (uint64, string) {
 	}
 	// room for every variable a module may have: a build merged in
 	// later with more grows its lv in place
-	if rg.lvNext+rpn.MaxVars > pad.LVWords {
-		return 0, "the region's local variables are full"
+	var off int
+	if k := len(rg.lvFree); k > 0 {
+		off, rg.lvFree = rg.lvFree[k-1], rg.lvFree[:k-1]
+	} else {
+		if rg.lvNext+rpn.MaxVars > pad.LVWords {
+			return 0, "the region's local variables are full"
+		}
+		off = pad.OffLV + rg.lvNext*8
+		rg.lvNext += rpn.MaxVars
 	}
-	off := pad.OffLV + rg.lvNext*8
-	rg.lvNext += rpn.MaxVars
 	words := rg.mem.Words(off, rpn.MaxVars)[:len(m.lv)]
 	copy(words, m.lv)
 	m.lv = words
@@ -657,7 +730,7 @@ func (e *Engine) drain() int {
 	n := 0
 	for rg := range e.js.regions {
 		n += rg.ring.Drain(func(r *pad.Record) {
-			if int(r.Site) >= len(rg.sites) {
+			if int(r.Site) >= len(rg.sites) || rg.sites[r.Site].p == nil {
 				return
 			}
 			rec := e.ringRecord(rg, r)
@@ -819,7 +892,7 @@ func (e *Engine) resumeStopped(tids []int) {
 
 // unplaceJump takes probe p off the jump site at addr: the pad is rebuilt
 // without it, or the original code goes back when it was the last. The
-// old pad stays mapped: a thread may still be inside it.
+// old pad is retired: used again only once no thread can be inside it.
 func (e *Engine) unplaceJump(sp *space, addr uint64, p *probe) error {
 	js := sp.jump
 	site := js.sites[addr]
@@ -839,6 +912,7 @@ func (e *Engine) unplaceJump(sp *space, addr uint64, p *probe) error {
 	host := e.tgt.(JumpHost)
 	stopped, _ := e.stopAll(sp.id)
 	defer e.resumeStopped(stopped)
+	old, oldProbes := site.pad, site.probes
 	if len(keep) > 0 {
 		if why := e.buildPad(sp, host, js.rg, site, keep); why == "" {
 			jmp := x86.JmpTo(addr, site.pad.at)
@@ -848,13 +922,25 @@ func (e *Engine) unplaceJump(sp *space, addr uint64, p *probe) error {
 				for i := x86.JumpLen; i < len(patch); i++ {
 					patch[i] = 0xcc
 				}
-				return host.Patch(sp.id, addr, patch, site.orig)
+				if err := host.Patch(sp.id, addr, patch, site.orig); err != nil {
+					e.retirePad(sp, site.pad)
+					site.pad, site.probes = old, oldProbes
+					return err
+				}
+				e.retirePad(sp, old)
+				return nil
 			}
+			e.retirePad(sp, site.pad)
+			site.pad, site.probes = old, oldProbes
 		}
 		// could not rebuild: the others go too (query says removed)
 	}
 	delete(js.sites, addr)
-	return host.Unpatch(sp.id, addr, site.orig)
+	if err := host.Unpatch(sp.id, addr, site.orig); err != nil {
+		return err // the jump may still lead to the pad: not retired
+	}
+	e.retirePad(sp, site.pad)
+	return nil
 }
 
 // takeOutJumps puts the original code back at every jump site of a space
@@ -1096,12 +1182,16 @@ func (e *Engine) padTrap(th *thread, sp *space) bool {
 func (e *Engine) joinJump(sp *space, p *probe, addr uint64) string {
 	site := sp.jump.sites[addr]
 	host := e.tgt.(JumpHost)
+	old, oldProbes := site.pad, site.probes
 	if why := e.buildPad(sp, host, sp.jump.rg, site, append(append([]*probe{}, site.probes...), p)); why != "" {
 		return why
 	}
 	if why := e.repoint(sp, host, site); why != "" {
+		e.retirePad(sp, site.pad)
+		site.pad, site.probes = old, oldProbes
 		return why
 	}
+	e.retirePad(sp, old)
 	p.in[sp.id] = addr
 	p.state, p.reason = StateActive, ""
 	p.how = "jump"
@@ -1164,6 +1254,9 @@ func (e *Engine) dropJump(sp *space, exec bool) {
 // drained.
 func (e *Engine) releaseRegion(rg *region) {
 	for i, s := range rg.sites {
+		if s.p == nil {
+			continue // given back (freeRegionSlots)
+		}
 		c := pad.LoadCounters(pad.CountersAt(rg.mem.Bytes, i))
 		s.p.st.Hits += c.Hits
 		s.p.st.Skipped += c.Skipped
@@ -1218,6 +1311,7 @@ func (e *Engine) demoteJump(sp *space, addr uint64, why string) ([]*probe, error
 		return nil, err
 	}
 	delete(js.sites, addr)
+	e.retirePad(sp, site.pad)
 	js.int3Only[addr] = why
 	for _, q := range site.probes {
 		delete(q.in, sp.id)

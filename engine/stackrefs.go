@@ -39,24 +39,29 @@ const (
 	sfSP      = 8 + 40 + 120 // saved rsp
 	sfIP      = 8 + 40 + 128 // saved rip
 	sfCS      = 8 + 40 + 144 // saved cs (16 bits)
+	sfSS      = 8 + 40 + 150 // saved ss (16 bits; 0 before Linux 4.6)
+	sfFP      = 8 + 40 + 184 // fpstate pointer
 	sfMin     = 8 + 40 + 256 // through the sigcontext
 	userCS64  = 0x33
+	userSS    = 0x2b
 	sigreturn = "\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05" // mov $15,%rax; syscall
+	sigret32  = "\xb8\x0f\x00\x00\x00\x0f\x05"         // mov $15,%eax; syscall
 )
 
-// mayReturnInto says which thread of a space (every one stopped) may go
-// back into one of the ranges ([lo, hi) each): its pc is there, or a word
-// on one of its stacks points there; "" when none may. A stack it cannot
-// read fully is an answer too: it cannot tell, and says why.
-func (e *Engine) mayReturnInto(sp *space, host JumpHost, ranges [][2]uint64, what string) string {
-	in := func(a uint64) bool {
-		for _, r := range ranges {
-			if a >= r[0] && a < r[1] {
-				return true
-			}
-		}
-		return false
-	}
+// What stackScan reports.
+const (
+	refPC    = iota // a thread's pc
+	refFrame        // a signal frame's saved pc
+	refWord         // any word of a stack
+)
+
+// stackScan calls visit with every stopped thread's pc, the saved pc of
+// every signal frame on its stacks, and (words) every 8-byte word of
+// them, until visit returns false. Each thread's stack is read from rsp
+// to the end of its mapping, and so is every stack a signal frame found
+// there says the thread was on before. It returns why it could not read
+// a stack, or "".
+func (e *Engine) stackScan(sp *space, host JumpHost, words bool, visit func(tid, kind int, at, v uint64) bool) string {
 	maps, err := host.MapRanges(sp.id)
 	if err != nil {
 		return fmt.Sprintf("the mappings cannot be read to look for signal frames: %v", err)
@@ -73,7 +78,7 @@ func (e *Engine) mayReturnInto(sp *space, host JumpHost, ranges [][2]uint64, wha
 		ok, seen := restorer[a]
 		if !seen {
 			var b [len(sigreturn)]byte
-			ok = e.tgt.ReadMem(sp.id, a, b[:]) == nil && string(b[:]) == sigreturn
+			ok = e.tgt.ReadMem(sp.id, a, b[:]) == nil && (string(b[:]) == sigreturn || string(b[:len(sigret32)]) == sigret32)
 			restorer[a] = ok
 		}
 		return ok
@@ -83,8 +88,8 @@ func (e *Engine) mayReturnInto(sp *space, host JumpHost, ranges [][2]uint64, wha
 		if err := e.tgt.GetRegs(tid, &r); err != nil {
 			continue // gone
 		}
-		if pc := r[rpn.RegRIP]; in(pc) {
-			return fmt.Sprintf("thread %d is inside %s (at %#x)", tid, what, pc)
+		if !visit(tid, refPC, 0, r[rpn.RegRIP]) {
+			return ""
 		}
 		// the stacks to read: from rsp up, then where signal frames say
 		// the thread was
@@ -117,13 +122,13 @@ func (e *Engine) mayReturnInto(sp *space, host JumpHost, ranges [][2]uint64, wha
 			}
 			for off := 0; off+8 <= len(buf); off += 8 {
 				w := binary.LittleEndian.Uint64(buf[off:])
-				if in(w) {
-					if off >= sfIP && frameAt(buf, off-sfIP) && isRestorer(binary.LittleEndian.Uint64(buf[off-sfIP:])) {
-						return fmt.Sprintf("thread %d is in a signal handler that returns to %#x, inside %s (its signal frame at %#x)", tid, w, what, at+uint64(off-sfIP))
-					}
-					return fmt.Sprintf("a word on thread %d's stack (at %#x) points inside %s (%#x): a signal frame's saved pc, or data", tid, at+uint64(off), what, w)
+				if words && !visit(tid, refWord, at+uint64(off), w) {
+					return ""
 				}
-				if off+sfMin <= len(buf) && frameAt(buf, off) && isRestorer(w) {
+				if frameAt(buf, off, at) && isRestorer(w) {
+					if !visit(tid, refFrame, at+uint64(off), binary.LittleEndian.Uint64(buf[off+sfIP:])) {
+						return ""
+					}
 					todo = append(todo, binary.LittleEndian.Uint64(buf[off+sfSP:]))
 				}
 			}
@@ -132,8 +137,52 @@ func (e *Engine) mayReturnInto(sp *space, host JumpHost, ranges [][2]uint64, wha
 	return ""
 }
 
-// frameAt reports whether buf[off:] looks like an rt_sigframe: a saved
-// cs of 64-bit user code (the restorer is checked by the caller).
-func frameAt(buf []byte, off int) bool {
-	return off >= 0 && off+sfMin <= len(buf) && binary.LittleEndian.Uint16(buf[off+sfCS:]) == userCS64
+// frameAt reports whether buf[off:] (at addr+off) looks like an
+// rt_sigframe: the saved cs and ss of 64-bit user code and an fpstate
+// pointer that is nil or just above the frame (the restorer is checked by
+// the caller).
+func frameAt(buf []byte, off int, addr uint64) bool {
+	if off < 0 || off+sfMin > len(buf) || binary.LittleEndian.Uint16(buf[off+sfCS:]) != userCS64 {
+		return false
+	}
+	if ss := binary.LittleEndian.Uint16(buf[off+sfSS:]); ss != userSS && ss != 0 {
+		return false
+	}
+	f := addr + uint64(off)
+	fp := binary.LittleEndian.Uint64(buf[off+sfFP:])
+	return fp == 0 || fp > f && fp-f < 64<<10
+}
+
+// mayReturnInto says which thread of a space (every one stopped) may go
+// back into one of the ranges ([lo, hi) each): its pc is there, a signal
+// frame's saved pc is, or (words) any word on one of its stacks points
+// there; "" when none may. A stack it cannot read fully is an answer too:
+// it cannot tell, and says why.
+func (e *Engine) mayReturnInto(sp *space, host JumpHost, ranges [][2]uint64, what string, words bool) string {
+	in := func(a uint64) bool {
+		for _, r := range ranges {
+			if a >= r[0] && a < r[1] {
+				return true
+			}
+		}
+		return false
+	}
+	why := ""
+	if err := e.stackScan(sp, host, words, func(tid, kind int, at, v uint64) bool {
+		if !in(v) {
+			return true
+		}
+		switch kind {
+		case refPC:
+			why = fmt.Sprintf("thread %d is inside %s (at %#x)", tid, what, v)
+		case refFrame:
+			why = fmt.Sprintf("thread %d is in a signal handler that returns to %#x, inside %s (its signal frame at %#x)", tid, v, what, at)
+		default:
+			why = fmt.Sprintf("a word on thread %d's stack (at %#x) points inside %s (%#x): a signal frame's saved pc, or data", tid, at, what, v)
+		}
+		return false
+	}); err != "" {
+		return err
+	}
+	return why
 }

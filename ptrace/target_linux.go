@@ -398,8 +398,15 @@ func (tg *Target) inject(space, tid int, entry uint64, c sysCall) (uint64, error
 	return tg.t.InjectSyscall(tid, entry, c.nr, c.args...)
 }
 
-// AllocXOL maps an executable area near addr by making thread tid call
-// mmap from the program's entry point (code no thread runs again).
+// AllocXOL maps an executable area of size bytes near addr, making
+// thread tid call mmap from the program's entry point (code no thread
+// runs again). The place is found in the process's mappings
+// (freeNear): the free gap closest to near within ±2 GiB, clear of
+// where the heap and the main stack grow; it is mapped there with
+// MAP_FIXED_NOREPLACE, so that a mapping another thread made meanwhile is
+// never replaced (the search starts again). When no gap is within reach
+// the area goes wherever the kernel puts it (an out-of-line slot far from
+// its code still serves instructions with no RIP-relative operand).
 func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
 	entry, err := injectAt(space)
 	if err != nil {
@@ -407,23 +414,55 @@ func (tg *Target) AllocXOL(space, tid int, near, size uint64) (uint64, error) {
 	}
 	prot := uint64(unix.PROT_READ | unix.PROT_EXEC)
 	flags := uint64(unix.MAP_PRIVATE | unix.MAP_ANONYMOUS)
-	var first uint64
-	// a hint below the code, then one above, then anywhere
-	for _, hint := range []uint64{(near &^ 0xfffff) - 0x1000000, (near &^ 0xfffff) + 0x1000000, 0} {
-		addr, err := tg.inject(space, tid, entry, sysCall{"mmap", sysMmap, []uint64{hint, size, prot, flags, ^uint64(0), 0}})
+	for try := 0; try < 4; try++ {
+		maps, err := Maps(space)
 		if err != nil {
 			return 0, err
 		}
-		d := int64(addr - near)
-		if hint == 0 || d > -(1<<31)+int64(size) && d < (1<<31)-int64(size) {
+		at, ok := freeNear(maps, near, size, growthReserves(space, maps))
+		if !ok {
+			break
+		}
+		addr, err := tg.inject(space, tid, entry, sysCall{"mmap", sysMmap, []uint64{at, size, prot, flags | unix.MAP_FIXED_NOREPLACE, ^uint64(0), 0}})
+		if errors.Is(err, unix.EEXIST) {
+			continue // mapped meanwhile by another thread: look again
+		}
+		if err != nil {
+			return 0, err
+		}
+		if addr == at {
 			return addr, nil
 		}
-		if first == 0 {
-			first = addr
+		// a kernel before 4.17 reads MAP_FIXED_NOREPLACE as a hint it
+		// did not take
+		if _, err := tg.inject(space, tid, entry, sysCall{"munmap", sysMunmap, []uint64{addr, size}}); err != nil {
+			return 0, err
 		}
-		tg.inject(space, tid, entry, sysCall{"munmap", sysMunmap, []uint64{addr, size}})
 	}
-	return first, nil
+	return tg.inject(space, tid, entry, sysCall{"mmap", sysMmap, []uint64{0, size, prot, flags, ^uint64(0), 0}})
+}
+
+// Unmap unmaps [addr, addr+size) of the space, making stopped thread tid
+// call munmap (what AllocXOL and MapShared mapped, when gprobes lets the
+// process go).
+func (tg *Target) Unmap(space, tid int, addr, size uint64) error {
+	entry, err := injectAt(space)
+	if err != nil {
+		return err
+	}
+	_, err = tg.inject(space, tid, entry, sysCall{"munmap", sysMunmap, []uint64{addr, size}})
+	return err
+}
+
+// SharesMemory reports whether processes a and b have one address space
+// (a vfork child and its parent, clone with CLONE_VM): kcmp(KCMP_VM).
+func (tg *Target) SharesMemory(a, b int) (bool, error) {
+	const kcmpVM = 1
+	r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(a), uintptr(b), kcmpVM, 0, 0, 0)
+	if errno != 0 {
+		return false, fmt.Errorf("kcmp %d %d: %w", a, b, errno)
+	}
+	return r == 0, nil
 }
 
 // MapStacks maps size bytes of private read-write memory in the process,
