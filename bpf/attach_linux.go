@@ -69,27 +69,34 @@ const pmuDir = "/sys/bus/event_source/devices/kprobe"
 // kprobePMU returns the kprobe PMU's perf type, and with ret the config
 // bit of a retprobe.
 func kprobePMU(ret bool) (uint32, uint, error) {
-	b, err := os.ReadFile(filepath.Join(pmuDir, "type"))
+	return dynamicPMU(pmuDir, "kprobes", "CONFIG_KPROBES", ret)
+}
+
+// dynamicPMU returns the perf type of the kprobe or uprobe PMU in dir,
+// and with ret the config bit of a retprobe; what and config name it in
+// the error when the kernel has none.
+func dynamicPMU(dir, what, config string, ret bool) (uint32, uint, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "type"))
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, 0, fmt.Errorf("this kernel has no kprobes (no kprobe PMU, %s: a kernel built without CONFIG_KPROBES)", pmuDir)
+		return 0, 0, fmt.Errorf("this kernel has no %s (no %s PMU, %s: a kernel built without %s)", what, filepath.Base(dir), dir, config)
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("kprobe PMU: %w", err)
+		return 0, 0, fmt.Errorf("%s PMU: %w", filepath.Base(dir), err)
 	}
 	typ, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
 	if err != nil {
-		return 0, 0, fmt.Errorf("kprobe PMU: type %q", b)
+		return 0, 0, fmt.Errorf("%s PMU: type %q", filepath.Base(dir), b)
 	}
 	if !ret {
 		return uint32(typ), 0, nil
 	}
-	b, err = os.ReadFile(filepath.Join(pmuDir, "format", "retprobe"))
+	b, err = os.ReadFile(filepath.Join(dir, "format", "retprobe"))
 	if err != nil {
-		return 0, 0, fmt.Errorf("this kernel's kprobe PMU has no retprobes: %w", err)
+		return 0, 0, fmt.Errorf("this kernel's %s PMU has no retprobes: %w", filepath.Base(dir), err)
 	}
 	var bit uint
 	if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "config:%d", &bit); err != nil || bit > 63 {
-		return 0, 0, fmt.Errorf("kprobe PMU: retprobe format %q", b)
+		return 0, 0, fmt.Errorf("%s PMU: retprobe format %q", filepath.Base(dir), b)
 	}
 	return uint32(typ), bit, nil
 }

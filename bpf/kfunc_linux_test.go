@@ -25,9 +25,10 @@ import (
 // has none of them attachable (no CONFIG_KPROBES; BPF_PROG_LOAD refuses
 // fentry programs with EPERM): there the tests check that the programs
 // compile (and load, for the kprobe program type) and that attaching is
-// refused naming what is missing, as bpf.Probe says. On a kernel with
-// them (the QEMU lab's Debian 6.1), they attach to do_sys_openat2 and
-// count exactly.
+// refused naming what is missing, as bpf.Probe says, bpf.Probe's answer
+// being checked against the kernel's own to a perf_event_open or a load
+// of the test's. On a kernel with them (the QEMU lab's Debian 6.1), they
+// attach to do_sys_openat2 and count exactly.
 
 func TestMechanisms(t *testing.T) {
 	needBPF(t)
@@ -139,6 +140,9 @@ func TestFentry(t *testing.T) {
 	}
 	mech := bpf.Probe().Fentry
 	prog, err := c.Load()
+	if raw := rawFentry(fn); (raw == nil) != (mech == nil) {
+		t.Fatalf("Probe says %v; the kernel, asked by the test: %v", mech, raw)
+	}
 	if mech != nil {
 		if err == nil || !errors.Is(err, unix.EPERM) {
 			t.Fatalf("Probe says %q; the load: %v", mech, err)
@@ -276,6 +280,9 @@ func TestKretprobe(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	// first: Probe opens files and kprobes, which the probe would see
 	mech := bpf.Probe().Kretprobe
+	if raw := rawPMU("kprobe", "do_sys_openat2", 0, true); (raw == nil) != (mech == nil) {
+		t.Fatalf("Probe says %v; the kernel, asked by the test: %v", mech, raw)
+	}
 	p := compileProbe(t, "retprobe = do_sys_openat2\nvars = 1\ninc lv,0\npush r,rax\npush r,rip\npush r,rsp\nlog 3\nexit 1")
 	for _, loop := range []bool{false, true} {
 		prog, m, _ := load(t, p, bpf.Options{Kind: bpf.KindKretprobe, Loop: loop, PID: uint32(os.Getpid()), TID: uint32(unix.Gettid())})
@@ -373,6 +380,9 @@ func TestKprobe(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	const fn = "do_sys_openat2"
 	mech := bpf.Probe().Kprobe // first: it opens files and kprobes
+	if raw := rawPMU("kprobe", fn, 0, false); (raw == nil) != (mech == nil) {
+		t.Fatalf("Probe says %v; the kernel, asked by the test: %v", mech, raw)
+	}
 	p := compileProbe(t, "offset = "+fn+"\n"+openProbe)
 	prog, m, _ := load(t, p, bpf.Options{Kind: bpf.KindKprobe, PID: uint32(os.Getpid()), TID: uint32(unix.Gettid())})
 	rd, err := bpf.NewReader(m)

@@ -4,6 +4,7 @@ package bpf
 
 import (
 	"errors"
+	"runtime"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -121,5 +122,18 @@ func FuncArgs(name string) (int, error) { return 0, ErrNotSupported }
 // Probe reports every mechanism missing (ErrNotSupported).
 func Probe() Mechanisms {
 	e := ErrNotSupported
-	return Mechanisms{e, e, e, e, e, e, e, e}
+	return Mechanisms{Tracepoint: e, RawTracepoint: e, Kprobe: e, Kretprobe: e, KprobeMulti: e, Fentry: e, Uprobe: e, Uretprobe: e,
+		Ringbuf: e, Loop: e, TaskPtRegs: e, BTF: e, KernelWatch: e, UserWatch: e}
+}
+
+// Lockdown is "": there is no Linux lockdown here.
+func Lockdown() string { return "" }
+
+// Detect reports every ability missing (ErrNotSupported).
+func Detect() Report {
+	r := Report{OS: runtime.GOOS, Machine: runtime.GOARCH}
+	r.Abilities = append(r.Abilities, ability("ebpf", "every kernel probe", ErrNotSupported))
+	r.Abilities = append(r.Abilities, Probe().List()...)
+	r.Abilities = append(r.Abilities, Kallsyms{Addrs: ErrNotSupported, DataSyms: ErrNotSupported}.List()...)
+	return r
 }

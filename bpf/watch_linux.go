@@ -22,10 +22,6 @@ const (
 	hwBreakpointRW = 3
 )
 
-// ErrNoDebugRegister: a CPU has no debug register free for a watch (four
-// per CPU, shared with gdb, perf and other watch probes).
-var ErrNoDebugRegister = errors.New("no debug register free")
-
 // AttachWatch attaches prog (compiled with KindWatch) to a hardware
 // breakpoint on n bytes at the kernel address addr, on every online CPU:
 // one perf event (PERF_TYPE_BREAKPOINT, pid -1) and one BPF link per CPU,
@@ -80,7 +76,12 @@ func watchError(addr uint64, n, cpu int, err error) error {
 	case errors.Is(err, unix.ENOSPC):
 		return fmt.Errorf("%s: %w: each CPU has four, shared with gdb, perf and other watch probes (%v)", what, ErrNoDebugRegister, err)
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-		return fmt.Errorf("%s: permission denied: a kernel breakpoint needs root (CAP_PERFMON, and perf_event_paranoid) (%v)", what, err)
+		// why: Probe tried a kernel address and a user one (the
+		// kernel's policy, CAP_SYS_ADMIN, or perf's permissions)
+		if m := Probe().KernelWatch; m != nil && !errors.Is(m, ErrNoDebugRegister) {
+			return fmt.Errorf("%s: %w", what, m)
+		}
+		return fmt.Errorf("%s: perf_event_open: %s, though a breakpoint on a kernel address went in when gprobes started (%v)", what, errnoName(err), err)
 	case errors.Is(err, unix.EINVAL):
 		return fmt.Errorf("%s: the kernel refuses the breakpoint: the address must be a kernel address aligned to the length (%v)", what, err)
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENODEV):

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -28,6 +29,13 @@ import (
 // each with the byte just written (push mrf), the writing thread and an
 // rip in the kernel. Then five watches on one CPU's four debug registers: the fifth
 // is refused, naming them.
+//
+// Whether this kernel gives breakpoints on its addresses is bpf.Probe's
+// answer, checked against a perf_event_open of the test's own on the
+// address: they must agree. Where it refuses them (this development
+// machine's 6.18, as root), AttachWatch's error is exactly bpf.Probe's
+// reason, which must name the cause as the kernel shows it (a user
+// address accepted the same way, or not).
 func TestWatch(t *testing.T) {
 	needBPF(t)
 	runtime.LockOSThread()
@@ -79,12 +87,40 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wr.Close()
+	const n = 500
+	var names []string
+	// the kernel's answer, asked by the test itself, on the address
+	mech := bpf.Probe().KernelWatch
+	raw := rawBreakpoint(-1, 0, addr)
+	t.Logf("bpf.Probe: %v; perf_event_open of a breakpoint on %#x: %v", mech, addr, raw)
+	if (mech == nil) != (raw == nil) || raw != nil && !errors.Is(raw, unix.EPERM) && !errors.Is(raw, unix.EACCES) {
+		t.Fatalf("bpf.Probe says %v; perf_event_open on %#x: %v", mech, addr, raw)
+	}
 	l, err := bpf.AttachWatch(wprog, addr, 1, rpn.WatchWrite)
+	if mech != nil {
+		// refused naming the kernel's policy, on the first online CPU
+		b, _ := os.ReadFile("/sys/devices/system/cpu/online")
+		first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "-")
+		first, _, _ = strings.Cut(first, ",")
+		want := fmt.Sprintf("watch %#x,1 on CPU %s: %v", addr, first, mech)
+		if err == nil || err.Error() != want {
+			t.Fatalf("AttachWatch: %v\nwant %s", err, want)
+		}
+		// the cause named as the kernel shows it: a user address the
+		// same way is accepted, or refused too
+		var word uint64
+		uerr := rawBreakpoint(-1, 0, uint64(uintptr(unsafe.Pointer(&word))))
+		if uerr == nil && !strings.Contains(mech.Error(), "while a user address is accepted") ||
+			uerr != nil && !strings.Contains(mech.Error(), "on kernel and user addresses alike") {
+			t.Fatalf("a user address, CPU-wide: %v; bpf.Probe: %v", uerr, mech)
+		}
+		t.Logf("refused: %v", err)
+		return
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 500
-	names := make([]string, n)
+	names = make([]string, n)
 	for i := range n {
 		names[i] = fmt.Sprintf("%cw%06d", 'a'+i%26, i) // byte 0 differs from the last name's
 		if err := setName(names[i]); err != nil {
@@ -139,5 +175,18 @@ func setName(s string) error {
 	b, _ := unix.BytePtrFromString(s)
 	err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(b)), 0, 0, 0)
 	runtime.KeepAlive(b)
+	return err
+}
+
+// rawBreakpoint is the kernel's answer to a hardware breakpoint on 8
+// bytes at addr for pid on cpu, asked without gprobes' code: made
+// disabled, and closed at once.
+func rawBreakpoint(pid, cpu int, addr uint64) error {
+	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_BREAKPOINT, Size: unix.PERF_ATTR_SIZE_VER1, Sample: 1, Bits: unix.PerfBitDisabled, Ext1: addr &^ 7, Ext2: 8}
+	attr.Bp_type = 2 // HW_BREAKPOINT_W
+	fd, err := unix.PerfEventOpen(&attr, pid, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err == nil {
+		unix.Close(fd)
+	}
 	return err
 }

@@ -88,3 +88,39 @@ func (k *kmem) close() {
 	k.prog.Close()
 	k.buf.Close()
 }
+
+// currentTask is the address of the calling thread's task_struct: a
+// BPF_PROG_TYPE_SYSCALL program run (BPF_PROG_TEST_RUN runs it in the
+// caller's context) storing bpf_get_current_task() in the map. The
+// program is loaded for the call and closed after it: a watch probe's
+// address needs it once, and the programs gprobes holds stay those of
+// its probes and of read.
+func (k *kmem) currentTask() (uint64, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "gp_ktask", Type: ebpf.Syscall, License: "GPL", Flags: unix.BPF_F_SLEEPABLE,
+		Instructions: asm.Instructions{
+			asm.FnGetCurrentTask.Call(),
+			asm.LoadMapValue(asm.R1, k.buf.FD(), 0),
+			asm.StoreMem(asm.R1, 0, asm.R0, asm.DWord),
+			asm.Mov.Imm(asm.R0, 0),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("a program to find gprobes' own task: %w", err)
+	}
+	defer prog.Close()
+	if _, err := prog.Run(&ebpf.RunOptions{Context: make([]byte, 16)}); err != nil {
+		return 0, err
+	}
+	v, err := k.buf.LookupBytes(uint32(0))
+	if err != nil {
+		return 0, err
+	}
+	if len(v) < 8 {
+		return 0, errors.New("kernel memory: short map value")
+	}
+	return binary.LittleEndian.Uint64(v), nil
+}

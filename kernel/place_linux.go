@@ -34,7 +34,8 @@ type ksyms struct {
 	core    *symbols.Table // /proc/kallsyms' lines of the kernel image, read once
 	kall    *symbols.Set   // core and the modules' lines of /proc/kallsyms as read last
 	btf     *symbols.Table // /sys/kernel/btf/vmlinux, when there
-	user    *symbols.Set   // --symbols (a vmlinux with DWARF for file:line), nil if none
+	user    *symbols.Set   // --symbols (a vmlinux with DWARF for file:line, a System.map), nil if none
+	facts   bpf.Kallsyms   // what kallsyms shows of the kernel image (its data symbols)
 	set     *symbols.Set   // kall, btf and the user's tables
 	mods    string         // /proc/modules' names as read last
 	loadedM map[string]bool
@@ -111,10 +112,11 @@ func (k *ksyms) reload() error {
 			return errors.New("the kernel's symbols: /proc/kallsyms shows no addresses: run as root (kernel.kptr_restrict)")
 		}
 		k.core = tab
+		k.facts = bpf.ScanKallsyms(core)
 	}
 	tabs := []*symbols.Table{k.core}
 	if len(mods) > 0 {
-		tab, err := symbols.ReadMap(kallsyms, bytes.NewReader(mods))
+		tab, err := symbols.ReadMap(kallsyms+" (the modules)", bytes.NewReader(mods))
 		if err != nil {
 			return fmt.Errorf("the kernel's symbols: the modules': %w", err)
 		}
@@ -305,19 +307,58 @@ func (k *ksyms) known(name string) bool {
 type symEnv struct {
 	k    *ksyms
 	kmod string
+	// task, when set, answers the name "task" in a watch probe's
+	// address: the task_struct of the process the probes follow
+	// (watchTask)
+	task func() (uint64, error)
 }
 
+// taskName is the name a watch probe's address gives the task_struct of
+// the process the probes follow.
+const taskName = "task"
+
+// Symbol is a symbol's address in the running kernel: kallsyms' (the
+// module's own first), else the user's --symbols slid by KASLR's offset
+// (kallsyms' _stext minus theirs): a kernel without CONFIG_KALLSYMS_ALL
+// lists no variables, and a System.map or vmlinux of it gives them.
 func (e symEnv) Symbol(name string) (uint64, error) {
+	if name == taskName && e.task != nil {
+		return e.task()
+	}
 	if e.kmod != "" {
 		if s, err := e.k.set.LookupModule(normMod(e.kmod), name); err == nil {
 			return s.Addr, nil
 		}
 	}
-	s, err := e.k.set.LookupModule("", name)
-	if err != nil {
-		return 0, err
+	s, err := e.k.kall.LookupModule("", name)
+	if err == nil {
+		return s.Addr, nil
 	}
-	return s.Addr, nil
+	if e.k.user != nil {
+		u, uerr := e.k.user.LookupModule("", name)
+		if uerr == nil {
+			slide, serr := e.k.slide()
+			if serr != nil {
+				return 0, fmt.Errorf("%s is in --symbols but not in /proc/kallsyms, and %v", name, serr)
+			}
+			return u.Addr + slide, nil
+		}
+	}
+	if why := e.k.facts.DataSyms; why != nil && e.k.user == nil {
+		return 0, fmt.Errorf("%v: %v; the kernel's BTF has its types, not its variables' addresses: give --symbols with this kernel's System.map or vmlinux (gprobes slides their addresses by _stext's)", err, why)
+	}
+	return 0, err
+}
+
+// slide is the KASLR offset of the running kernel from the user's
+// --symbols: kallsyms' _stext minus theirs.
+func (k *ksyms) slide() (uint64, error) {
+	st, err1 := k.user.Lookup("_stext")
+	live, err2 := k.kall.Lookup("_stext")
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("_stext is not in both the --symbols and kallsyms: cannot find the KASLR slide")
+	}
+	return live.Addr - st.Addr, nil
 }
 func (e symEnv) Sizeof(t string) (uint64, error) {
 	if m := e.modTypes(); m != nil {
@@ -360,7 +401,7 @@ func (t *Target) relocate(s *source) (*rpn.Program, error) {
 		cp := *m
 		cp.Code = append([]byte{}, m.Code...)
 		for _, r := range m.Relocs {
-			v, err := r.Sum.Eval(symEnv{t.syms, s.mod.kmod})
+			v, err := r.Sum.Eval(symEnv{k: t.syms, kmod: s.mod.kmod})
 			if err != nil {
 				return nil, fmt.Errorf("push d,%s: %v", r.Expr, err)
 			}
@@ -404,14 +445,13 @@ func (t *Target) address(d *rpn.Probe, kmod string) (uint64, error) {
 			return 0, fmt.Errorf("%s: %v", d.Loc.Text, err)
 		}
 		// the vmlinux's link-time address, slid to where it runs
-		st, err1 := t.syms.user.Lookup("_stext")
-		live, err2 := t.syms.kall.Lookup("_stext")
-		if err1 != nil || err2 != nil {
-			return 0, fmt.Errorf("%s: _stext is not in both the vmlinux and kallsyms: cannot find the KASLR slide", d.Loc.Text)
+		slide, err := t.syms.slide()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %v", d.Loc.Text, err)
 		}
-		return a + live.Addr - st.Addr, nil
+		return a + slide, nil
 	}
-	a, err := d.Loc.Sum.Eval(symEnv{t.syms, kmod})
+	a, err := d.Loc.Sum.Eval(symEnv{k: t.syms, kmod: kmod})
 	if err != nil {
 		return 0, fmt.Errorf("%s = %s: %v", d.Kind, d.Loc.Text, err)
 	}
@@ -581,6 +621,10 @@ func (t *Target) attach(p *probe) error {
 		}
 	}
 	if err := t.mech.Kprobe; err != nil {
+		if off == 0 && fn.Module == "" && t.mech.Fentry != nil {
+			// neither way in: name both
+			return fmt.Errorf("%s+%#x: %v; and fentry: %v", fn.Name, off, err, t.mech.Fentry)
+		}
 		return fmt.Errorf("%s+%#x: %v", fn.Name, off, err)
 	}
 	o.Kind = bpf.KindKprobe

@@ -56,7 +56,7 @@ type Target struct {
 	gvWords int
 	syms    *ksyms
 	kmem    *kmem
-	mech    mechanisms
+	mech    bpf.Mechanisms
 	closed  bool
 	ended   chan struct{}
 	stop    chan struct{}

@@ -252,6 +252,10 @@ type compiler struct {
 	// probe's minor failed to compile, so the check would mislead
 	switches     []switchUse
 	minorUnknown bool
+	// taskAtInsert: the location being read is a kernel module's watch
+	// address, in which the name "task" is the task_struct of the
+	// process the kernel target's probes follow, known at insertion
+	taskAtInsert bool
 	// enabledAt: where each probe's enabled keyword is, by probe index
 	enabledAt map[int]lexer.Position
 
@@ -728,7 +732,9 @@ func (c *compiler) watch(kv *dpdf.KeyValue) (loc Location, n uint8, mode WatchMo
 		c.errorf(v.Pos, "watch must be ADDRESS,LEN,MODE, such as jiffies,8,w, not %s", v.Text)
 		return Location{Text: v.Head}, 0, 0
 	}
+	c.taskAtInsert = c.m.ModType == ModKernel
 	loc = c.location(v, v.Head)
+	c.taskAtInsert = false
 	if len(v.Args) != 2 {
 		what := fmt.Sprintf("%s has %d parts", v.Text, 1+len(v.Args))
 		if len(v.Args) < 2 {
@@ -821,7 +827,15 @@ func (c *compiler) location(v *dpdf.Value, text string) Location {
 			return loc
 		}
 		if c.opts.Symbols != nil {
-			a, err := dpdf.Eval(n, c.opts.Symbols)
+			var env dpdf.Env = c.opts.Symbols
+			te := &taskEnv{Env: env}
+			if c.taskAtInsert {
+				env = te
+			}
+			a, err := dpdf.Eval(n, env)
+			if err == nil && te.used {
+				return loc // the rest checked, task at insertion
+			}
 			if errors.Is(err, ErrAtInsertion) {
 				return loc
 			}
@@ -835,6 +849,24 @@ func (c *compiler) location(v *dpdf.Value, text string) Location {
 		c.errorf(v.Pos, "offset must be a location (symbol, symbol+N, an address or file.c:LINE), not %s", v.Text)
 	}
 	return loc
+}
+
+// taskEnv leaves the name "task" to insertion: in a kernel module's
+// watch address it is the task_struct of the process the kernel
+// target's probes follow (docs/kernel.md), which no symbol file has.
+// It answers 0 for it, so that the rest of the address is checked, and
+// says it was used.
+type taskEnv struct {
+	dpdf.Env
+	used bool
+}
+
+func (e *taskEnv) Symbol(name string) (uint64, error) {
+	if name == "task" {
+		e.used = true
+		return 0, nil
+	}
+	return e.Env.Symbol(name)
 }
 
 // line records the source position of the next instruction.

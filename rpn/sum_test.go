@@ -205,3 +205,27 @@ func TestAtInsertion(t *testing.T) {
 		t.Errorf("an unknown symbol: %v, want a compile error", err)
 	}
 }
+
+// In a kernel module's watch address, "task" is the task_struct of the
+// process the kernel target's probes follow: known at insertion, so a
+// build with symbols leaves the address symbolic (its types resolved);
+// elsewhere (a process's watch, an offset) it is a symbol like any other.
+func TestWatchTaskAtInsertion(t *testing.T) {
+	l := layouts{"offsetof struct task_struct comm": 0x6d8}
+	m, err := compileWith(t, "name = vmlinux\nmodtype = kernel\nwatch = task + offsetof(struct task_struct, comm),1,w\nexit 0\n", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := m.Probes[0]; p.Loc.Resolved || p.Loc.Kind != rpn.LocExpr || len(p.Loc.Sum.Terms) != 2 || p.Loc.Sum.Terms[0].Name != "task" {
+		t.Errorf("location %+v: want task + offsetof unresolved", p.Loc)
+	}
+	for _, src := range []string{
+		"name = ./a.out\nmodtype = user\nwatch = task+8,8,w\nexit 0\n",
+		"name = vmlinux\nmodtype = kernel\noffset = task+8\nexit 0\n",
+		"name = vmlinux\nmodtype = kernel\nwatch = task + offsetof(struct task_struct, nope),8,w\nexit 0\n",
+	} {
+		if _, err := compileWith(t, src, l); err == nil || !strings.Contains(err.Error(), "is not known") {
+			t.Errorf("%q: %v, want an unknown name", src, err)
+		}
+	}
+}
