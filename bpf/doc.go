@@ -237,15 +237,21 @@
 // # Mechanisms
 //
 // Probe says which of tracepoint, raw tracepoint, kprobe, kretprobe,
-// kprobe.multi, fentry, ringbuf and bpf_loop this kernel has, each nil or
-// an error with a one-line reason (cilium/ebpf's feature tests, a trivial
-// program attached and detached at once, a kprobe perf event opened and
-// closed), once per process; Mechanisms.ForKind is the reason a probe of
-// a kind cannot go in. This host (6.18): no kprobe PMU (a kernel built
-// without CONFIG_KPROBES), and BPF_PROG_LOAD refuses every fentry program
+// kprobe.multi, fentry, uprobe, uretprobe, ringbuf, bpf_loop,
+// bpf_task_pt_regs, the kernel's BTF and hardware breakpoints on kernel
+// and user addresses this host allows, each nil or an error with a
+// one-line reason (cilium/ebpf's feature tests, a trivial program
+// attached and detached at once, kprobe and uprobe perf events and
+// disabled breakpoints opened and closed), once per process;
+// Mechanisms.ForKind is the reason a probe of a kind cannot go in.
+// ScanKallsyms says what /proc/kallsyms shows, Detect is the whole matrix
+// (gprobes doctor). This host (6.18): no kprobe PMU (a kernel built
+// without CONFIG_KPROBES), BPF_PROG_LOAD refuses every fentry program
 // with EPERM before its verifier, as root (tp_btf loads: a policy or
-// lockdown of this kernel), so kprobe, kretprobe, fentry and kprobe.multi
-// are absent. The QEMU lab's Debian 6.1 has all but kprobe.multi (no
+// lockdown of this kernel), and perf refuses breakpoints on kernel
+// addresses with EPERM, as root, while it accepts user addresses, so
+// kprobe, kretprobe, fentry, kprobe.multi and kernel watches are
+// absent. The QEMU lab's Debian 6.1 has all but kprobe.multi (no
 // CONFIG_FPROBE), and the package's whole test suite passes there (the
 // test binary, go test -c with CGO_ENABLED=0, run as root in the guest:
 // TestFentry, TestKprobe, TestKretprobe and TestRemoveStaleKprobeEvents

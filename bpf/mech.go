@@ -125,15 +125,16 @@ type Kallsyms struct {
 }
 
 // minDataSymbols is how many data symbols make kallsyms "list the
-// kernel's variables": a kernel built with CONFIG_KALLSYMS_ALL lists tens
-// of thousands (the QEMU lab's Debian 6.1: 32,878), one without it only
-// the bounds of some sections (__start_rodata, __start_once...): 35 on
-// the 6.18 development machine.
+// kernel's variables": a kernel built with CONFIG_KALLSYMS_ALL lists
+// tens of thousands (the QEMU lab's Debian 6.1: 32,879 of its 94,266),
+// one without it only the bounds of some sections (__start_rodata,
+// __start_once...): 35 of 121,436 on the 6.18.44 machines.
 const minDataSymbols = 1000
 
-// ScanKallsyms reads /proc/kallsyms' text (the kernel image's lines, or
-// all of them): how many symbols, how many of them data, and whether the
-// addresses are shown.
+// ScanKallsyms reads /proc/kallsyms' text: how many symbols of the
+// kernel image (modules' and eBPF programs' lines, which come and go, are
+// not counted), how many of them data, and whether the addresses are
+// shown.
 func ScanKallsyms(b []byte) Kallsyms {
 	var k Kallsyms
 	zero, nonzero := 0, 0
@@ -146,8 +147,8 @@ func ScanKallsyms(b []byte) Kallsyms {
 		}
 		// ADDR TYPE NAME[\t[MODULE]]
 		sp := bytes.IndexByte(line, ' ')
-		if sp <= 0 || sp+2 >= len(line) {
-			continue
+		if sp <= 0 || sp+2 >= len(line) || bytes.IndexByte(line, '\t') >= 0 {
+			continue // a module's line ("\t[MODULE]"), or no symbol
 		}
 		k.Symbols++
 		if len(bytes.Trim(line[:sp], "0")) == 0 {

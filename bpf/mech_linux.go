@@ -262,8 +262,9 @@ func openBreakpoint(addr uint64, pid, cpu int) error {
 }
 
 // kernelWatchAddr is a kernel address to try a breakpoint on: the first
-// symbol /proc/kallsyms shows (its first line only: reading it all is
-// slow under emulation), or where x86-64's kernel image starts without
+// kernel address /proc/kallsyms shows in its first 4 KiB (not all of
+// it: reading it all is slow under emulation; per-CPU symbols at small
+// offsets may come first), or where x86-64's kernel image starts without
 // KASLR. perf checks the address's half of the address space, not what
 // is there.
 func kernelWatchAddr() uint64 {
@@ -273,17 +274,19 @@ func kernelWatchAddr() uint64 {
 		return base
 	}
 	defer f.Close()
-	b := make([]byte, 64)
+	b := make([]byte, 4096)
 	n, _ := io.ReadFull(f, b)
-	fs := strings.Fields(string(b[:n]))
-	if len(fs) == 0 {
-		return base
+	lines := strings.Split(string(b[:n]), "\n")
+	for _, l := range lines[:max(len(lines)-1, 0)] { // the last may be cut
+		f := strings.Fields(l)
+		if len(f) < 3 {
+			continue
+		}
+		if a, err := strconv.ParseUint(f[0], 16, 64); err == nil && a >= kernelHalf {
+			return a &^ 7
+		}
 	}
-	a, err := strconv.ParseUint(fs[0], 16, 64)
-	if err != nil || a < kernelHalf {
-		return base
-	}
-	return a &^ 7
+	return base
 }
 
 // kernelHalf is where x86-64's kernel half of the address space starts.

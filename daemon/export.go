@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gprobes/gprobes/bpf"
 	"github.com/gprobes/gprobes/engine"
 )
 
@@ -165,6 +166,9 @@ func (s *Server) Status() StatusResponse {
 			st.Targets[n] = "gone: " + g
 		} else {
 			st.Targets[n] = "running"
+		}
+		if k, ok := t.eng.(interface{ Abilities() []bpf.Ability }); ok {
+			st.KernelAbilities = k.Abilities()
 		}
 	}
 	st.LostInTargets = s.targetLost()

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gprobes/gprobes/bpf"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/internal/shm"
 	"github.com/gprobes/gprobes/ppdf"
@@ -752,6 +753,10 @@ type StatusResponse struct {
 	Exporters map[string]ExportStatus `json:"exporters,omitempty"`
 	// Metrics: the address of the Prometheus metrics listener (--metrics)
 	Metrics string `json:"metrics,omitempty"`
+	// KernelAbilities: what this host allows the daemon's kernel target
+	// (gprobes doctor's matrix, as the daemon found it when the target
+	// opened); absent until a kernel insert opened it
+	KernelAbilities []bpf.Ability `json:"kernel_abilities,omitempty"`
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {

@@ -16,3 +16,11 @@ import "github.com/gprobes/gprobes/bpf"
 // that. What /proc/kallsyms shows is the ksyms' (kallsyms, read once at
 // the start).
 func probeMechanisms() bpf.Mechanisms { return bpf.Probe() }
+
+// Abilities is what this host allows the kernel target, as it found out
+// at its start (bpf.Probe, and what kallsyms showed): the daemon's
+// status carries it, which may differ from what `gprobes doctor` finds
+// as another user.
+func (t *Target) Abilities() []bpf.Ability {
+	return append(t.mech.List(), t.syms.facts.List()...)
+}

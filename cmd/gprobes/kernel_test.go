@@ -81,6 +81,32 @@ exit 0
 	if lv1, _ := strconv.Atoi(v.Modules[0].LV[1]); lv1 < n {
 		t.Fatalf("minor 2 counted %d, below this process's %d calls", lv1, n)
 	}
+	// status: the daemon's kernel target says what this host allows it,
+	// the matrix of gprobes doctor (this process is root as the daemon)
+	var st struct {
+		KernelAbilities []bpf.Ability `json:"kernel_abilities"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "status", "--socket", sock, "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	var miss []string
+	for _, a := range bpf.Detect().Abilities[1:] { // the daemon's has no "ebpf": it runs
+		if !a.OK {
+			miss = append(miss, a.Name)
+		}
+	}
+	if want := bpf.Detect().Abilities[1:]; len(st.KernelAbilities) != len(want) {
+		t.Errorf("status: kernel abilities %+v, want %+v", st.KernelAbilities, want)
+	} else {
+		for i, a := range st.KernelAbilities {
+			if a != want[i] {
+				t.Errorf("status: %+v, want %+v", a, want[i])
+			}
+		}
+	}
+	if out, want := mustRun(t, "status", "--socket", sock), "kernel target lacks "+strings.Join(miss, ", ")+" (status --json says why)\n"; len(miss) > 0 && !strings.Contains(out, want) {
+		t.Errorf("status, want %q:\n%s", want, out)
+	}
 	text := mustRun(t, "getvars", "--socket", sock, "--all")
 	if !strings.Contains(text, "kernel gv: 0="+strconv.Itoa(n)) {
 		t.Errorf("getvars text:\n%s", text)

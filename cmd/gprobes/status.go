@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -75,5 +76,18 @@ func printStatus(w io.Writer, st *daemon.StatusResponse) {
 	slices.Sort(targets)
 	for _, t := range targets {
 		fmt.Fprintf(w, "target %s: %s\n", t, st.Targets[t])
+	}
+	if len(st.KernelAbilities) > 0 {
+		var miss []string
+		for _, a := range st.KernelAbilities {
+			if !a.OK {
+				miss = append(miss, a.Name)
+			}
+		}
+		if len(miss) == 0 {
+			fmt.Fprintf(w, "kernel target: every ability (%d)\n", len(st.KernelAbilities))
+		} else {
+			fmt.Fprintf(w, "kernel target lacks %s (status --json says why)\n", strings.Join(miss, ", "))
+		}
 	}
 }
