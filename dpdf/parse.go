@@ -80,15 +80,15 @@ func (kv *KeyValue) Norm() string { return normKey(kv.Key) }
 // the file through the C preprocessor first. The error is an ErrorList
 // holding every error found, or an I/O error.
 func Parse(path string, opts Options) (*File, error) {
-	text, err := readText(path)
+	text, regular, err := readText(path)
 	if err != nil {
 		return nil, fmt.Errorf("read DPDF: %w", err)
 	}
-	return parse(path, text, opts, true)
+	return parse(path, text, opts, regular)
 }
 
 // ParseSource parses DPDF text held in memory; name is used in positions.
-// Preprocessing reads the text from standard input, so #include "x"
+// Preprocessing reads the text from a temporary copy, so #include "x"
 // resolves against -I directories and the current directory.
 func ParseSource(name string, src []byte, opts Options) (*File, error) {
 	return parse(name, string(src), opts, false)

@@ -64,34 +64,54 @@ var batchStatements = 4096
 // starts with '#') and returns a Reader of its statements. The error is an
 // I/O error, or an ErrorList of preprocessor errors; syntax errors come
 // from Reader.Errors once the statements are read.
+//
+// The file is read once: a pipe, a FIFO or /dev/stdin works as a regular
+// file does (the preprocessor, if one is needed, is given the text read,
+// not the path, and resolves #include "..." against the working
+// directory).
 func Open(path string, opts Options) (*Reader, error) {
-	text, err := readText(path)
+	text, regular, err := readText(path)
 	if err != nil {
 		return nil, fmt.Errorf("read DPDF: %w", err)
 	}
-	return newReader(path, text, opts, true)
+	return newReader(path, text, opts, regular)
 }
 
-// readText reads a file into a string without a second copy.
-func readText(path string) (string, error) {
+// readText reads a file into a string without a second copy, and says
+// whether it is a regular file (which can be read again).
+func readText(path string) (string, bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer f.Close()
 	var b strings.Builder
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 && fi.Size() < math.MaxInt32 {
-		b.Grow(int(fi.Size()) + 1)
+	regular := false
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		regular = true
+		if fi.Size() > 0 && fi.Size() < math.MaxInt32 {
+			b.Grow(int(fi.Size()) + 1)
+		}
 	}
 	if _, err := io.Copy(&b, f); err != nil {
-		return "", err
+		return "", false, err
 	}
-	return b.String(), nil
+	return b.String(), regular, nil
 }
 
-// OpenSource is Open for DPDF text held in memory, as ParseSource.
+// OpenSource is Open for DPDF text held in memory, as ParseSource: name
+// is what errors call it (a one-liner's "-e", "<stdin>"), and the
+// preprocessor resolves #include "..." against the working directory.
 func OpenSource(name string, src []byte, opts Options) (*Reader, error) {
 	return newReader(name, string(src), opts, false)
+}
+
+// OpenFileSource is Open for the text src already read from the regular
+// file at path: the file is not read again, except by the preprocessor
+// when the text has directives (so that #include "..." resolves beside
+// it, as a C compiler does).
+func OpenFileSource(path string, src []byte, opts Options) (*Reader, error) {
+	return newReader(path, string(src), opts, true)
 }
 
 func newReader(path string, text string, opts Options, onDisk bool) (*Reader, error) {

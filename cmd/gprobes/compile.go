@@ -23,6 +23,7 @@ import (
 // Flags shared by the commands that read a DPDF.
 func sourceFlags() []cli.Flag {
 	return []cli.Flag{
+		&cli.GenericFlag{Name: "e", Value: &oneLiner{}, Usage: "the DPDF itself, `TEXT`, instead of a file: statements separated by ; or newlines (repeatable: each -e is a line; a // comment runs to the end of its line, and a # directive takes a line of its own)"},
 		&cli.StringSliceFlag{Name: "D", Usage: "define `NAME[=VALUE]` for the C preprocessor"},
 		&cli.StringSliceFlag{Name: "I", Usage: "add `DIR` to the preprocessor's include path"},
 		&cli.StringSliceFlag{Name: "symbols", Aliases: []string{"s"}, Usage: "resolve locations and symbols with `FILE` (ELF, System.map or a copy of /proc/kallsyms; repeatable)"},
@@ -94,6 +95,81 @@ func loadSymbols(c *cli.Context) (*symbols.Set, error) {
 	return set, nil
 }
 
+// oneLiner is -e: each value one line of the DPDF (a StringSliceFlag
+// would split them at the commas of "push d,1").
+type oneLiner []string
+
+func (o *oneLiner) Set(v string) error { *o = append(*o, v); return nil }
+func (o *oneLiner) String() string     { return strings.Join(*o, "\n") }
+
+// oneLinerName is what errors call the DPDF of -e, as a file name.
+const oneLinerName = "-e"
+
+// input is a DPDF or PPDF as a command got it: a file (regular, or a
+// pipe, a FIFO, /dev/stdin), standard input ("-") or -e TEXT. It is read
+// once: a pipe cannot be read twice.
+type input struct {
+	name    string // for messages and positions: the path, "<stdin>" or "-e"
+	path    string // the path given; "" for standard input and -e
+	data    []byte
+	regular bool // path is a regular file (the preprocessor may read it)
+}
+
+// oneLinerOf returns the DPDF of -e, or nil when -e was not given.
+func oneLinerOf(c *cli.Context) *input {
+	o, ok := c.Generic("e").(*oneLiner)
+	if !ok || o == nil || len(*o) == 0 {
+		return nil
+	}
+	return &input{name: oneLinerName, data: []byte(strings.Join(*o, "\n") + "\n")}
+}
+
+// readInput reads the file at path, or standard input for "-".
+func readInput(c *cli.Context, path string) (*input, error) {
+	if path == "-" {
+		r := c.App.Reader
+		if r == nil {
+			r = os.Stdin
+		}
+		data, err := io.ReadAll(r)
+		if err != nil {
+			return nil, cli.Exit(fmt.Sprintf("read standard input: %v", err), 1)
+		}
+		return &input{name: "<stdin>", data: data}, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 1)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, cli.Exit(err.Error(), 1)
+	}
+	if st.IsDir() {
+		return nil, cli.Exit(fmt.Sprintf("read %s: is a directory", path), 1)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, cli.Exit(fmt.Sprintf("read %s: %v", path, err), 1)
+	}
+	return &input{name: path, path: path, data: data, regular: st.Mode().IsRegular()}, nil
+}
+
+// inputArg is the one DPDF or PPDF of a command: -e TEXT, else its first
+// argument (a file, or "-"). rest is the arguments after it.
+func inputArg(c *cli.Context, cmd string) (in *input, rest []string, err error) {
+	args := c.Args().Slice()
+	if in = oneLinerOf(c); in != nil {
+		return in, args, nil
+	}
+	if len(args) == 0 {
+		return nil, nil, cli.Exit(cmd+": name a DPDF or PPDF file (- for standard input), or give the DPDF with -e TEXT", 2)
+	}
+	in, err = readInput(c, args[0])
+	return in, args[1:], err
+}
+
 // isPPDF reports whether data is meant to be a PPDF: it starts with the
 // PPDF magic, or with something close enough (a magic mangled by a
 // text-mode transfer) that the decoder's diagnosis helps more than DPDF
@@ -107,13 +183,10 @@ func isPPDF(data []byte) bool {
 // load reads a DPDF (compiling it) or a PPDF (verifying it: its
 // signature first when the command was given --allowed-signers, then its
 // structure and bytecode).
-func load(c *cli.Context, path string) (*loaded, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, cli.Exit(err.Error(), 1)
-	}
+func load(c *cli.Context, in *input) (*loaded, error) {
+	path, data := in.name, in.data
 	if isPPDF(data) {
-		sig, signer, err := verifyPack(c, path, data) // trust.go
+		sig, signer, err := verifyPack(c, in, data) // trust.go
 		if err != nil {
 			return nil, err
 		}
@@ -142,16 +215,22 @@ func load(c *cli.Context, path string) (*loaded, error) {
 	if err != nil {
 		return nil, cli.Exit(err.Error(), 1)
 	}
-	return compileSource(c, path, set)
+	return compileSource(c, in, set)
 }
 
-// compileSource compiles the DPDF at path against the symbols of set (nil:
+// compileSource compiles the DPDF in against the symbols of set (nil:
 // none).
-func compileSource(c *cli.Context, path string, set *symbols.Set) (*loaded, error) {
+func compileSource(c *cli.Context, in *input, set *symbols.Set) (*loaded, error) {
 	opts := dpdf.Options{Defines: c.StringSlice("D"), Includes: c.StringSlice("I"), CPP: c.String("cpp")}
 	// read a statement at a time: memory holds the module being built,
 	// not the file's syntax tree (docs/design.md, "Parsing")
-	r, err := dpdf.Open(path, opts)
+	var r *dpdf.Reader
+	var err error
+	if in.regular {
+		r, err = dpdf.OpenFileSource(in.path, in.data, opts)
+	} else {
+		r, err = dpdf.OpenSource(in.name, in.data, opts)
+	}
 	if err != nil {
 		return nil, reportErrors(c, err)
 	}
@@ -165,7 +244,12 @@ func compileSource(c *cli.Context, path string, set *symbols.Set) (*loaded, erro
 		return nil, reportErrors(c, err)
 	}
 	m := prog.Module()
-	deps := append([]string{}, r.Deps...)
+	var deps []string
+	for _, d := range r.Deps {
+		if in.path != "" || d != in.name { // standard input and -e are no file make could check
+			deps = append(deps, d)
+		}
+	}
 	if set != nil {
 		deps = append(deps, set.Files()...)
 	}
@@ -187,15 +271,26 @@ func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "check",
 		Usage:     "parse and verify DPDF files (or PPDF packs); print every error as file:line:col: message, and what a module writes in its target",
-		ArgsUsage: "FILE.dpdf|FILE.ppdf...",
+		ArgsUsage: "FILE.dpdf|FILE.ppdf|-...",
 		Flags:     append(sourceFlags(), trustFlags()...),
 		Action: func(c *cli.Context) error {
-			if c.NArg() == 0 {
-				return cli.Exit("check: name a DPDF file", 2)
+			var ins []func() (*input, error)
+			if in := oneLinerOf(c); in != nil {
+				ins = append(ins, func() (*input, error) { return in, nil })
+			}
+			for _, path := range c.Args().Slice() {
+				ins = append(ins, func() (*input, error) { return readInput(c, path) })
+			}
+			if len(ins) == 0 {
+				return cli.Exit("check: name a DPDF file (- for standard input), or give the DPDF with -e TEXT", 2)
 			}
 			failed := false
-			for _, path := range c.Args().Slice() {
-				l, err := load(c, path)
+			for _, read := range ins {
+				in, err := read()
+				var l *loaded
+				if err == nil {
+					l, err = load(c, in)
+				}
 				if err != nil {
 					var ec cli.ExitCoder
 					if errors.As(err, &ec) && ec.Error() != "" {
@@ -215,7 +310,7 @@ func checkCommand() *cli.Command {
 						unresolved++
 					}
 				}
-				fmt.Fprintf(c.App.Writer, "%s: ok: module %q, %s, %d bytes of bytecode", path, l.mod.Name, plural(len(l.mod.Probes), "probe"), len(l.mod.Code))
+				fmt.Fprintf(c.App.Writer, "%s: ok: module %q, %s, %d bytes of bytecode", in.name, l.mod.Name, plural(len(l.mod.Probes), "probe"), len(l.mod.Code))
 				if unresolved > 0 {
 					fmt.Fprintf(c.App.Writer, ", %s left for insert-time resolution", plural(unresolved, "symbolic value"))
 				}
@@ -224,9 +319,9 @@ func checkCommand() *cli.Command {
 				}
 				fmt.Fprintln(c.App.Writer)
 				if l.signer != "" {
-					fmt.Fprintf(c.App.Writer, "%s: signed by %s\n", path, dpdf.Escape(l.signer))
+					fmt.Fprintf(c.App.Writer, "%s: signed by %s\n", in.name, dpdf.Escape(l.signer))
 				}
-				printWrites(c.App.Writer, path, l.mod)
+				printWrites(c.App.Writer, in.name, l.mod)
 			}
 			if failed {
 				return cli.Exit("", 1)
@@ -240,7 +335,7 @@ func buildCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "build",
 		Usage:     "pre-build a DPDF into a binary PPDF pack (byte-identical output for identical input), for one build or several, signed or not",
-		ArgsUsage: "FILE.dpdf",
+		ArgsUsage: "FILE.dpdf|-",
 		Description: `The pack is bound to the build of the probed module: the build ID of the --symbols files
 (an ELF file's, or a copy of the kernel's /sys/kernel/notes), checked where it is inserted.
 Each --for is one build of the module (a kernel, a library, a kernel module): its symbol files,
@@ -256,13 +351,19 @@ docs/ppdf.md, "Packs for customers".`,
 			&cli.StringFlag{Name: "sign", Usage: "sign the pack with the SSH private `KEY` (or a public key whose private key ssh-agent holds; an encrypted key's passphrase in $GPROBES_SIGN_PASSPHRASE) into OUT.sig"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
+			in, rest, err := inputArg(c, "build")
+			if err != nil {
+				return err
+			}
+			if len(rest) > 0 {
 				return cli.Exit("build: name one DPDF file", 2)
 			}
-			in := c.Args().First()
 			out := c.String("o")
 			if out == "" {
-				out = strings.TrimSuffix(in, filepath.Ext(in)) + ".ppdf"
+				if in.path == "" {
+					return cli.Exit(fmt.Sprintf("build: the DPDF of %s has no file name to name the PPDF after: give -o OUT", in.name), 2)
+				}
+				out = strings.TrimSuffix(in.path, filepath.Ext(in.path)) + ".ppdf"
 			}
 			builds, deps, err := buildModules(c, in)
 			if err != nil {
@@ -316,9 +417,9 @@ docs/ppdf.md, "Packs for customers".`,
 
 // buildModules compiles the DPDF for each --for build, or once against
 // --symbols, and returns the builds and every file read.
-func buildModules(c *cli.Context, in string) ([]*rpn.Module, []string, error) {
-	if data, err := os.ReadFile(in); err == nil && isPPDF(data) {
-		return nil, nil, cli.Exit(fmt.Sprintf("build: %s is already a PPDF", in), 1)
+func buildModules(c *cli.Context, in *input) ([]*rpn.Module, []string, error) {
+	if isPPDF(in.data) {
+		return nil, nil, cli.Exit(fmt.Sprintf("build: %s is already a PPDF", in.name), 1)
 	}
 	var fors []string
 	if b, ok := c.Generic("for").(*buildList); ok {
@@ -428,13 +529,17 @@ func disasmCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "disasm",
 		Usage:     "list the bytecode of a DPDF or PPDF with the DPDF line of each instruction, and what it writes in its target",
-		ArgsUsage: "FILE.dpdf|FILE.ppdf",
+		ArgsUsage: "FILE.dpdf|FILE.ppdf|-",
 		Flags:     append(sourceFlags(), trustFlags()...),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
+			in, rest, err := inputArg(c, "disasm")
+			if err != nil {
+				return err
+			}
+			if len(rest) > 0 {
 				return cli.Exit("disasm: name one DPDF or PPDF file", 2)
 			}
-			l, err := load(c, c.Args().First())
+			l, err := load(c, in)
 			if err != nil {
 				return err
 			}

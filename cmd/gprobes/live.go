@@ -186,7 +186,7 @@ func insertCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "insert",
 		Usage:     "insert a module's probes into a target (pid:N, exec:PATH ARGS, gdb:HOST:PORT, xen:DOMID)",
-		ArgsUsage: "FILE.dpdf|FILE.ppdf",
+		ArgsUsage: "FILE.dpdf|FILE.ppdf|-|-e TEXT",
 		Flags: append(append(sourceFlags(), trustFlags()...), socketFlag(),
 			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach), exec:PATH ARGS (start it), gdb:HOST:PORT (a guest kernel through its GDB stub), xen:DOMID (a Xen PV domain's kernel, from dom0) or kernel (this machine's kernel, through eBPF)", Required: true},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "the guest kernel's KASLR slide, `OFFSET` (default: found from linux_banner)"},
@@ -195,13 +195,17 @@ func insertCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the probes as JSON"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return cli.Exit("insert: name one DPDF or PPDF file", 2)
-			}
 			if c.Bool("merge") && c.Bool("replace") {
 				return cli.Exit("insert: --merge or --replace, not both", 2)
 			}
-			l, err := load(c, c.Args().First())
+			in, rest, err := inputArg(c, "insert")
+			if err != nil {
+				return err
+			}
+			if len(rest) > 0 {
+				return cli.Exit("insert: name one DPDF or PPDF file", 2)
+			}
+			l, err := load(c, in)
 			if err != nil {
 				return err
 			}
@@ -214,7 +218,7 @@ func insertCommand() *cli.Command {
 				}
 			}
 			if l.signer != "" {
-				fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: signed by %s\n", c.Args().First(), dpdf.Escape(l.signer))
+				fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: signed by %s\n", in.name, dpdf.Escape(l.signer))
 			}
 			mode := ""
 			if c.Bool("merge") {
@@ -477,7 +481,7 @@ func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "one shot, no daemon: start COMMAND (or attach to --target), insert FILE, print records as they commit, then the variables and probes",
-		ArgsUsage: "FILE -- COMMAND [ARGS...]",
+		ArgsUsage: "FILE|-|-e TEXT -- COMMAND [ARGS...]",
 		Flags: append(append(sourceFlags(), trustFlags()...),
 			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command; or kernel, this machine's kernel through eBPF: with -- COMMAND, only COMMAND's process is probed, and run ends when it exits. Attached (no COMMAND), run says \"gprobes: ready on TARGET (probes: 2 active)\" on standard error once its probes are in: start the workload then"},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
@@ -489,20 +493,25 @@ func runCommand() *cli.Command {
 			routeFlag(), ringFlag(),
 		),
 		Action: func(c *cli.Context) error {
-			args := c.Args().Slice()
-			if len(args) == 0 {
-				return cli.Exit("run: name a DPDF or PPDF file, then -- COMMAND, or --target pid:N", 2)
+			if oneLinerOf(c) == nil && c.NArg() == 0 {
+				return cli.Exit("run: name a DPDF or PPDF file (- for standard input) or give the DPDF with -e TEXT, then -- COMMAND, or --target pid:N", 2)
 			}
-			file, command := args[0], args[1:]
-			if len(command) == 0 && c.String("target") == "" {
+			if c.NArg() == 1 && oneLinerOf(c) == nil && c.String("target") == "" {
 				return cli.Exit("run: give a command after --, or --target pid:N", 2)
 			}
-			l, err := load(c, file)
+			if oneLinerOf(c) != nil && c.NArg() == 0 && c.String("target") == "" {
+				return cli.Exit("run: give a command after --, or --target pid:N", 2)
+			}
+			in, command, err := inputArg(c, "run")
+			if err != nil {
+				return err
+			}
+			l, err := load(c, in)
 			if err != nil {
 				return err
 			}
 			if l.signer != "" {
-				fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: signed by %s\n", file, dpdf.Escape(l.signer))
+				fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: signed by %s\n", in.name, dpdf.Escape(l.signer))
 			}
 			return runOnce(c, l.builds, command)
 		},

@@ -36,7 +36,7 @@ max-jumps, call-depth, divide-by-zero or invalid-operand; log is the hex of the 
 bytes, empty when nothing is committed. A hit that ran enable or disable has
 "switches":["enable 3","disable 4"]; "iv":["0",...] (8 words) is there when the probe uses
 instance variables or --iv is given.`,
-		ArgsUsage: "FILE.dpdf|FILE.ppdf",
+		ArgsUsage: "FILE.dpdf|FILE.ppdf|-",
 		Flags: append(sourceFlags(),
 			&cli.IntFlag{Name: "probe", Value: 0, Usage: "run probe `N` (0-based, in file order)"},
 			&cli.IntFlag{Name: "hits", Value: 1, Usage: "run it `N` times in a row against the same state"},
@@ -56,10 +56,14 @@ instance variables or --iv is given.`,
 			&cli.BoolFlag{Name: "json", Usage: "print exactly one JSON object"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
+			in, rest, err := inputArg(c, "sim")
+			if err != nil {
+				return err
+			}
+			if len(rest) > 0 {
 				return cli.Exit("sim: name one DPDF or PPDF file", 2)
 			}
-			l, err := load(c, c.Args().First())
+			l, err := load(c, in)
 			if err != nil {
 				return err
 			}

@@ -26,10 +26,12 @@ func trustFlags() []cli.Flag {
 // command was given --allowed-signers, verifies it over data: a refusal
 // names its reason and nothing else is done. It returns the signature (nil
 // if none) and who signed ("" when not verified).
-func verifyPack(c *cli.Context, path string, data []byte) (sig []byte, signer string, err error) {
-	sig, err = packsign.ReadSignature(path, c.String("signature"))
-	if err != nil {
-		return nil, "", cli.Exit(err.Error(), 1)
+func verifyPack(c *cli.Context, in *input, data []byte) (sig []byte, signer string, err error) {
+	path := in.name
+	if in.path != "" || c.String("signature") != "" { // a pack from standard input has no PACK.sig beside it
+		if sig, err = packsign.ReadSignature(in.path, c.String("signature")); err != nil {
+			return nil, "", cli.Exit(err.Error(), 1)
+		}
 	}
 	file := c.String("allowed-signers")
 	if file == "" {
