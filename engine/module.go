@@ -66,6 +66,10 @@ type instance struct {
 	bias  uint64
 	ld    *Loaded
 	build *rpn.Module // the build of the pack for this file (the source itself for a pack of one)
+	// refused are the probes (by index) this file cannot take, with the
+	// reason: a push d, of theirs names a symbol the file lacks. The
+	// module's other probes go in.
+	refused map[int]string
 }
 
 // def is a probe as its build for this file has it: its location and
@@ -290,6 +294,10 @@ func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
 	for _, p := range probes {
 		switch {
 		case p.state == StateRemoved:
+		case inst.refused[p.idx] != "":
+			if len(p.in) == 0 {
+				p.state, p.reason = StateRefused, inst.refused[p.idx]
+			}
 		case isWatch(p):
 			e.placeWatch(sp, inst, p)
 		case p.def().Kind == rpn.ProbeRetprobe:
@@ -352,6 +360,7 @@ func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, er
 		return nil, err
 	}
 	m := build
+	var refused map[int]string
 	if len(build.Relocs) > 0 {
 		cp := *build
 		cp.Code = append([]byte{}, build.Code...)
@@ -359,7 +368,20 @@ func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, er
 			v, err := evalSum(r.Sum, ld.Symbols, ld.Bias)
 			if err != nil {
 				if !r.Resolved {
-					return nil, fmt.Errorf("push d,%s: %v", r.Expr, err)
+					// the probe whose program it is is refused, alone;
+					// its code stays with 0 there and never runs
+					reason := fmt.Sprintf("push d,%s: %v", r.Expr, err)
+					i := build.ProbeAt(r.Off)
+					if i < 0 {
+						return nil, errors.New(reason)
+					}
+					if refused == nil {
+						refused = map[int]string{}
+					}
+					if _, ok := refused[i]; !ok {
+						refused[i] = reason
+					}
+					continue
 				}
 				// resolved at build time against the same file: its
 				// symbols move with the bias, its type layouts do not
@@ -373,7 +395,7 @@ func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, er
 	if err != nil {
 		return nil, err
 	}
-	inst := &instance{prog: prog, key: ld.Key, ident: ld.Ident, bias: ld.Bias, ld: ld, build: build}
+	inst := &instance{prog: prog, key: ld.Key, ident: ld.Ident, bias: ld.Bias, ld: ld, build: build, refused: refused}
 	sp.inst[src] = inst
 	return inst, nil
 }

@@ -116,7 +116,9 @@ func (k *ksyms) reload() error {
 	}
 	tabs := []*symbols.Table{k.core}
 	if len(mods) > 0 {
-		tab, err := symbols.ReadMap(kallsyms+" (the modules)", bytes.NewReader(mods))
+		// named as the file it is: a symbol not found is "not found
+		// in /proc/kallsyms", once
+		tab, err := symbols.ReadMap(kallsyms, bytes.NewReader(mods))
 		if err != nil {
 			return fmt.Errorf("the kernel's symbols: the modules': %w", err)
 		}
@@ -394,8 +396,10 @@ func (e symEnv) modTypes() *symbols.Set {
 }
 
 // relocate patches a source's relocations for the running kernel and
-// loads it.
-func (t *Target) relocate(s *source) (*rpn.Program, error) {
+// loads it. refused are the probes (by index) whose push d, names what the
+// kernel lacks, with the reason: they alone are refused, their code left
+// with 0 there (it never runs).
+func (t *Target) relocate(s *source) (prog *rpn.Program, refused map[int]string, err error) {
 	m := s.src
 	if len(m.Relocs) > 0 {
 		cp := *m
@@ -403,7 +407,18 @@ func (t *Target) relocate(s *source) (*rpn.Program, error) {
 		for _, r := range m.Relocs {
 			v, err := r.Sum.Eval(symEnv{k: t.syms, kmod: s.mod.kmod})
 			if err != nil {
-				return nil, fmt.Errorf("push d,%s: %v", r.Expr, err)
+				reason := fmt.Sprintf("push d,%s: %v", r.Expr, err)
+				i := m.ProbeAt(r.Off)
+				if i < 0 {
+					return nil, nil, errors.New(reason)
+				}
+				if refused == nil {
+					refused = map[int]string{}
+				}
+				if _, ok := refused[i]; !ok {
+					refused[i] = reason
+				}
+				continue
 			}
 			for i := 0; i < 8; i++ {
 				cp.Code[int(r.Off)+i] = byte(v >> (8 * i))
@@ -411,7 +426,8 @@ func (t *Target) relocate(s *source) (*rpn.Program, error) {
 		}
 		m = &cp
 	}
-	return rpn.Load(m)
+	prog, err = rpn.Load(m)
+	return prog, refused, err
 }
 
 // removeStale removes what a gprobes killed with SIGKILL can leave in the

@@ -330,7 +330,7 @@ func (t *Target) place(s *source) {
 		refuse(err.Error())
 		return
 	}
-	prog, err := t.relocate(s)
+	prog, refused, err := t.relocate(s)
 	if err != nil {
 		refuse(err.Error())
 		return
@@ -353,6 +353,10 @@ func (t *Target) place(s *source) {
 	s.btf = btf.NewCache()
 	defer func() { s.btf = nil }()
 	for _, p := range s.probes {
+		if why := refused[p.idx]; why != "" {
+			p.state, p.reason = engine.StateRefused, why
+			continue
+		}
 		if err := t.attach(p); err != nil {
 			p.state, p.reason = engine.StateRefused, err.Error()
 			if p.prog != nil {

@@ -289,6 +289,18 @@ type Probe struct {
 	Pos        Pos    // the line that starts the probe (offset, retprobe, tracepoint) in the DPDF
 }
 
+// ProbeAt returns the index of the probe whose program holds the byte
+// at offset off of Code, or -1 when none does. A program's jumps and
+// calls stay in its probe's range: what is there is that probe's alone.
+func (m *Module) ProbeAt(off uint32) int {
+	for i := range m.Probes {
+		if p := &m.Probes[i]; off >= p.Entry && off < p.End {
+			return i
+		}
+	}
+	return -1
+}
+
 // ActiveLimit is a retprobe's maxactive, DefaultMaxActive when not given.
 func (p *Probe) ActiveLimit() uint32 {
 	if p.MaxActive == 0 {

@@ -97,8 +97,19 @@ func (e *NotFoundError) Error() string {
 		b.WriteString(" in ")
 		b.WriteString(e.In)
 	case len(e.Sources) > 0:
+		// each file once: a file read as two tables (the kernel's
+		// kallsyms, its image and its modules) is one place searched
 		b.WriteString(" in ")
-		b.WriteString(strings.Join(e.Sources, ", "))
+		seen := map[string]bool{}
+		for _, src := range e.Sources {
+			if !seen[src] {
+				if len(seen) > 0 {
+					b.WriteString(", ")
+				}
+				seen[src] = true
+				b.WriteString(src)
+			}
+		}
 	default:
 		b.WriteString(": no symbol file was given (pass --symbols FILE)")
 	}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// tableRow is the row (its fields) of the probe of that minor in a query
+// or run table.
+func tableRow(t *testing.T, table string, minor int) []string {
+	t.Helper()
+	var head []string
+	for _, l := range strings.Split(table, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 0 && f[0] == "TARGET" {
+			head = f
+			continue
+		}
+		if head == nil || len(f) < 3 {
+			continue
+		}
+		for i, h := range head {
+			if h == "MINOR" && i < len(f) && f[i] == fmt.Sprint(minor) {
+				return f
+			}
+		}
+	}
+	t.Fatalf("no probe of minor %d in:\n%s", minor, table)
+	return nil
+}
+
+// One probe's push d, of a symbol the file lacks refuses that probe
+// alone: the module's other probe goes in and counts its hits. Before,
+// every probe of the module was refused with that probe's reason.
+func TestUnknownSymbolRefusesItsProbeAlone(t *testing.T) {
+	hits := buildHits(t)
+	probe := filepath.Join(t.TempDir(), "p.dpdf")
+	os.WriteFile(probe, []byte(fmt.Sprintf(`name = %s
+modtype = user
+vars = 2
+offset = probed
+minor = 1
+inc lv,0
+exit 0
+offset = f_push
+minor = 2
+push d,no_such_symbol
+inc lv,1
+exit 0
+`, hits)), 0o644)
+	out, errs, code := gprobes(t, "run", probe, "--", hits, "-n", "7")
+	if code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "lv 0=7 1=0") {
+		t.Errorf("want probe 1's 7 hits in lv 0:\n%s", out)
+	}
+	if r := tableRow(t, out, 1); r[5] != "gone" || r[7] != "7" {
+		t.Errorf("probe 1: %v, want gone (in until the exit) with 7 hits", r)
+	}
+	if r := strings.Join(tableRow(t, out, 2), " "); !strings.Contains(r, "refused") || !strings.Contains(r, `push d,no_such_symbol: symbol "no_such_symbol" not found in `+hits) {
+		t.Errorf("probe 2: %s", r)
+	}
+	if !strings.Contains(errs, "probe f_push (minor 2) refused") || strings.Contains(errs, "minor 1") {
+		t.Errorf("run's refusals: %s", errs)
+	}
+}
+
+// The same on the kernel target: the tracepoint whose program names a
+// symbol the kernel lacks is refused alone, and /proc/kallsyms is named
+// once in the reason. Before, both probes were refused and the reason
+// said "/proc/kallsyms, /proc/kallsyms (the modules)".
+func TestUnknownSymbolRefusesItsProbeAloneKernel(t *testing.T) {
+	needKernelBPF(t)
+	probe := filepath.Join(t.TempDir(), "k.dpdf")
+	os.WriteFile(probe, []byte(`name = vmlinux
+modtype = kernel
+vars = 2
+tracepoint = syscalls:sys_enter_exit_group
+minor = 1
+inc lv,0
+exit 0
+tracepoint = syscalls:sys_enter_exit_group
+minor = 2
+push d,no_such_symbol
+inc lv,1
+exit 0
+`), 0o644)
+	out, errs, code := gprobes(t, "run", "--target", "kernel", probe, "--", "true")
+	if code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "lv 0=1 1=0") {
+		t.Errorf("want the command's one exit_group in lv 0:\n%s", out)
+	}
+	r2 := strings.Join(tableRow(t, out, 2), " ")
+	if !strings.Contains(r2, "refused") || !strings.Contains(r2, `symbol "no_such_symbol" not found in /proc/kallsyms`) {
+		t.Errorf("probe 2: %s", r2)
+	}
+	if strings.Count(r2, "/proc/kallsyms,") > 0 || strings.Contains(r2, "(the modules)") {
+		t.Errorf("probe 2's reason names kallsyms twice: %s", r2)
+	}
+	if r1 := strings.Join(tableRow(t, out, 1), " "); strings.Contains(r1, "refused") {
+		t.Errorf("probe 1 refused for probe 2's symbol: %s", r1)
+	}
+}
