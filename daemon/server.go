@@ -660,7 +660,10 @@ func (s *Server) handleVars(w http.ResponseWriter, r *http.Request) {
 // ones, resetting them when asked.
 func (s *Server) Vars(module string, reset bool) (*VarsResponse, error) {
 	resp := &VarsResponse{Modules: []VarsModule{}}
-	gvars := 0
+	// the global variables as each engine read them before its reset: a
+	// word from the first module that has it (a later module's read
+	// comes after an earlier one's reset)
+	var gvs []uint64
 	for _, t := range s.readyTargets() {
 		name := t.name
 		_, own := t.eng.(ownGV)
@@ -676,8 +679,8 @@ func (s *Server) Vars(module string, reset bool) (*VarsResponse, error) {
 				if len(gv) >= len(resp.KernelGV) {
 					resp.KernelGV = decimal(gv)
 				}
-			} else {
-				gvars = max(gvars, len(gv))
+			} else if len(gv) > len(gvs) {
+				gvs = append(gvs, gv[len(gvs):]...)
 			}
 			resp.Modules = append(resp.Modules, VarsModule{Target: name, Module: mod, LV: decimal(lv)})
 		}
@@ -685,9 +688,7 @@ func (s *Server) Vars(module string, reset bool) (*VarsResponse, error) {
 	if module != "" && len(resp.Modules) == 0 {
 		return nil, fmt.Errorf("getvars: no module %s is inserted", short(module))
 	}
-	s.gvLock.Lock()
-	resp.GV = decimal(s.gv[:gvars])
-	s.gvLock.Unlock()
+	resp.GV = decimal(gvs)
 	return resp, nil
 }
 

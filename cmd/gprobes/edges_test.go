@@ -107,3 +107,67 @@ exit 0
 		t.Errorf("probe 1 refused for probe 2's symbol: %s", r1)
 	}
 }
+
+// The daemon's commands as a newcomer types them: query and getvars with
+// no module mean every module; getvars --reset prints the local and the
+// global variables as they were before the reset; an error names its
+// command once; log NAME prints NAME's records only.
+func TestDaemonCommandsPlain(t *testing.T) {
+	hits := buildHits(t)
+	dir := t.TempDir()
+	sock, state := filepath.Join(dir, "d.sock"), filepath.Join(dir, "state")
+	// the int3 route: a hit and getvars' read are done by the same
+	// engine thread, so lv and gv are read at one moment
+	daemonProcess(t, sock, state, "--route", "int3")
+	target, lines := startLooping(t, hits)
+	pid := fmt.Sprintf("pid:%d", target.Process.Pid)
+	// two modules on the same file, by its path and by its base name: the
+	// first counts calls of f_push in lv 0 and gv 0
+	mustRun(t, "insert", "--socket", sock, "--target", pid, "-e",
+		fmt.Sprintf("name = %s; modtype = user; vars = 1; gvars = 1; offset = f_push; minor = 1; inc lv,0; inc gv,0; push d,1; log 1; exit 1", hits))
+	mustRun(t, "insert", "--socket", sock, "--target", pid, "-e",
+		fmt.Sprintf("name = %s; modtype = user; vars = 1; offset = f_push; minor = 2; inc lv,0; push d,2; log 1; exit 1", filepath.Base(hits)))
+	roundLine(t, lines)
+	roundLine(t, lines)
+	// query and getvars without a module: all of them
+	out := mustRun(t, "query", "--socket", sock)
+	if strings.Count(out, pid) != 2 {
+		t.Errorf("query with no module: want both modules' probes:\n%s", out)
+	}
+	out = mustRun(t, "getvars", "--socket", sock)
+	if !strings.Contains(out, hits+": lv 0=") || !strings.Contains(out, filepath.Base(hits)+": lv 0=") || !strings.Contains(out, "gv: 0=") {
+		t.Errorf("getvars with no module: want both modules' lv and gv:\n%s", out)
+	}
+	// --reset: lv 0 and gv 0 count the same calls, read at one moment
+	// before the reset, so they are equal and not 0
+	var lv, gv uint64
+	out = mustRun(t, "getvars", "--socket", sock, "--reset", hits)
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(l, pid+" "+hits+": "):
+			fmt.Sscanf(strings.TrimPrefix(l, pid+" "+hits+": "), "lv 0=%d", &lv)
+		case strings.HasPrefix(l, "gv: "):
+			fmt.Sscanf(l, "gv: 0=%d", &gv)
+		}
+	}
+	if lv == 0 || gv != lv {
+		t.Errorf("getvars --reset: lv 0=%d, gv 0=%d: want them equal and not 0 (both before the reset)\n%s", lv, gv, out)
+	}
+	// an unknown module: the command named once
+	_, errs, code := gprobes(t, "getvars", "--socket", sock, "nosuch")
+	if code != 1 || strings.Count(errs, "getvars:") != 1 || !strings.Contains(errs, `no module "nosuch" is inserted`) {
+		t.Errorf("getvars nosuch: exit %d %q", code, errs)
+	}
+	_, errs, _ = gprobes(t, "query", "--socket", sock, "nosuch")
+	if strings.Count(errs, "query:") != 1 {
+		t.Errorf("query nosuch: %q", errs)
+	}
+	// log NAME: that module's records only
+	all := mustRun(t, "log", "--socket", sock)
+	one := mustRun(t, "log", "--socket", sock, filepath.Base(hits))
+	n1 := strings.Count(one, " "+filepath.Base(hits)+"(0,2) ")
+	if n1 == 0 || n1 != strings.Count(one, "\n") || strings.Contains(one, hits+"(0,1)") || !strings.Contains(all, hits+"(0,1)") {
+		t.Errorf("log %s: %d of its records in %d lines; the whole log has the other module's: %v\n%s", filepath.Base(hits), n1, strings.Count(one, "\n"), strings.Contains(all, hits+"(0,1)"), one)
+	}
+	mustRun(t, "remove", "--socket", sock, "--all")
+}

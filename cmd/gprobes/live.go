@@ -41,6 +41,17 @@ func socketOf(c *cli.Context) string {
 
 func client(c *cli.Context) *daemon.Client { return daemon.NewClient(socketOf(c)) }
 
+// daemonErr is the error of command cmd from the daemon: "cmd: message",
+// with the command named once when the daemon's message names it already
+// ("getvars: no module x is inserted").
+func daemonErr(cmd string, err error) error {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, cmd+": ") {
+		msg = cmd + ": " + msg
+	}
+	return cli.Exit(msg, 1)
+}
+
 func daemonCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "daemon",
@@ -244,7 +255,7 @@ func insertCommand() *cli.Command {
 			}
 			resp, err := client(c).Insert(req)
 			if err != nil {
-				return cli.Exit("insert: "+err.Error(), 1)
+				return daemonErr("insert", err)
 			}
 			if c.Bool("json") {
 				return json.NewEncoder(c.App.Writer).Encode(resp)
@@ -337,7 +348,7 @@ func removeCommand() *cli.Command {
 			}
 			n, err := client(c).Remove(req)
 			if err != nil {
-				return cli.Exit("remove: "+err.Error(), 1)
+				return daemonErr("remove", err)
 			}
 			fmt.Fprintf(c.App.Writer, "removed %s\n", plural(n, "probe"))
 			return nil
@@ -348,21 +359,21 @@ func removeCommand() *cli.Command {
 func getvarsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "getvars",
-		Usage:     "print the local variables of a module (or of all with --all) and the global variables",
+		Usage:     "print the local variables of a module (of every module without NAME) and the global variables",
 		ArgsUsage: "[NAME]",
 		Flags: []cli.Flag{socketFlag(),
-			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "every module"},
+			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "every module (the default without NAME)"},
 			&cli.BoolFlag{Name: "reset", Usage: "reset them to zero after reading"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
 		Action: func(c *cli.Context) error {
-			module := c.Args().First()
-			if module == "" && !c.Bool("all") {
-				return cli.Exit("getvars: name a module, or --all", 2)
+			if c.NArg() > 1 {
+				return cli.Exit("getvars: name one module, or none for all", 2)
 			}
+			module := c.Args().First() // none, or --all: every module
 			resp, err := client(c).Vars(module, c.Bool("reset"))
 			if err != nil {
-				return cli.Exit("getvars: "+err.Error(), 1)
+				return daemonErr("getvars", err)
 			}
 			if c.Bool("json") {
 				return json.NewEncoder(c.App.Writer).Encode(resp)
@@ -401,25 +412,25 @@ func printVars(w io.Writer, resp *daemon.VarsResponse) {
 func queryCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "query",
-		Usage:     "list probes: location, address, state (active, pending, disabled, mismatch, refused, gone), hits, skipped, faults",
+		Usage:     "list the probes of a module (of every module without NAME): location, address, state (active, pending, disabled, mismatch, refused, gone), hits, skipped, faults",
 		ArgsUsage: "[NAME]",
 		Flags: []cli.Flag{socketFlag(),
-			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "every module"},
+			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "every module (the default without NAME)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
 		Action: func(c *cli.Context) error {
-			module := c.Args().First()
-			if module == "" && !c.Bool("all") {
-				return cli.Exit("query: name a module, or --all", 2)
+			if c.NArg() > 1 {
+				return cli.Exit("query: name one module, or none for all", 2)
 			}
+			module := c.Args().First() // none, or --all: every module
 			cl := client(c)
 			probes, err := cl.Probes(module)
 			if err != nil {
-				return cli.Exit("query: "+err.Error(), 1)
+				return daemonErr("query", err)
 			}
 			st, err := cl.Status()
 			if err != nil {
-				return cli.Exit("query: "+err.Error(), 1)
+				return daemonErr("query", err)
 			}
 			if c.Bool("json") {
 				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"probes": probes, "lost": st.Lost, "syslog_lost": st.SyslogLost})
@@ -433,8 +444,9 @@ func queryCommand() *cli.Command {
 
 func logCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "log",
-		Usage: "print the committed log stream, and with --follow the records committed from now on",
+		Name:      "log",
+		Usage:     "print the committed log stream (of the modules named, or of every module), and with --follow the records committed from now on",
+		ArgsUsage: "[NAME...]",
 		Flags: []cli.Flag{socketFlag(),
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new records; with --format or --hist, take the records committed from now on until SIGINT or SIGTERM"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON lines as stored"},
@@ -449,7 +461,11 @@ func logCommand() *cli.Command {
 			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
 			enc := json.NewEncoder(c.App.Writer)
+			keep := logFilter(c)
 			err := client(c).Log(ctx, c.Bool("follow"), func(l *daemon.LogLine) error {
+				if !keep(l) {
+					return nil
+				}
 				if c.Bool("json") {
 					return enc.Encode(l)
 				}
@@ -470,11 +486,24 @@ func logCommand() *cli.Command {
 				return nil
 			})
 			if err != nil {
-				return cli.Exit("log: "+err.Error(), 1)
+				return daemonErr("log", err)
 			}
 			return nil
 		},
 	}
+}
+
+// logFilter says which records log prints: those of the modules it was
+// given as arguments (as query and insert name them), or every record.
+func logFilter(c *cli.Context) func(*daemon.LogLine) bool {
+	if c.NArg() == 0 {
+		return func(*daemon.LogLine) bool { return true }
+	}
+	names := map[string]bool{}
+	for _, n := range c.Args().Slice() {
+		names[n] = true
+	}
+	return func(l *daemon.LogLine) bool { return names[l.Module] }
 }
 
 func runCommand() *cli.Command {

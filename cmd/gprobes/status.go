@@ -23,7 +23,7 @@ func statusCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			st, err := client(c).Status()
 			if err != nil {
-				return cli.Exit("status: "+err.Error(), 1)
+				return daemonErr("status", err)
 			}
 			if c.Bool("json") {
 				return json.NewEncoder(c.App.Writer).Encode(st)

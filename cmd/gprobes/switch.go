@@ -49,7 +49,7 @@ and enabled = no.`,
 			}
 			n, err := do(req)
 			if err != nil {
-				return cli.Exit(name+": "+err.Error(), 1)
+				return daemonErr(name, err)
 			}
 			fmt.Fprintf(c.App.Writer, "%s %s\n", doing, plural(n, "probe"))
 			return nil

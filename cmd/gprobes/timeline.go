@@ -140,7 +140,11 @@ func logTimeline(c *cli.Context, format, out string) error {
 	var losses []timeline.Loss
 	var buf []byte
 	n := 0
+	keep := logFilter(c)
 	err = client(c).Log(ctx, false, func(l *daemon.LogLine) error {
+		if !keep(l) {
+			return nil
+		}
 		if l.Probe == "retprobe" && l.Kind != "exception" {
 			returns[[2]string{l.Module, l.Location}] = true
 		}
@@ -269,7 +273,11 @@ func logTimelineFollow(c *cli.Context, format, out string) error {
 	}()
 	fmt.Fprintf(c.App.ErrWriter, "gprobes: log: writing the records committed from now on to %s (%s format); Ctrl-C ends it\n", out, format)
 	var losses []timeline.Loss
+	keep := logFilter(c)
 	err = cl.Log(ctx, true, func(l *daemon.LogLine) error {
+		if !keep(l) {
+			return nil
+		}
 		if !known[l.Module] {
 			known[l.Module] = true // asked once, even if it is gone by now
 			mu.Lock()              // the ticker's Tick reads what learn declares
@@ -325,8 +333,9 @@ func logHist(c *cli.Context, n int) error {
 	defer cancel()
 	var set hist.Set
 	short := map[string]uint64{}
+	keep := logFilter(c)
 	err := client(c).Log(ctx, c.Bool("follow"), func(l *daemon.LogLine) error {
-		if l.Kind == "exception" {
+		if l.Kind == "exception" || !keep(l) {
 			return nil
 		}
 		loc := l.Location
