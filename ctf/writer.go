@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/timeline"
 )
 
@@ -241,13 +242,13 @@ func appendEvent(b []byte, ev timeline.Event, ts uint64) []byte {
 	r := ev.Record
 	id := uint32(evLog)
 	switch {
-	case r.Kind == "exception":
+	case r.Kind == probe.RecordException:
 		id = evException
 	case ev.Type == timeline.Begin:
 		id = evEntry
 	case ev.Type == timeline.End:
 		id = evReturn
-	case r.Kind == "trace":
+	case r.Kind == probe.RecordTrace:
 		id = evTrace
 	}
 	b = binary.LittleEndian.AppendUint32(b, id)
@@ -266,7 +267,7 @@ func appendEvent(b []byte, ev timeline.Event, ts uint64) []byte {
 		b = binary.LittleEndian.AppendUint32(b, r.PC)
 		return appendOptional(b, r.Line)
 	}
-	b = appendString(b, r.Kind)
+	b = appendString(b, string(r.Kind))
 	b = appendString(b, r.Module)
 	b = binary.LittleEndian.AppendUint16(b, r.Major)
 	b = binary.LittleEndian.AppendUint16(b, r.Minor)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/bpf"
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // An Exporter sends a copy of every committed record somewhere else than
@@ -105,7 +105,7 @@ func (s *Server) MetricsAddr() string { return s.ext.metricsAddr }
 // commit is the engines' sink: the record goes to the log (file and
 // syslog) and, through LogWriter.Tee, to each exporter. It runs on the
 // probed thread's path.
-func (s *Server) commit(target string, r *engine.Record) {
+func (s *Server) commit(target string, r *probe.Record) {
 	l := FromRecord(target, r)
 	s.log.Write(&l)
 }

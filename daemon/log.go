@@ -18,7 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // LogLine is one committed record as the log file stores it: one JSON
@@ -47,8 +47,8 @@ type LogLine struct {
 }
 
 // FromRecord converts an engine record.
-func FromRecord(target string, r *engine.Record) LogLine {
-	return LogLine{Time: r.Time, Kind: r.Kind, Target: target, Module: r.Module, Major: r.Major, Minor: r.Minor,
+func FromRecord(target string, r *probe.Record) LogLine {
+	return LogLine{Time: r.Time, Kind: string(r.Kind), Target: target, Module: r.Module, Major: r.Major, Minor: r.Minor,
 		Location: r.Location, Probe: r.Probe, Address: "0x" + strconv.FormatUint(r.Address, 16), Pid: r.Pid, Tid: r.Tid, CPU: r.CPU,
 		Exit: r.Exit, Data: hex.EncodeToString(r.Data), Truncated: r.Truncated, Exception: r.Exception,
 		PC: r.PC, Line: r.Line, Dump: r.Dump, Debugger: r.Debugger}

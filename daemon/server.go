@@ -28,6 +28,7 @@ import (
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/internal/shm"
 	"github.com/gprobes/gprobes/ppdf"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/targets"
 )
@@ -106,7 +107,7 @@ type Server struct {
 type target struct {
 	mu   sync.Mutex
 	name string // key in Server.targets
-	eng  engine.Prober
+	eng  probe.Prober
 	pid  int
 	exec bool
 	// under mu:
@@ -269,7 +270,7 @@ type InsertRequest struct {
 // TargetProbe is a probe with its target, as the API reports it.
 type TargetProbe struct {
 	Target string `json:"target"`
-	engine.ProbeInfo
+	probe.Info
 	// Lost is how many of the probe's records are not in the log (the
 	// file did not take them: a full disk...), SyslogLost how many syslog
 	// missed (docs/api.md).
@@ -315,12 +316,12 @@ func (s *Server) handleInsert(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusForbidden, err)
 		return
 	}
-	mode := engine.InsertNew
+	mode := probe.InsertNew
 	switch req.Mode {
 	case "merge":
-		mode = engine.InsertMerge
+		mode = probe.InsertMerge
 	case "replace":
-		mode = engine.InsertReplace
+		mode = probe.InsertReplace
 	case "":
 	default:
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("insert: mode %q: merge or replace", req.Mode))
@@ -343,13 +344,13 @@ type TargetOptions struct {
 	KASLROffset *int64
 }
 
-func (s *Server) Insert(spec string, m *rpn.Module, mode engine.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
+func (s *Server) Insert(spec string, m *rpn.Module, mode probe.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
 	return s.InsertPack(spec, []*rpn.Module{m}, mode, topts)
 }
 
 // InsertPack is Insert of the builds of a pack: the target takes the one
-// of the build it runs (engine.InsertPack).
-func (s *Server) InsertPack(spec string, builds []*rpn.Module, mode engine.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
+// of the build it runs (probe.InsertPack).
+func (s *Server) InsertPack(spec string, builds []*rpn.Module, mode probe.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
 	m := builds[0]
 	t, code, err := s.target(spec, topts)
 	if err != nil {
@@ -360,13 +361,13 @@ func (s *Server) InsertPack(spec string, builds []*rpn.Module, mode engine.Inser
 	defer t.mu.Unlock()
 	// A module name is unique within a target; the same module may be in
 	// several targets (one probe file for several guests or processes).
-	if mode == engine.InsertNew && contains(t.eng.Modules(), m.Name) {
-		return nil, http.StatusConflict, fmt.Errorf("insert %s: %w in %s: use --merge to add these probes to it, or --replace to replace it", m.Name, engine.ErrModuleIn, t.name)
+	if mode == probe.InsertNew && contains(t.eng.Modules(), m.Name) {
+		return nil, http.StatusConflict, fmt.Errorf("insert %s: %w in %s: use --merge to add these probes to it, or --replace to replace it", m.Name, probe.ErrModuleIn, t.name)
 	}
-	probes, err := engine.InsertPack(t.eng, builds, mode)
+	probes, err := probe.InsertPack(t.eng, builds, mode)
 	if err != nil {
 		code := http.StatusBadRequest
-		if errors.Is(err, engine.ErrModuleIn) {
+		if errors.Is(err, probe.ErrModuleIn) {
 			code = http.StatusConflict
 		}
 		if len(t.eng.Modules()) == 0 {
@@ -379,7 +380,7 @@ func (s *Server) InsertPack(spec string, builds []*rpn.Module, mode engine.Inser
 	}
 	resp := &InsertResponse{Target: t.name}
 	for _, p := range probes {
-		resp.Probes = append(resp.Probes, TargetProbe{Target: t.name, ProbeInfo: p})
+		resp.Probes = append(resp.Probes, TargetProbe{Target: t.name, Info: p})
 	}
 	return resp, http.StatusOK, nil
 }
@@ -421,7 +422,7 @@ func (s *Server) target(spec string, topts TargetOptions) (*target, int, error) 
 			t.mu.Unlock()
 			continue
 		}
-		if sa, ok := t.eng.(engine.SymbolAdder); ok && len(topts.Symbols) > 0 {
+		if sa, ok := t.eng.(probe.SymbolAdder); ok && len(topts.Symbols) > 0 {
 			if err := sa.AddSymbols(topts.Symbols); err != nil {
 				t.mu.Unlock()
 				return nil, http.StatusBadRequest, err
@@ -436,7 +437,7 @@ var errShuttingDown = errors.New("the gprobes daemon is shutting down")
 // openTarget opens a new target, called with s.mu held, which it releases
 // at once. Unless exec (each exec starts a new process) the target is in
 // s.targets under key while it opens, with its lock held.
-func (s *Server) openTarget(spec, key string, exec, named bool, start func(engine.Options) (engine.Prober, error)) (*target, int, error) {
+func (s *Server) openTarget(spec, key string, exec, named bool, start func(engine.Options) (probe.Prober, error)) (*target, int, error) {
 	t := &target{name: key, exec: exec}
 	t.mu.Lock()
 	if !exec {
@@ -446,7 +447,7 @@ func (s *Server) openTarget(spec, key string, exec, named bool, start func(engin
 	defer s.opens.Done()
 	s.mu.Unlock()
 	eng, err := start(engine.Options{
-		Sink:     engine.SinkFunc(func(r *engine.Record) { s.commit(t.name, r) }),
+		Sink:     probe.SinkFunc(func(r *probe.Record) { s.commit(t.name, r) }),
 		DumpDir:  filepath.Join(s.state, "dumps"),
 		GV:       s.gv,
 		GVMem:    s.gvMem,
@@ -512,7 +513,7 @@ func (s *Server) closeTarget(t *target) {
 // opener checks a target spec (package targets) and returns what starts
 // it and the spec (whose canonical name is the key it is known by while
 // it opens).
-func (s *Server) opener(spec string, topts TargetOptions) (func(engine.Options) (engine.Prober, error), targets.Spec, error) {
+func (s *Server) opener(spec string, topts TargetOptions) (func(engine.Options) (probe.Prober, error), targets.Spec, error) {
 	sp, err := targets.Parse(spec)
 	if err != nil {
 		return nil, sp, err
@@ -525,9 +526,9 @@ func (s *Server) opener(spec string, topts TargetOptions) (func(engine.Options) 
 		if err != nil {
 			return nil, sp, err
 		}
-		return func(eo engine.Options) (engine.Prober, error) { return engine.Start(open, eo) }, sp, nil
+		return func(eo engine.Options) (probe.Prober, error) { return engine.Start(open, eo) }, sp, nil
 	}
-	return func(eo engine.Options) (engine.Prober, error) {
+	return func(eo engine.Options) (probe.Prober, error) {
 		eo.RingSize = s.Limits.KernelRingSize
 		return sp.Start(to, eo)
 	}, sp, nil
@@ -718,7 +719,7 @@ func (s *Server) Probes(module string) []TargetProbe {
 		for _, p := range t.eng.Query() {
 			if module == "" || p.Module == module {
 				lost, slost := s.log.Lost(name, p.Module, p.Minor)
-				out = append(out, TargetProbe{Target: name, ProbeInfo: p, Lost: lost + p.Lost, SyslogLost: slost})
+				out = append(out, TargetProbe{Target: name, Info: p, Lost: lost + p.Lost, SyslogLost: slost})
 			}
 		}
 	}

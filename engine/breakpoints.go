@@ -58,7 +58,7 @@ type breakpoint struct {
 	addr     uint64
 	insn     x86.Insn // Bytes holds the original bytes
 	slot     uint64
-	probes   []*probe
+	probes   []*eprobe
 	internal func(th *thread)
 }
 
@@ -188,7 +188,7 @@ func (e *Engine) forked(child, parent int) {
 	}
 	for addr, bp := range ps.bps {
 		cp := *bp
-		cp.probes = append([]*probe{}, bp.probes...)
+		cp.probes = append([]*eprobe{}, bp.probes...)
 		if bp.internal != nil {
 			cp.internal = e.rendezvousHandler(sp)
 		}
@@ -224,7 +224,7 @@ func (e *Engine) forked(child, parent int) {
 		}
 		for addr, s := range pj.sites {
 			c := *s
-			c.probes = append([]*probe{}, s.probes...)
+			c.probes = append([]*eprobe{}, s.probes...)
 			cj.sites[addr] = &c
 			for _, p := range s.probes {
 				p.in[child] = addr

@@ -7,56 +7,11 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/internal/shm"
 	"github.com/gprobes/gprobes/rpn"
 )
-
-// Record is one committed record: a probe's log after its instruction
-// executed, a trace event, or an exception record.
-type Record struct {
-	Time      time.Time `json:"time"`
-	Kind      string    `json:"kind"` // "log", "trace", "exception"
-	Module    string    `json:"module"`
-	Major     uint16    `json:"major"`
-	Minor     uint16    `json:"minor"`
-	Location  string    `json:"location"`
-	Probe     string    `json:"probe,omitempty"` // the probe's kind, when not an offset probe: "retprobe", "watch"
-	Address   uint64    `json:"address"`
-	Pid       int       `json:"pid"`
-	Tid       int       `json:"tid"`
-	CPU       int       `json:"cpu"`
-	Exit      uint8     `json:"exit"`
-	Data      []byte    `json:"data"`
-	Truncated bool      `json:"truncated"`
-	Exception string    `json:"exception,omitempty"`
-	PC        uint32    `json:"pc,omitempty"`
-	Line      string    `json:"line,omitempty"`
-	Dump      string    `json:"dump,omitempty"`
-	Debugger  string    `json:"debugger,omitempty"`
-
-	keepOnFault bool // logonfault = yes
-}
-
-// Sink receives committed records, in order, from the loop goroutine. It
-// must not block for long: the traced thread waits for it.
-type Sink interface{ Commit(*Record) }
-
-// BatchSink is a Sink that also takes the records a jump pad's ring gave
-// up at once (a drain of it), in order: they were committed in the process
-// already, so nothing waits for them, and a writer may write them in one
-// go (gprobes run -o: one write for the batch instead of one a record).
-type BatchSink interface {
-	Sink
-	CommitBatch([]*Record)
-}
-
-// SinkFunc adapts a function to a Sink.
-type SinkFunc func(*Record)
-
-func (f SinkFunc) Commit(r *Record) { f(r) }
 
 // Options configure an engine.
 type Options struct {
@@ -462,50 +417,6 @@ func (e *Engine) thread(tid, sp int) *thread {
 	return th
 }
 
-// ProbeState is the state of a probe as query shows it.
-type ProbeState string
-
-const (
-	StateActive   ProbeState = "active"   // inserted; hits run its program
-	StatePending  ProbeState = "pending"  // its module is not mapped yet
-	StateDisabled ProbeState = "disabled" // max hits reached, rem, or switched off (Reason says which)
-	StateMismatch ProbeState = "mismatch" // the byte at the location is not its opcode
-	StateRefused  ProbeState = "refused"  // cannot go there (Reason says why)
-	StateGone     ProbeState = "gone"     // the target ended
-	StateRemoved  ProbeState = "removed"
-)
-
-// ProbeInfo is one probe as query reports it.
-type ProbeInfo struct {
-	Module   string     `json:"module"`
-	Minor    uint16     `json:"minor"`
-	Location string     `json:"location"`
-	Kind     string     `json:"kind,omitempty"` // the probe's kind, when not an offset probe (ProbeKindName)
-	Address  uint64     `json:"address"`
-	State    ProbeState `json:"state"`
-	Reason   string     `json:"reason,omitempty"`
-	How      string     `json:"how,omitempty"` // how the displaced instruction runs: emulate, boost, step, branch
-	Hits     uint64     `json:"hits"`
-	Skipped  uint64     `json:"skipped"`
-	Faults   uint64     `json:"faults"`
-	// Missed are hits whose program did not run: the kernel target's
-	// hits the kernel skipped (another eBPF program was running on the
-	// CPU, kprobes' own misses); a return probe's calls beyond maxactive
-	Missed uint64 `json:"missed,omitempty"`
-	// Dropped are a return probe's calls whose return was never seen
-	// (a longjmp or an exception out of the function, a thread that
-	// exited inside it): their records were never made
-	Dropped uint64 `json:"dropped,omitempty"`
-	// Lost is how many records the target could not hand over (a jump
-	// pad's ring was full)
-	Lost   uint64 `json:"lost,omitempty"`
-	Spaces int    `json:"spaces"` // address spaces it is inserted in
-	// Writes says what the probe's program writes in its target:
-	// "registers", "user registers", "memory", "port IO" (rpn.WriteKinds);
-	// "" when it only reads
-	Writes string `json:"writes,omitempty"`
-}
-
 // Query lists every probe of every module, in insertion order.
 func (e *Engine) Query() []ProbeInfo {
 	var out []ProbeInfo
@@ -543,18 +454,6 @@ func (e *Engine) Vars(name string, reset bool) (lv, gv []uint64, err error) {
 	return lv, gv, err
 }
 
-// ModuleVars are a module's variables at the end (Final).
-type ModuleVars struct {
-	Name   string
-	LV, GV []uint64
-}
-
-// Final is the last look at an engine, taken by Close as it detaches.
-type Final struct {
-	Vars   []ModuleVars
-	Probes []ProbeInfo
-}
-
 // Modules lists the names of the inserted modules.
 func (e *Engine) Modules() []string {
 	var out []string
@@ -587,7 +486,7 @@ func (e *Engine) Close() (Final, error) {
 	if e.do(func() {
 		// the states as they were; the counts and variables once the
 		// jump pads are out and their rings drained
-		var probes []*probe
+		var probes []*eprobe
 		for _, m := range e.modules {
 			for _, p := range m.probes {
 				f.Probes = append(f.Probes, p.info())

@@ -199,7 +199,7 @@ func (e *Engine) trap(th *thread) {
 			// not tied to the instruction: committed at once
 			e.commit(&rec)
 		case r.Commits():
-			rec.keepOnFault = p.def().LogOnFault
+			rec.KeepOnFault = p.def().LogOnFault
 			recs = append(recs, rec)
 			keep = append(keep, p.def().LogOnFault)
 		}
@@ -424,7 +424,7 @@ func (e *Engine) stepInPlace(th *thread, bp *breakpoint, recs []Record) {
 				sig = ev.Sig
 				kept := recs[:0]
 				for _, r := range recs {
-					if r.keepOnFault {
+					if r.KeepOnFault {
 						kept = append(kept, r)
 					}
 				}
@@ -444,7 +444,7 @@ func (e *Engine) stepInPlace(th *thread, bp *breakpoint, recs []Record) {
 }
 
 // record builds the record of a probe's result.
-func (e *Engine) record(th *thread, p *probe, addr uint64, r *rpn.Result) Record {
+func (e *Engine) record(th *thread, p *eprobe, addr uint64, r *rpn.Result) Record {
 	d := p.def()
 	rec := Record{
 		Time: th.env.now, Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,

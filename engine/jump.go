@@ -101,7 +101,7 @@ type region struct {
 }
 
 type siteRef struct {
-	p    *probe
+	p    *eprobe
 	addr uint64
 }
 
@@ -111,7 +111,7 @@ type jumpSite struct {
 	plan   x86.JumpPlan
 	orig   []byte // the covered bytes as they were
 	pad    *builtPad
-	probes []*probe
+	probes []*eprobe
 }
 
 // builtPad is a pad written into a space. A pad no jump leads to any more
@@ -196,7 +196,7 @@ func (sp *space) padAt(pc uint64) *builtPad {
 
 // tryJump puts probe p at addr on the jump route. It returns "" when the
 // probe is in, else why not (the probe then goes on the int3 route).
-func (e *Engine) tryJump(sp *space, inst *instance, p *probe, addr uint64) string {
+func (e *Engine) tryJump(sp *space, inst *instance, p *eprobe, addr uint64) string {
 	if e.opts.Route == RouteInt3 {
 		return "--route int3"
 	}
@@ -369,7 +369,7 @@ func (e *Engine) retirePad(sp *space, bp *builtPad) {
 
 // buildPad compiles the probes of a site, builds their pad and writes it;
 // site.pad is the new pad. The jump is the caller's to write.
-func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, probes []*probe) string {
+func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, probes []*eprobe) string {
 	js := sp.jump
 	var pps []pad.Probe
 	var sites []int
@@ -443,7 +443,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 	js.pads = append(js.pads, bpad)
 	sort.Slice(js.pads, func(i, j int) bool { return js.pads[i].at < js.pads[j].at })
 	site.pad = bpad
-	site.probes = append([]*probe{}, probes...)
+	site.probes = append([]*eprobe{}, probes...)
 	return ""
 }
 
@@ -622,7 +622,7 @@ func (e *Engine) clock() (*tsc.Clock, bool) {
 }
 
 // siteFor gives probe p at addr its counters (site number) in a region.
-func (e *Engine) siteFor(rg *region, p *probe, addr uint64) int {
+func (e *Engine) siteFor(rg *region, p *eprobe, addr uint64) int {
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
 	free := -1
@@ -839,7 +839,7 @@ func (e *Engine) Lost() uint64 {
 }
 
 // jumpCounters adds what the pads counted to a probe's info.
-func (e *Engine) jumpCounters(p *probe, info *ProbeInfo) {
+func (e *Engine) jumpCounters(p *eprobe, info *ProbeInfo) {
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
 	for rg := range e.js.regions {
@@ -893,13 +893,13 @@ func (e *Engine) resumeStopped(tids []int) {
 // unplaceJump takes probe p off the jump site at addr: the pad is rebuilt
 // without it, or the original code goes back when it was the last. The
 // old pad is retired: used again only once no thread can be inside it.
-func (e *Engine) unplaceJump(sp *space, addr uint64, p *probe) error {
+func (e *Engine) unplaceJump(sp *space, addr uint64, p *eprobe) error {
 	js := sp.jump
 	site := js.sites[addr]
 	if site == nil {
 		return nil
 	}
-	var keep []*probe
+	var keep []*eprobe
 	for _, q := range site.probes {
 		if q != p {
 			keep = append(keep, q)
@@ -1179,11 +1179,11 @@ func (e *Engine) padTrap(th *thread, sp *space) bool {
 
 // joinJump adds probe p to the jump site at addr: a new pad with every
 // probe there, and the jump pointed at it (threads stopped).
-func (e *Engine) joinJump(sp *space, p *probe, addr uint64) string {
+func (e *Engine) joinJump(sp *space, p *eprobe, addr uint64) string {
 	site := sp.jump.sites[addr]
 	host := e.tgt.(JumpHost)
 	old, oldProbes := site.pad, site.probes
-	if why := e.buildPad(sp, host, sp.jump.rg, site, append(append([]*probe{}, site.probes...), p)); why != "" {
+	if why := e.buildPad(sp, host, sp.jump.rg, site, append(append([]*eprobe{}, site.probes...), p)); why != "" {
 		return why
 	}
 	if why := e.repoint(sp, host, site); why != "" {
@@ -1302,7 +1302,7 @@ func (e *Engine) jumpThread(tid, spID int) {
 // stays for threads inside it) and returns the probes that were there,
 // no longer placed: the caller puts them on an int3, where a probe that
 // cannot run in a pad joins them.
-func (e *Engine) demoteJump(sp *space, addr uint64, why string) ([]*probe, error) {
+func (e *Engine) demoteJump(sp *space, addr uint64, why string) ([]*eprobe, error) {
 	js := sp.jump
 	site := js.sites[addr]
 	stopped, _ := e.stopAll(sp.id)

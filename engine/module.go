@@ -17,7 +17,7 @@ type Module struct {
 	header rpn.Header
 	lv     []uint64
 	gvars  int
-	probes []*probe
+	probes []*eprobe
 	srcs   []*rpn.Module
 	// builds are the builds of the sources inserted from packs of
 	// several (build.go), by the source whose probes stand for them all
@@ -28,8 +28,8 @@ type Module struct {
 	swBlock int
 }
 
-// probe is a logical probe: one DPDF probe of an inserted module.
-type probe struct {
+// eprobe is the engine's logical probe: one DPDF probe of an inserted module.
+type eprobe struct {
 	mod    *Module
 	src    *rpn.Module
 	idx    int
@@ -46,9 +46,9 @@ type probe struct {
 	missed, dropped uint64
 }
 
-func (p *probe) def() *rpn.Probe { return &p.src.Probes[p.idx] }
+func (p *eprobe) def() *rpn.Probe { return &p.src.Probes[p.idx] }
 
-func (p *probe) info() ProbeInfo {
+func (p *eprobe) info() ProbeInfo {
 	d := p.def()
 	info := ProbeInfo{Module: p.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: ProbeKindName(d), Address: p.addr, State: p.state,
 		Reason: p.reason, How: p.how, Hits: p.st.Hits, Skipped: p.st.Skipped, Faults: p.st.Faults, Lost: p.lost, Spaces: len(p.in),
@@ -74,20 +74,7 @@ type instance struct {
 
 // def is a probe as its build for this file has it: its location and
 // expected opcode are that build's.
-func (inst *instance) def(p *probe) *rpn.Probe { return &inst.build.Probes[p.idx] }
-
-// InsertMode says what to do when a module of the same name is in.
-type InsertMode uint8
-
-const (
-	InsertNew     InsertMode = iota // refuse if the module is in
-	InsertMerge                     // add the probes to the module in, keeping its variables
-	InsertReplace                   // take the module in out first
-)
-
-// ErrModuleIn is returned when a module of that name is already inserted
-// and neither merge nor replace was asked for.
-var ErrModuleIn = errors.New("module already inserted")
+func (inst *instance) def(p *eprobe) *rpn.Probe { return &inst.build.Probes[p.idx] }
 
 // Insert puts a compiled module's probes into the target. Probes that
 // cannot go in are refused with a reason; the others work. Probes whose
@@ -156,7 +143,7 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode, builds []*rpn.Module) 
 		}
 		mod.builds[src] = builds
 	}
-	var added []*probe
+	var added []*eprobe
 	for i := range src.Probes {
 		if mode == InsertMerge {
 			// a probe of the new build replaces the one with its minor
@@ -164,7 +151,7 @@ func (e *Engine) insert(src *rpn.Module, mode InsertMode, builds []*rpn.Module) 
 				e.warn(fmt.Sprintf("insert %s --merge: %v", src.Name, err))
 			}
 		}
-		p := &probe{mod: mod, src: src, idx: i, state: StatePending, in: map[int]uint64{}}
+		p := &eprobe{mod: mod, src: src, idx: i, state: StatePending, in: map[int]uint64{}}
 		mod.probes = append(mod.probes, p)
 		added = append(added, p)
 	}
@@ -261,7 +248,7 @@ func Uses(m *rpn.Module, ops ...rpn.Opcode) (string, bool) {
 
 // placeModule inserts the given probes of src into one space, where its
 // file is loaded; they stay pending where it is not.
-func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*probe) {
+func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*eprobe) {
 	placeable := probes[:0:0]
 	for _, p := range probes {
 		if kindRefused(p.def()) == "" {
@@ -416,7 +403,7 @@ func evalSum(s rpn.Sum, set *symbols.Set, bias uint64) (uint64, error) {
 }
 
 // placeProbe resolves, checks and inserts one probe in one space.
-func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
+func (e *Engine) placeProbe(sp *space, inst *instance, p *eprobe) {
 	if _, ok := p.in[sp.id]; ok {
 		return
 	}
@@ -486,7 +473,7 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *probe) {
 		}
 		if jumpWhy = e.tryJump(sp, inst, p, addr); jumpWhy == "" {
 			site := sp.jump.sites[addr]
-			site.probes = []*probe{p}
+			site.probes = []*eprobe{p}
 			p.in[sp.id] = addr
 			p.state, p.reason = StateActive, ""
 			p.how = "jump"
@@ -716,7 +703,7 @@ func (e *Engine) removeProbes(m *Module, minors []uint16) (int, error) {
 
 // unplace takes a probe off a breakpoint, and the breakpoint out when it
 // was the last probe there.
-func (e *Engine) unplace(sp *space, addr uint64, p *probe) error {
+func (e *Engine) unplace(sp *space, addr uint64, p *eprobe) error {
 	if sp == nil {
 		return nil
 	}
@@ -770,7 +757,7 @@ func (e *Engine) execed(id int) {
 // or when the dynamic linker mapped something).
 func (e *Engine) placeAll(sp *space) {
 	for _, m := range e.modules {
-		bySrc := map[*rpn.Module][]*probe{}
+		bySrc := map[*rpn.Module][]*eprobe{}
 		var order []*rpn.Module
 		for _, p := range m.probes {
 			if p.state == StateRemoved {
@@ -865,7 +852,7 @@ func (e *Engine) plantRendezvous(sp *space, addr uint64) bool {
 
 // pendingReason gives probes left pending in a space the target's reason
 // (a guest kernel's module not loaded, or unloaded).
-func (e *Engine) pendingReason(sp *space, name string, probes []*probe, unloaded bool) {
+func (e *Engine) pendingReason(sp *space, name string, probes []*eprobe, unloaded bool) {
 	pr, ok := e.os.(PendingReasoner)
 	if !ok {
 		return
@@ -959,8 +946,8 @@ func (e *Engine) unmapped(sp *space) {
 }
 
 // probesOf are the probes of one source (one insert of a module).
-func (e *Engine) probesOf(src *rpn.Module) []*probe {
-	var out []*probe
+func (e *Engine) probesOf(src *rpn.Module) []*eprobe {
+	var out []*eprobe
 	for _, m := range e.modules {
 		for _, p := range m.probes {
 			if p.src == src {

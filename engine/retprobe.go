@@ -99,8 +99,8 @@ type retFunc struct {
 type callTracker struct {
 	fn     *retFunc
 	mod    *Module
-	probes []*probe // the module's retprobes on the function
-	limit  int      // the highest maxactive of probes
+	probes []*eprobe // the module's retprobes on the function
+	limit  int       // the highest maxactive of probes
 	// entry: its calls are tracked from their entry (below); without,
 	// every return of the function runs the probes, and no call is
 	// tracked, missed or dropped
@@ -179,7 +179,7 @@ func (sp *space) callsState() *spaceCalls {
 
 // placeRetprobe resolves a retprobe's function in one space, decodes it,
 // plants its breakpoints and starts tracking its calls.
-func (e *Engine) placeRetprobe(sp *space, inst *instance, p *probe) {
+func (e *Engine) placeRetprobe(sp *space, inst *instance, p *eprobe) {
 	if _, ok := p.in[sp.id]; ok {
 		return
 	}
@@ -264,7 +264,7 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *probe) {
 // the function, one stop a call instead of two (as Beyla's probes on Go's
 // RET instructions do), unless the function can be left by a jump (a
 // tail call: its return is found from the call's entry).
-func needsEntry(p *probe) bool {
+func needsEntry(p *eprobe) bool {
 	d := p.def()
 	if d.MaxActive != 0 {
 		return true
@@ -497,7 +497,7 @@ func (e *Engine) dropRetFunc(sp *space, fn *retFunc) { e.dropSites(sp, fn) }
 // breakpoints, out of its tracker (whose calls in flight are forgotten
 // with the last probe), and the breakpoints out when nothing else is
 // there.
-func (e *Engine) unplaceRet(sp *space, p *probe) error {
+func (e *Engine) unplaceRet(sp *space, p *eprobe) error {
 	if sp == nil || sp.calls == nil {
 		return nil
 	}
@@ -575,7 +575,7 @@ type callEntries struct {
 
 // ivOf points a thread's environment at the instance variables an offset
 // probe sees: its module's call that began at this hit, or zeros.
-func (c *callEntries) ivOf(h *hitEnv, p *probe) {
+func (c *callEntries) ivOf(h *hitEnv, p *eprobe) {
 	h.iv = nil
 	for i := 0; i < c.n; i++ {
 		if c.mods[i] == p.mod {
@@ -905,7 +905,7 @@ func (e *Engine) runReturn(th *thread, t *callTracker, c *callInst, recs []Recor
 			e.commit(&rec)
 		case r.Commits():
 			k := p.def().LogOnFault || atCaller
-			rec.keepOnFault = k
+			rec.KeepOnFault = k
 			recs = append(recs, rec)
 			keep = append(keep, k)
 		}
@@ -966,7 +966,7 @@ func (e *Engine) callsForked(child, parent *space) {
 			n.callers[c] = true
 		}
 		for _, t := range f.trackers {
-			n.trackers = append(n.trackers, &callTracker{fn: n, mod: t.mod, probes: append([]*probe{}, t.probes...), limit: t.limit, entry: t.entry, stacks: map[callOwner][]*callInst{}})
+			n.trackers = append(n.trackers, &callTracker{fn: n, mod: t.mod, probes: append([]*eprobe{}, t.probes...), limit: t.limit, entry: t.entry, stacks: map[callOwner][]*callInst{}})
 			for _, p := range t.probes {
 				p.in[child.id] = f.entry
 			}
@@ -1060,7 +1060,7 @@ func (e *Engine) forgetSite(sp *space, fn *retFunc, a uint64) {
 		}
 	}
 	if bp := sp.bps[a]; bp != nil && sp.calls.sites[a] == nil {
-		var probes []*probe
+		var probes []*eprobe
 		for _, p := range bp.probes {
 			if p.def().Kind != rpn.ProbeRetprobe {
 				probes = append(probes, p)
@@ -1079,15 +1079,4 @@ func (k siteKind) String() string {
 		return siteNames[k]
 	}
 	return fmt.Sprintf("site(%d)", uint8(k))
-}
-
-// ProbeKindName is a probe's kind as query and log show it: "" for an
-// offset probe (the kind everything had before there were others),
-// else the keyword that starts its definition ("retprobe", "watch",
-// "tracepoint").
-func ProbeKindName(d *rpn.Probe) string {
-	if d.Kind == rpn.ProbeOffset {
-		return ""
-	}
-	return d.Kind.String()
 }

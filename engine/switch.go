@@ -1,10 +1,7 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -50,19 +47,6 @@ const switchBlocks = 32
 type switchMem struct {
 	mem   *shm.Mem  // nil: none could be made (no pads switch then)
 	owner []*Module // by block
-}
-
-// Reasons query gives for a probe it shows disabled (every Prober's).
-const (
-	ReasonEnded = "max hits reached or rem ran: it stays off (enable does not revive it)"
-	reasonEnded = ReasonEnded
-)
-
-// ReasonSwitchedOff is query's reason for a probe switched off.
-func ReasonSwitchedOff(minor uint16) string { return reasonSwitchedOff(minor) }
-
-func reasonSwitchedOff(minor uint16) string {
-	return fmt.Sprintf("switched off: enable %d in a program, or gprobes enable --minor %d, switches it on", minor, minor)
 }
 
 // switches gives module m its block of switches, all on.
@@ -142,7 +126,7 @@ func setSwitch(sw []byte, minor uint16, on bool) {
 }
 
 // off reports whether the probe is switched off.
-func (p *probe) off() bool {
+func (p *eprobe) off() bool {
 	return p.mod.sw != nil && switchedOff(p.mod.sw, p.def().Minor)
 }
 
@@ -160,7 +144,7 @@ func (e *Engine) switchInsert(m *Module, src *rpn.Module) {
 
 // runProbe runs probe p's program for a hit of thread th, or returns nil
 // when the probe is switched off: that is no hit (nothing counted).
-func (e *Engine) runProbe(th *thread, inst *instance, p *probe) *rpn.Result {
+func (e *Engine) runProbe(th *thread, inst *instance, p *eprobe) *rpn.Result {
 	if p.off() {
 		return nil
 	}
@@ -179,10 +163,6 @@ func (h *hitEnv) Switch(minor uint16, on bool) bool {
 }
 
 var _ rpn.Switcher = (*hitEnv)(nil)
-
-// ErrNoMinor is Switch's error when the module has no probe with the
-// minors named.
-var ErrNoMinor = errors.New("no probe with that minor")
 
 // Switch switches a module's probes on or off from outside (gprobes
 // enable and disable): those with the given minors, or all of them. It
@@ -203,46 +183,6 @@ func (e *Engine) Switch(name string, minors []uint16, on bool) (int, error) {
 	return n, err
 }
 
-// switchMinors switches the minors asked for (all of have when none is)
-// with set, and returns how many probes they have (have: a probe's minor
-// per probe). It is shared with the kernel target.
-func switchMinors(name string, have, minors []uint16, set func(uint16)) (int, error) {
-	if len(minors) == 0 {
-		for _, mi := range have {
-			if !slices.Contains(minors, mi) {
-				minors = append(minors, mi)
-			}
-		}
-	}
-	var missing []string
-	n := 0
-	for _, mi := range minors {
-		k := 0
-		for _, h := range have {
-			if h == mi {
-				k++
-			}
-		}
-		if k == 0 {
-			missing = append(missing, fmt.Sprint(mi))
-		}
-		n += k
-	}
-	if len(missing) > 0 {
-		return 0, fmt.Errorf("module %s: %w %s", name, ErrNoMinor, strings.Join(missing, ", "))
-	}
-	for _, mi := range minors {
-		set(mi)
-	}
-	return n, nil
-}
-
-// SwitchMinors is switchMinors for the other Probers (package kernel):
-// have is the minor of each of the module's probes.
-func SwitchMinors(name string, have, minors []uint16, set func(uint16)) (int, error) {
-	return switchMinors(name, have, minors, set)
-}
-
 // minors is the minor of each probe of the module (removed ones not).
 func (m *Module) minors() []uint16 {
 	out := make([]uint16, 0, len(m.probes))
@@ -256,7 +196,7 @@ func (m *Module) minors() []uint16 {
 
 // disabledInfo gives a probe query shows active its disabled state, when
 // it is: ended by max hits or rem (for good), or switched off.
-func (p *probe) disabledInfo(info *ProbeInfo) {
+func (p *eprobe) disabledInfo(info *ProbeInfo) {
 	if info.State != StateActive && info.State != StateDisabled {
 		return
 	}

@@ -91,10 +91,10 @@ type Watcher interface {
 // watchBooks are the engine's debug registers: the watch probe holding
 // each one.
 type watchBooks struct {
-	slots [NumWatch]*probe
+	slots [NumWatch]*eprobe
 }
 
-func isWatch(p *probe) bool { return p.def().Kind == rpn.ProbeWatch }
+func isWatch(p *eprobe) bool { return p.def().Kind == rpn.ProbeWatch }
 
 // watching reports whether any watch probe holds a register.
 func (e *Engine) watching() bool {
@@ -107,7 +107,7 @@ func (e *Engine) watching() bool {
 }
 
 // slotOf is the register of a watch probe, -1 when it has none.
-func (e *Engine) slotOf(p *probe) int {
+func (e *Engine) slotOf(p *eprobe) int {
 	for i, q := range e.watch.slots {
 		if q == p {
 			return i
@@ -121,7 +121,7 @@ func (e *Engine) slotOf(p *probe) int {
 // four are taken) with the reason. It runs at insert, before placement:
 // a watch whose module is not loaded yet keeps its register meanwhile,
 // so the fifth is refused at once, never when a library appears.
-func (e *Engine) watchInsert(added []*probe) {
+func (e *Engine) watchInsert(added []*eprobe) {
 	w, ok := e.tgt.(Watcher)
 	for _, p := range added {
 		if !isWatch(p) || p.state != StatePending {
@@ -167,19 +167,19 @@ const noRegister = "no debug register left for watch = "
 // for want of a register gets one that a watch of the same insert, refused
 // at placement (its address unaligned, say), gave back. Without it, which
 // watch is refused would depend on the order of the module's probes.
-func (e *Engine) watchSettle(src *rpn.Module, added []*probe) {
+func (e *Engine) watchSettle(src *rpn.Module, added []*eprobe) {
 	for _, p := range added {
 		if !isWatch(p) || p.state != StateRefused || !strings.HasPrefix(p.reason, noRegister) {
 			continue
 		}
 		p.state, p.reason = StatePending, ""
-		e.watchInsert([]*probe{p})
+		e.watchInsert([]*eprobe{p})
 		if e.slotOf(p) < 0 {
 			continue
 		}
 		for _, id := range e.sortedSpaces() {
 			if sp := e.spaces[id]; !sp.detached {
-				e.placeModule(sp, src, []*probe{p})
+				e.placeModule(sp, src, []*eprobe{p})
 			}
 		}
 	}
@@ -191,7 +191,7 @@ func misaligned(d *rpn.Probe, addr uint64) string {
 
 // placeWatch resolves a watch probe's address in one space and programs
 // its debug register there.
-func (e *Engine) placeWatch(sp *space, inst *instance, p *probe) {
+func (e *Engine) placeWatch(sp *space, inst *instance, p *eprobe) {
 	if _, ok := p.in[sp.id]; ok {
 		return
 	}
@@ -242,7 +242,7 @@ func (e *Engine) placeWatch(sp *space, inst *instance, p *probe) {
 }
 
 // unplaceWatch turns a watch probe's register off in one space.
-func (e *Engine) unplaceWatch(sp *space, p *probe) error {
+func (e *Engine) unplaceWatch(sp *space, p *eprobe) error {
 	slot := e.slotOf(p)
 	if sp == nil || sp.detached || slot < 0 {
 		return nil
@@ -254,7 +254,7 @@ func (e *Engine) unplaceWatch(sp *space, p *probe) error {
 }
 
 // watchRemoved gives a removed watch probe's register back.
-func (e *Engine) watchRemoved(p *probe) {
+func (e *Engine) watchRemoved(p *eprobe) {
 	if i := e.slotOf(p); i >= 0 {
 		e.watch.slots[i] = nil
 	}
@@ -521,7 +521,7 @@ func (e *Engine) runWatches(th *thread, fired uint8, recs []Record) []Record {
 		case r.Outcome == rpn.OutcomeException:
 			e.commit(&rec)
 		case r.Commits():
-			rec.keepOnFault = true // the access has completed
+			rec.KeepOnFault = true // the access has completed
 			recs = append(recs, rec)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/symbols"
 )
 
@@ -24,7 +24,7 @@ var (
 // or says why none is.
 func (t *Target) selectBuild(s *source) error {
 	have, where := t.runningBuildID(s.mod.kmod)
-	b, err := engine.SelectBuild(s.builds, have, where)
+	b, err := probe.SelectBuild(s.builds, have, where)
 	if err != nil {
 		return err
 	}
@@ -44,4 +44,4 @@ func (t *Target) runningBuildID(kmod string) ([]byte, string) {
 	return symbols.NotesBuildID(b), "kernel module " + kmod
 }
 
-var _ engine.PackInserter = (*Target)(nil)
+var _ probe.PackInserter = (*Target)(nil)

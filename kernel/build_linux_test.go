@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -45,7 +45,7 @@ func TestSelectBuildModule(t *testing.T) {
 	}
 	s = &source{mod: &module{name: "my-mod", kmod: "my-mod"}, src: b, builds: []*rpn.Module{b}}
 	err := tg.selectBuild(s)
-	var be *engine.BuildError
+	var be *probe.BuildError
 	if !errors.As(err, &be) || !strings.Contains(err.Error(), "kernel module my-mod has build ID 09090909, the pack was built for 08080808") {
 		t.Errorf("module, another build: %v", err)
 	}

@@ -7,11 +7,12 @@
 // A kernel probe never stops anything: its program, compiled from the
 // verified RPN bytecode to eBPF by package bpf, runs in the kernel at
 // every hit. So the kernel target is not an engine.Target (the primitives
-// of code stopped under a debugger) but an engine.Prober, the interface
-// the daemon and `gprobes run` drive an engine through: Insert, Release,
-// Query, Vars, Remove, Modules, Close. It answers with the engine's types
-// (engine.ProbeInfo, engine.Record, engine.Final), so query, getvars, log
-// and run print a kernel probe as any other.
+// of code stopped under a debugger) but a probe.Prober, the interface
+// the daemon and `gprobes run` drive every target through: Insert,
+// Release, Query, Vars, Remove, Modules, Close. It answers with package
+// probe's types (probe.Info, probe.Record, probe.Final), so query,
+// getvars, log and run print a kernel probe as any other, and it does
+// not link the engine.
 //
 // # A module in the kernel
 //

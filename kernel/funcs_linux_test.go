@@ -15,7 +15,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // rawKprobe asks the kernel, without gprobes' code, for a kprobe (or a
@@ -104,7 +104,7 @@ exit 1
 tracepoint = syscalls:sys_enter_getppid
 minor = 4
 exit 0
-`), engine.InsertNew)
+`), probe.InsertNew)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,10 +132,10 @@ exit 0
 				want = fmt.Sprintf("retprobe: %v", mech.Kretprobe)
 			}
 		}
-		if want != "" && (p.State != engine.StateRefused || p.Reason != want) {
+		if want != "" && (p.State != probe.StateRefused || p.Reason != want) {
 			t.Errorf("minor %d: %s %q;\nwant refused %q", p.Minor, p.State, p.Reason, want)
 		}
-		if want == "" && (p.State != engine.StateActive || p.How != how) {
+		if want == "" && (p.State != probe.StateActive || p.How != how) {
 			t.Errorf("minor %d: %s %q, how %q; want active, %s", p.Minor, p.State, p.Reason, p.How, how)
 		}
 	}
@@ -158,7 +158,7 @@ exit 0
 	}
 	for _, p := range infos[:3] {
 		want := n
-		if p.State != engine.StateActive {
+		if p.State != probe.StateActive {
 			want = 0
 		}
 		// minor 2 counts every openat of the process (a kernel stack

@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gprobes/gprobes/bpf"
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
@@ -487,7 +487,7 @@ func (t *Target) function(addr uint64) (symbols.Symbol, uint64, error) {
 // checkCode checks a probe's opcode and that addr is an instruction
 // boundary of its function, decoding the live text from the function's
 // start.
-func (t *Target) checkCode(p *probe, fn symbols.Symbol, off uint64) error {
+func (t *Target) checkCode(p *bprobe, fn symbols.Symbol, off uint64) error {
 	d := p.def()
 	if t.kmem == nil {
 		if d.HasOpcode {
@@ -564,7 +564,7 @@ type mismatch struct{ msg string }
 func (m *mismatch) Error() string { return m.msg }
 
 // attach compiles, loads and attaches one probe.
-func (t *Target) attach(p *probe) error {
+func (t *Target) attach(p *bprobe) error {
 	d := p.def()
 	s := p.s
 	o := bpf.Options{Maps: s.maps, Probe: uint32(p.idx), PID: uint32(t.opts.PID), IV: s.iv[p.idx]}
@@ -623,7 +623,7 @@ func (t *Target) attach(p *probe) error {
 	if err := t.checkCode(p, fn, off); err != nil {
 		var mm *mismatch
 		if errors.As(err, &mm) {
-			p.state = engine.StateMismatch
+			p.state = probe.StateMismatch
 		}
 		return err
 	}
@@ -674,7 +674,7 @@ func (t *Target) uniqueName(fn symbols.Symbol) bool {
 
 // fentry puts a probe at a function's entry with an fentry program, when
 // the program reads no register fentry cannot give.
-func (t *Target) fentry(p *probe, o bpf.Options, fn symbols.Symbol) error {
+func (t *Target) fentry(p *bprobe, o bpf.Options, fn symbols.Symbol) error {
 	name, n, err := t.btfFunc(fn)
 	if err != nil {
 		return err
@@ -720,7 +720,7 @@ func (t *Target) btfFunc(fn symbols.Symbol) (string, int, error) {
 
 // load compiles and loads a probe's program; the error names the DPDF
 // line when the compiler or the verifier refuses.
-func (t *Target) load(s *source, p *probe, o bpf.Options) (*ebpf.Program, error) {
+func (t *Target) load(s *source, p *bprobe, o bpf.Options) (*ebpf.Program, error) {
 	c, err := bpf.CompileProbe(s.prog, p.idx, o)
 	if err != nil {
 		return nil, err
@@ -747,7 +747,7 @@ func (t *Target) fields(o *bpf.Options, m *rpn.Module, group, event string) erro
 // fentry trampolines too; one after another, 100 tracepoint probes took
 // 7 s to remove on this machine, 100 kprobes or fentries 5 to 17 s in the
 // lab guest. Closed together their waits overlap.
-func closeLinks(ps []*probe) {
+func closeLinks(ps []*bprobe) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, closeParallel)
 	for _, p := range ps {
@@ -851,8 +851,8 @@ func (t *Target) modulesChanged() {
 			case !in && s.prog != nil:
 				t.unplace(s)
 				for _, p := range s.probes {
-					if p.state == engine.StatePending || p.state == engine.StateRefused {
-						p.state, p.reason = engine.StatePending, "kernel module "+m.kmod+" was unloaded; its probes go in again when it is loaded"
+					if p.state == probe.StatePending || p.state == probe.StateRefused {
+						p.state, p.reason = probe.StatePending, "kernel module "+m.kmod+" was unloaded; its probes go in again when it is loaded"
 					}
 				}
 			}
@@ -862,7 +862,7 @@ func (t *Target) modulesChanged() {
 
 func pendingAll(s *source) bool {
 	for _, p := range s.probes {
-		if p.state != engine.StatePending {
+		if p.state != probe.StatePending {
 			return false
 		}
 	}

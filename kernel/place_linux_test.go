@@ -13,7 +13,7 @@ import (
 
 	"github.com/gprobes/gprobes/bpf"
 	"github.com/gprobes/gprobes/dpdf"
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
@@ -75,7 +75,7 @@ func TestCheckCodeDecodesFirstText(t *testing.T) {
 	fn := symbols.Symbol{Name: "f", Addr: addr, Size: 64, Kind: 'T'}
 	k.syms.text = map[uint64]funcText{addr: {code: code}}
 	m := compile(t, "name = vmlinux\nmodtype = kernel\noffset = 0x1d\nopcode = 0xbe\nexit 0\n")
-	p := &probe{s: &source{src: m}, idx: 0}
+	p := &bprobe{s: &source{src: m}, idx: 0}
 	if err := k.checkCode(p, fn, 0xd); err != nil {
 		t.Errorf("+0xd: %v", err)
 	}
@@ -200,13 +200,13 @@ func BenchmarkInsert100Tracepoints(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		ps, err := k.Insert(m, engine.InsertNew)
+		ps, err := k.Insert(m, probe.InsertNew)
 		t1 := time.Now()
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, p := range ps {
-			if p.State != engine.StateActive {
+			if p.State != probe.StateActive {
 				b.Fatalf("%s: %s (%s)", p.Location, p.State, p.Reason)
 			}
 		}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/gprobes/gprobes/bpf"
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -39,7 +39,7 @@ func (t *Target) switchInsert(mod *module, m *rpn.Module) error {
 
 // Switch switches a module's probes on or off (gprobes enable and
 // disable): those with the given minors, or all of them; it returns how
-// many probes that concerns (engine.Prober).
+// many probes that concerns (probe.Prober).
 func (t *Target) Switch(name string, minors []uint16, on bool) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -54,7 +54,7 @@ func (t *Target) Switch(name string, minors []uint16, on bool) (int, error) {
 		}
 	}
 	var err error
-	n, serr := engine.SwitchMinors(name, have, minors, func(mi uint16) {
+	n, serr := probe.SwitchMinors(name, have, minors, func(mi uint16) {
 		if e := bpf.SetSwitch(m.sw, mi, on); e != nil && err == nil {
 			err = e
 		}
@@ -67,17 +67,17 @@ func (t *Target) Switch(name string, minors []uint16, on bool) (int, error) {
 
 // disabledInfo gives a probe query shows active its disabled state:
 // ended by max hits or rem, or switched off.
-func (t *Target) disabledInfo(p *probe, c bpf.Counters, info *engine.ProbeInfo) {
-	if info.State != engine.StateActive {
+func (t *Target) disabledInfo(p *bprobe, c bpf.Counters, info *probe.Info) {
+	if info.State != probe.StateActive {
 		return
 	}
 	if c.Disabled {
-		info.State, info.Reason = engine.StateDisabled, engine.ReasonEnded
+		info.State, info.Reason = probe.StateDisabled, probe.ReasonEnded
 		return
 	}
 	if sw := p.s.mod.sw; sw != nil {
 		if off, err := bpf.SwitchedOff(sw, p.def().Minor); err == nil && off {
-			info.State, info.Reason = engine.StateDisabled, engine.ReasonSwitchedOff(p.def().Minor)
+			info.State, info.Reason = probe.StateDisabled, probe.ReasonSwitchedOff(p.def().Minor)
 		}
 	}
 }

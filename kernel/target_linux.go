@@ -17,13 +17,13 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/gprobes/gprobes/bpf"
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
 // Options configure the kernel target.
 type Options struct {
-	Sink engine.Sink
+	Sink probe.Sink
 	// Warn receives problems that concern no single command; nil drops
 	// them.
 	Warn func(msg string)
@@ -92,17 +92,19 @@ type source struct {
 	stop   *atomic.Bool           // tells the reader to drain and end
 	btf    *btf.Cache             // while place loads the source's programs
 	iv     map[int]*bpf.IVOptions // the probes with a part in calls' instances (iv_linux.go), by index; nil if none
-	probes []*probe               // those not removed
+	probes []*bprobe              // those not removed
 	// all are the source's probes by their index in src (a record's
 	// probe id), set before its reader starts and never changed: the
 	// reader reads it without the lock
-	all []*probe
+	all []*bprobe
 }
 
-type probe struct {
+// bprobe is the kernel target's logical probe: one DPDF probe of an
+// inserted source, its program and its link.
+type bprobe struct {
 	s      *source
 	idx    int
-	state  engine.ProbeState
+	state  probe.State
 	reason string
 	how    string
 	addr   uint64
@@ -113,7 +115,7 @@ type probe struct {
 	base bpf.Counters
 }
 
-func (p *probe) def() *rpn.Probe { return &p.s.src.Probes[p.idx] }
+func (p *bprobe) def() *rpn.Probe { return &p.s.src.Probes[p.idx] }
 
 // Start checks that this kernel and process can run eBPF probes and
 // opens the target. It touches nothing in the kernel but the maps it
@@ -197,14 +199,14 @@ func (t *Target) module(name string) *module {
 }
 
 // Insert loads a module's probes into the kernel.
-func (t *Target) Insert(m *rpn.Module, mode engine.InsertMode) ([]engine.ProbeInfo, error) {
+func (t *Target) Insert(m *rpn.Module, mode probe.InsertMode) ([]probe.Info, error) {
 	return t.InsertPack([]*rpn.Module{m}, mode)
 }
 
 // InsertPack is Insert of a pack of several builds of one module: the
 // build of the running kernel, or of the kernel module as it is loaded,
 // is placed (and at each load of the module, that load's).
-func (t *Target) InsertPack(builds []*rpn.Module, mode engine.InsertMode) ([]engine.ProbeInfo, error) {
+func (t *Target) InsertPack(builds []*rpn.Module, mode probe.InsertMode) ([]probe.Info, error) {
 	if len(builds) == 0 {
 		return nil, errors.New("insert: a pack of no build")
 	}
@@ -224,12 +226,12 @@ func (t *Target) InsertPack(builds []*rpn.Module, mode engine.InsertMode) ([]eng
 	}
 	mod := t.module(m.Name)
 	switch {
-	case mod != nil && mode == engine.InsertNew:
-		return nil, fmt.Errorf("insert %s: %w: use --merge to add these probes to it, or --replace to replace it", m.Name, engine.ErrModuleIn)
-	case mod != nil && mode == engine.InsertReplace:
+	case mod != nil && mode == probe.InsertNew:
+		return nil, fmt.Errorf("insert %s: %w: use --merge to add these probes to it, or --replace to replace it", m.Name, probe.ErrModuleIn)
+	case mod != nil && mode == probe.InsertReplace:
 		t.dropModule(mod)
 		mod = nil
-	case mod != nil && mode == engine.InsertMerge:
+	case mod != nil && mode == probe.InsertMerge:
 		if mod.header.Arch != m.Arch {
 			return nil, fmt.Errorf("insert %s --merge: arch differs from the module in", m.Name)
 		}
@@ -253,7 +255,7 @@ func (t *Target) InsertPack(builds []*rpn.Module, mode engine.InsertMode) ([]eng
 	}
 	mod.gvars = max(mod.gvars, int(m.GVars))
 	t.gvWords = max(t.gvWords, int(m.GVars))
-	if mode == engine.InsertMerge {
+	if mode == probe.InsertMerge {
 		for i := range m.Probes {
 			t.removeProbes(mod, []uint16{m.Probes[i].Minor})
 		}
@@ -266,7 +268,7 @@ func (t *Target) InsertPack(builds []*rpn.Module, mode engine.InsertMode) ([]eng
 	}
 	s := &source{mod: mod, src: m, builds: builds}
 	for i := range m.Probes {
-		s.probes = append(s.probes, &probe{s: s, idx: i, state: engine.StatePending})
+		s.probes = append(s.probes, &bprobe{s: s, idx: i, state: probe.StatePending})
 	}
 	s.all = slices.Clone(s.probes)
 	mod.srcs = append(mod.srcs, s)
@@ -277,7 +279,7 @@ func (t *Target) InsertPack(builds []*rpn.Module, mode engine.InsertMode) ([]eng
 			p.reason = "kernel module " + kmod + " is not loaded"
 		}
 	}
-	var out []engine.ProbeInfo
+	var out []probe.Info
 	for _, p := range s.probes {
 		out = append(out, t.info(p))
 	}
@@ -323,7 +325,7 @@ func (t *Target) growLV(mod *module, n int) error {
 func (t *Target) place(s *source) {
 	refuse := func(reason string) {
 		for _, p := range s.probes {
-			p.state, p.reason = engine.StateRefused, reason
+			p.state, p.reason = probe.StateRefused, reason
 		}
 	}
 	if err := t.selectBuild(s); err != nil {
@@ -354,18 +356,18 @@ func (t *Target) place(s *source) {
 	defer func() { s.btf = nil }()
 	for _, p := range s.probes {
 		if why := refused[p.idx]; why != "" {
-			p.state, p.reason = engine.StateRefused, why
+			p.state, p.reason = probe.StateRefused, why
 			continue
 		}
 		if err := t.attach(p); err != nil {
-			p.state, p.reason = engine.StateRefused, err.Error()
+			p.state, p.reason = probe.StateRefused, err.Error()
 			if p.prog != nil {
 				p.prog.Close()
 				p.prog = nil
 			}
 			continue
 		}
-		p.state, p.reason = engine.StateActive, ""
+		p.state, p.reason = probe.StateActive, ""
 	}
 	s.done, s.stop = make(chan struct{}), new(atomic.Bool)
 	t.readers.Add(1)
@@ -388,8 +390,8 @@ func (t *Target) unplace(s *source) {
 			p.prog.Close()
 			p.prog = nil
 		}
-		if p.state == engine.StateActive || p.state == engine.StateDisabled {
-			p.state = engine.StatePending
+		if p.state == probe.StateActive || p.state == probe.StateDisabled {
+			p.state = probe.StatePending
 		}
 	}
 	if s.reader != nil {
@@ -439,18 +441,18 @@ func (t *Target) read(s *source, rd *bpf.Reader, stop *atomic.Bool, done chan st
 // stop.
 const readSlice = 100 * time.Millisecond
 
-// record is a ring record as the engine's Record.
-func (t *Target) record(s *source, r *bpf.Record) *engine.Record {
-	rec := &engine.Record{
-		Time: time.Unix(0, int64(r.TS)), Kind: "log", Module: s.mod.name, Major: r.Major, Minor: r.Minor,
+// record is a ring record as a probe.Record.
+func (t *Target) record(s *source, r *bpf.Record) *probe.Record {
+	rec := &probe.Record{
+		Time: time.Unix(0, int64(r.TS)), Kind: probe.RecordLog, Module: s.mod.name, Major: r.Major, Minor: r.Minor,
 		Pid: int(r.PID), Tid: int(r.TID), CPU: int(r.CPU), Exit: r.Exit, Truncated: r.Truncated,
 	}
 	if int(r.Probe) < len(s.all) {
 		p := s.all[r.Probe]
-		rec.Location, rec.Address, rec.Probe = p.def().Loc.Text, p.addr, engine.ProbeKindName(p.def())
+		rec.Location, rec.Address, rec.Probe = p.def().Loc.Text, p.addr, probe.KindName(p.def())
 	}
 	if r.Exception != rpn.ExNone {
-		rec.Kind = "exception"
+		rec.Kind = probe.RecordException
 		rec.Exception = r.Exception.String()
 		rec.PC = r.PC
 		if pos, ok := s.src.LineFor(r.PC); ok {
@@ -462,17 +464,17 @@ func (t *Target) record(s *source, r *bpf.Record) *engine.Record {
 		return rec
 	}
 	if r.Exit == rpn.ExitTrace {
-		rec.Kind = "trace"
+		rec.Kind = probe.RecordTrace
 	}
 	rec.Data = append([]byte(nil), r.Log...)
 	return rec
 }
 
 // Query lists every probe, in insertion order, with the kernel's counts.
-func (t *Target) Query() []engine.ProbeInfo {
+func (t *Target) Query() []probe.Info {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []engine.ProbeInfo
+	var out []probe.Info
 	for _, m := range t.modules {
 		for _, s := range m.srcs {
 			for _, p := range s.probes {
@@ -485,7 +487,7 @@ func (t *Target) Query() []engine.ProbeInfo {
 
 // counters reads a probe's counters from its maps and its program's
 // statistics, added to what it counted before an unload.
-func (t *Target) counters(p *probe) (bpf.Counters, error) {
+func (t *Target) counters(p *bprobe) (bpf.Counters, error) {
 	c := p.base
 	if p.prog == nil || p.s.maps == nil {
 		return c, nil
@@ -510,10 +512,10 @@ func (t *Target) counters(p *probe) (bpf.Counters, error) {
 	return c, nil
 }
 
-func (t *Target) info(p *probe) engine.ProbeInfo {
+func (t *Target) info(p *bprobe) probe.Info {
 	d := p.def()
 	c, _ := t.counters(p)
-	info := engine.ProbeInfo{Module: p.s.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: engine.ProbeKindName(d), Address: p.addr, State: p.state,
+	info := probe.Info{Module: p.s.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: probe.KindName(d), Address: p.addr, State: p.state,
 		Reason: p.reason, How: p.how, Hits: c.Hits, Skipped: c.Skipped, Faults: c.Faults, Missed: c.Missed, Lost: c.Lost, Spaces: boolInt(p.link != nil),
 		Writes: rpn.WriteKinds(rpn.ProbeWrites(p.s.src, p.idx))}
 	t.disabledInfo(p, c, &info) // max hits or rem, or switched off
@@ -593,7 +595,7 @@ func (t *Target) Remove(name string, minors []uint16) (int, error) {
 func (t *Target) removeProbes(m *module, minors []uint16) int {
 	n := 0
 	for _, s := range m.srcs {
-		var keep, gone []*probe
+		var keep, gone []*bprobe
 		for _, p := range s.probes {
 			if minors == nil || containsMinor(minors, p.def().Minor) {
 				gone = append(gone, p)
@@ -609,7 +611,7 @@ func (t *Target) removeProbes(m *module, minors []uint16) int {
 					p.prog.Close()
 					p.prog = nil
 				}
-				p.state = engine.StateRemoved
+				p.state = probe.StateRemoved
 				n++
 				continue
 			}
@@ -676,20 +678,20 @@ func (t *Target) Lost() uint64 {
 
 // Close takes every probe out, reads the rings to their end and returns
 // the last variables and probes.
-func (t *Target) Close() (engine.Final, error) {
+func (t *Target) Close() (probe.Final, error) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return engine.Final{}, nil
+		return probe.Final{}, nil
 	}
 	t.closed = true
 	close(t.stop)
 	t.mu.Unlock()
 	t.poller.Wait()
 	t.mu.Lock()
-	var f engine.Final
+	var f probe.Final
 	// links first: nothing commits once they are closed
-	var all []*probe
+	var all []*bprobe
 	for _, m := range t.modules {
 		for _, s := range m.srcs {
 			all = append(all, s.probes...)
@@ -703,7 +705,7 @@ func (t *Target) Close() (engine.Final, error) {
 			}
 		}
 		lv, gv, _ := t.vars(m, false)
-		f.Vars = append(f.Vars, engine.ModuleVars{Name: m.name, LV: lv, GV: gv})
+		f.Vars = append(f.Vars, probe.ModuleVars{Name: m.name, LV: lv, GV: gv})
 	}
 	for _, m := range t.modules {
 		for _, s := range m.srcs {
@@ -727,7 +729,7 @@ func (t *Target) Close() (engine.Final, error) {
 	return f, nil
 }
 
-var _ engine.Prober = (*Target)(nil)
+var _ probe.Prober = (*Target)(nil)
 
 // CountPrograms counts the eBPF programs loaded in the kernel whose name
 // starts with prefix (every gprobes program is named gp_...): what a test

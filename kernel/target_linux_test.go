@@ -14,8 +14,8 @@ import (
 
 	"github.com/gprobes/gprobes/bpf"
 	"github.com/gprobes/gprobes/dpdf"
-	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -36,10 +36,10 @@ func compile(t *testing.T, src string) *rpn.Module {
 
 type recs struct {
 	mu  sync.Mutex
-	all []engine.Record
+	all []probe.Record
 }
 
-func (r *recs) Commit(rec *engine.Record) {
+func (r *recs) Commit(rec *probe.Record) {
 	r.mu.Lock()
 	r.all = append(r.all, *rec)
 	r.mu.Unlock()
@@ -80,11 +80,11 @@ minor = 7
 inc lv,0
 exit 0
 `)
-	infos, err := k.Insert(m, engine.InsertNew)
+	infos, err := k.Insert(m, probe.InsertNew)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(infos) != 1 || infos[0].State != engine.StateActive || infos[0].How != "tracepoint" {
+	if len(infos) != 1 || infos[0].State != probe.StateActive || infos[0].How != "tracepoint" {
 		t.Fatalf("insert: %+v", infos)
 	}
 	getppid(12345)
@@ -147,8 +147,8 @@ push field,filename
 log str
 exit
 `)
-	infos, err := k.Insert(m, engine.InsertNew)
-	if err != nil || infos[0].State != engine.StateActive {
+	infos, err := k.Insert(m, probe.InsertNew)
+	if err != nil || infos[0].State != probe.StateActive {
 		t.Fatalf("insert: %+v %v", infos, err)
 	}
 	path := t.TempDir() + "/gprobes-field-test"
@@ -194,7 +194,7 @@ push mrf,8
 log 1
 exit
 `)
-	if _, err := k.Insert(m, engine.InsertNew); err != nil {
+	if _, err := k.Insert(m, probe.InsertNew); err != nil {
 		t.Fatal(err)
 	}
 	getppid(5)
@@ -235,24 +235,24 @@ tracepoint = syscalls:sys_enter_getppid
 minor = 4
 exit 3
 `)
-	infos, err := k.Insert(m, engine.InsertNew)
+	infos, err := k.Insert(m, probe.InsertNew)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[uint16]string{2: "no_such_event", 3: "no_such_field", 4: "exit 3"}
 	for _, p := range infos {
 		if w, ok := want[p.Minor]; ok {
-			if p.State != engine.StateRefused || !strings.Contains(p.Reason, w) {
+			if p.State != probe.StateRefused || !strings.Contains(p.Reason, w) {
 				t.Errorf("minor %d: %s %q, want refused naming %q", p.Minor, p.State, p.Reason, w)
 			}
-		} else if p.State != engine.StateActive {
+		} else if p.State != probe.StateActive {
 			t.Errorf("minor %d: %s %q, want active", p.Minor, p.State, p.Reason)
 		}
 	}
-	if _, err := k.Insert(compile(t, "name = no_such_module\nmodtype = kernel\ntracepoint = a:b\nexit 0\n"), engine.InsertNew); err == nil || !strings.Contains(err.Error(), "no kernel module no_such_module") {
+	if _, err := k.Insert(compile(t, "name = no_such_module\nmodtype = kernel\ntracepoint = a:b\nexit 0\n"), probe.InsertNew); err == nil || !strings.Contains(err.Error(), "no kernel module no_such_module") {
 		t.Errorf("unknown module: %v", err)
 	}
-	if _, err := k.Insert(compile(t, "name = /bin/true\nmodtype = user\noffset = 0x1000\nexit 0\n"), engine.InsertNew); err == nil || !strings.Contains(err.Error(), "modtype = kernel") {
+	if _, err := k.Insert(compile(t, "name = /bin/true\nmodtype = user\noffset = 0x1000\nexit 0\n"), probe.InsertNew); err == nil || !strings.Contains(err.Error(), "modtype = kernel") {
 		t.Errorf("user module: %v", err)
 	}
 }
@@ -277,7 +277,7 @@ push tid
 log 3
 exit
 `)
-	if infos, err := k.Insert(m, engine.InsertNew); err != nil || infos[0].State != engine.StateActive {
+	if infos, err := k.Insert(m, probe.InsertNew); err != nil || infos[0].State != probe.StateActive {
 		t.Fatalf("insert: %+v %v", infos, err)
 	}
 	getppid(3)
@@ -313,7 +313,7 @@ push u,rsp
 log 2
 exit
 `)
-	if infos, err := k.Insert(m, engine.InsertNew); err != nil || infos[0].State != engine.StateActive {
+	if infos, err := k.Insert(m, probe.InsertNew); err != nil || infos[0].State != probe.StateActive {
 		t.Fatalf("insert: %+v %v", infos, err)
 	}
 	getppid(2)

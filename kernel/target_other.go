@@ -6,7 +6,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // ErrNotSupported: the kernel target is Linux's eBPF.
@@ -14,7 +14,7 @@ var ErrNotSupported = errors.New("not supported on this OS: the kernel target ru
 
 // Options configure the kernel target (see the Linux build).
 type Options struct {
-	Sink     engine.Sink
+	Sink     probe.Sink
 	Warn     func(msg string)
 	RingSize int
 	PID      int
@@ -23,7 +23,7 @@ type Options struct {
 }
 
 // Target is the running kernel; it cannot be opened off Linux.
-type Target struct{ engine.Prober }
+type Target struct{ probe.Prober }
 
 // Start fails off Linux.
 func Start(o Options) (*Target, error) { return nil, ErrNotSupported }

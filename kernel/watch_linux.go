@@ -18,7 +18,7 @@ import (
 // nothing but a debug register sees the kernel's own accesses to its
 // memory (a tracepoint or kprobe on the writers would need them known,
 // and would miss the others).
-func (t *Target) attachWatch(p *probe, o bpf.Options) error {
+func (t *Target) attachWatch(p *bprobe, o bpf.Options) error {
 	d := p.def()
 	addr, err := t.watchAddress(d, p.s.mod.kmod)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gprobes/gprobes/bpf"
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // TestWatch: watch probes on --target kernel, on fields of this
@@ -58,7 +58,7 @@ push mrf
 push d,offsetof(struct task_struct, comm)
 log 2
 exit 1
-`), engine.InsertNew); err != nil {
+`), probe.InsertNew); err != nil {
 		t.Fatal(err)
 	}
 	getppid(1)
@@ -112,7 +112,7 @@ watch = 0x1000,8,w
 minor = 6
 exit 0
 `)
-	infos, err := k.Insert(m, engine.InsertNew)
+	infos, err := k.Insert(m, probe.InsertNew)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,17 +123,17 @@ exit 0
 		}
 		switch {
 		case p.Minor == 6:
-			if p.State != engine.StateRefused || !strings.Contains(p.Reason, "not a kernel address") {
+			if p.State != probe.StateRefused || !strings.Contains(p.Reason, "not a kernel address") {
 				t.Errorf("minor 6, a user address: %s %q; want refused, not a kernel address", p.State, p.Reason)
 			}
 		case mech != nil:
 			want := fmt.Sprintf("watch = %s (%#x): %v; gprobes has no other way to watch the kernel's memory", p.Location, p.Address, mech)
-			if p.State != engine.StateRefused || p.Reason != want {
+			if p.State != probe.StateRefused || p.Reason != want {
 				t.Errorf("minor %d: %s %q;\nwant refused %q", p.Minor, p.State, p.Reason, want)
 			}
-		case p.Minor <= 4 && (p.State != engine.StateActive || p.How != "watch"):
+		case p.Minor <= 4 && (p.State != probe.StateActive || p.How != "watch"):
 			t.Errorf("minor %d: %s %q, how %q; want active, watch", p.Minor, p.State, p.Reason, p.How)
-		case p.Minor == 5 && (p.State != engine.StateRefused || !strings.Contains(p.Reason, "no debug register free")):
+		case p.Minor == 5 && (p.State != probe.StateRefused || !strings.Contains(p.Reason, "no debug register free")):
 			t.Errorf("minor 5, a fifth watch: %s %q; want refused, no debug register free", p.State, p.Reason)
 		}
 	}
@@ -209,7 +209,7 @@ exit 1
 watch = task + offsetof(struct task_struct, comm),1,w
 minor = 2
 exit 0
-`), engine.InsertNew)
+`), probe.InsertNew)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ exit 0
 	}
 	w := infos[1]
 	t.Logf("cat %d: task %#x; the watch: %#x %s %s", cat.Process.Pid, task, w.Address, w.State, w.Reason)
-	if w.Address != task+off || w.State == engine.StateRefused && !strings.Contains(w.Reason, "hardware breakpoints") {
+	if w.Address != task+off || w.State == probe.StateRefused && !strings.Contains(w.Reason, "hardware breakpoints") {
 		t.Errorf("the watch at %#x (%s: %s), want %#x (task %#x + %d)", w.Address, w.State, w.Reason, task+off, task, off)
 	}
 
@@ -239,13 +239,13 @@ exit 0
 		t.Fatal(err)
 	}
 	k2, _ := start(t, Options{PID: gone.Process.Pid})
-	infos, err = k2.Insert(compile(t, "name = vmlinux\nmodtype = kernel\nwatch = task,8,w\nexit 0\n"), engine.InsertNew)
+	infos, err = k2.Insert(compile(t, "name = vmlinux\nmodtype = kernel\nwatch = task,8,w\nexit 0\n"), probe.InsertNew)
 	if err != nil {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(fmt.Sprintf(`^watch = task: task, process %d's task_struct: no process %d in the kernel's list of (\d+) processes \(it has exited\?\)$`, gone.Process.Pid, gone.Process.Pid))
 	m := re.FindStringSubmatch(infos[0].Reason)
-	if infos[0].State != engine.StateRefused || m == nil {
+	if infos[0].State != probe.StateRefused || m == nil {
 		t.Errorf("an exited process: %s %q", infos[0].State, infos[0].Reason)
 	} else {
 		procs, _ := filepath.Glob("/proc/[0-9]*")
@@ -253,11 +253,11 @@ exit 0
 	}
 
 	k3, _ := start(t, Options{})
-	infos, err = k3.Insert(compile(t, "name = vmlinux\nmodtype = kernel\nwatch = task+8,8,w\nexit 0\n"), engine.InsertNew)
+	infos, err = k3.Insert(compile(t, "name = vmlinux\nmodtype = kernel\nwatch = task+8,8,w\nexit 0\n"), probe.InsertNew)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "watch = task+8: task is the task_struct of the process the probes follow (run --target kernel -- CMD), and these follow every process"; infos[0].State != engine.StateRefused || infos[0].Reason != want {
+	if want := "watch = task+8: task is the task_struct of the process the probes follow (run --target kernel -- CMD), and these follow every process"; infos[0].State != probe.StateRefused || infos[0].Reason != want {
 		t.Errorf("every process: %s %q, want refused %q", infos[0].State, infos[0].Reason, want)
 	}
 }
@@ -283,7 +283,7 @@ func TestWatchSymbols(t *testing.T) {
 		return 0
 	}
 	k, _ := start(t, Options{})
-	infos, err := k.Insert(compile(t, "name = vmlinux\nmodtype = kernel\nwatch = jiffies_64,8,w\nexit 0\n"), engine.InsertNew)
+	infos, err := k.Insert(compile(t, "name = vmlinux\nmodtype = kernel\nwatch = jiffies_64,8,w\nexit 0\n"), probe.InsertNew)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestWatchSymbols(t *testing.T) {
 		}
 	} else {
 		why := k.syms.facts.DataSyms
-		if why == nil || p.State != engine.StateRefused || !strings.HasPrefix(p.Reason, `watch = jiffies_64: symbol "jiffies_64" not found in /proc/kallsyms`) ||
+		if why == nil || p.State != probe.StateRefused || !strings.HasPrefix(p.Reason, `watch = jiffies_64: symbol "jiffies_64" not found in /proc/kallsyms`) ||
 			!strings.HasSuffix(p.Reason, ": "+why.Error()+"; the kernel's BTF has its types, not its variables' addresses: give --symbols with this kernel's System.map or vmlinux (gprobes slides their addresses by _stext's)") {
 			t.Errorf("no jiffies_64 in kallsyms (%v): %s %q", why, p.State, p.Reason)
 		}
@@ -311,12 +311,12 @@ func TestWatchSymbols(t *testing.T) {
 		t.Fatal(err)
 	}
 	k2, _ := start(t, Options{Symbols: []string{sysmap}})
-	infos, err = k2.Insert(compile(t, "name = vmlinux\nmodtype = kernel\nwatch = gp_test_variable,8,w\nexit 0\n"), engine.InsertNew)
+	infos, err = k2.Insert(compile(t, "name = vmlinux\nmodtype = kernel\nwatch = gp_test_variable,8,w\nexit 0\n"), probe.InsertNew)
 	if err != nil {
 		t.Fatal(err)
 	}
 	k2.Remove("vmlinux", nil)
-	if p := infos[0]; p.Address != stext+0x1000 || p.State == engine.StateRefused && !strings.Contains(p.Reason, "hardware breakpoints") {
+	if p := infos[0]; p.Address != stext+0x1000 || p.State == probe.StateRefused && !strings.Contains(p.Reason, "hardware breakpoints") {
 		t.Errorf("gp_test_variable: %#x %s %q, want %#x (kallsyms' _stext %#x + 0x1000)", p.Address, p.State, p.Reason, stext+0x1000, stext)
 	}
 }

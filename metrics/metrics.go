@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gprobes/gprobes/daemon"
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // Source is what the Collector reads: the daemon (*daemon.Server).
@@ -125,7 +125,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.faults, p.Faults, l...)
 		counter(c.missed, p.Missed, l...)
 		counter(c.dropped, p.Dropped, l...)
-		inTarget := p.ProbeInfo.Lost // TargetProbe.Lost is the file's and the target's
+		inTarget := p.Info.Lost // TargetProbe.Lost is the file's and the target's
 		counter(c.lost, inTarget, append(l, "target")...)
 		counter(c.lost, p.Lost-min(inTarget, p.Lost), append(l, "log")...)
 		counter(c.lost, p.SyslogLost, append(l, "syslog")...)
@@ -164,7 +164,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func stateOf(s engine.ProbeState) engine.ProbeState {
+func stateOf(s probe.State) probe.State {
 	if s == "" {
 		return "unknown"
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gprobes/gprobes/daemon"
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // source is a daemon as the collector sees it.
@@ -31,17 +31,17 @@ func (exporter) Shutdown(context.Context) error          { return nil }
 func (exporter) LostOf(t, m string, minor uint16) uint64 { return uint64(minor) * 100 }
 
 func fixture() *source {
-	p := func(target string, minor uint16, loc, kind string, hits, lost, inTarget uint64, state engine.ProbeState) daemon.TargetProbe {
+	p := func(target string, minor uint16, loc, kind string, hits, lost, inTarget uint64, state probe.State) daemon.TargetProbe {
 		return daemon.TargetProbe{Target: target, Lost: lost + inTarget, SyslogLost: 1,
-			ProbeInfo: engine.ProbeInfo{Module: "/bin/w", Minor: minor, Location: loc, Kind: kind, Hits: hits, Skipped: 2, Faults: 3,
+			Info: probe.Info{Module: "/bin/w", Minor: minor, Location: loc, Kind: kind, Hits: hits, Skipped: 2, Faults: 3,
 				Missed: 4, Dropped: 5, Lost: inTarget, State: state}}
 	}
 	return &source{
 		probes: []daemon.TargetProbe{
-			p("pid:1", 1, "work", "", 10, 7, 0, engine.StateActive),
-			p("pid:1", 2, "work", "retprobe", 20, 0, 9, engine.StateActive),
-			p("pid:1", 2, "work", "retprobe", 99, 0, 0, engine.StateActive), // the same probe twice: one series
-			p("pid:2", 1, "work", "", 30, 0, 0, engine.StateGone),
+			p("pid:1", 1, "work", "", 10, 7, 0, probe.StateActive),
+			p("pid:1", 2, "work", "retprobe", 20, 0, 9, probe.StateActive),
+			p("pid:1", 2, "work", "retprobe", 99, 0, 0, probe.StateActive), // the same probe twice: one series
+			p("pid:2", 1, "work", "", 30, 0, 0, probe.StateGone),
 		},
 		status: daemon.StatusResponse{Since: time.Unix(1700000000, 0),
 			Targets:       map[string]string{"pid:1": "running", "pid:2": "gone: process exited 0", "gdb:h:1": "opening"},

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/timeline"
 )
 
@@ -96,9 +97,9 @@ func (w *Writer) Event(ev timeline.Event) {
 	flags := uint64(SeqNeedsIncrementalState)
 	// the interned entries this packet adds, then the event
 	var interned []byte
-	name, cat := "", r.Kind
+	name, cat := "", string(r.Kind)
 	switch {
-	case r.Kind == "exception":
+	case r.Kind == probe.RecordException:
 		name = "exception " + r.Exception
 	case r.Probe != "" && ev.Type == timeline.Instant:
 		name = r.Probe + " " + r.Location
@@ -176,7 +177,7 @@ func (w *Writer) annotations(te, interned []byte, s *sequence, prefix string, r 
 	}
 	add("address", fAnnotPointer, r.Address, "", false)
 	add("cpu", fAnnotInt, uint64(int64(r.CPU)), "", false)
-	if r.Kind == "exception" {
+	if r.Kind == probe.RecordException {
 		str("exception", r.Exception)
 		num("pc", uint64(r.PC))
 		str("line", r.Line)

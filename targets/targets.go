@@ -22,6 +22,7 @@ import (
 	"github.com/gprobes/gprobes/gdbtarget"
 	"github.com/gprobes/gprobes/kernel"
 	"github.com/gprobes/gprobes/linuxkernel"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/xen"
 )
@@ -170,7 +171,7 @@ type Options struct {
 // Start opens the target and starts what drives it: an engine over the
 // backend's Target, or, for the kernel, the kernel target itself, which
 // takes Sink, Warn and RingSize from eo.
-func (s Spec) Start(o Options, eo engine.Options) (engine.Prober, error) {
+func (s Spec) Start(o Options, eo engine.Options) (probe.Prober, error) {
 	if s.Kind == Kernel {
 		k, err := kernel.Start(kernel.Options{Sink: eo.Sink, Warn: eo.Warn, RingSize: eo.RingSize, PID: o.KernelPID, Symbols: o.Symbols})
 		if err != nil {

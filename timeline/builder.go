@@ -3,6 +3,8 @@ package timeline
 import (
 	"slices"
 	"time"
+
+	"github.com/gprobes/gprobes/probe"
 )
 
 // Defaults of the Builder's bounds.
@@ -118,10 +120,10 @@ func (b *Builder) releaseN(t *thread, n int) {
 // pair places one record, in order of time, on its thread.
 func (b *Builder) pair(t *thread, r *Record) {
 	switch {
-	case r.Kind != "exception" && r.Probe == "" && b.returns[funcKey{r.Module, r.Location}]:
+	case r.Kind != probe.RecordException && r.Probe == "" && b.returns[funcKey{r.Module, r.Location}]:
 		t.held = append(t.held, Event{Instant, r})
 		t.open = append(t.open, len(t.held)-1)
-	case r.Kind != "exception" && r.Probe == "retprobe":
+	case r.Kind != probe.RecordException && r.Probe == "retprobe":
 		found := false
 		for i := len(t.open) - 1; i >= 0; i-- {
 			e := t.held[t.open[i]]

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // recorder is a Writer that keeps what it is given as text.
@@ -34,7 +34,7 @@ var t0 = time.Unix(1700000000, 0)
 // rec makes a record: "f" an offset probe's, "r:f" a return probe's, "x:f"
 // an exception of an offset probe, at nanosecond ns of t0.
 func rec(tid int, what string, ns int) *Record {
-	r := &Record{Target: "pid:1", Record: engine.Record{Time: t0.Add(time.Duration(ns)), Kind: "log", Module: "m", Pid: 1, Tid: tid}}
+	r := &Record{Target: "pid:1", Record: probe.Record{Time: t0.Add(time.Duration(ns)), Kind: "log", Module: "m", Pid: 1, Tid: tid}}
 	switch {
 	case strings.HasPrefix(what, "r:"):
 		r.Probe, r.Location = "retprobe", what[2:]

@@ -3,7 +3,7 @@ package timeline
 import (
 	"time"
 
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // Record is one committed record and the target it came from (pid:N,
@@ -11,7 +11,7 @@ import (
 // before it is named).
 type Record struct {
 	Target string
-	engine.Record
+	probe.Record
 }
 
 // Thread is what a track is kept for: a thread of a process, a task of a

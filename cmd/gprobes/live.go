@@ -23,6 +23,7 @@ import (
 	"github.com/gprobes/gprobes/internal/outfile"
 	"github.com/gprobes/gprobes/pad"
 	"github.com/gprobes/gprobes/ppdf"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/targets"
 )
@@ -263,7 +264,7 @@ func insertCommand() *cli.Command {
 			printProbes(c.App.Writer, resp.Probes)
 			bad := 0
 			for _, p := range resp.Probes {
-				if p.State == engine.StateRefused || p.State == engine.StateMismatch {
+				if p.State == probe.StateRefused || p.State == probe.StateMismatch {
 					bad++
 				}
 			}
@@ -301,10 +302,10 @@ func printProbes(w io.Writer, probes []daemon.TargetProbe) {
 
 // stateCounts is "2 active, 1 refused": how many probes are in each
 // state, in the order of engine's states.
-func stateCounts(probes []engine.ProbeInfo) string {
+func stateCounts(probes []probe.Info) string {
 	var parts []string
-	for _, st := range []engine.ProbeState{engine.StateActive, engine.StatePending, engine.StateDisabled,
-		engine.StateMismatch, engine.StateRefused, engine.StateGone, engine.StateRemoved} {
+	for _, st := range []probe.State{probe.StateActive, probe.StatePending, probe.StateDisabled,
+		probe.StateMismatch, probe.StateRefused, probe.StateGone, probe.StateRemoved} {
 		n := 0
 		for _, p := range probes {
 			if p.State == st {
@@ -598,7 +599,7 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 	asJSON := c.Bool("json") || c.String("output") != ""
 	quiet := c.Bool("quiet") && c.String("output") == ""
 	var mu sync.Mutex
-	var sink engine.Sink = &runSink{target: target, quiet: quiet, asJSON: asJSON, out: recOut, mu: &mu}
+	var sink probe.Sink = &runSink{target: target, quiet: quiet, asJSON: asJSON, out: recOut, mu: &mu}
 	var trace *traceSink
 	if format := c.String("format"); format != "" {
 		if c.String("output") == "" {
@@ -629,7 +630,7 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 		},
 		Warn: func(msg string) { fmt.Fprintln(c.App.ErrWriter, "gprobes:", msg) },
 	}
-	var eng engine.Prober
+	var eng probe.Prober
 	var held *heldCommand // the kernel target's command, held at its exec until the probes are in
 	if spec.Kind == targets.Kernel {
 		if len(command) > 0 {
@@ -658,7 +659,7 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 	if trace != nil {
 		trace.setTarget(label)
 	}
-	probes, err := engine.InsertPack(eng, builds, engine.InsertNew)
+	probes, err := probe.InsertPack(eng, builds, probe.InsertNew)
 	if err != nil {
 		eng.Close()
 		if held != nil {
@@ -667,7 +668,7 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 		return cli.Exit("run: "+err.Error(), 1)
 	}
 	for _, p := range probes {
-		if p.State == engine.StateRefused || p.State == engine.StateMismatch {
+		if p.State == probe.StateRefused || p.State == probe.StateMismatch {
 			fmt.Fprintf(c.App.ErrWriter, "gprobes: probe %s (minor %d) %s: %s\n", p.Location, p.Minor, p.State, p.Reason)
 		}
 	}
@@ -716,7 +717,7 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 	}
 	var tps []daemon.TargetProbe
 	for _, p := range probes {
-		tps = append(tps, daemon.TargetProbe{Target: label, ProbeInfo: p, Lost: recOut.lost.Of("", p.Module, p.Minor) + p.Lost})
+		tps = append(tps, daemon.TargetProbe{Target: label, Info: p, Lost: recOut.lost.Of("", p.Module, p.Minor) + p.Lost})
 		if p.Lost > 0 {
 			where := "in the process (its jump pads' ring was full)"
 			if spec.Kind == targets.Kernel {

@@ -9,7 +9,7 @@ import (
 	"sync"
 
 	"github.com/gprobes/gprobes/daemon"
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // exitLost is the exit status of gprobes run when records could not be
@@ -87,7 +87,7 @@ func parseSize(s string) (int64, error) {
 
 // runSink formats gprobes run's records (JSON lines or text) for its
 // output: one write a record from the int3 route, before the thread goes
-// on; one write a batch from a jump pad's ring (engine.BatchSink), which
+// on; one write a batch from a jump pad's ring (probe.BatchSink), which
 // is what lets the writer keep up with more of a hot probe's records.
 type runSink struct {
 	target        string
@@ -98,7 +98,7 @@ type runSink struct {
 	ends          []int
 }
 
-func (s *runSink) line(r *engine.Record) {
+func (s *runSink) line(r *probe.Record) {
 	l := daemon.FromRecord(s.target, r)
 	if s.asJSON {
 		s.buf = l.AppendJSON(s.buf)
@@ -108,7 +108,7 @@ func (s *runSink) line(r *engine.Record) {
 	s.buf = append(s.buf, '\n')
 }
 
-func (s *runSink) Commit(r *engine.Record) {
+func (s *runSink) Commit(r *probe.Record) {
 	if s.quiet {
 		return
 	}
@@ -119,7 +119,7 @@ func (s *runSink) Commit(r *engine.Record) {
 	s.out.write(s.buf, r.Module, r.Minor)
 }
 
-func (s *runSink) CommitBatch(recs []*engine.Record) {
+func (s *runSink) CommitBatch(recs []*probe.Record) {
 	if s.quiet {
 		return
 	}
@@ -136,7 +136,7 @@ func (s *runSink) CommitBatch(recs []*engine.Record) {
 // writeBatch writes records, line i ending at ends[i] in b, with one
 // write: those that did not go in whole are counted lost, and the part of
 // one that did is taken back out.
-func (o *recordOutput) writeBatch(b []byte, ends []int, recs []*engine.Record) {
+func (o *recordOutput) writeBatch(b []byte, ends []int, recs []*probe.Record) {
 	if o.torn {
 		if _, err := o.w.Write([]byte{'\n'}); err != nil {
 			for _, r := range recs {

@@ -20,9 +20,9 @@ import (
 
 	"github.com/gprobes/gprobes/ctf"
 	"github.com/gprobes/gprobes/daemon"
-	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/hist"
 	"github.com/gprobes/gprobes/perfetto"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/timeline"
 )
@@ -97,7 +97,7 @@ func recordOf(l *daemon.LogLine) (*timeline.Record, error) {
 	if err != nil && l.Address != "" {
 		return nil, fmt.Errorf("a record's address %q: %v", l.Address, err)
 	}
-	return &timeline.Record{Target: l.Target, Record: engine.Record{Time: l.Time, Kind: l.Kind, Module: l.Module, Major: l.Major,
+	return &timeline.Record{Target: l.Target, Record: probe.Record{Time: l.Time, Kind: probe.RecordKind(l.Kind), Module: l.Module, Major: l.Major,
 		Minor: l.Minor, Location: l.Location, Probe: l.Probe, Address: addr, Pid: l.Pid, Tid: l.Tid, CPU: l.CPU, Exit: l.Exit,
 		Data: data, Truncated: l.Truncated, Exception: l.Exception, PC: l.PC, Line: l.Line, Dump: l.Dump, Debugger: l.Debugger}}, nil
 }
@@ -397,18 +397,18 @@ func newTraceSink(format, path string, mod *rpn.Module, mu *sync.Mutex, out *rec
 	return s, nil
 }
 
-func (s *traceSink) add(r *engine.Record) {
+func (s *traceSink) add(r *probe.Record) {
 	s.records++
 	s.b.Add(&timeline.Record{Target: s.target, Record: *r})
 }
 
-func (s *traceSink) Commit(r *engine.Record) {
+func (s *traceSink) Commit(r *probe.Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.add(r)
 }
 
-func (s *traceSink) CommitBatch(recs []*engine.Record) {
+func (s *traceSink) CommitBatch(recs []*probe.Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range recs {
@@ -425,7 +425,7 @@ func (s *traceSink) setTarget(label string) {
 // finish writes the rest of the trace once the engine is closed: the
 // records still held, and the counts of records lost in the process
 // (jump pads' rings) and on the way to the trace.
-func (s *traceSink) finish(probes []engine.ProbeInfo) error {
+func (s *traceSink) finish(probes []probe.Info) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.b.Flush()

@@ -23,6 +23,7 @@ import (
 	"github.com/gprobes/gprobes/internal/tracecheck"
 	"github.com/gprobes/gprobes/pad"
 	"github.com/gprobes/gprobes/perfetto"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/timeline"
 )
 
@@ -155,7 +156,7 @@ func checkCalls(t *testing.T, what string, evs []timeline.Event, prog, target st
 			typ   timeline.EventType
 			loc   string
 			probe string
-			kind  string
+			kind  probe.RecordKind
 			minor uint16
 			exit  uint8
 			data  []byte
@@ -295,9 +296,9 @@ exit 2
 					t.Fatalf("task %d: %d events, want %d", th.Tid, len(evs), 2*n)
 				}
 				for i, e := range evs {
-					loc, kind, minor, exit, data := "syscalls:sys_enter_getppid", "log", uint16(1), uint8(1), words(uint64(th.Tid))
+					loc, kind, minor, exit, data := "syscalls:sys_enter_getppid", probe.RecordLog, uint16(1), uint8(1), words(uint64(th.Tid))
 					if i%2 == 1 {
-						loc, kind, minor, exit, data = "syscalls:sys_exit_getppid", "trace", 2, 2, words(uint64(os.Getpid()))
+						loc, kind, minor, exit, data = "syscalls:sys_exit_getppid", probe.RecordTrace, 2, 2, words(uint64(os.Getpid()))
 					}
 					if e.Type != timeline.Instant || e.Location != loc || e.Probe != "tracepoint" || e.Kind != kind || e.Minor != minor ||
 						e.Exit != exit || e.Major != 9 || e.Module != "vmlinux" || string(e.Data) != string(data) || e.CPU < 0 {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/internal/babeltrace"
 	"github.com/gprobes/gprobes/perfetto"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/timeline"
 )
 
@@ -30,7 +30,7 @@ func ReadCTF(t testing.TB, dir string) ([]timeline.Event, []timeline.Loss) {
 				Minor: int(signed(t, f["minor"])), Location: opt(f, "location"), Records: num(t, f["records"]), Why: str(f["why"])})
 			continue
 		}
-		r := &timeline.Record{Target: str(e.Packet["target"]), Record: engine.Record{Time: time.Unix(0, int64(e.Timestamp)),
+		r := &timeline.Record{Target: str(e.Packet["target"]), Record: probe.Record{Time: time.Unix(0, int64(e.Timestamp)),
 			Module: str(f["module"]), Major: uint16(num(t, f["major"])), Minor: uint16(num(t, f["minor"])), Location: str(f["location"]),
 			Probe: opt(f, "probe"), Address: num(t, f["address"]),
 			Pid: int(signed(t, e.Context["pid"])), Tid: int(signed(t, e.Context["tid"])), CPU: int(signed(t, e.Context["cpu"]))}}
@@ -45,7 +45,7 @@ func ReadCTF(t testing.TB, dir string) ([]timeline.Event, []timeline.Loss) {
 			case "gprobes:return":
 				typ = timeline.End
 			}
-			r.Kind, r.Exit, r.Truncated = str(f["kind"]), uint8(num(t, f["exit"])), num(t, f["truncated"]) != 0
+			r.Kind, r.Exit, r.Truncated = probe.RecordKind(str(f["kind"])), uint8(num(t, f["exit"])), num(t, f["truncated"]) != 0
 			r.Dump, r.Debugger = opt(f, "dump"), opt(f, "debugger")
 			data, _ := f["data"].([]any)
 			r.Data = []byte{}
@@ -95,7 +95,7 @@ func ReadPerfetto(t testing.TB, path string) ([]timeline.Event, []timeline.Loss)
 		case perfetto.TypeSliceEnd:
 			typ, p = timeline.End, "return."
 		}
-		r := &timeline.Record{Target: a[p+"target"].String, Record: engine.Record{Time: time.Unix(0, int64(e.Timestamp)),
+		r := &timeline.Record{Target: a[p+"target"].String, Record: probe.Record{Time: time.Unix(0, int64(e.Timestamp)),
 			Module: a[p+"module"].String, Major: uint16(a[p+"major"].Uint), Minor: uint16(a[p+"minor"].Uint), Location: a[p+"location"].String,
 			Probe: a[p+"probe"].String, Address: a[p+"address"].Uint, CPU: int(int64(a[p+"cpu"].Uint))}}
 		if tr := e.Track.Thread; tr != nil {
@@ -107,9 +107,9 @@ func ReadPerfetto(t testing.TB, path string) ([]timeline.Event, []timeline.Loss)
 			}
 		}
 		if len(e.Categories) == 1 {
-			r.Kind = e.Categories[0]
+			r.Kind = probe.RecordKind(e.Categories[0])
 		}
-		if r.Kind == "exception" {
+		if r.Kind == probe.RecordException {
 			r.Exception, r.PC, r.Line = a[p+"exception"].String, uint32(a[p+"pc"].Uint), a[p+"line"].String
 		} else {
 			r.Exit, r.Truncated = uint8(a[p+"exit"].Uint), a[p+"truncated"].Uint != 0

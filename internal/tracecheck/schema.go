@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/timeline"
 )
 
@@ -453,7 +454,7 @@ func schemaEventIs(g schemaEvent, w timeline.Event) error {
 	}
 	name := r.Location
 	switch {
-	case r.Kind == "exception":
+	case r.Kind == probe.RecordException:
 		name = "exception " + r.Exception
 	case w.Type == timeline.End:
 		name = ""
@@ -463,7 +464,7 @@ func schemaEventIs(g schemaEvent, w timeline.Event) error {
 	if g.name != name {
 		return fmt.Errorf("name %q, want %q", g.name, name)
 	}
-	if !slices.Equal(g.categories, []string{r.Kind}) {
+	if !slices.Equal(g.categories, []string{string(r.Kind)}) {
 		return fmt.Errorf("categories %q, want [%s]", g.categories, r.Kind)
 	}
 	p := ""
@@ -479,7 +480,7 @@ func schemaEventIs(g schemaEvent, w timeline.Event) error {
 	if r.Probe != "" {
 		want[p+"probe"] = fmt.Sprintf("string %q", r.Probe)
 	}
-	if r.Kind == "exception" {
+	if r.Kind == probe.RecordException {
 		want[p+"exception"], want[p+"pc"], want[p+"line"] = fmt.Sprintf("string %q", r.Exception), fmt.Sprintf("uint %d", r.PC), fmt.Sprintf("string %q", r.Line)
 	} else {
 		want[p+"exit"], want[p+"data"] = fmt.Sprintf("uint %d", r.Exit), fmt.Sprintf("string %q", hex.EncodeToString(r.Data))

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/timeline"
 )
 
@@ -20,9 +20,9 @@ func Synthetic(w timeline.Writer) *Tee {
 	b.Returns("vmlinux", "__x64_sys_getppid")
 	t0 := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	at := func(ns int) time.Time { return t0.Add(time.Duration(ns) * time.Microsecond) }
-	app := func(tid, ns int, probe, loc, kind string, data []byte) *timeline.Record {
-		return &timeline.Record{Target: "pid:100", Record: engine.Record{Time: at(ns), Kind: kind, Module: "/bin/app", Major: 1, Minor: uint16(len(loc)),
-			Location: loc, Probe: probe, Address: 0x401000 + uint64(len(loc)), Pid: 100, Tid: tid, CPU: tid - 100, Exit: 1, Data: data}}
+	app := func(tid, ns int, kindName, loc string, kind probe.RecordKind, data []byte) *timeline.Record {
+		return &timeline.Record{Target: "pid:100", Record: probe.Record{Time: at(ns), Kind: kind, Module: "/bin/app", Major: 1, Minor: uint16(len(loc)),
+			Location: loc, Probe: kindName, Address: 0x401000 + uint64(len(loc)), Pid: 100, Tid: tid, CPU: tid - 100, Exit: 1, Data: data}}
 	}
 	var recs []*timeline.Record
 	for i := 0; i < 2000; i++ {
@@ -53,16 +53,16 @@ func Synthetic(w timeline.Writer) *Tee {
 	}
 	// the kernel: tasks, with a tracepoint and a function's calls
 	for i := 0; i < 50; i++ {
-		k := func(ns int, probe, loc string) *timeline.Record {
-			return &timeline.Record{Target: "kernel", Record: engine.Record{Time: at(ns), Kind: "log", Module: "vmlinux", Major: 3, Minor: 1,
-				Location: loc, Probe: probe, Address: 0xffffffff81000000, Pid: 200 + i%3, Tid: 300 + i%3, CPU: i % 4, Exit: 1, Data: []byte{byte(i), 0, 0, 0, 0, 0, 0, 0}}}
+		k := func(ns int, kindName, loc string) *timeline.Record {
+			return &timeline.Record{Target: "kernel", Record: probe.Record{Time: at(ns), Kind: probe.RecordLog, Module: "vmlinux", Major: 3, Minor: 1,
+				Location: loc, Probe: kindName, Address: 0xffffffff81000000, Pid: 200 + i%3, Tid: 300 + i%3, CPU: i % 4, Exit: 1, Data: []byte{byte(i), 0, 0, 0, 0, 0, 0, 0}}}
 		}
 		recs = append(recs, k(i*7, "tracepoint", "syscalls:sys_enter_getppid"), k(i*7+1, "", "__x64_sys_getppid"), k(i*7+2, "retprobe", "__x64_sys_getppid"))
 	}
 	// a guest whose tasks are not known: its vCPUs' threads
-	g := &timeline.Record{Target: "gdb:127.0.0.1:1234", Record: engine.Record{Time: at(5), Kind: "trace", Module: "vmlinux", Location: "schedule",
+	g := &timeline.Record{Target: "gdb:127.0.0.1:1234", Record: probe.Record{Time: at(5), Kind: probe.RecordTrace, Module: "vmlinux", Location: "schedule",
 		Address: 0xffffffff81abcdef, Pid: 0, Tid: 2, CPU: 1, Exit: 2, Data: []byte{0xff}}}
-	debug := &timeline.Record{Target: "gdb:127.0.0.1:1234", Record: engine.Record{Time: at(6), Kind: "log", Module: "vmlinux", Location: "schedule",
+	debug := &timeline.Record{Target: "gdb:127.0.0.1:1234", Record: probe.Record{Time: at(6), Kind: probe.RecordLog, Module: "vmlinux", Location: "schedule",
 		Pid: 0, Tid: 2, CPU: 1, Exit: 4, Debugger: "gdb -ex 'target remote 127.0.0.1:1234'"}}
 	recs = append(recs, g, debug)
 	for _, r := range recs {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gprobes/gprobes/internal/babeltrace"
 	"github.com/gprobes/gprobes/perfetto"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/timeline"
 )
 
@@ -141,9 +142,9 @@ func signed(t testing.TB, v any) int64 {
 // ctfEvent compares one event babeltrace2 read with the record it should be.
 func ctfEvent(g babeltrace.Event, w timeline.Event) error {
 	r := w.Record
-	name := "gprobes:" + r.Kind
+	name := "gprobes:" + string(r.Kind)
 	switch {
-	case r.Kind == "exception":
+	case r.Kind == probe.RecordException:
 	case w.Type == timeline.Begin:
 		name = "gprobes:entry"
 	case w.Type == timeline.End:
@@ -158,11 +159,11 @@ func ctfEvent(g babeltrace.Event, w timeline.Event) error {
 	want := map[string]string{"module": r.Module, "location": r.Location}
 	opts := map[string]string{"probe": r.Probe}
 	nums := map[string]uint64{"major": uint64(r.Major), "minor": uint64(r.Minor), "address": r.Address}
-	if r.Kind == "exception" {
+	if r.Kind == probe.RecordException {
 		want["exception"], opts["line"] = r.Exception, r.Line
 		nums["pc"] = uint64(r.PC)
 	} else {
-		want["kind"], opts["dump"], opts["debugger"] = r.Kind, r.Dump, r.Debugger
+		want["kind"], opts["dump"], opts["debugger"] = string(r.Kind), r.Dump, r.Debugger
 		nums["exit"], nums["data_len"] = uint64(r.Exit), uint64(len(r.Data))
 		nums["truncated"] = 0
 		if r.Truncated {
@@ -360,7 +361,7 @@ func perfettoEvent(g perfetto.Event, w timeline.Event) error {
 	}
 	name := r.Location
 	switch {
-	case r.Kind == "exception":
+	case r.Kind == probe.RecordException:
 		name = "exception " + r.Exception
 	case w.Type == timeline.End:
 		name = ""
@@ -370,7 +371,7 @@ func perfettoEvent(g perfetto.Event, w timeline.Event) error {
 	if g.Name != name {
 		return fmt.Errorf("name %q, want %q", g.Name, name)
 	}
-	if !slices.Equal(g.Categories, []string{r.Kind}) {
+	if !slices.Equal(g.Categories, []string{string(r.Kind)}) {
 		return fmt.Errorf("categories %q, want [%s]", g.Categories, r.Kind)
 	}
 	p := ""
@@ -390,7 +391,7 @@ func perfettoEvent(g perfetto.Event, w timeline.Event) error {
 	if r.Probe != "" {
 		want["probe"] = av{"string", 0, r.Probe}
 	}
-	if r.Kind == "exception" {
+	if r.Kind == probe.RecordException {
 		want["exception"], want["pc"], want["line"] = av{"string", 0, r.Exception}, av{"uint", uint64(r.PC), ""}, av{"string", 0, r.Line}
 	} else {
 		want["exit"], want["data"] = av{"uint", uint64(r.Exit), ""}, av{"string", 0, hex.EncodeToString(r.Data)}

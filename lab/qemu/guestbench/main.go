@@ -37,6 +37,7 @@ import (
 	"github.com/gprobes/gprobes/gdbtarget"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	"github.com/gprobes/gprobes/linuxkernel"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -229,7 +230,7 @@ func probed(vm *qemulab.VM, syms []string, src string, minRecs int, work func() 
 	recs := 0
 	var sink uint64
 	eng, err := engine.Start(gdbtarget.Open(vm.GDBAddr(), gdbtarget.Options{Options: linuxkernel.Options{Symbols: syms}}), engine.Options{
-		Sink: engine.SinkFunc(func(r *engine.Record) {
+		Sink: probe.SinkFunc(func(r *probe.Record) {
 			recs++
 			if len(r.Data) >= 8 {
 				sink += binary.LittleEndian.Uint64(r.Data)
@@ -240,7 +241,7 @@ func probed(vm *qemulab.VM, syms []string, src string, minRecs int, work func() 
 		return 0, err
 	}
 	defer eng.Close()
-	if _, err := eng.Insert(m, engine.InsertNew); err != nil {
+	if _, err := eng.Insert(m, probe.InsertNew); err != nil {
 		return 0, err
 	}
 	if err := eng.Release(); err != nil {
