@@ -111,6 +111,9 @@ type Options struct {
 	// thread (ids in the root PID namespace): the program returns at once
 	// for others, which are not hits of the probe at all.
 	PID, TID uint32
+	// Follow, when set, restricts the probe to the processes in this map
+	// (Follow.Map: a process and those it starts), in place of PID.
+	Follow *ebpf.Map
 	// Name of the eBPF program (at most 15 characters); "gp_PROBE" if empty.
 	Name string
 	// Wakeup is how many bytes of records wait in the ring buffer before a
@@ -901,13 +904,21 @@ func (c *compiler) mainFunc() {
 	}
 
 	// a hit of another process or thread is not a hit of this probe
-	if c.o.PID != 0 || c.o.TID != 0 {
+	if c.o.Follow != nil {
+		// the process (tgid) in the set of a process and those it
+		// started (follow_linux.go)
+		c.emit(asm.FnGetCurrentPidTgid.Call(), asm.RSh.Imm(asm.R0, 32), asm.StoreMem(asm.R10, fpKey, asm.R0, asm.Word))
+		c.mapRef(asm.R1, "gp_follow", c.o.Follow, false, 0)
+		c.emit(asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, fpKey), asm.FnMapLookupElem.Call())
+		a.jmpImm(asm.JEq, asm.R0, 0, c.lDone, false)
+	}
+	if c.o.Follow == nil && c.o.PID != 0 || c.o.TID != 0 {
 		c.emit(asm.FnGetCurrentPidTgid.Call())
 		if c.o.TID != 0 {
 			c.emit(asm.Mov.Reg32(asm.R1, asm.R0))
 			a.jmpImm(asm.JNE, asm.R1, int32(c.o.TID), c.lDone, true)
 		}
-		if c.o.PID != 0 {
+		if c.o.PID != 0 && c.o.Follow == nil {
 			c.emit(asm.Mov.Reg(asm.R1, asm.R0), asm.RSh.Imm(asm.R1, 32))
 			a.jmpImm(asm.JNE, asm.R1, int32(c.o.PID), c.lDone, true)
 		}

@@ -59,7 +59,8 @@
 // counts runs (fetch-and-add when there is a max hits): the run numbered
 // MaxHits sets disabled, and one numbered above it (another CPU passed the
 // disabled check meanwhile) gives its run back and counts as skipped,
-// exactly as jit's code does. rem sets disabled. Options.PID/TID filter
+// exactly as jit's code does. rem sets disabled. Options.PID/TID (or
+// Options.Follow, a process and those it starts: follow_linux.go) filter
 // before all that: another process's hit is not a hit of the probe.
 //
 // # Jumps: straight mode and loop mode

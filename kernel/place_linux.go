@@ -568,6 +568,9 @@ func (t *Target) attach(p *bprobe) error {
 	d := p.def()
 	s := p.s
 	o := bpf.Options{Maps: s.maps, Probe: uint32(p.idx), PID: uint32(t.opts.PID), IV: s.iv[p.idx]}
+	if t.follow != nil {
+		o.Follow = t.follow.Map
+	}
 	switch d.Kind {
 	case rpn.ProbeTracepoint:
 		group, event, _ := strings.Cut(d.Loc.Text, ":")

@@ -33,6 +33,9 @@ type Options struct {
 	// PID, when not zero, restricts every probe to one process (root PID
 	// namespace): other processes' hits are not hits of the probe.
 	PID int
+	// Children: with PID, the processes it starts from then on (and
+	// theirs) count too (bpf.Follow).
+	Children bool
 	// Symbols: a vmlinux with DWARF (file:line locations), System.map.
 	Symbols []string
 	// Poll is how often the module list is read for pending modules (0:
@@ -63,6 +66,10 @@ type Target struct {
 	poller  sync.WaitGroup
 	readers sync.WaitGroup
 	lost    uint64 // records lost by modules removed since
+	// follow: with Options.PID, that process and every process it
+	// starts, kept in the kernel (bpf.Follow); nil when it could not be
+	// made (then the probes count Options.PID's hits alone)
+	follow *bpf.Follow
 }
 
 // module is one inserted module: its sources (one per insert, --merge
@@ -147,6 +154,11 @@ func Start(o Options) (*Target, error) {
 			t.kmem.close()
 		}
 		return nil, fmt.Errorf("kernel target: %w", err)
+	}
+	if o.PID != 0 && o.Children {
+		if t.follow, err = bpf.NewFollow(uint32(o.PID)); err != nil {
+			t.warn(fmt.Sprintf("the processes process %d starts are not probed, only it: %v", o.PID, err))
+		}
 	}
 	t.poller.Add(1)
 	go t.poll()
@@ -719,6 +731,12 @@ func (t *Target) Close() (probe.Final, error) {
 		}
 	}
 	t.modules = nil
+	if t.follow != nil {
+		if n := t.follow.Full(); n > 0 {
+			t.warn(fmt.Sprintf("%d processes started while %d were followed were not probed (at most %d at once)", n, bpf.FollowMax, bpf.FollowMax))
+		}
+		t.follow.Close()
+	}
 	t.gv.Close()
 	if t.kmem != nil {
 		t.kmem.close()

@@ -18,6 +18,7 @@ type Options struct {
 	Warn     func(msg string)
 	RingSize int
 	PID      int
+	Children bool
 	Symbols  []string
 	Poll     time.Duration
 }

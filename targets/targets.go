@@ -163,8 +163,8 @@ type Options struct {
 	StubTimeout time.Duration
 	// Env is an exec target's environment (nil: this process's).
 	Env []string
-	// KernelPID restricts the kernel target's probes to one process
-	// (0: every process).
+	// KernelPID restricts the kernel target's probes to one process and
+	// the processes it starts (0: every process).
 	KernelPID int
 }
 
@@ -173,7 +173,7 @@ type Options struct {
 // takes Sink, Warn and RingSize from eo.
 func (s Spec) Start(o Options, eo engine.Options) (probe.Prober, error) {
 	if s.Kind == Kernel {
-		k, err := kernel.Start(kernel.Options{Sink: eo.Sink, Warn: eo.Warn, RingSize: eo.RingSize, PID: o.KernelPID, Symbols: o.Symbols})
+		k, err := kernel.Start(kernel.Options{Sink: eo.Sink, Warn: eo.Warn, RingSize: eo.RingSize, PID: o.KernelPID, Children: o.KernelPID != 0, Symbols: o.Symbols})
 		if err != nil {
 			return nil, err
 		}

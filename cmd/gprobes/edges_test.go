@@ -1,11 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // tableRow is the row (its fields) of the probe of that minor in a query
@@ -170,4 +174,70 @@ func TestDaemonCommandsPlain(t *testing.T) {
 		t.Errorf("log %s: %d of its records in %d lines; the whole log has the other module's: %v\n%s", filepath.Base(hits), n1, strings.Count(one, "\n"), strings.Contains(all, hits+"(0,1)"), one)
 	}
 	mustRun(t, "remove", "--socket", sock, "--all")
+}
+
+// run --target kernel -- COMMAND probes COMMAND and every process it
+// starts, as the process target follows forks: the fixture's three
+// generations (1 + 3 children + 3 grandchildren, each with a second
+// thread) make exactly 7 × 2 × 50 getppid calls, every one counted and no
+// other process's (this test's own calls, made while it runs, are not).
+// Before, only the first process's 100 were.
+func TestRunKernelFollowsChildren(t *testing.T) {
+	needKernelBPF(t)
+	tree := testkit.CC(t, "forktree", "-O1", "-pthread", "../../testdata/kernel/forktree.c")
+	probe := filepath.Join(t.TempDir(), "k.dpdf")
+	os.WriteFile(probe, []byte(`name = vmlinux
+modtype = kernel
+vars = 1
+tracepoint = syscalls:sys_enter_getppid
+inc lv,0
+push pid
+log 1
+exit 1
+`), 0o644)
+	stop := make(chan bool)
+	go func() { // another process's calls, while the command runs
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				syscall.Getppid()
+			}
+		}
+	}()
+	// in a process of its own: the command's output goes to gprobes'
+	out, errs, code := gprobesStdin(t, "", "run", "--target", "kernel", "--json", probe, "--", tree, "-c", "3", "-n", "50")
+	close(stop)
+	if code != 0 {
+		t.Fatalf("run: exit %d\n%s%s", code, out, errs)
+	}
+	want := map[int]bool{} // the processes, as they said
+	counted := map[int]int{}
+	for _, l := range strings.Split(out, "\n") {
+		var pid int
+		if _, err := fmt.Sscanf(l, "pid %d", &pid); err == nil {
+			want[pid] = true
+		}
+		var rec struct{ Pid int }
+		if strings.HasPrefix(l, "{") && json.Unmarshal([]byte(l), &rec) == nil {
+			counted[rec.Pid]++
+		}
+	}
+	if len(want) != 7 {
+		t.Fatalf("the fixture said %d pids, want 7:\n%s", len(want), out)
+	}
+	for pid := range want {
+		if counted[pid] != 100 {
+			t.Errorf("process %d: %d records, want 100 (50 calls from each of its 2 threads)", pid, counted[pid])
+		}
+	}
+	for pid, n := range counted {
+		if !want[pid] {
+			t.Errorf("%d records of process %d, not of the command's tree", n, pid)
+		}
+	}
+	if !strings.Contains(out, "lv 0=700") {
+		t.Errorf("want lv 0=700:\n%s", out)
+	}
 }

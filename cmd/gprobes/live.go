@@ -513,7 +513,7 @@ func runCommand() *cli.Command {
 		Usage:     "one shot, no daemon: start COMMAND (or attach to --target), insert FILE, print records as they commit, then the variables and probes",
 		ArgsUsage: "FILE|-|-e TEXT -- COMMAND [ARGS...]",
 		Flags: append(append(sourceFlags(), trustFlags()...),
-			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command; or kernel, this machine's kernel through eBPF: with -- COMMAND, only COMMAND's process is probed, and run ends when it exits. Attached (no COMMAND), run says \"gprobes: ready on TARGET (probes: 2 active)\" on standard error once its probes are in: start the workload then"},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command; or kernel, this machine's kernel through eBPF: with -- COMMAND, only COMMAND and the processes it starts are probed, and run ends when it exits. Attached (no COMMAND), run says \"gprobes: ready on TARGET (probes: 2 active)\" on standard error once its probes are in: start the workload then"},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary (with -o, the records still go to the file)"},
