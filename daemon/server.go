@@ -265,6 +265,10 @@ type InsertRequest struct {
 	Symbols []string `json:"symbols,omitempty"`
 	// KASLROffset is the guest kernel's KASLR slide, when known.
 	KASLROffset *int64 `json:"kaslr_offset,omitempty"`
+	// Dir is the client's working directory (absolute): an exec:
+	// target's program given by a relative path (exec:./prog) is found
+	// there, and runs there. Empty: the daemon's.
+	Dir string `json:"dir,omitempty"`
 }
 
 // TargetProbe is a probe with its target, as the API reports it.
@@ -327,7 +331,7 @@ func (s *Server) handleInsert(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("insert: mode %q: merge or replace", req.Mode))
 		return
 	}
-	resp, code, err := s.InsertPack(req.Target, builds, mode, TargetOptions{Symbols: req.Symbols, KASLROffset: req.KASLROffset})
+	resp, code, err := s.InsertPack(req.Target, builds, mode, TargetOptions{Symbols: req.Symbols, KASLROffset: req.KASLROffset, Dir: req.Dir})
 	if err != nil {
 		writeErr(w, code, err)
 		return
@@ -342,6 +346,7 @@ func (s *Server) handleInsert(w http.ResponseWriter, r *http.Request) {
 type TargetOptions struct {
 	Symbols     []string
 	KASLROffset *int64
+	Dir         string // an exec: target's directory (InsertRequest.Dir)
 }
 
 func (s *Server) Insert(spec string, m *rpn.Module, mode probe.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
@@ -518,7 +523,7 @@ func (s *Server) opener(spec string, topts TargetOptions) (func(engine.Options) 
 	if err != nil {
 		return nil, sp, err
 	}
-	to := targets.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset, StubTimeout: s.Limits.stubTimeout()}
+	to := targets.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset, StubTimeout: s.Limits.stubTimeout(), Dir: topts.Dir}
 	if sp.Kind != targets.Kernel {
 		// what can be checked before anything is touched (an exec
 		// program found in PATH) is checked now

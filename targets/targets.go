@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -163,6 +164,10 @@ type Options struct {
 	StubTimeout time.Duration
 	// Env is an exec target's environment (nil: this process's).
 	Env []string
+	// Dir is an exec target's working directory ("": this process's): a
+	// program named by a relative path with a '/' (./prog, bin/prog) is
+	// found there, as a shell in Dir would find it.
+	Dir string
 	// KernelPID restricts the kernel target's probes to one process and
 	// the processes it starts (0: every process).
 	KernelPID int
@@ -197,7 +202,11 @@ func (s Spec) Open(o Options) (func() (engine.Target, error), error) {
 		if len(s.Argv) == 0 {
 			return nil, fmt.Errorf("%w exec: no program", ErrSpec)
 		}
-		path, err := exec.LookPath(s.Argv[0])
+		prog := s.Argv[0]
+		if o.Dir != "" && strings.Contains(prog, "/") && !filepath.IsAbs(prog) {
+			prog = filepath.Join(o.Dir, prog)
+		}
+		path, err := exec.LookPath(prog)
 		if err != nil {
 			return nil, fmt.Errorf("target %s: %w", shown(s.String()), err)
 		}
@@ -205,7 +214,7 @@ func (s Spec) Open(o Options) (func() (engine.Target, error), error) {
 		if env == nil {
 			env = os.Environ()
 		}
-		return ptrace.Exec(path, s.Argv, env, ""), nil
+		return ptrace.Exec(path, s.Argv, env, o.Dir), nil
 	case GDB:
 		return gdbtarget.Open(s.Addr, gdbtarget.Options{Timeout: o.StubTimeout, Options: kopts}), nil
 	case Xen:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -239,5 +240,42 @@ exit 1
 	}
 	if !strings.Contains(out, "lv 0=700") {
 		t.Errorf("want lv 0=700:\n%s", out)
+	}
+}
+
+// insert --target exec:./prog through the daemon finds ./prog in the
+// client's working directory, and runs it there. Before, the daemon
+// looked in its own directory: "exec: ./hits: no such file".
+func TestInsertExecRelative(t *testing.T) {
+	hits := buildHits(t)
+	sock, _ := startDaemon(t) // in this test's directory (cmd/gprobes)
+	dir := t.TempDir()
+	data, err := os.ReadFile(hits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prog"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// -l: it loops until killed
+	t.Chdir(dir)
+	out := mustRun(t, "insert", "--socket", sock, "--target", "exec:./prog -n 3 -l -p 20", "--json",
+		"-e", "name = prog; modtype = user; vars = 1; offset = probed; inc lv,0")
+	var resp struct{ Target string }
+	if err := json.Unmarshal([]byte(out), &resp); err != nil || !strings.HasPrefix(resp.Target, "pid:") {
+		t.Fatalf("insert: %v %s", err, out)
+	}
+	pid := strings.TrimPrefix(resp.Target, "pid:")
+	t.Cleanup(func() {
+		if n, err := strconv.Atoi(pid); err == nil {
+			syscall.Kill(n, syscall.SIGKILL)
+		}
+	})
+	// it runs in the client's directory
+	if cwd, err := os.Readlink("/proc/" + pid + "/cwd"); err != nil || cwd != dir {
+		t.Errorf("the program's directory: %q (%v), want %s", cwd, err, dir)
+	}
+	if exe, err := os.Readlink("/proc/" + pid + "/exe"); err != nil || exe != filepath.Join(dir, "prog") {
+		t.Errorf("the program: %q (%v), want %s", exe, err, filepath.Join(dir, "prog"))
 	}
 }

@@ -239,6 +239,9 @@ func insertCommand() *cli.Command {
 				mode = "replace"
 			}
 			req := daemon.InsertRequest{Target: c.String("target"), Mode: mode, PPDF: pack, Signature: sig}
+			if wd, err := os.Getwd(); err == nil {
+				req.Dir = wd // exec:./prog is this directory's, and runs here
+			}
 			for _, p := range c.StringSlice("symbols") {
 				abs, err := filepath.Abs(p)
 				if err != nil {
