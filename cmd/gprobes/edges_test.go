@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -278,4 +279,38 @@ func TestInsertExecRelative(t *testing.T) {
 	if exe, err := os.Readlink("/proc/" + pid + "/exe"); err != nil || exe != filepath.Join(dir, "prog") {
 		t.Errorf("the program: %q (%v), want %s", exe, err, filepath.Join(dir, "prog"))
 	}
+}
+
+// After Ctrl-C, run --target pid:N's table says the probes were taken out
+// and the process runs on: it is true once run is done. Before, it said
+// "active".
+func TestRunInterruptedSaysRemoved(t *testing.T) {
+	hits := buildHits(t)
+	target, lines := startLooping(t, hits)
+	pid := fmt.Sprintf("pid:%d", target.Process.Pid)
+	exe, _ := os.Executable()
+	r := exec.Command(exe, "run", "--target", pid, "-e",
+		fmt.Sprintf("name = %s; modtype = user; offset = f_push; minor = 1; exit 0; offset = f_step; minor = 2; enabled = no; exit 0", hits))
+	r.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
+	var rout lockedBuffer
+	r.Stdout, r.Stderr = &rout, &rout
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(rout.String(), "gprobes: ready on "+pid) }, "run's ready line")
+	roundLine(t, lines)
+	roundLine(t, lines) // a whole round with the probe in
+	r.Process.Signal(syscall.SIGINT)
+	if err := r.Wait(); err != nil {
+		t.Fatalf("run after Ctrl-C: %v\n%s", err, rout.String())
+	}
+	out := rout.String()
+	want := "taken out at SIGINT; " + pid + " runs on without it"
+	if r := strings.Join(tableRow(t, out, 1), " "); !strings.Contains(r, " removed ") || !strings.HasSuffix(r, want) || strings.Contains(r, " active ") {
+		t.Errorf("probe 1 after Ctrl-C: %s\nwant removed, %q", r, want)
+	}
+	if r := strings.Join(tableRow(t, out, 2), " "); !strings.Contains(r, " removed ") || !strings.HasSuffix(r, want+" (it was disabled)") {
+		t.Errorf("probe 2 (enabled = no) after Ctrl-C: %s", r)
+	}
+	roundLine(t, lines) // it runs on
 }

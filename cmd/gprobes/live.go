@@ -695,9 +695,10 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 		}
 	}
 	interrupted := false
+	var caught os.Signal
 	select {
 	case <-ended:
-	case <-sigs:
+	case caught = <-sigs:
 		interrupted = true
 	}
 	// the summary: variables and probes, read in the same engine command
@@ -714,6 +715,17 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 		if terr := trace.finish(probes); terr != nil {
 			fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: %v\n", c.String("output"), terr)
 		}
+	}
+	// interrupted, the table says what is true once run is done: the
+	// target runs on, and what was in is out. (A run that ends with its
+	// command shows the states the probes had for all of its life: gone
+	// with the process, or, on the kernel target, active.)
+	if interrupted {
+		why := "taken out at " + signalName(caught)
+		if spec.Kind != targets.Kernel {
+			why += "; " + label + " runs on without it"
+		}
+		takenOut(probes, why)
 	}
 	for _, v := range vars {
 		printVars(out, &daemon.VarsResponse{Modules: []daemon.VarsModule{{Target: label, Module: v.Name, LV: decimalStrings(v.LV)}}, GV: decimalStrings(v.GV)})
@@ -754,6 +766,37 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 		return cli.Exit("", exitCode)
 	}
 	return nil
+}
+
+// takenOut gives the probes run took out as it ended (in, switched off
+// or still waiting until then) the state removed, and why.
+func takenOut(probes []probe.Info, why string) {
+	for i := range probes {
+		p := &probes[i]
+		switch p.State {
+		case probe.StateActive:
+			p.State, p.Reason = probe.StateRemoved, why
+		case probe.StateDisabled:
+			p.State, p.Reason = probe.StateRemoved, why+" (it was disabled)"
+		case probe.StatePending:
+			was := "pending"
+			if p.Reason != "" {
+				was += ": " + p.Reason
+			}
+			p.State, p.Reason = probe.StateRemoved, why+" (it was "+was+")"
+		}
+	}
+}
+
+// signalName is "SIGINT" for syscall.SIGINT.
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return fmt.Sprint(sig)
 }
 
 func decimalStrings(v []uint64) []string {
