@@ -235,6 +235,7 @@ type compiler struct {
 	d                          int
 
 	labels    []label // per RPN instruction
+	fill      []bool  // the instruction starts with the registers loaded from the scratch value (joins)
 	blockID   map[int]int
 	blocks    []int // block id -> instruction
 	stubs     []func()
@@ -610,6 +611,80 @@ func (c *compiler) analyze() {
 		}
 	}
 	c.stackAnalysis()
+	c.findJoins()
+}
+
+// findJoins marks the instructions where paths meet, which start with
+// the registers that carry the machine's state between instructions (the
+// log length, the TOS index, the jumps left) loaded from the scratch
+// value, where every path into them stored them (spill): every path then
+// reaches the instruction in the same verifier state, and the verifier
+// walks the code from there once (doc.go, "Verification cost"). In loop
+// mode every block start is one (the dispatch enters them); in straight
+// mode those with two ways in or more (the code before falls into it, or
+// jumps go there).
+func (c *compiler) findJoins() {
+	c.fill = make([]bool, c.n)
+	if !c.needScratch {
+		return // nothing lives in registers from one instruction to the next
+	}
+	if c.loopMode {
+		c.findBlocks()
+		for _, i := range c.blocks {
+			c.fill[i] = true
+		}
+		return
+	}
+	preds := make([]int, c.n)
+	preds[0] = 1 // the prologue
+	for i := 0; i < c.n; i++ {
+		if !c.live[i] {
+			continue
+		}
+		for _, j := range c.succ(i) {
+			preds[j]++
+		}
+	}
+	for i, n := range preds {
+		c.fill[i] = c.live[i] && n > 1
+	}
+}
+
+// fallsInto reports whether the code emitted for the instruction before
+// live instruction i runs on into i's (the prologue into instruction 0
+// in straight mode).
+func (c *compiler) fallsInto(i int) bool {
+	if i == 0 {
+		return !c.inCB
+	}
+	if !c.live[i-1] {
+		return false
+	}
+	op := c.insn(i - 1).Op
+	return !op.Ends() && !(c.inCB && op == rpn.OpCall)
+}
+
+// spill stores the registers a join loads (fillRegs).
+func (c *compiler) spill() {
+	c.emit(asm.StoreMem(rScratch, offLogN, rLogN, asm.DWord))
+	if !c.static {
+		c.emit(asm.StoreMem(rScratch, offTOS, rTOS, asm.DWord))
+	}
+	if c.countJumps {
+		c.emit(asm.StoreMem(rScratch, offJumps, rJumps, asm.DWord))
+	}
+}
+
+// fillRegs loads them, bounded as every instruction's code expects.
+func (c *compiler) fillRegs() {
+	c.emit(asm.LoadMem(rLogN, rScratch, offLogN, asm.DWord))
+	c.clampLog(false)
+	if !c.static {
+		c.emit(asm.LoadMem(rTOS, rScratch, offTOS, asm.DWord), asm.And.Imm(rTOS, 31))
+	}
+	if c.countJumps {
+		c.emit(asm.LoadMem(rJumps, rScratch, offJumps, asm.DWord))
+	}
 }
 
 // stackAnalysis is rpn's (shared with package jit): static-stack mode
@@ -757,14 +832,22 @@ func (c *compiler) maskW(r asm.Register) {
 
 // clampLog bounds the log length for the verifier, and marks the log
 // truncated when a write went past logmax.
+//
+// The cut is out of line, after the function's body: the verifier
+// explores the path that falls through first (the length a range up to
+// logmax) and then the cut's (the length logmax), which lies within it,
+// so that it stops there rather than going on with a second state.
 func (c *compiler) clampLog(truncate bool) {
-	ok := c.a.newLabel()
-	c.a.jmpImm(asm.JLE, rLogN, c.logmax, ok, false)
-	c.emit(asm.Mov.Imm(rLogN, c.logmax))
-	if truncate {
-		c.emit(asm.StoreImm(rScratch, hdr(HdrTruncated), 1, asm.Byte))
-	}
-	c.a.bind(ok)
+	back := c.a.newLabel()
+	cut := c.later(func() {
+		c.emit(asm.Mov.Imm(rLogN, c.logmax))
+		if truncate {
+			c.emit(asm.StoreImm(rScratch, hdr(HdrTruncated), 1, asm.Byte))
+		}
+		c.a.ja(back)
+	})
+	c.a.jmpImm(asm.JGT, rLogN, c.logmax, cut, false)
+	c.a.bind(back)
 }
 
 // later queues out-of-line code, emitted after the body of the current
@@ -1021,6 +1104,7 @@ func (c *compiler) mainFunc() {
 	}
 	c.flushStubs()
 	c.tails()
+	c.flushStubs()
 }
 
 // maxCtxLoad bounds the offsets a tracepoint program loads from its
@@ -1195,32 +1279,6 @@ func progName(o Options) string {
 // allows (jmpmax jumps, as many rets, the first block) are never all used.
 func (c *compiler) startLoop() {
 	a := &c.a
-	c.blockID = map[int]int{0: 0}
-	c.blocks = []int{0}
-	for i := 0; i < c.n; i++ {
-		if !c.live[i] {
-			continue
-		}
-		in := c.insn(i)
-		var t []int
-		if in.Op.IsJump() {
-			t = append(t, int(in.C)-c.first)
-		}
-		if in.Op == rpn.OpCall {
-			t = append(t, i+1)
-		}
-		for _, j := range t {
-			if _, ok := c.blockID[j]; !ok {
-				c.blockID[j] = -1
-			}
-		}
-	}
-	for i := 1; i < c.n; i++ { // ids in instruction order
-		if _, ok := c.blockID[i]; ok {
-			c.blockID[i] = len(c.blocks)
-			c.blocks = append(c.blocks, i)
-		}
-	}
 	c.emit(
 		asm.Mov.Imm(asm.R1, 0),
 		asm.StoreMem(rScratch, offLogN, asm.R1, asm.DWord),
@@ -1250,6 +1308,37 @@ func (c *compiler) startLoop() {
 	a.ja(c.lCommit)
 }
 
+// findBlocks numbers the blocks of loop mode: the entry, the jump
+// targets and the instructions after a call.
+func (c *compiler) findBlocks() {
+	c.blockID = map[int]int{0: 0}
+	c.blocks = []int{0}
+	for i := 0; i < c.n; i++ {
+		if !c.live[i] {
+			continue
+		}
+		in := c.insn(i)
+		var t []int
+		if in.Op.IsJump() {
+			t = append(t, int(in.C)-c.first)
+		}
+		if in.Op == rpn.OpCall {
+			t = append(t, i+1)
+		}
+		for _, j := range t {
+			if _, ok := c.blockID[j]; !ok {
+				c.blockID[j] = -1
+			}
+		}
+	}
+	for i := 1; i < c.n; i++ { // ids in instruction order
+		if _, ok := c.blockID[i]; ok {
+			c.blockID[i] = len(c.blocks)
+			c.blocks = append(c.blocks, i)
+		}
+	}
+}
+
 func cbName(o Options) string { return progName(o) + "_cb" }
 
 // callback is the loop body: static long cb(u64 index, void *ctx).
@@ -1261,11 +1350,6 @@ func (c *compiler) callback() {
 	c.funcStart(cbName(c.o), btf.StaticFunc, []btf.FuncParam{{Name: "index", Type: typLong}, {Name: "ctx", Type: typPtr}})
 	out := a.newLabel()
 	c.lookupScratch(out)
-	c.emit(asm.LoadMem(rLogN, rScratch, offLogN, asm.DWord))
-	c.clampLog(false)
-	if !c.static {
-		c.emit(asm.LoadMem(rTOS, rScratch, offTOS, asm.DWord), asm.And.Imm(rTOS, 31))
-	}
 	c.emit(asm.LoadMem(asm.R1, rScratch, offBlock, asm.DWord))
 	c.dispatch(0, len(c.blocks))
 	a.bind(out)
@@ -1304,9 +1388,15 @@ func (c *compiler) body() {
 			c.d = c.depth[i]
 		}
 		c.a.cur = i
+		if c.fill[i] && c.fallsInto(i) {
+			c.spill()
+		}
 		c.a.bind(c.labels[i])
 		if s, ok := c.names[c.pc(i)]; ok {
 			c.a.note(fmt.Sprintf("%#04x %s", c.pc(i), s))
+		}
+		if c.fill[i] {
+			c.fillRegs()
 		}
 		c.insnBody(i)
 	}
@@ -1320,6 +1410,9 @@ func (c *compiler) jumpTo(i, t int) {
 		if c.countJumps {
 			a.jmpImm(asm.JEq, rJumps, 0, c.raise(rpn.ExMaxJumps, i), false)
 			c.emit(asm.Add.Imm(rJumps, -1))
+		}
+		if c.fill[t] {
+			c.spill()
 		}
 		a.ja(c.labels[t])
 		return
@@ -1388,6 +1481,9 @@ func (c *compiler) insnBody(i int) {
 		t := int(in.C) - c.first
 		c.load(r1, 0, r4)
 		if !c.inCB && !c.countJumps {
+			if c.fill[t] {
+				c.spill()
+			}
 			a.jmpImm(op, r1, 0, c.labels[t], c.is32)
 			break
 		}
@@ -1401,6 +1497,9 @@ func (c *compiler) insnBody(i int) {
 		c.store(0, r1, r4)
 		t := int(in.C) - c.first
 		if !c.inCB && !c.countJumps {
+			if c.fill[t] {
+				c.spill()
+			}
 			a.jmpImm(asm.JNE, r1, 0, c.labels[t], false)
 			break
 		}
