@@ -2,6 +2,7 @@ package bpf
 
 import (
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 
@@ -168,10 +169,13 @@ type Compiled struct {
 	Spec *ebpf.ProgramSpec
 	// Loop is true when the program runs in loop mode (bpf_loop; doc.go).
 	Loop bool
-	p    *rpn.Program
-	pi   int
-	o    Options
-	rpn  []int // raw eBPF offset -> RPN instruction index (absolute), -1 for glue
+	// Chunks is how many pieces the loop's callback is cut into (1 when
+	// it is not; chunkStarts).
+	Chunks int
+	p      *rpn.Program
+	pi     int
+	o      Options
+	rpn    []int // raw eBPF offset -> RPN instruction index (absolute), -1 for glue
 }
 
 // Compile compiles probe pi of p to an eBPF program. It returns an
@@ -234,21 +238,28 @@ type compiler struct {
 	needZero                   uint32
 	d                          int
 
-	labels    []label // per RPN instruction
-	fill      []bool  // the instruction starts with the registers loaded from the scratch value (joins)
-	blockID   map[int]int
-	blocks    []int // block id -> instruction
-	stubs     []func()
-	exStubs   map[[2]int]label
-	lCommit   label // main: r8 the log length; header filled but for the hit's identity
-	lExcept   label // main: the header holds the exception
-	lDone     label // return 0
-	lEnd      label // the program has run (exit 0, abort, after a commit): an entry probe saves its instance; else lDone
-	lSkip     label // count skipped, return 0
-	inCB      bool  // emitting the loop callback
-	used      map[label]bool
-	live      []bool // reachable from the entry: the kernel refuses unreachable code
-	mapRefErr error
+	forceLoop   bool         // compile in loop mode (too many branches straight)
+	chunk       map[int]bool // loop mode: instructions that start a chunk (chunkStarts)
+	cbStart     int          // the callback's first instruction
+	loops       int          // bpf_loop's bound (loopBudget)
+	labels      []label      // per RPN instruction
+	fill        []bool       // the instruction starts with the registers loaded from the scratch value (joins)
+	lastIsland  int          // where the last island is (maybeIsland)
+	regions     []region     // loop mode: the callback's regions
+	regionStart int          // where the last region's blocks start
+	blockID     map[int]int
+	blocks      []int // block id -> instruction
+	stubs       []func()
+	exStubs     map[[2]int]label
+	lCommit     label // main: r8 the log length; header filled but for the hit's identity
+	lExcept     label // main: the header holds the exception
+	lDone       label // return 0
+	lEnd        label // the program has run (exit 0, abort, after a commit): an entry probe saves its instance; else lDone
+	lSkip       label // count skipped, return 0
+	inCB        bool  // emitting the loop callback
+	used        map[label]bool
+	live        []bool // reachable from the entry: the kernel refuses unreachable code
+	mapRefErr   error
 }
 
 // CompileProbe is Compile returning the mapping the verifier's errors need
@@ -263,46 +274,22 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 	if o.Kind == KindFentry && o.AttachTo == "" && o.tpBTF == "" {
 		return nil, fmt.Errorf("bpf: a fentry probe needs its function (Options.AttachTo)")
 	}
-	mod := p.Module()
-	c := &compiler{
-		p:       p,
-		mod:     mod,
-		pr:      &mod.Probes[pi],
-		pi:      pi,
-		o:       o,
-		first:   p.Entry(pi),
-		n:       p.End(pi) - p.Entry(pi),
-		is32:    p.WordSize() == 4,
-		w:       p.WordSize(),
-		logmax:  int32(mod.LogMax),
-		user:    o.Kind == KindUprobe || mod.ModType == rpn.ModUser,
-		exStubs: map[[2]int]label{},
-		used:    map[label]bool{},
-		fieldAt: map[uint16]int{},
-	}
-	c.a.cur = -1
-	if err := c.check(); err != nil {
+	c, err := newCompiler(p, pi, o, false, nil)
+	if err != nil {
 		return nil, err
 	}
-	c.analyze()
-	c.findCtxLogs()
-	c.names = listing(p, pi)
-	c.labels = make([]label, c.n)
-	for i := range c.labels {
-		c.labels[i] = c.a.newLabel()
+	if !c.loopMode && c.branches(0) > maxBranches {
+		// more branches than the verifier can keep pending on one path
+		if c, err = newCompiler(p, pi, o, true, nil); err != nil {
+			return nil, err
+		}
 	}
-	c.lCommit, c.lExcept, c.lDone, c.lSkip = c.a.newLabel(), c.a.newLabel(), c.a.newLabel(), c.a.newLabel()
-	c.lEnd = c.lDone
-	if r := c.ivRole(); r == IVEntryFirst || r == IVEntry {
-		c.lEnd = c.a.newLabel()
-	}
-
-	c.mainFunc()
 	if c.loopMode {
-		c.callback()
-	}
-	if c.mapRefErr != nil {
-		return nil, c.mapRefErr
+		if ch := c.chunkStarts(); len(ch) > 0 {
+			if c, err = newCompiler(p, pi, o, true, ch); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := c.a.finish(); err != nil {
 		return nil, err
@@ -333,7 +320,169 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 			}
 		}
 	}
-	return &Compiled{Spec: spec, Loop: c.loopMode, p: p, pi: pi, o: o, rpn: m}, nil
+	return &Compiled{Spec: spec, Loop: c.loopMode, Chunks: len(c.chunk) + 1, p: p, pi: pi, o: o, rpn: m}, nil
+}
+
+// newCompiler compiles the probe up to the assembler's finish: in loop
+// mode when loop is set (or the program needs it), the instructions of
+// chunk starting chunks of its own (loop mode).
+func newCompiler(p *rpn.Program, pi int, o Options, loop bool, chunk map[int]bool) (*compiler, error) {
+	mod := p.Module()
+	c := &compiler{
+		forceLoop: loop,
+		chunk:     chunk,
+		p:         p,
+		mod:       mod,
+		pr:        &mod.Probes[pi],
+		pi:        pi,
+		o:         o,
+		first:     p.Entry(pi),
+		n:         p.End(pi) - p.Entry(pi),
+		is32:      p.WordSize() == 4,
+		w:         p.WordSize(),
+		logmax:    int32(mod.LogMax),
+		user:      o.Kind == KindUprobe || mod.ModType == rpn.ModUser,
+		exStubs:   map[[2]int]label{},
+		used:      map[label]bool{},
+		fieldAt:   map[uint16]int{},
+	}
+	c.a.cur = -1
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	c.analyze()
+	c.findCtxLogs()
+	c.names = listing(p, pi)
+	c.labels = make([]label, c.n)
+	for i := range c.labels {
+		c.labels[i] = c.a.newLabel()
+	}
+	c.lCommit, c.lExcept, c.lDone, c.lSkip = c.a.newLabel(), c.a.newLabel(), c.a.newLabel(), c.a.newLabel()
+	c.lEnd = c.lDone
+	if r := c.ivRole(); r == IVEntryFirst || r == IVEntry {
+		c.lEnd = c.a.newLabel()
+	}
+
+	if c.loopMode {
+		if err := c.loopBudget(); err != nil {
+			return nil, err
+		}
+	}
+	c.mainFunc()
+	if c.loopMode {
+		c.cbStart = len(c.a.ins)
+		c.callback()
+	}
+	if c.mapRefErr != nil {
+		return nil, c.mapRefErr
+	}
+	return c, nil
+}
+
+// maxBranches bounds the conditional jumps of the code one path of the
+// verifier may walk: the straight program's main function, a chunk of
+// the loop's callback. The verifier keeps the other way of each
+// conditional jump a path takes pending until the path ends, and gives
+// up past 8192 of them (BPF_COMPLEXITY_LIMIT_JMP_SEQ: "The sequence of
+// 8193 jumps is too complex"); a path passes each jump once (the code it
+// walks has no cycle), so fewer jumps than that in the code it can walk
+// keep it below.
+const maxBranches = 4096
+
+// isBranch reports whether in is a conditional jump.
+func isBranch(in asm.Instruction) bool {
+	cl := in.OpCode.Class()
+	if cl != asm.JumpClass && cl != asm.Jump32Class {
+		return false
+	}
+	switch in.OpCode.JumpOp() {
+	case asm.Ja, asm.Call, asm.Exit:
+		return false
+	}
+	return true
+}
+
+// branches counts the conditional jumps from instruction from on.
+func (c *compiler) branches(from int) int {
+	n := 0
+	for _, in := range c.a.ins[from:] {
+		if isBranch(in) {
+			n++
+		}
+	}
+	return n
+}
+
+// chunkStarts cuts the loop's callback into chunks of at most
+// maxBranches conditional jumps (less the dispatch's): a path of the
+// verifier runs from a block's start to the next taken jump, and a
+// chunk's last instruction going on into the next chunk ends the
+// iteration there as a jump would (without counting one). Nil when the
+// callback is small enough whole.
+func (c *compiler) chunkStarts() map[int]bool {
+	per := make([]int, c.n) // conditional jumps of each instruction's code
+	glue := 0
+	for k := c.cbStart; k < len(c.a.ins); k++ {
+		if !isBranch(c.a.ins[k]) {
+			continue
+		}
+		if i := c.a.rpn[k]; i >= 0 {
+			per[i]++
+		} else {
+			glue++
+		}
+	}
+	total := glue
+	for _, n := range per {
+		total += n
+	}
+	if total <= maxBranches {
+		return nil
+	}
+	// the dispatch's jumps are on every path: 2 a level of its tree, and
+	// 3 at the leaves
+	room := maxBranches - 2*bits.Len(uint(len(c.blocks))) - 3
+	var ch map[int]bool
+	sum := 0
+	for i := 0; i < c.n; i++ {
+		if !c.live[i] {
+			continue
+		}
+		if sum+per[i] > room && sum > 0 {
+			if ch == nil {
+				ch = map[int]bool{}
+			}
+			ch[i] = true
+			sum = 0
+		}
+		sum += per[i]
+	}
+	return ch
+}
+
+// maxLoops is bpf_loop's most iterations (BPF_MAX_LOOPS): asked for more
+// it runs none.
+const maxLoops = 1 << 23
+
+// loopBudget refuses a program whose iterations bpf_loop cannot all give:
+// every iteration but the first begins at a taken jump, a call or a ret
+// (the jump budget bounds the jumps and calls, and rets are fewer than
+// calls), or where a chunk's code goes on into the next (once per chunk
+// between two of the others: the code runs forward).
+func (c *compiler) loopBudget() error {
+	need := (2*int(c.mod.JmpMax) + 2) * (len(c.chunk) + 1)
+	if need <= maxLoops {
+		c.loops = need
+		return nil
+	}
+	first := c.n
+	for i := range c.chunk {
+		first = min(first, i)
+	}
+	pc := c.pc(first)
+	return &TooLarge{Probe: c.pi, PC: pc, HasPC: true, Where: position(c.mod, pc), Limit: "bpf_loop's iterations (BPF_MAX_LOOPS)",
+		Need: need, Max: maxLoops,
+		Reason: fmt.Sprintf("with jmpmax %d, a program this long (%d chunks of its code, the first cut here) may need %d iterations of bpf_loop", c.mod.JmpMax, len(c.chunk)+1, need)}
 }
 
 // listing maps the byte offset of each instruction of probe pi to its
@@ -565,7 +714,7 @@ func (c *compiler) analyze() {
 		color[i] = 2
 	}
 	visit(0)
-	c.loopMode = c.cyclic || c.hasCalls || c.o.Loop
+	c.loopMode = c.cyclic || c.hasCalls || c.o.Loop || c.forceLoop
 	c.live = make([]bool, c.n)
 	work := []int{0}
 	c.live[0] = true
@@ -1288,7 +1437,7 @@ func (c *compiler) startLoop() {
 		asm.StoreMem(rScratch, offStatus, asm.R1, asm.DWord),
 		asm.Mov.Imm(asm.R1, int32(c.mod.JmpMax)),
 		asm.StoreMem(rScratch, offJumps, asm.R1, asm.DWord),
-		asm.Mov.Imm(asm.R1, int32(2*c.mod.JmpMax+2)),
+		asm.Mov.Imm(asm.R1, int32(c.loops)),
 		asm.Instruction{OpCode: asm.LoadImmOp(asm.DWord), Dst: asm.R2, Src: asm.PseudoFunc, Constant: -1}.WithReference(cbName(c.o)),
 		asm.Mov.Imm(asm.R3, 0),
 		asm.Mov.Imm(asm.R4, 0),
@@ -1331,6 +1480,9 @@ func (c *compiler) findBlocks() {
 			}
 		}
 	}
+	for i := range c.chunk {
+		c.blockID[i] = -1
+	}
 	for i := 1; i < c.n; i++ { // ids in instruction order
 		if _, ok := c.blockID[i]; ok {
 			c.blockID[i] = len(c.blocks)
@@ -1348,14 +1500,62 @@ func (c *compiler) callback() {
 	c.exStubs = map[[2]int]label{}
 	a.cur = -1
 	c.funcStart(cbName(c.o), btf.StaticFunc, []btf.FuncParam{{Name: "index", Type: typLong}, {Name: "ctx", Type: typPtr}})
-	out := a.newLabel()
+	out, top := a.newLabel(), a.newLabel()
 	c.lookupScratch(out)
 	c.emit(asm.LoadMem(asm.R1, rScratch, offBlock, asm.DWord))
-	c.dispatch(0, len(c.blocks))
+	a.ja(top)
 	a.bind(out)
 	c.emit(asm.Mov.Imm(asm.R0, 1), asm.Return())
+	c.regions = []region{{first: 0, at: a.newLabel()}}
+	c.regionStart = len(a.ins)
 	c.body()
 	c.flushStubs()
+	c.closeRegion(len(c.blocks))
+	a.bind(top)
+	c.dispatchRegions(0, len(c.regions))
+}
+
+// A region is blocks first.. of the callback (up to the next region's
+// first) with the binary search over their ids after them (at): the
+// dispatch, at the callback's end, finds the region by the block id, and
+// the region's search the block, each jump within reach (a search over
+// all the blocks at one place would need trampolines from it to every
+// block, as many as the islands between).
+type region struct {
+	first int
+	at    label
+}
+
+// regionSize is how many eBPF instructions of blocks a region takes
+// before the next block starts another.
+const regionSize = 8192
+
+// closeRegion emits the last region's search, for its blocks up to id
+// end (excluded), where the code does not run into.
+func (c *compiler) closeRegion(end int) {
+	r := c.regions[len(c.regions)-1]
+	c.a.cur = -1
+	c.a.bind(r.at)
+	c.dispatch(r.first, end)
+	c.emit(asm.Mov.Imm(asm.R0, 1), asm.Return())
+	c.a.island()
+	c.lastIsland = len(c.a.ins)
+}
+
+// dispatchRegions jumps to the search of the region whose blocks have the
+// id r1 holds, for regions lo..hi-1.
+func (c *compiler) dispatchRegions(lo, hi int) {
+	a := &c.a
+	if hi-lo == 1 {
+		a.ja(c.regions[lo].at)
+		return
+	}
+	mid := (lo + hi) / 2
+	right := a.newLabel()
+	a.jmpImm(asm.JGE, asm.R1, int32(c.regions[mid].first), right, false)
+	c.dispatchRegions(lo, mid)
+	a.bind(right)
+	c.dispatchRegions(mid, hi)
 }
 
 // dispatch jumps to the block whose id r1 holds, for ids lo..hi-1: a
@@ -1373,6 +1573,10 @@ func (c *compiler) dispatch(lo, hi int) {
 	a.jmpImm(asm.JGE, asm.R1, int32(mid), right, false)
 	c.dispatch(lo, mid)
 	c.emit(asm.Mov.Imm(asm.R0, 1), asm.Return())
+	if len(c.a.ins)-c.lastIsland >= islandEvery {
+		c.a.island()
+		c.lastIsland = len(c.a.ins)
+	}
 	a.bind(right)
 	c.dispatch(mid, hi)
 }
@@ -1384,13 +1588,24 @@ func (c *compiler) body() {
 		if !c.live[i] {
 			continue
 		}
+		c.a.cur = i
+		falls := c.fallsInto(i)
+		switch {
+		case c.inCB && c.chunk[i] && falls:
+			c.next(c.blockID[i]) // the next chunk: the next iteration
+			falls = false
+		case c.fill[i] && falls:
+			c.spill()
+		}
+		if id, ok := c.blockID[i]; ok && c.inCB && len(c.a.ins)-c.regionStart >= regionSize {
+			c.newRegion(id, falls)
+		} else {
+			c.maybeIsland(falls)
+		}
 		if c.static {
 			c.d = c.depth[i]
 		}
 		c.a.cur = i
-		if c.fill[i] && c.fallsInto(i) {
-			c.spill()
-		}
 		c.a.bind(c.labels[i])
 		if s, ok := c.names[c.pc(i)]; ok {
 			c.a.note(fmt.Sprintf("%#04x %s", c.pc(i), s))
@@ -1401,6 +1616,50 @@ func (c *compiler) body() {
 		c.insnBody(i)
 	}
 	c.a.cur = -1
+}
+
+// islandEvery is how many eBPF instructions of a body may come before
+// the out-of-line code queued so far (later) goes out, in an island the
+// code jumps over, where the assembler may also put trampolines for
+// jumps that reach farther than 32767 instructions (asm.go, relax).
+const islandEvery = 4096
+
+// maybeIsland puts an island here (between two RPN instructions) when the
+// last one is islandEvery instructions back.
+// falls says whether the code before runs into this place (then it
+// jumps over the island).
+func (c *compiler) maybeIsland(falls bool) {
+	if len(c.a.ins)-c.lastIsland < islandEvery {
+		return
+	}
+	over := c.a.newLabel()
+	cur := c.a.cur
+	c.a.cur = -1
+	if falls {
+		c.a.ja(over)
+	}
+	c.flushStubs()
+	c.a.island()
+	c.a.bind(over)
+	c.lastIsland = len(c.a.ins)
+	c.a.cur = cur
+}
+
+// newRegion ends the callback's last region before block id, with its
+// search and an island, and starts another.
+func (c *compiler) newRegion(id int, falls bool) {
+	over := c.a.newLabel()
+	cur := c.a.cur
+	c.a.cur = -1
+	if falls {
+		c.a.ja(over)
+	}
+	c.flushStubs()
+	c.closeRegion(id)
+	c.a.bind(over)
+	c.regions = append(c.regions, region{first: id, at: c.a.newLabel()})
+	c.regionStart = len(c.a.ins)
+	c.a.cur = cur
 }
 
 // jumpTo takes a jump from instruction i to instruction t.

@@ -27,6 +27,25 @@ func (u *Unsupported) Error() string {
 
 func (u *Unsupported) Unwrap() error { return u.Err }
 
+// TooLarge is a probe's program past one of the kernel's limits on what
+// its verifier checks or what eBPF runs (Limit, Max), found before
+// anything is loaded: the program needs Need of it, and the instruction
+// at PC is where it goes past (its DPDF position Where).
+type TooLarge struct {
+	Probe  int
+	PC     uint32
+	HasPC  bool
+	Where  string
+	Limit  string // the limit, named as the kernel names it
+	Need   int
+	Max    int
+	Reason string
+}
+
+func (e *TooLarge) Error() string {
+	return fmt.Sprintf("too large for the kernel: %s%s: needs %d, the kernel's limit is %d (%s)", where(e.Probe, e.PC, e.HasPC, e.Where), e.Reason, e.Need, e.Max, e.Limit)
+}
+
 // ErrNeedsKprobe is what an Unsupported of a KindFentry probe wraps when
 // the refusal is fentry's alone (a register a fentry program does not
 // see): the same program compiled as KindKprobe, at the function's
