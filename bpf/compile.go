@@ -1613,6 +1613,7 @@ func (c *compiler) body() {
 		if c.fill[i] {
 			c.fillRegs()
 		}
+		c.checkpoint()
 		c.insnBody(i)
 	}
 	c.a.cur = -1
@@ -1660,6 +1661,19 @@ func (c *compiler) newRegion(id int, falls bool) {
 	c.regions = append(c.regions, region{first: id, at: c.a.newLabel()})
 	c.regionStart = len(c.a.ins)
 	c.a.cur = cur
+}
+
+// checkpoint emits "goto +0": the instruction after it is one where the
+// verifier compares the state with those it has seen (a jump's target is
+// one of its prune points), so that paths that meet again (after a join,
+// an instruction's own branches, a log length settled) stop soon, even
+// where the code runs on without jumps (log 32). The verifier removes
+// it from the program it runs (opt_remove_nops), and x86-64's JIT drops
+// nop jumps anyway: no cost at run time.
+func (c *compiler) checkpoint() {
+	l := c.a.newLabel()
+	c.a.ja(l)
+	c.a.bind(l)
 }
 
 // jumpTo takes a jump from instruction i to instruction t.
@@ -1822,6 +1836,9 @@ func (c *compiler) insnBody(i int) {
 		n := int(in.A)
 		c.emit(asm.Mov.Reg(r3, rScratch), asm.Add.Reg(r3, rLogN))
 		for j := 0; j < n; j++ {
+			if j > 0 && j%8 == 0 {
+				c.checkpoint()
+			}
 			c.load(r1, n-1-j, r4)
 			c.emit(asm.StoreMem(r3, int16(offLog+j*c.w), r1, c.size()))
 		}
@@ -1841,6 +1858,9 @@ func (c *compiler) insnBody(i int) {
 		c.varsBase(r2, in.Op == rpn.OpLogGV, int(in.B)*8)
 		c.emit(asm.Mov.Reg(r3, rScratch), asm.Add.Reg(r3, rLogN))
 		for j := 0; j < n; j++ {
+			if j > 0 && j%16 == 0 {
+				c.checkpoint()
+			}
 			c.emit(
 				asm.LoadMem(r1, r2, int16(j*8), asm.DWord),
 				asm.StoreMem(r3, int16(offLog+j*c.w), r1, c.size()),
@@ -2257,6 +2277,18 @@ func (c *compiler) logMrf(i int) {
 	c.emit(asm.LoadMem(r2, asm.R10, fpN, asm.DWord), asm.Add.Reg(rLogN, r2))
 	c.clampLog(false)
 	a.bind(done)
+	c.settleLog()
+}
+
+// settleLog ends an instruction whose paths leave the log length in
+// different ranges (log mrf, log str: the length read, cut, nothing):
+// stored and loaded back, it is one unknown bounded by logmax on all of
+// them, so that the verifier's paths meet again right after (doc.go,
+// "Verification cost") instead of going on apart through the
+// instructions after.
+func (c *compiler) settleLog() {
+	c.emit(asm.StoreMem(rScratch, offLogN, rLogN, asm.DWord), asm.LoadMem(rLogN, rScratch, offLogN, asm.DWord))
+	c.clampLog(false)
 }
 
 // logStr: len addr LOG STR: the bytes up to the NUL, at most len, cut to
@@ -2356,4 +2388,12 @@ func (c *compiler) logStr(i int) {
 	a.bind(trunc)
 	c.emit(asm.StoreImm(rScratch, hdr(HdrTruncated), 1, asm.Byte))
 	a.bind(done)
+	c.settleLog()
+}
+
+// Estimate is an upper bound of the instructions the kernel's verifier
+// processes checking the program ("processed N insns").
+func (c *Compiled) Estimate() int {
+	n := len(c.rpn)
+	return 100*n + 2000
 }

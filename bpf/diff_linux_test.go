@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -168,6 +169,7 @@ type kernelRun struct {
 	t        testing.TB
 	p        *rpn.Program
 	compiled *bpf.Compiled
+	prog     *ebpf.Program
 	m        *bpf.Maps
 	l        link.Link
 	rd       *bpf.Reader
@@ -181,8 +183,20 @@ type kernelRun struct {
 // startRun loads and attaches p; the caller has locked its OS thread.
 func startRun(t testing.TB, p *rpn.Program, r *region, rng *rand.Rand, loop bool) *kernelRun {
 	t.Helper()
+	k := prepareRun(t, p, r, rng, loop)
+	var err error
+	if k.l, err = bpf.AttachTracepoint(k.prog, "syscalls", "sys_enter_getppid"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.l.Close() })
+	return k
+}
+
+// prepareRun loads p with its maps and a reader, not attached.
+func prepareRun(t testing.TB, p *rpn.Program, r *region, rng *rand.Rand, loop bool) *kernelRun {
+	t.Helper()
 	prog, m, c := load(t, p, bpf.Options{PID: uint32(os.Getpid()), TID: uint32(unix.Gettid()), Loop: loop})
-	k := &kernelRun{t: t, p: p, m: m, compiled: c}
+	k := &kernelRun{t: t, p: p, m: m, compiled: c, prog: prog}
 	k.env = env{r: r, pid: uint64(os.Getpid()), tid: uint64(unix.Gettid())}
 	// variables start with the same random values on both sides
 	k.lv = make([]uint64, p.Module().Vars)
@@ -204,10 +218,6 @@ func startRun(t testing.TB, p *rpn.Program, r *region, rng *rand.Rand, loop bool
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { k.rd.Close() })
-	if k.l, err = bpf.AttachTracepoint(prog, "syscalls", "sys_enter_getppid"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { k.l.Close() })
 	return k
 }
 

@@ -9,3 +9,7 @@ func WithTPBTF(o Options, name string) Options {
 	o.tpBTF = name
 	return o
 }
+
+// RawRPN is the RPN instruction (absolute index) of each raw eBPF
+// instruction, -1 for glue.
+func (c *Compiled) RawRPN() []int { return c.rpn }

@@ -31,6 +31,11 @@ type gen struct {
 	jumps  []struct{ pos, group int }
 	ngroup int
 	push   []rpn.Reg
+	// branchy: many groups, a third of them jumps, most of them
+	// conditional and near (branchyModule)
+	branchy bool
+	forward bool // branchy, jumps forward only, no call or ret: no cycle (straight mode)
+	cur     int  // the group being written
 }
 
 func (g *gen) op(op rpn.Opcode) { g.code = append(g.code, byte(op)) }
@@ -50,9 +55,50 @@ func (g *gen) pushD(v uint64) {
 	g.code = binary.LittleEndian.AppendUint64(append(g.code, byte(rpn.OpPushD)), v)
 }
 func (g *gen) target(op rpn.Opcode) {
+	g.targetTo(op, g.rng.IntN(g.ngroup+1))
+}
+
+// targetTo writes a jump to the start of group k (the last: the final log
+// and exit).
+func (g *gen) targetTo(op rpn.Opcode, k int) {
+	k = max(0, min(k, g.ngroup))
 	g.code = append(g.code, byte(op))
-	g.jumps = append(g.jumps, struct{ pos, group int }{len(g.code), g.rng.IntN(g.ngroup + 1)})
+	g.jumps = append(g.jumps, struct{ pos, group int }{len(g.code), k})
 	g.code = append(g.code, 0, 0, 0, 0)
+}
+
+// branch writes a jump of a branchy program: a diamond (a condition on an
+// argument's bit or the stack, over the next few groups), a loop or a
+// jump back a few groups, a call, a jump ahead, a ret.
+func (g *gen) branch() {
+	r := g.rng
+	conds := []rpn.Opcode{rpn.OpJz, rpn.OpJnz, rpn.OpJlt, rpn.OpJle, rpn.OpJgt, rpn.OpJge}
+	k := r.IntN(12)
+	if g.forward && k >= 7 && k != 10 {
+		k = 0
+	}
+	switch k {
+	case 0, 1, 2, 3, 4, 5, 6:
+		if r.IntN(3) > 0 {
+			g.u16(rpn.OpPushU, uint16(g.push[r.IntN(len(g.push))]))
+			if r.IntN(2) == 0 {
+				g.u8(rpn.OpShrI, uint8(r.IntN(g.arch.WordSize()*8)))
+				g.pushD(1)
+				g.op(rpn.OpAnd)
+			}
+		}
+		g.targetTo(conds[r.IntN(len(conds))], g.cur+1+r.IntN(6))
+	case 7:
+		g.targetTo(rpn.OpLoop, g.cur-r.IntN(4))
+	case 8:
+		g.targetTo(conds[r.IntN(len(conds))], g.cur-r.IntN(8))
+	case 9:
+		g.targetTo(rpn.OpCall, r.IntN(g.ngroup+1))
+	case 10:
+		g.targetTo(rpn.OpJmp, g.cur+1+r.IntN(4))
+	default:
+		g.op(rpn.OpRet)
+	}
 }
 
 func (g *gen) word() uint64 {
@@ -157,9 +203,17 @@ func (g *gen) group() {
 		g.variable()
 	case 13, 14:
 		ops := []rpn.Opcode{rpn.OpJmp, rpn.OpJz, rpn.OpJnz, rpn.OpJlt, rpn.OpJle, rpn.OpJgt, rpn.OpJge, rpn.OpLoop, rpn.OpCall}
-		g.target(ops[r.IntN(len(ops))])
+		op := ops[r.IntN(len(ops))]
+		if g.forward {
+			if op == rpn.OpCall {
+				op = rpn.OpJmp
+			}
+			g.targetTo(op, g.cur+1+r.IntN(g.ngroup-g.cur))
+			break
+		}
+		g.target(op)
 	case 15:
-		if r.IntN(3) == 0 {
+		if r.IntN(3) == 0 && !g.forward {
 			g.op(rpn.OpRet)
 		} else {
 			g.pushD(g.word())
@@ -250,12 +304,22 @@ func (g *gen) memory() {
 	}
 }
 
+func (g *gen) jmpmax() uint32 {
+	if g.branchy {
+		return []uint32{1 + uint32(g.rng.IntN(40)), 300, 5000, 65535}[g.rng.IntN(4)]
+	}
+	return uint32(1 + g.rng.IntN(40))
+}
+
 func (g *gen) module() *rpn.Module {
 	r := g.rng
 	g.arch = rpn.Arch(r.IntN(4) / 3)
 	g.vars, g.gvars = r.IntN(7), r.IntN(7)
 	g.code, g.starts, g.jumps = nil, nil, nil
 	g.ngroup = 1 + r.IntN(25)
+	if g.branchy {
+		g.ngroup = 40 + r.IntN(360)
+	}
 	g.push = nil
 	for _, name := range []string{"rdi", "rsi", "rdx", "r10", "r8", "r9", "rax", "edi", "esi", "edx", "r10d", "r8d", "r9d", "eax"} {
 		if reg, ok := rpn.LookupReg(g.arch, name); ok {
@@ -263,8 +327,13 @@ func (g *gen) module() *rpn.Module {
 		}
 	}
 	for i := 0; i < g.ngroup; i++ {
+		g.cur = i
 		g.starts = append(g.starts, len(g.code))
-		g.group()
+		if g.branchy && r.IntN(3) == 0 {
+			g.branch()
+		} else {
+			g.group()
+		}
 	}
 	g.starts = append(g.starts, len(g.code))
 	g.u8(rpn.OpLogN, 4)
@@ -278,7 +347,7 @@ func (g *gen) module() *rpn.Module {
 			Name:    "vmlinux",
 			ModType: rpn.ModKernel,
 			Major:   uint16(r.Uint32()),
-			JmpMax:  uint32(1 + r.IntN(40)),
+			JmpMax:  g.jmpmax(),
 			LogMax:  logmax,
 			Vars:    uint16(g.vars),
 			GVars:   uint16(g.gvars),
