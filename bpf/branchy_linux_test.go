@@ -128,14 +128,14 @@ func TestBranchy(t *testing.T) {
 			if k.compiled.Loop {
 				loops++
 			}
-			if k.compiled.Chunks > 1 {
+			if k.compiled.Regions > 1 {
 				chunked++
 			}
 			w := work(t, k)
 			if est := k.compiled.Estimate(); w.processed > est {
 				t.Errorf("seed %d: the verifier processed %d instructions, more than the %d the compiler estimates (%d eBPF, %d RPN instructions, loop mode %v)", seed, w.processed, est, w.insns, w.rpn, k.compiled.Loop)
 			}
-			t.Logf("RATIO %d %.3f %d %d %v %d", seed, float64(w.processed)/float64(w.insns), w.insns, w.rpn, k.compiled.Loop, k.compiled.Chunks)
+			t.Logf("RATIO %d %.3f %d %d %v %d %.3f", seed, float64(w.processed)/float64(w.insns), w.insns, w.rpn, k.compiled.Loop, k.compiled.Regions, float64(w.processed)/float64(k.compiled.Estimate()))
 			if f := float64(w.processed) / float64(w.rpn); f > worst {
 				worst, most = f, w
 			}
@@ -153,6 +153,6 @@ func TestBranchy(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("%d programs of %d verified, loaded and agreed with the machine, 3 hits each (%d in loop mode, %d of them cut in chunks); the most the verifier processed per RPN instruction: %.1f (%d for %d RPN, %d eBPF instructions)",
+	t.Logf("%d programs of %d verified, loaded and agreed with the machine, 3 hits each (%d in loop mode, %d of them in more than one region); the most the verifier processed per RPN instruction: %.1f (%d for %d RPN, %d eBPF instructions)",
 		verified, n, loops, chunked, worst, most.processed, most.rpn, most.insns)
 }

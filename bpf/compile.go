@@ -169,13 +169,15 @@ type Compiled struct {
 	Spec *ebpf.ProgramSpec
 	// Loop is true when the program runs in loop mode (bpf_loop; doc.go).
 	Loop bool
-	// Chunks is how many pieces the loop's callback is cut into (1 when
-	// it is not; chunkStarts).
-	Chunks int
-	p      *rpn.Program
-	pi     int
-	o      Options
-	rpn    []int // raw eBPF offset -> RPN instruction index (absolute), -1 for glue
+	// Regions is how many functions the blocks of loop mode are in
+	// (regionStarts); 0 in straight mode.
+	Regions int
+	p       *rpn.Program
+	pi      int
+	o       Options
+	rpn     []int // raw eBPF offset -> RPN instruction index (absolute), -1 for glue
+	est     int   // Estimate
+	overAt  int   // the raw instruction where est goes past maxProcessed, -1
 }
 
 // Compile compiles probe pi of p to an eBPF program. It returns an
@@ -238,15 +240,14 @@ type compiler struct {
 	needZero                   uint32
 	d                          int
 
-	forceLoop   bool         // compile in loop mode (too many branches straight)
-	chunk       map[int]bool // loop mode: instructions that start a chunk (chunkStarts)
-	cbStart     int          // the callback's first instruction
-	loops       int          // bpf_loop's bound (loopBudget)
-	labels      []label      // per RPN instruction
-	fill        []bool       // the instruction starts with the registers loaded from the scratch value (joins)
-	lastIsland  int          // where the last island is (maybeIsland)
-	regions     []region     // loop mode: the callback's regions
-	regionStart int          // where the last region's blocks start
+	forceLoop   bool    // compile in loop mode (too many branches straight)
+	regionFirst []int   // loop mode: the first instruction of each region function
+	regionAt    []int   // loop mode: the first eBPF instruction of each region function
+	loops       int     // bpf_loop's bound (loopBudget)
+	tailsLen    int     // eBPF instructions of the main function's tails
+	labels      []label // per RPN instruction
+	fill        []bool  // the instruction starts with the registers loaded from the scratch value (joins)
+	lastIsland  int     // where the last island is (maybeIsland)
 	blockID     map[int]int
 	blocks      []int // block id -> instruction
 	stubs       []func()
@@ -285,10 +286,24 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 		}
 	}
 	if c.loopMode {
-		if ch := c.chunkStarts(); len(ch) > 0 {
-			if c, err = newCompiler(p, pi, o, true, ch); err != nil {
+		rs, err := c.regionStarts()
+		if err != nil {
+			return nil, err
+		}
+		if len(rs) > 1 {
+			if c, err = newCompiler(p, pi, o, true, rs); err != nil {
 				return nil, err
 			}
+		}
+	}
+	// the verifier walks the main function's tails once for each jump
+	// into them at most (straight mode: exits and exceptions; the states
+	// differ in the log length)
+	tailPaths := 0
+	for _, j := range c.a.jumps {
+		switch j.l {
+		case c.lCommit, c.lExcept, c.lEnd, c.lDone, c.lSkip:
+			tailPaths++
 		}
 	}
 	if err := c.a.finish(); err != nil {
@@ -320,31 +335,34 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 			}
 		}
 	}
-	return &Compiled{Spec: spec, Loop: c.loopMode, Chunks: len(c.chunk) + 1, p: p, pi: pi, o: o, rpn: m}, nil
+	cc := &Compiled{Spec: spec, Loop: c.loopMode, Regions: len(c.regionFirst), p: p, pi: pi, o: o, rpn: m}
+	cc.estimate(tailPaths * c.tailsLen)
+	return cc, nil
 }
 
 // newCompiler compiles the probe up to the assembler's finish: in loop
 // mode when loop is set (or the program needs it), the instructions of
-// chunk starting chunks of its own (loop mode).
-func newCompiler(p *rpn.Program, pi int, o Options, loop bool, chunk map[int]bool) (*compiler, error) {
+// the blocks of loop mode in functions starting at instructions regions
+// (nil: one).
+func newCompiler(p *rpn.Program, pi int, o Options, loop bool, regions []int) (*compiler, error) {
 	mod := p.Module()
 	c := &compiler{
-		forceLoop: loop,
-		chunk:     chunk,
-		p:         p,
-		mod:       mod,
-		pr:        &mod.Probes[pi],
-		pi:        pi,
-		o:         o,
-		first:     p.Entry(pi),
-		n:         p.End(pi) - p.Entry(pi),
-		is32:      p.WordSize() == 4,
-		w:         p.WordSize(),
-		logmax:    int32(mod.LogMax),
-		user:      o.Kind == KindUprobe || mod.ModType == rpn.ModUser,
-		exStubs:   map[[2]int]label{},
-		used:      map[label]bool{},
-		fieldAt:   map[uint16]int{},
+		forceLoop:   loop,
+		regionFirst: regions,
+		p:           p,
+		mod:         mod,
+		pr:          &mod.Probes[pi],
+		pi:          pi,
+		o:           o,
+		first:       p.Entry(pi),
+		n:           p.End(pi) - p.Entry(pi),
+		is32:        p.WordSize() == 4,
+		w:           p.WordSize(),
+		logmax:      int32(mod.LogMax),
+		user:        o.Kind == KindUprobe || mod.ModType == rpn.ModUser,
+		exStubs:     map[[2]int]label{},
+		used:        map[label]bool{},
+		fieldAt:     map[uint16]int{},
 	}
 	c.a.cur = -1
 	if err := c.check(); err != nil {
@@ -363,14 +381,15 @@ func newCompiler(p *rpn.Program, pi int, o Options, loop bool, chunk map[int]boo
 		c.lEnd = c.a.newLabel()
 	}
 
-	if c.loopMode {
-		if err := c.loopBudget(); err != nil {
-			return nil, err
-		}
+	if c.loopMode && c.regionFirst == nil {
+		c.regionFirst = []int{0}
 	}
+	// bpf_loop's bound: every iteration but the first begins at a taken
+	// jump, a call or a ret (the jump budget bounds the jumps and calls,
+	// and rets are fewer than calls); it is never reached
+	c.loops = 2*int(c.mod.JmpMax) + 2
 	c.mainFunc()
 	if c.loopMode {
-		c.cbStart = len(c.a.ins)
 		c.callback()
 	}
 	if c.mapRefErr != nil {
@@ -413,76 +432,60 @@ func (c *compiler) branches(from int) int {
 	return n
 }
 
-// chunkStarts cuts the loop's callback into chunks of at most
-// maxBranches conditional jumps (less the dispatch's): a path of the
-// verifier runs from a block's start to the next taken jump, and a
-// chunk's last instruction going on into the next chunk ends the
-// iteration there as a jump would (without counting one). Nil when the
-// callback is small enough whole.
-func (c *compiler) chunkStarts() map[int]bool {
+// Loop mode's blocks are in functions, the regions, each a global
+// function (BTF_FUNC_GLOBAL) of the scratch value and a block id, which
+// the verifier checks once, on its own, whatever calls it: the callback
+// dispatches on the block id to the region and calls it. A region runs
+// its block up to the next taken jump (and returns for the next
+// iteration), or to its end, where the callback goes on with the next
+// region at its first block. A region holds at most regionInsns eBPF
+// instructions (its dispatch reaches its blocks without trampolines) and
+// maxBranches conditional jumps (a path of the verifier runs from a
+// block's start to the next taken jump or the region's end), and there
+// are at most maxRegions (BPF_MAX_SUBPROGS is 256 functions).
+const (
+	regionInsns = 12288
+	maxRegions  = 250
+)
+
+// regionStarts cuts loop mode's code into regions, from the code of this
+// compiler (one region): the first instruction of each.
+func (c *compiler) regionStarts() ([]int, error) {
 	per := make([]int, c.n) // conditional jumps of each instruction's code
-	glue := 0
-	for k := c.cbStart; k < len(c.a.ins); k++ {
-		if !isBranch(c.a.ins[k]) {
+	size := make([]int, c.n)
+	for k, in := range c.a.ins[c.regionAt[0]:] {
+		i := c.a.rpn[c.regionAt[0]+k]
+		if i < 0 {
 			continue
 		}
-		if i := c.a.rpn[k]; i >= 0 {
+		size[i]++
+		if isBranch(in) {
 			per[i]++
-		} else {
-			glue++
 		}
 	}
-	total := glue
-	for _, n := range per {
-		total += n
-	}
-	if total <= maxBranches {
-		return nil
-	}
-	// the dispatch's jumps are on every path: 2 a level of its tree, and
-	// 3 at the leaves
+	// the region's dispatch's jumps are on every path: 2 a level of its
+	// tree, and 3 at the leaves
 	room := maxBranches - 2*bits.Len(uint(len(c.blocks))) - 3
-	var ch map[int]bool
-	sum := 0
+	starts := []int{0}
+	nb, ni := 0, 0
 	for i := 0; i < c.n; i++ {
 		if !c.live[i] {
 			continue
 		}
-		if sum+per[i] > room && sum > 0 {
-			if ch == nil {
-				ch = map[int]bool{}
-			}
-			ch[i] = true
-			sum = 0
+		if (nb+per[i] > room || ni+size[i] > regionInsns) && (nb > 0 || ni > 0) {
+			starts = append(starts, i)
+			nb, ni = 0, 0
 		}
-		sum += per[i]
+		nb += per[i]
+		ni += size[i]
 	}
-	return ch
-}
-
-// maxLoops is bpf_loop's most iterations (BPF_MAX_LOOPS): asked for more
-// it runs none.
-const maxLoops = 1 << 23
-
-// loopBudget refuses a program whose iterations bpf_loop cannot all give:
-// every iteration but the first begins at a taken jump, a call or a ret
-// (the jump budget bounds the jumps and calls, and rets are fewer than
-// calls), or where a chunk's code goes on into the next (once per chunk
-// between two of the others: the code runs forward).
-func (c *compiler) loopBudget() error {
-	need := (2*int(c.mod.JmpMax) + 2) * (len(c.chunk) + 1)
-	if need <= maxLoops {
-		c.loops = need
-		return nil
+	if len(starts) > maxRegions {
+		pc := c.pc(starts[maxRegions])
+		return nil, &TooLarge{Probe: c.pi, PC: pc, HasPC: true, Where: position(c.mod, pc), Need: len(starts), Max: maxRegions,
+			Limit:  "BPF_MAX_SUBPROGS: 256 functions in a program, less the main one and the loop's",
+			Reason: fmt.Sprintf("the probe's code needs %d functions of at most %d eBPF instructions, past the kernel's limit from here", len(starts), regionInsns)}
 	}
-	first := c.n
-	for i := range c.chunk {
-		first = min(first, i)
-	}
-	pc := c.pc(first)
-	return &TooLarge{Probe: c.pi, PC: pc, HasPC: true, Where: position(c.mod, pc), Limit: "bpf_loop's iterations (BPF_MAX_LOOPS)",
-		Need: need, Max: maxLoops,
-		Reason: fmt.Sprintf("with jmpmax %d, a program this long (%d chunks of its code, the first cut here) may need %d iterations of bpf_loop", c.mod.JmpMax, len(c.chunk)+1, need)}
+	return starts, nil
 }
 
 // listing maps the byte offset of each instruction of probe pi to its
@@ -1249,11 +1252,13 @@ func (c *compiler) mainFunc() {
 	if c.loopMode {
 		c.startLoop()
 	} else {
-		c.body()
+		c.body(0, c.n)
 	}
 	c.flushStubs()
+	t0 := len(c.a.ins)
 	c.tails()
 	c.flushStubs()
+	c.tailsLen = len(c.a.ins) - t0
 }
 
 // maxCtxLoad bounds the offsets a tracepoint program loads from its
@@ -1480,8 +1485,10 @@ func (c *compiler) findBlocks() {
 			}
 		}
 	}
-	for i := range c.chunk {
-		c.blockID[i] = -1
+	for _, i := range c.regionFirst {
+		if i > 0 {
+			c.blockID[i] = -1
+		}
 	}
 	for i := 1; i < c.n; i++ { // ids in instruction order
 		if _, ok := c.blockID[i]; ok {
@@ -1493,69 +1500,111 @@ func (c *compiler) findBlocks() {
 
 func cbName(o Options) string { return progName(o) + "_cb" }
 
-// callback is the loop body: static long cb(u64 index, void *ctx).
+// callback is the loop body: static long cb(u64 index, void *ctx). It
+// finds the region of the block to run and calls it: 0, the next
+// iteration; 1, stop; regionFalls, the region's code went on past its
+// end: the next region, at its first block, at once.
 func (c *compiler) callback() {
 	a := &c.a
-	c.inCB = true
-	c.exStubs = map[[2]int]label{}
 	a.cur = -1
 	c.funcStart(cbName(c.o), btf.StaticFunc, []btf.FuncParam{{Name: "index", Type: typLong}, {Name: "ctx", Type: typPtr}})
-	out, top := a.newLabel(), a.newLabel()
+	out, ret, zero := a.newLabel(), a.newLabel(), a.newLabel()
 	c.lookupScratch(out)
-	c.emit(asm.LoadMem(asm.R1, rScratch, offBlock, asm.DWord))
-	a.ja(top)
+	c.emit(asm.LoadMem(asm.R2, rScratch, offBlock, asm.DWord))
+	leaves := make([]label, len(c.regionFirst))
+	for k := range leaves {
+		leaves[k] = a.newLabel()
+	}
+	c.dispatchRegions(0, len(leaves), leaves)
+	for k := range leaves {
+		a.bind(leaves[k])
+		c.emit(asm.Mov.Reg(asm.R1, rScratch), asm.Call.Label(c.regionName(k)))
+		if k+1 < len(leaves) {
+			a.jmpImm(asm.JNE, asm.R0, regionFalls, ret, false)
+			c.emit(asm.Mov.Imm(asm.R2, int32(c.blockID[c.regionFirst[k+1]])))
+		}
+	}
+	a.bind(ret)
+	a.jmpImm(asm.JEq, asm.R0, 0, zero, false)
 	a.bind(out)
 	c.emit(asm.Mov.Imm(asm.R0, 1), asm.Return())
-	c.regions = []region{{first: 0, at: a.newLabel()}}
-	c.regionStart = len(a.ins)
-	c.body()
-	c.flushStubs()
-	c.closeRegion(len(c.blocks))
-	a.bind(top)
-	c.dispatchRegions(0, len(c.regions))
+	a.bind(zero)
+	c.emit(asm.Mov.Imm(asm.R0, 0), asm.Return())
+	for k := range c.regionFirst {
+		c.regionFunc(k)
+	}
 }
 
-// A region is blocks first.. of the callback (up to the next region's
-// first) with the binary search over their ids after them (at): the
-// dispatch, at the callback's end, finds the region by the block id, and
-// the region's search the block, each jump within reach (a search over
-// all the blocks at one place would need trampolines from it to every
-// block, as many as the islands between).
-type region struct {
-	first int
-	at    label
+// regionFalls is what a region returns when its code went on past its
+// end.
+const regionFalls = 2
+
+func (c *compiler) regionName(k int) string { return fmt.Sprintf("%s_r%d", progName(c.o), k) }
+
+// regionEnd is the instruction after region k's.
+func (c *compiler) regionEnd(k int) int {
+	if k+1 < len(c.regionFirst) {
+		return c.regionFirst[k+1]
+	}
+	return c.n
 }
 
-// regionSize is how many eBPF instructions of blocks a region takes
-// before the next block starts another.
-const regionSize = 8192
-
-// closeRegion emits the last region's search, for its blocks up to id
-// end (excluded), where the code does not run into.
-func (c *compiler) closeRegion(end int) {
-	r := c.regions[len(c.regions)-1]
-	c.a.cur = -1
-	c.a.bind(r.at)
-	c.dispatch(r.first, end)
-	c.emit(asm.Mov.Imm(asm.R0, 1), asm.Return())
-	c.a.island()
-	c.lastIsland = len(c.a.ins)
-}
-
-// dispatchRegions jumps to the search of the region whose blocks have the
-// id r1 holds, for regions lo..hi-1.
-func (c *compiler) dispatchRegions(lo, hi int) {
+// dispatchRegions jumps to leaves[k] for the region k of the block whose
+// id r2 holds, for regions lo..hi-1: a binary search.
+func (c *compiler) dispatchRegions(lo, hi int, leaves []label) {
 	a := &c.a
 	if hi-lo == 1 {
-		a.ja(c.regions[lo].at)
+		a.ja(leaves[lo])
 		return
 	}
 	mid := (lo + hi) / 2
 	right := a.newLabel()
-	a.jmpImm(asm.JGE, asm.R1, int32(c.regions[mid].first), right, false)
-	c.dispatchRegions(lo, mid)
+	a.jmpImm(asm.JGE, asm.R2, int32(c.blockID[c.regionFirst[mid]]), right, false)
+	c.dispatchRegions(lo, mid, leaves)
 	a.bind(right)
-	c.dispatchRegions(mid, hi)
+	c.dispatchRegions(mid, hi, leaves)
+}
+
+// scratchType is the scratch value as a region's argument: a region is
+// checked against its signature, and a pointer to a type of known size is
+// memory of that size (or NULL).
+func (c *compiler) scratchType() btf.Type {
+	n := uint32(ScratchSize(int(c.logmax)))
+	u8 := &btf.Int{Name: "unsigned char", Size: 1}
+	return &btf.Pointer{Target: &btf.Struct{Name: "gp_scratch", Size: n, Members: []btf.Member{
+		{Name: "b", Type: &btf.Array{Index: &btf.Int{Name: "int", Size: 4}, Type: u8, Nelems: n}},
+	}}}
+}
+
+// regionFunc is region k: long gp_N_rK(struct gp_scratch *s, long id),
+// global.
+func (c *compiler) regionFunc(k int) {
+	a := &c.a
+	c.inCB = true
+	c.exStubs = map[[2]int]label{}
+	a.cur = -1
+	c.regionAt = append(c.regionAt, len(a.ins))
+	c.funcStart(c.regionName(k), btf.GlobalFunc, []btf.FuncParam{{Name: "s", Type: c.scratchType()}, {Name: "id", Type: typLong}})
+	none := a.newLabel()
+	a.jmpImm(asm.JEq, asm.R1, 0, none, false) // never: the callback passes the scratch value
+	c.emit(asm.Mov.Reg(rScratch, asm.R1), asm.Mov.Reg(asm.R1, asm.R2))
+	lo, hi := c.blockID[c.regionFirst[k]], len(c.blocks)
+	if e := c.regionEnd(k); e < c.n {
+		hi = c.blockID[e]
+	}
+	c.dispatch(lo, hi)
+	a.bind(none)
+	c.emit(asm.Mov.Imm(asm.R0, 1), asm.Return())
+	c.lastIsland = len(a.ins)
+	c.body(c.regionFirst[k], c.regionEnd(k))
+	if e := c.regionEnd(k); e < c.n && c.fallsInto(e) {
+		// the code goes on into the next region
+		c.a.cur = e - 1
+		c.spill()
+		c.emit(asm.Mov.Imm(asm.R0, regionFalls), asm.Return())
+		c.a.cur = -1
+	}
+	c.flushStubs()
 }
 
 // dispatch jumps to the block whose id r1 holds, for ids lo..hi-1: a
@@ -1583,25 +1632,18 @@ func (c *compiler) dispatch(lo, hi int) {
 
 // ---- the body
 
-func (c *compiler) body() {
-	for i := 0; i < c.n; i++ {
+// body emits the code of instructions from..to-1.
+func (c *compiler) body(from, to int) {
+	for i := from; i < to; i++ {
 		if !c.live[i] {
 			continue
 		}
 		c.a.cur = i
-		falls := c.fallsInto(i)
-		switch {
-		case c.inCB && c.chunk[i] && falls:
-			c.next(c.blockID[i]) // the next chunk: the next iteration
-			falls = false
-		case c.fill[i] && falls:
+		falls := i > from && c.fallsInto(i) || i == 0 && !c.inCB
+		if c.fill[i] && falls {
 			c.spill()
 		}
-		if id, ok := c.blockID[i]; ok && c.inCB && len(c.a.ins)-c.regionStart >= regionSize {
-			c.newRegion(id, falls)
-		} else {
-			c.maybeIsland(falls)
-		}
+		c.maybeIsland(falls)
 		if c.static {
 			c.d = c.depth[i]
 		}
@@ -1643,23 +1685,6 @@ func (c *compiler) maybeIsland(falls bool) {
 	c.a.island()
 	c.a.bind(over)
 	c.lastIsland = len(c.a.ins)
-	c.a.cur = cur
-}
-
-// newRegion ends the callback's last region before block id, with its
-// search and an island, and starts another.
-func (c *compiler) newRegion(id int, falls bool) {
-	over := c.a.newLabel()
-	cur := c.a.cur
-	c.a.cur = -1
-	if falls {
-		c.a.ja(over)
-	}
-	c.flushStubs()
-	c.closeRegion(id)
-	c.a.bind(over)
-	c.regions = append(c.regions, region{first: id, at: c.a.newLabel()})
-	c.regionStart = len(c.a.ins)
 	c.a.cur = cur
 }
 
@@ -2391,9 +2416,84 @@ func (c *compiler) logStr(i int) {
 	c.settleLog()
 }
 
+// The kernel's verifier limits (BPF_COMPLEXITY_LIMIT_INSNS, Linux 5.2
+// on): a program of at most a million instructions (for a loader with
+// CAP_BPF; 4096 without), and at most a million instructions processed
+// checking it ("BPF program is too large. Processed 1000001 insn").
+const (
+	maxProgInsns  = 1_000_000
+	maxProcessed  = 1_000_000
+	estimateFixed = 2000 // the callback's dispatch, the loop's iterations (twice from Linux 6.7)
+)
+
+// verifierWeight is how many times at most the verifier processes an
+// eBPF instruction of an RPN instruction's code (op; glue: the
+// prologue, the dispatch, the joins' loads): the paths through the code
+// of one instruction are few and meet again at its end (doc.go,
+// "Verification cost"); the figures are those measured on Linux 6.1 and
+// 6.18 with a margin (TestVerifierCost, TestBranchy).
+func verifierWeight(op rpn.Opcode, glue bool) int {
+	switch {
+	case glue:
+		return 3
+	case op == rpn.OpLogStr:
+		return 4
+	case op == rpn.OpLogMrf:
+		return 3
+	case op.IsJump(), op == rpn.OpRet, op == rpn.OpIDiv, op == rpn.OpDiv, op == rpn.OpPushMrf, op == rpn.OpVfyR:
+		return 3
+	}
+	return 2
+}
+
+// estimate sets Estimate, and where the estimate goes past the
+// verifier's budget.
+func (c *Compiled) estimate(tails int) {
+	sum := estimateFixed + tails
+	c.overAt = -1
+	for r, i := range c.rpn {
+		if i < 0 {
+			sum += verifierWeight(0, true)
+		} else {
+			sum += verifierWeight(c.p.Insn(i).Op, false)
+		}
+		if sum > maxProcessed && c.overAt < 0 {
+			c.overAt = r
+		}
+	}
+	c.est = sum
+}
+
 // Estimate is an upper bound of the instructions the kernel's verifier
-// processes checking the program ("processed N insns").
-func (c *Compiled) Estimate() int {
-	n := len(c.rpn)
-	return 100*n + 2000
+// processes checking the program ("processed N insns"), which it stops
+// at a million.
+func (c *Compiled) Estimate() int { return c.est }
+
+// Budget refuses, before anything is loaded, a program past the kernel's
+// verifier limits: more than a million eBPF instructions, or more than
+// a million the verifier would process (Estimate). The error names the
+// RPN instruction where the program goes past (TooLarge).
+func (c *Compiled) Budget() error {
+	at := func(raw int) (uint32, bool, string) {
+		for ; raw >= 0; raw-- {
+			if i := c.rpn[raw]; i >= 0 {
+				pc := c.p.PC(i)
+				return pc, true, position(c.p.Module(), pc)
+			}
+		}
+		return 0, false, ""
+	}
+	if n := len(c.rpn); n > maxProgInsns {
+		pc, has, where := at(maxProgInsns)
+		return &TooLarge{Probe: c.pi, PC: pc, HasPC: has, Where: where, Need: n, Max: maxProgInsns,
+			Limit:  "BPF_COMPLEXITY_LIMIT_INSNS: the most instructions in a program",
+			Reason: fmt.Sprintf("the probe's eBPF program would be %d instructions, past the kernel's limit from here", n)}
+	}
+	if c.est > maxProcessed {
+		pc, has, where := at(c.overAt)
+		return &TooLarge{Probe: c.pi, PC: pc, HasPC: has, Where: where, Need: c.est, Max: maxProcessed,
+			Limit:  "BPF_COMPLEXITY_LIMIT_INSNS: the most instructions the verifier processes",
+			Reason: fmt.Sprintf("the kernel's verifier would process up to %d instructions checking the probe's eBPF program (%d instructions), past its limit from here", c.est, len(c.rpn))}
+	}
+	return nil
 }
