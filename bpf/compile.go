@@ -482,8 +482,8 @@ func (c *compiler) regionStarts() ([]int, error) {
 	if len(starts) > maxRegions {
 		pc := c.pc(starts[maxRegions])
 		return nil, &TooLarge{Probe: c.pi, PC: pc, HasPC: true, Where: position(c.mod, pc), Need: len(starts), Max: maxRegions,
-			Limit:  "BPF_MAX_SUBPROGS: 256 functions in a program, less the main one and the loop's",
-			Reason: fmt.Sprintf("the probe's code needs %d functions of at most %d eBPF instructions, past the kernel's limit from here", len(starts), regionInsns)}
+			Limit:  "BPF_MAX_SUBPROGS is 256 functions in a program, with the main one and the loop's",
+			Reason: fmt.Sprintf("its code needs %d functions of at most %d eBPF instructions, past the limit from this instruction on", len(starts), regionInsns)}
 	}
 	return starts, nil
 }
@@ -2422,7 +2422,7 @@ func (c *compiler) logStr(i int) {
 // checking it ("BPF program is too large. Processed 1000001 insn").
 const (
 	maxProgInsns  = 1_000_000
-	maxProcessed  = 1_000_000
+	maxProcessed  = MaxProcessed
 	estimateFixed = 2000 // the callback's dispatch, the loop's iterations (twice from Linux 6.7)
 )
 
@@ -2464,6 +2464,14 @@ func (c *Compiled) estimate(tails int) {
 	c.est = sum
 }
 
+// MaxProcessed is the most instructions the kernel's verifier processes
+// checking a program (BPF_COMPLEXITY_LIMIT_INSNS).
+const MaxProcessed = 1_000_000
+
+// Instructions is the size of the program in eBPF instructions (8-byte
+// slots: a 64-bit immediate load takes two).
+func (c *Compiled) Instructions() int { return len(c.rpn) }
+
 // Estimate is an upper bound of the instructions the kernel's verifier
 // processes checking the program ("processed N insns"), which it stops
 // at a million.
@@ -2487,13 +2495,13 @@ func (c *Compiled) Budget() error {
 		pc, has, where := at(maxProgInsns)
 		return &TooLarge{Probe: c.pi, PC: pc, HasPC: has, Where: where, Need: n, Max: maxProgInsns,
 			Limit:  "BPF_COMPLEXITY_LIMIT_INSNS: the most instructions in a program",
-			Reason: fmt.Sprintf("the probe's eBPF program would be %d instructions, past the kernel's limit from here", n)}
+			Reason: fmt.Sprintf("its eBPF program would be %d instructions, past the limit from this instruction on", n)}
 	}
 	if c.est > maxProcessed {
 		pc, has, where := at(c.overAt)
 		return &TooLarge{Probe: c.pi, PC: pc, HasPC: has, Where: where, Need: c.est, Max: maxProcessed,
 			Limit:  "BPF_COMPLEXITY_LIMIT_INSNS: the most instructions the verifier processes",
-			Reason: fmt.Sprintf("the kernel's verifier would process up to %d instructions checking the probe's eBPF program (%d instructions), past its limit from here", c.est, len(c.rpn))}
+			Reason: fmt.Sprintf("its eBPF program (%d instructions) may cost the kernel's verifier up to %d instructions processed, past the limit from this instruction on", len(c.rpn), c.est)}
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ type TooLarge struct {
 }
 
 func (e *TooLarge) Error() string {
-	return fmt.Sprintf("too large for the kernel: %s%s: needs %d, the kernel's limit is %d (%s)", where(e.Probe, e.PC, e.HasPC, e.Where), e.Reason, e.Need, e.Max, e.Limit)
+	return fmt.Sprintf("too large for the kernel: %s%s (the kernel's limit: %d, %s)", where(e.Probe, e.PC, e.HasPC, e.Where), e.Reason, e.Max, e.Limit)
 }
 
 // ErrNeedsKprobe is what an Unsupported of a KindFentry probe wraps when
@@ -64,10 +64,26 @@ type VerifierError struct {
 	Insn  int    // the eBPF instruction (raw offset) the verifier stopped at, -1 if unknown
 	Msg   string // the verifier's last words
 	Err   error  // the error from cilium/ebpf, with the whole log
+	Loop  bool   // the program refused was in loop mode
+	// Straight is the verifier's refusal of the straight program before
+	// this one, in loop mode, was tried (Compiled.Load), nil if none.
+	Straight *VerifierError
+	// Then is why loop mode, tried after this refusal of the straight
+	// program, did not load either, when that was not the verifier's
+	// refusal (the compiler's, Budget's, the system call's).
+	Then error
 }
 
 func (e *VerifierError) Error() string {
-	return "the kernel's verifier refused the program: " + where(e.Probe, e.PC, e.HasPC, e.Where) + e.Msg
+	const refused = "the kernel's verifier refused the program"
+	here := where(e.Probe, e.PC, e.HasPC, e.Where) + e.Msg
+	switch {
+	case e.Straight != nil:
+		return refused + " straight: " + where(e.Straight.Probe, e.Straight.PC, e.Straight.HasPC, e.Straight.Where) + e.Straight.Msg + "; and in loop mode: " + here
+	case e.Then != nil:
+		return refused + " straight: " + here + "; loop mode, tried next, failed too: " + e.Then.Error()
+	}
+	return refused + ": " + here
 }
 
 func (e *VerifierError) Unwrap() error { return e.Err }

@@ -253,14 +253,17 @@ func (m *Maps) Close() error {
 	return nil
 }
 
-// Load loads the compiled program into the kernel. A refusal of the
-// kernel's verifier is a *VerifierError naming the RPN instruction.
+// Load loads the compiled program into the kernel. A program past the
+// verifier's limits is refused before anything is loaded (Budget,
+// *TooLarge); a refusal of the kernel's verifier is a *VerifierError
+// naming the RPN instruction.
 //
-// A straight program (doc.go) with many branches can be more than the
-// verifier explores (it walks every path it cannot prune, a million
-// instructions at most; 60 diamonds of conditional logging cost it 49000):
-// when it gives up, Load compiles the program again in loop mode, where it
-// checks each block once, and loads that (c then describes it).
+// The compiler chooses straight mode only for a program the verifier
+// checks within its limits (doc.go, "Verification cost"). Should the
+// verifier still give up on its size (a kernel that walks more than the
+// ones measured), Load compiles the program again in loop mode and loads
+// that (c then describes it); when that is refused too, the error says
+// both refusals.
 func (c *Compiled) Load() (*ebpf.Program, error) { return c.LoadCached(nil) }
 
 // LoadCached is Load with the kernel's BTF, which a fentry program is
@@ -271,7 +274,10 @@ func (c *Compiled) Load() (*ebpf.Program, error) { return c.LoadCached(nil) }
 // cache keeps what it decoded; a caller that outlives a kernel module's
 // reload makes a new one.
 func (c *Compiled) LoadCached(cache *btf.Cache) (*ebpf.Program, error) {
-	prog, err := loadProgram(c.Spec, cache)
+	if err := c.Budget(); err != nil {
+		return nil, err
+	}
+	prog, err := loadSpec(c.Spec, cache)
 	if err == nil {
 		return prog, nil
 	}
@@ -279,20 +285,36 @@ func (c *Compiled) LoadCached(cache *btf.Cache) (*ebpf.Program, error) {
 	if !errors.As(err, &ve) {
 		return nil, err
 	}
-	if !c.Loop && tooComplex(ve) {
-		o := c.o
-		o.Loop = true
-		lc, err := CompileProbe(c.p, c.pi, o)
-		if err != nil {
-			return nil, err
-		}
-		if prog, err := lc.LoadCached(cache); err == nil {
-			*c = *lc
-			return prog, nil
-		}
+	first := c.verifierError(ve.Log, err)
+	if c.Loop || !tooComplex(ve) {
+		return nil, first
 	}
-	return nil, c.verifierError(ve.Log, err)
+	o := c.o
+	o.Loop = true
+	lc, err := CompileProbe(c.p, c.pi, o)
+	if err == nil {
+		err = lc.Budget()
+	}
+	if err != nil {
+		first.Then = err
+		return nil, first
+	}
+	prog, err = loadSpec(lc.Spec, cache)
+	if err == nil {
+		*c = *lc
+		return prog, nil
+	}
+	if errors.As(err, &ve) {
+		e := lc.verifierError(ve.Log, err)
+		e.Straight = first
+		return nil, e
+	}
+	first.Then = err
+	return nil, first
 }
+
+// loadSpec is loadProgram, replaced by tests.
+var loadSpec = loadProgram
 
 // loadProgram loads one program, through a collection when there is a
 // BTF cache to share (cilium/ebpf takes one only there).
@@ -327,8 +349,8 @@ func tooComplex(ve *ebpf.VerifierError) bool {
 
 var insnLine = regexp.MustCompile(`^(\d+): \(`)
 
-func (c *Compiled) verifierError(log []string, err error) error {
-	e := &VerifierError{Probe: c.pi, Insn: -1, Err: err}
+func (c *Compiled) verifierError(log []string, err error) *VerifierError {
+	e := &VerifierError{Probe: c.pi, Insn: -1, Err: err, Loop: c.Loop}
 	for i := len(log) - 1; i >= 0; i-- {
 		l := strings.TrimSpace(log[i])
 		if e.Msg == "" && l != "" && !strings.HasPrefix(l, "processed ") && !strings.HasPrefix(l, "verification time") && !strings.HasPrefix(l, "stack depth") {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gprobes/gprobes/bpf"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/internal/outfile"
 	"github.com/gprobes/gprobes/packsign"
@@ -272,7 +273,8 @@ func checkCommand() *cli.Command {
 		Name:      "check",
 		Usage:     "parse and verify DPDF files (or PPDF packs); print every error as file:line:col: message, and what a module writes in its target",
 		ArgsUsage: "FILE.dpdf|FILE.ppdf|-...",
-		Flags:     append(sourceFlags(), trustFlags()...),
+		Flags: append(append(sourceFlags(), trustFlags()...),
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "also check what the `TARGET` would refuse before anything goes in: kernel (this machine's kernel, through eBPF): what eBPF cannot do, and a probe past the kernel verifier's limits, each with its DPDF line"}),
 		Action: func(c *cli.Context) error {
 			var ins []func() (*input, error)
 			if in := oneLinerOf(c); in != nil {
@@ -283,6 +285,9 @@ func checkCommand() *cli.Command {
 			}
 			if len(ins) == 0 {
 				return cli.Exit("check: name a DPDF file (- for standard input), or give the DPDF with -e TEXT", 2)
+			}
+			if t := c.String("target"); t != "" && t != "kernel" {
+				return cli.Exit(fmt.Sprintf("check: --target %s: only the kernel target's refusals can be told ahead (--target kernel)", t), 2)
 			}
 			failed := false
 			for _, read := range ins {
@@ -322,6 +327,9 @@ func checkCommand() *cli.Command {
 					fmt.Fprintf(c.App.Writer, "%s: signed by %s\n", in.name, dpdf.Escape(l.signer))
 				}
 				printWrites(c.App.Writer, in.name, l.mod)
+				if c.String("target") == "kernel" && !checkKernel(c, in.name, l) {
+					failed = true
+				}
 			}
 			if failed {
 				return cli.Exit("", 1)
@@ -329,6 +337,45 @@ func checkCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// checkKernel prints what the kernel target would refuse in l before
+// anything is loaded (bpf.CheckKernel), and reports whether it would take
+// every probe.
+func checkKernel(c *cli.Context, path string, l *loaded) bool {
+	esc := func(s string) string {
+		if l.ppdf {
+			return dpdf.Escape(s)
+		}
+		return s
+	}
+	if l.mod.ModType != rpn.ModKernel {
+		fmt.Fprintf(c.App.ErrWriter, "%s: kernel target: modtype %s: the kernel target probes kernel code (modtype = kernel)\n", path, l.mod.ModType)
+		return false
+	}
+	ok := true
+	var largest *bpf.KernelCheck
+	largestAt := 0
+	checks := bpf.CheckKernel(l.prog, bpf.ReadFormat)
+	for pi := range checks {
+		k := &checks[pi]
+		if k.Fields != "" {
+			fmt.Fprintf(c.App.Writer, "%s: kernel target: probe %d: push field's names not checked: %s\n", path, pi, esc(k.Fields))
+		}
+		if k.Err != nil {
+			fmt.Fprintf(c.App.ErrWriter, "%s: kernel target: %s\n", path, esc(k.Err.Error()))
+			ok = false
+			continue
+		}
+		if largest == nil || k.Compiled.Estimate() > largest.Compiled.Estimate() {
+			largest, largestAt = k, pi
+		}
+	}
+	if ok && largest != nil {
+		fmt.Fprintf(c.App.Writer, "%s: kernel target: every probe within the kernel verifier's limits (the largest, probe %d: %d eBPF instructions, at most %d processed of %d)\n",
+			path, largestAt, largest.Compiled.Instructions(), largest.Compiled.Estimate(), bpf.MaxProcessed)
+	}
+	return ok
 }
 
 func buildCommand() *cli.Command {
