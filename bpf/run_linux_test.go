@@ -278,6 +278,20 @@ func BenchmarkGetppidCost(b *testing.B) {
 	count := row("gprobes inc lv,0; exit 0", prog)
 	prog2, _, _ := load(t, p, bpf.Options{PID: uint32(os.Getpid())})
 	row("  with the pid filter", prog2)
+	// branches, loops and calls (doc.go, "Verification cost": the joins'
+	// stores and loads; loop mode's region function call per iteration)
+	var dia strings.Builder
+	for i := 0; i < 60; i++ {
+		fmt.Fprintf(&dia, "push u,rdi\nshr %d\npush d,1\nand\njz l%d\ninc lv,0\nl%d: nop\n", i%64, i, i)
+	}
+	for _, c := range []struct{ name, src string }{
+		{"60 diamonds (straight)", "vars = 1\n" + dia.String() + "exit 0"},
+		{"loop of 10 (loop mode)", "vars = 1\npush d,10\nl: inc lv,0\nloop l\nexit 0"},
+		{"2 calls (loop mode)", "vars = 1\ncall f\ncall f\nexit 0\nf: inc lv,0\nret"},
+	} {
+		prog, _, _ := load(t, compileSrc(t, c.src), bpf.Options{PID: uint32(os.Getpid())})
+		row(c.name, prog)
+	}
 	lp := compileSrc(t, "push pid\npush tid\nlog 2\nexit 1")
 	prog3, m3, _ := load(t, lp, bpf.Options{PID: uint32(os.Getpid())})
 	// a reader drains the ring meanwhile, on another thread (and CPU, if
