@@ -229,6 +229,7 @@ type compiler struct {
 	countJumps                 bool // straight mode: the jump budget is checked at run time
 	needScratch, usesTS        bool
 	usesIV                     bool           // push iv or pop iv
+	logMoves                   bool           // an instruction changes the log's length
 	ctxLog                     map[int]*Field // log mrf of a constant length of a tracepoint's array field: copied from the context (ctxlog.go)
 	usesIDs                    bool           // push pid or push tid: bpf_get_current_pid_tgid once, in the header
 	regs                       []rpn.Reg      // ctx registers push r reads, canonical
@@ -573,6 +574,8 @@ func (c *compiler) check() error {
 			}
 		case rpn.OpCall, rpn.OpRet:
 			c.hasCalls = true
+		case rpn.OpLogN, rpn.OpLogStr, rpn.OpLogMrf, rpn.OpLogLV, rpn.OpLogGV, rpn.OpPopLP:
+			c.logMoves = true
 		case rpn.OpPushTS:
 			c.usesTS = true
 		case rpn.OpPushPID, rpn.OpPushTID:
@@ -787,6 +790,9 @@ func (c *compiler) findJoins() {
 		}
 		return
 	}
+	if !c.logMoves && c.static && !c.countJumps {
+		return // every path has the same log length (0), TOS index and no jump count
+	}
 	preds := make([]int, c.n)
 	preds[0] = 1 // the prologue
 	for i := 0; i < c.n; i++ {
@@ -818,7 +824,9 @@ func (c *compiler) fallsInto(i int) bool {
 
 // spill stores the registers a join loads (fillRegs).
 func (c *compiler) spill() {
-	c.emit(asm.StoreMem(rScratch, offLogN, rLogN, asm.DWord))
+	if c.logMoves || c.loopMode {
+		c.emit(asm.StoreMem(rScratch, offLogN, rLogN, asm.DWord))
+	}
 	if !c.static {
 		c.emit(asm.StoreMem(rScratch, offTOS, rTOS, asm.DWord))
 	}
@@ -829,8 +837,10 @@ func (c *compiler) spill() {
 
 // fillRegs loads them, bounded as every instruction's code expects.
 func (c *compiler) fillRegs() {
-	c.emit(asm.LoadMem(rLogN, rScratch, offLogN, asm.DWord))
-	c.clampLog(false)
+	if c.logMoves || c.loopMode {
+		c.emit(asm.LoadMem(rLogN, rScratch, offLogN, asm.DWord))
+		c.clampLog(false)
+	}
 	if !c.static {
 		c.emit(asm.LoadMem(rTOS, rScratch, offTOS, asm.DWord), asm.And.Imm(rTOS, 31))
 	}

@@ -144,7 +144,7 @@ func TestVerifierCost(t *testing.T) {
 				var b strings.Builder
 				b.WriteString("logmax = 400\nvars = 16\n")
 				nr := 0
-				for i := 0; nr < 3000; i++ {
+				for i := 0; nr < 1000; i++ {
 					s := h.src
 					if strings.Contains(s, "%d") {
 						s = fmt.Sprintf(s, i%64, i, i, i)
