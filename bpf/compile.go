@@ -1665,7 +1665,6 @@ func (c *compiler) body(from, to int) {
 		if c.fill[i] {
 			c.fillRegs()
 		}
-		c.checkpoint()
 		c.insnBody(i)
 	}
 	c.a.cur = -1
@@ -1696,19 +1695,6 @@ func (c *compiler) maybeIsland(falls bool) {
 	c.a.bind(over)
 	c.lastIsland = len(c.a.ins)
 	c.a.cur = cur
-}
-
-// checkpoint emits "goto +0": the instruction after it is one where the
-// verifier compares the state with those it has seen (a jump's target is
-// one of its prune points), so that paths that meet again (after a join,
-// an instruction's own branches, a log length settled) stop soon, even
-// where the code runs on without jumps (log 32). The verifier removes
-// it from the program it runs (opt_remove_nops), and x86-64's JIT drops
-// nop jumps anyway: no cost at run time.
-func (c *compiler) checkpoint() {
-	l := c.a.newLabel()
-	c.a.ja(l)
-	c.a.bind(l)
 }
 
 // jumpTo takes a jump from instruction i to instruction t.
@@ -1871,9 +1857,6 @@ func (c *compiler) insnBody(i int) {
 		n := int(in.A)
 		c.emit(asm.Mov.Reg(r3, rScratch), asm.Add.Reg(r3, rLogN))
 		for j := 0; j < n; j++ {
-			if j > 0 && j%8 == 0 {
-				c.checkpoint()
-			}
 			c.load(r1, n-1-j, r4)
 			c.emit(asm.StoreMem(r3, int16(offLog+j*c.w), r1, c.size()))
 		}
@@ -1893,9 +1876,6 @@ func (c *compiler) insnBody(i int) {
 		c.varsBase(r2, in.Op == rpn.OpLogGV, int(in.B)*8)
 		c.emit(asm.Mov.Reg(r3, rScratch), asm.Add.Reg(r3, rLogN))
 		for j := 0; j < n; j++ {
-			if j > 0 && j%16 == 0 {
-				c.checkpoint()
-			}
 			c.emit(
 				asm.LoadMem(r1, r2, int16(j*8), asm.DWord),
 				asm.StoreMem(r3, int16(offLog+j*c.w), r1, c.size()),

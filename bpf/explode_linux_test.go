@@ -122,7 +122,7 @@ func TestVerifierCost(t *testing.T) {
 		name, src string
 		most      float64 // the most processed per RPN instruction (the group's count of them)
 	}{
-		{"push d, add", "push d,1\nadd", 6},
+		{"push d, add", "push d,1\nadd", 8},
 		{"a diamond on an argument's bit", "push u,rdi\nshr %d\npush d,1\nand\njz l%d\npush d,%d\nlog 1\nl%d: nop", 14},
 		{"push mrf", "push d,$BASE\npush mrf\npop", 20},
 		{"log str", "push d,20\npush d,$BASE\nlog str", 140},
