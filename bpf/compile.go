@@ -258,7 +258,7 @@ type compiler struct {
 	lDone       label // return 0
 	lEnd        label // the program has run (exit 0, abort, after a commit): an entry probe saves its instance; else lDone
 	lSkip       label // count skipped, return 0
-	inCB        bool  // emitting the loop callback
+	inCB        bool  // emitting loop mode's blocks (a region function)
 	used        map[label]bool
 	live        []bool // reachable from the entry: the kernel refuses unreachable code
 	mapRefErr   error
@@ -400,8 +400,8 @@ func newCompiler(p *rpn.Program, pi int, o Options, loop bool, regions []int) (*
 }
 
 // maxBranches bounds the conditional jumps of the code one path of the
-// verifier may walk: the straight program's main function, a chunk of
-// the loop's callback. The verifier keeps the other way of each
+// verifier may walk: the straight program's main function, a region of
+// loop mode. The verifier keeps the other way of each
 // conditional jump a path takes pending until the path ends, and gives
 // up past 8192 of them (BPF_COMPLEXITY_LIMIT_JMP_SEQ: "The sequence of
 // 8193 jumps is too complex"); a path passes each jump once (the code it
