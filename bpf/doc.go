@@ -159,14 +159,15 @@
 // instructions or a million of the estimate, before anything is loaded,
 // naming the RPN instruction (its DPDF line) from which it is past
 // (TooLarge). Measured (TestVerifierCost, TestBranchy, TestManyBranches:
-// "processed N insns", bpf_prog_info's verified_insns), per eBPF
-// instruction: at most 2.85 (log str), 1.9 (log mrf, vfy_r, push mrf),
-// 1.5 (jumps, idiv), 1.0 for straight-line code; per RPN instruction, from
-// 4 (push d, add) to 103 (log str) and 76 (log 32), which are long code.
-// 400 diamonds of conditional logging: 16,907 straight, 39,833 in a loop
-// or a routine. 2000 random branch-heavy programs: at most 2.1 per eBPF
-// instruction, 0.42 of the estimate. The largest programs that load: some
-// 7,000 diamonds (56,000 RPN instructions, loop mode, 633,000 processed).
+// "processed N insns", bpf_prog_info's verified_insns; this host's 6.18
+// and the QEMU lab's 6.1), per eBPF instruction: at most 3.14 (log str on
+// 6.1), 2.26 for the rest, 1.0 for straight-line code; per RPN
+// instruction from 3 (push d, add) to 71 (log 32) and 110 (log str),
+// which are long code. 400 diamonds of conditional logging: 15,140
+// straight, 35,000 in a loop or a routine. 2000 random branch-heavy
+// programs: at most 2.26 per eBPF instruction, 0.61 of the estimate. The
+// largest that load: some 7,000 diamonds (56,000 RPN instructions, loop
+// mode, 620,000 processed, 12 s); BENCHMARKS.md has the figures.
 //
 // When the verifier still gives up on a straight program's size, Load
 // compiles it in loop mode and loads that; a refusal then says both

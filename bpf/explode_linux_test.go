@@ -129,11 +129,11 @@ func TestVerifierCost(t *testing.T) {
 		{"log mrf", "push d,20\npush d,$BASE\nlog mrf", 45},
 		{"log 32", "log 32", 90},
 		{"idiv", "push u,rdi\npush u,rsi\nidiv\npop", 25},
-		{"shifts by a register", "push u,rdi\npush u,rsi\nshl\npush u,rdi\nror\npop", 10},
+		{"shifts by a register", "push u,rdi\npush u,rsi\nshl\npush u,rdi\nror\npop", 12},
 		{"vfy_r", "push d,$BASE\nvfy_r\npop", 18},
 		{"log lv", "log lv,0,16", 50},
 		{"push lv indexed", "push d,3\npush lv\npop", 10},
-		{"push lp, pop lp", "push lp\npop lp", 10},
+		{"push lp, pop lp", "push lp\npop lp", 14},
 	} {
 		for _, loop := range []bool{false, true} {
 			name := h.name
