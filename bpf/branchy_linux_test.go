@@ -135,7 +135,6 @@ func TestBranchy(t *testing.T) {
 			if est := k.compiled.Estimate(); w.processed > est {
 				t.Errorf("seed %d: the verifier processed %d instructions, more than the %d the compiler estimates (%d eBPF, %d RPN instructions, loop mode %v)", seed, w.processed, est, w.insns, w.rpn, k.compiled.Loop)
 			}
-			t.Logf("RATIO %d %.3f %d %d %v %d %.3f", seed, float64(w.processed)/float64(w.insns), w.insns, w.rpn, k.compiled.Loop, k.compiled.Regions, float64(w.processed)/float64(k.compiled.Estimate()))
 			if f := float64(w.processed) / float64(w.rpn); f > worst {
 				worst, most = f, w
 			}

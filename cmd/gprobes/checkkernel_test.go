@@ -20,7 +20,7 @@ func TestCheckTargetKernel(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("name = vmlinux\nmodtype = kernel\n")
 	b.WriteString("tracepoint = syscalls:sys_enter_getppid\npush u,rdi\nlog 1\nexit 1\n") // probe 0, lines 3-6
-	b.WriteString("tracepoint = syscalls:sys_enter_getpid\n")                              // probe 1: 400 diamonds
+	b.WriteString("tracepoint = syscalls:sys_enter_getpid\n")                             // probe 1: 400 diamonds
 	for i := 0; i < 400; i++ {
 		fmt.Fprintf(&b, "push u,rdi\nshr %d\npush d,1\nand\njz l%d\npush d,%d\nlog 1\nl%d: nop\n", i%64, i, i, i)
 	}
