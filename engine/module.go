@@ -6,6 +6,7 @@ import (
 
 	"github.com/gprobes/gprobes/engine/entries"
 	"github.com/gprobes/gprobes/engine/x86"
+	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
@@ -314,23 +315,21 @@ type Loaded struct {
 	Entries func() (*entries.Set, error)
 }
 
-// resolver answers a location's or a relocation's terms (rpn.Sum) from a
-// loaded file: symbols at their link-time addresses plus bias, type
-// layouts from its debugging information.
-type resolver struct {
-	set  *symbols.Set
-	bias uint64
-}
-
-func (r resolver) Symbol(name string) (uint64, error) {
-	s, err := r.set.Lookup(name)
-	if err != nil {
-		return 0, err
+// resolver resolves a loaded file's locations and relocations: its
+// symbols and line table at their link-time addresses, moved by the load
+// bias (probe.Resolver; where the file has no symbols, the values of build
+// time, moved the same way).
+func (ld *Loaded) resolver() pb.Resolver {
+	r := pb.Resolver{Bias: ld.Bias}
+	if set := ld.Symbols; set != nil {
+		r.Env = pb.Symbols{Set: set}
+		r.Lines = func(file string, line int) (uint64, error) {
+			a, _, err := set.LineAddr(file, line)
+			return a, err
+		}
 	}
-	return s.Addr + r.bias, nil
+	return r
 }
-func (r resolver) Sizeof(t string) (uint64, error)      { return r.set.Sizeof(t) }
-func (r resolver) Offsetof(t, f string) (uint64, error) { return r.set.Offsetof(t, f) }
 
 // instance loads src for one space: it checks the build ID and relocates
 // the program for where the module is.
@@ -346,60 +345,15 @@ func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, er
 	if err != nil {
 		return nil, err
 	}
-	m := build
-	var refused map[int]string
-	if len(build.Relocs) > 0 {
-		cp := *build
-		cp.Code = append([]byte{}, build.Code...)
-		for _, r := range build.Relocs {
-			v, err := evalSum(r.Sum, ld.Symbols, ld.Bias)
-			if err != nil {
-				if !r.Resolved {
-					// the probe whose program it is is refused, alone;
-					// its code stays with 0 there and never runs
-					reason := fmt.Sprintf("push d,%s: %v", r.Expr, err)
-					i := build.ProbeAt(r.Off)
-					if i < 0 {
-						return nil, errors.New(reason)
-					}
-					if refused == nil {
-						refused = map[int]string{}
-					}
-					if _, ok := refused[i]; !ok {
-						refused[i] = reason
-					}
-					continue
-				}
-				// resolved at build time against the same file: its
-				// symbols move with the bias, its type layouts do not
-				v = r.Value + r.Sum.BiasFactor()*ld.Bias
-			}
-			putU64(cp.Code[r.Off:], v)
-		}
-		m = &cp
-	}
-	prog, err := rpn.Load(m)
+	// a probe whose push d, names what the file lacks is refused,
+	// alone (refused)
+	prog, refused, err := ld.resolver().Relocate(build)
 	if err != nil {
 		return nil, err
 	}
 	inst := &instance{prog: prog, key: ld.Key, ident: ld.Ident, bias: ld.Bias, ld: ld, build: build, refused: refused}
 	sp.inst[src] = inst
 	return inst, nil
-}
-
-func putU64(b []byte, v uint64) {
-	for i := 0; i < 8; i++ {
-		b[i] = byte(v >> (8 * i))
-	}
-}
-
-// evalSum computes a location's or a relocation's value from the loaded
-// file's symbols, adding bias to every symbol address.
-func evalSum(s rpn.Sum, set *symbols.Set, bias uint64) (uint64, error) {
-	if set == nil {
-		return 0, fmt.Errorf("no symbols")
-	}
-	return s.Eval(resolver{set, bias})
 }
 
 // placeProbe resolves, checks and inserts one probe in one space.
@@ -414,7 +368,7 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *eprobe) {
 		}
 	}
 	set := inst.ld.Symbols
-	link, err := e.linkAddr(d, set)
+	link, err := e.linkAddr(d, inst)
 	if err != nil {
 		refuse(StateRefused, "%v", err)
 		return
@@ -515,32 +469,11 @@ func howName(c x86.Class) string {
 	return ""
 }
 
-// linkAddr computes a probe's link-time address.
-func (e *Engine) linkAddr(d *rpn.Probe, set *symbols.Set) (uint64, error) {
-	switch d.Loc.Kind {
-	case rpn.LocAbsolute:
-		return d.Loc.Addr, nil
-	case rpn.LocLine:
-		if set != nil {
-			if a, _, err := set.LineAddr(d.Loc.File, int(d.Loc.Line)); err == nil {
-				return a, nil
-			} else if !d.Loc.Resolved {
-				return 0, fmt.Errorf("%s: %v", d.Loc.Text, err)
-			}
-		}
-	default:
-		if set != nil {
-			if a, err := evalSum(d.Loc.Sum, set, 0); err == nil {
-				return a, nil
-			} else if !d.Loc.Resolved {
-				return 0, fmt.Errorf("offset = %s: %v", d.Loc.Text, err)
-			}
-		}
-	}
-	if d.Loc.Resolved {
-		return d.Loc.Addr, nil
-	}
-	return 0, fmt.Errorf("offset = %s: no symbols for the module", d.Loc.Text)
+// linkAddr is a probe's link-time address in the file inst is loaded
+// from (probe.Resolver.Location, less the bias).
+func (e *Engine) linkAddr(d *rpn.Probe, inst *instance) (uint64, error) {
+	a, err := inst.ld.resolver().Location(d)
+	return a - inst.ld.Bias, err
 }
 
 // readOriginal reads code with the original bytes in place of the

@@ -189,10 +189,9 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *eprobe) {
 			p.state, p.reason = StateRefused, fmt.Sprintf(format, args...)
 		}
 	}
-	set := inst.ld.Symbols
-	link, err := e.linkAddr(d, set)
+	link, err := e.linkAddr(d, inst)
 	if err != nil {
-		refuse("%v", strings.Replace(err.Error(), "offset = ", "retprobe = ", 1))
+		refuse("%v", err)
 		return
 	}
 	addr := link + inst.bias

@@ -208,9 +208,9 @@ func (e *Engine) placeWatch(sp *space, inst *instance, p *eprobe) {
 			e.watchRemoved(p)
 		}
 	}
-	link, err := e.linkAddr(d, inst.ld.Symbols)
+	link, err := e.linkAddr(d, inst)
 	if err != nil {
-		refuse("%s", strings.Replace(err.Error(), "offset = ", "watch = ", 1))
+		refuse("%v", err)
 		return
 	}
 	addr := link + inst.bias

@@ -17,6 +17,7 @@ import (
 	"github.com/gprobes/gprobes/gdbtarget"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	"github.com/gprobes/gprobes/linuxkernel"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
@@ -82,20 +83,13 @@ func compile(t *testing.T, src string, syms ...string) *rpn.Module {
 			}
 			set.Add(tab)
 		}
-		opts.Symbols = resolver{set}
+		opts.Symbols = probe.Symbols{Set: set}
 	}
 	m, err := rpn.Compile(f, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
-}
-
-type resolver struct{ *symbols.Set }
-
-func (r resolver) Symbol(name string) (uint64, error) {
-	s, err := r.Lookup(name)
-	return s.Addr, err
 }
 
 type guest struct {

@@ -395,39 +395,33 @@ func (e symEnv) modTypes() *symbols.Set {
 	return symbols.NewSet(tab)
 }
 
-// relocate patches a source's relocations for the running kernel and
-// loads it. refused are the probes (by index) whose push d, names what the
-// kernel lacks, with the reason: they alone are refused, their code left
-// with 0 there (it never runs).
-func (t *Target) relocate(s *source) (prog *rpn.Program, refused map[int]string, err error) {
-	m := s.src
-	if len(m.Relocs) > 0 {
-		cp := *m
-		cp.Code = append([]byte{}, m.Code...)
-		for _, r := range m.Relocs {
-			v, err := r.Sum.Eval(symEnv{k: t.syms, kmod: s.mod.kmod})
-			if err != nil {
-				reason := fmt.Sprintf("push d,%s: %v", r.Expr, err)
-				i := m.ProbeAt(r.Off)
-				if i < 0 {
-					return nil, nil, errors.New(reason)
-				}
-				if refused == nil {
-					refused = map[int]string{}
-				}
-				if _, ok := refused[i]; !ok {
-					refused[i] = reason
-				}
-				continue
+// resolver resolves locations and relocations in the running kernel
+// (probe.Resolver): symbols as kallsyms shows them (the addresses it runs
+// at, so no bias), the module's own first, then --symbols slid by KASLR's
+// offset; source lines from the --symbols' DWARF; values of build time
+// (a PPDF built against this kernel's vmlinux or System.map) slid the same
+// way. env is the symbols' environment (a watch's answers "task").
+func (t *Target) resolver(env symEnv) probe.Resolver {
+	return probe.Resolver{
+		Env: env,
+		Lines: func(file string, line int) (uint64, error) {
+			if t.syms.user == nil {
+				return 0, errors.New("a source line needs a vmlinux with DWARF (--symbols)")
 			}
-			for i := 0; i < 8; i++ {
-				cp.Code[int(r.Off)+i] = byte(v >> (8 * i))
-			}
-		}
-		m = &cp
+			a, _, err := t.syms.user.LineAddr(file, line)
+			return a, err
+		},
+		Slide: t.syms.linkSlide,
 	}
-	prog, err = rpn.Load(m)
-	return prog, refused, err
+}
+
+// linkSlide is how far the running kernel is from its link-time
+// addresses (KASLR's offset): kallsyms' _stext minus the --symbols'.
+func (k *ksyms) linkSlide() (uint64, error) {
+	if k.user == nil {
+		return 0, errors.New("the KASLR slide is known only with --symbols (this kernel's System.map or vmlinux; gprobes slides by _stext)")
+	}
+	return k.slide()
 }
 
 // removeStale removes what a gprobes killed with SIGKILL can leave in the
@@ -449,29 +443,7 @@ func (t *Target) removeStale() {
 
 // address resolves an offset or retprobe location to a kernel address.
 func (t *Target) address(d *rpn.Probe, kmod string) (uint64, error) {
-	switch d.Loc.Kind {
-	case rpn.LocAbsolute:
-		return d.Loc.Addr, nil
-	case rpn.LocLine:
-		if t.syms.user == nil {
-			return 0, fmt.Errorf("%s: a source line needs a vmlinux with DWARF (--symbols)", d.Loc.Text)
-		}
-		a, _, err := t.syms.user.LineAddr(d.Loc.File, int(d.Loc.Line))
-		if err != nil {
-			return 0, fmt.Errorf("%s: %v", d.Loc.Text, err)
-		}
-		// the vmlinux's link-time address, slid to where it runs
-		slide, err := t.syms.slide()
-		if err != nil {
-			return 0, fmt.Errorf("%s: %v", d.Loc.Text, err)
-		}
-		return a + slide, nil
-	}
-	a, err := d.Loc.Sum.Eval(symEnv{k: t.syms, kmod: kmod})
-	if err != nil {
-		return 0, fmt.Errorf("%s = %s: %v", d.Kind, d.Loc.Text, err)
-	}
-	return a, nil
+	return t.resolver(symEnv{k: t.syms, kmod: kmod}).Location(d)
 }
 
 // function finds the kernel function an address is in: its name and the

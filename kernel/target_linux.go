@@ -344,7 +344,9 @@ func (t *Target) place(s *source) {
 		refuse(err.Error())
 		return
 	}
-	prog, refused, err := t.relocate(s)
+	// a probe whose push d, names what the kernel lacks is refused,
+	// alone (refused)
+	prog, refused, err := t.resolver(symEnv{k: t.syms, kmod: s.mod.kmod}).Relocate(s.src)
 	if err != nil {
 		refuse(err.Error())
 		return

@@ -55,9 +55,6 @@ func (t *Target) attachWatch(p *bprobe, o bpf.Options) error {
 // makes a watch on that process's field, which kallsyms' symbols cannot
 // give.
 func (t *Target) watchAddress(d *rpn.Probe, kmod string) (uint64, error) {
-	if d.Loc.Kind == rpn.LocAbsolute || d.Loc.Kind == rpn.LocLine {
-		return t.address(d, kmod)
-	}
 	env := symEnv{k: t.syms, kmod: kmod, task: func() (uint64, error) {
 		if t.opts.PID == 0 {
 			return 0, errors.New("task is the task_struct of the process the probes follow (run --target kernel -- CMD), and these follow every process")
@@ -68,11 +65,7 @@ func (t *Target) watchAddress(d *rpn.Probe, kmod string) (uint64, error) {
 		}
 		return a, nil
 	}}
-	a, err := d.Loc.Sum.Eval(env)
-	if err != nil {
-		return 0, fmt.Errorf("%s = %s: %v", d.Kind, d.Loc.Text, err)
-	}
-	return a, nil
+	return t.resolver(env).Location(d)
 }
 
 // kernelSpace is where x86-64's kernel half of the address space starts.

@@ -17,6 +17,7 @@ import (
 	"github.com/gprobes/gprobes/internal/outfile"
 	"github.com/gprobes/gprobes/packsign"
 	"github.com/gprobes/gprobes/ppdf"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
@@ -32,19 +33,17 @@ func sourceFlags() []cli.Flag {
 	}
 }
 
-// resolver adapts a symbols.Set to the compiler's questions.
-type resolver struct{ *symbols.Set }
+// resolver answers the compiler's questions from the --symbols
+// (probe.Symbols at link-time addresses), leaving to insert a kernel
+// module's symbols, which are placed when it loads.
+type resolver struct{ probe.Symbols }
 
 func (r resolver) Symbol(name string) (uint64, error) {
-	s, err := r.Lookup(name)
+	a, err := r.Symbols.Symbol(name)
 	if errors.Is(err, symbols.ErrNotLinked) {
-		// a kernel module's .ko: the symbol is placed when it loads
 		return 0, fmt.Errorf("%w: %v", rpn.ErrAtInsertion, err)
 	}
-	if err != nil {
-		return 0, err
-	}
-	return s.Addr, nil
+	return a, err
 }
 
 var _ rpn.Resolver = resolver{}
@@ -238,7 +237,7 @@ func compileSource(c *cli.Context, in *input, set *symbols.Set) (*loaded, error)
 	// a file with syntax errors still compiles, to report every error at once
 	var copts rpn.CompileOptions
 	if set != nil {
-		copts.Symbols = resolver{set}
+		copts.Symbols = resolver{probe.Symbols{Set: set}}
 	}
 	prog, err := rpn.CompileReader(r, copts)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,26 +11,10 @@ import (
 
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/ppdf"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
-
-// biased answers as the engine's resolver does: symbols at their
-// link-time address plus a load bias, type layouts from DWARF.
-type biased struct {
-	set  *symbols.Set
-	bias uint64
-}
-
-func (r biased) Symbol(name string) (uint64, error) {
-	s, err := r.set.Lookup(name)
-	if err != nil {
-		return 0, err
-	}
-	return s.Addr + r.bias, nil
-}
-func (r biased) Sizeof(t string) (uint64, error)      { return r.set.Sizeof(t) }
-func (r biased) Offsetof(t, f string) (uint64, error) { return r.set.Offsetof(t, f) }
 
 // TestSumsResolveAsTheTextDid: against a real ELF built with -g, every
 // kind of relocation (a symbol, sizeof, offsetof, their sums, differences
@@ -79,11 +64,11 @@ int main(void) {
 		fmt.Fprintf(&b, "push d,%s\n", e)
 	}
 	fmt.Fprintf(&b, "log %d\nexit\noffset = handle+4\nexit\noffset = main - handle + handle\nexit\noffset = prog.c:6\nexit\noffset = 0x1000\nexit\n", len(exprs))
-	probe := filepath.Join(dir, "p.dpdf")
-	os.WriteFile(probe, []byte(b.String()), 0o644)
+	dpdfPath := filepath.Join(dir, "p.dpdf")
+	os.WriteFile(dpdfPath, []byte(b.String()), 0o644)
 	withSyms, without := filepath.Join(dir, "with.ppdf"), filepath.Join(dir, "without.ppdf")
-	mustRun(t, "build", probe, "--symbols", bin, "-o", withSyms)
-	mustRun(t, "build", probe, "-o", without)
+	mustRun(t, "build", dpdfPath, "--symbols", bin, "-o", withSyms)
+	mustRun(t, "build", dpdfPath, "-o", without)
 
 	tab, err := symbols.Open(bin)
 	if err != nil {
@@ -100,7 +85,7 @@ int main(void) {
 		}
 		resolved := path == withSyms
 		for _, bias := range []uint64{0, 0x5555_5555_4000} {
-			env := biased{set, bias}
+			env := probe.Symbols{Set: set, Bias: bias}
 			for i, r := range m.Relocs {
 				if r.Expr != exprs[i] || r.Resolved != resolved {
 					t.Fatalf("%s: reloc %d is %q resolved %v", path, i, r.Expr, r.Resolved)
@@ -115,7 +100,7 @@ int main(void) {
 				}
 			}
 		}
-		env := biased{set, 0}
+		env := probe.Symbols{Set: set}
 		kinds := []rpn.LocKind{rpn.LocExpr, rpn.LocExpr, rpn.LocExpr, rpn.LocLine, rpn.LocAbsolute}
 		for i, p := range m.Probes {
 			l := p.Loc
@@ -142,6 +127,55 @@ int main(void) {
 			}
 			if err != nil || got != want || resolved && l.Addr != want {
 				t.Errorf("%s: offset = %s: %#x (%v), the text gives %#x, built as %#x", path, l.Text, got, err, want, l.Addr)
+			}
+		}
+
+		// what a process target does with it (probe.Resolver): from the
+		// file's symbols, and for the PPDF built --symbols from its
+		// values of build time where the file is stripped; each probe's
+		// address and each push d, moved by the load bias as the text
+		// would be
+		for _, bias := range []uint64{0, 0x5555_5555_4000} {
+			env := probe.Symbols{Set: set, Bias: bias}
+			lines := func(file string, line int) (uint64, error) {
+				a, _, err := set.LineAddr(file, line)
+				return a, err
+			}
+			rs := map[string]probe.Resolver{"the file's symbols": {Env: probe.Symbols{Set: set}, Bias: bias, Lines: lines}}
+			if resolved {
+				rs["a stripped file"] = probe.Resolver{Bias: bias}
+			}
+			for what, r := range rs {
+				prog, refused, err := r.Relocate(m)
+				if err != nil || refused != nil {
+					t.Fatalf("%s, %s, bias %#x: relocate: %v %v", path, what, bias, err, refused)
+				}
+				for i, rl := range m.Relocs {
+					want := evalText(t, rl.Expr, env)
+					if got := binary.LittleEndian.Uint64(prog.Module().Code[rl.Off:]); got != want {
+						t.Errorf("%s, %s, bias %#x: push d,%s holds %#x, the text gives %#x", path, what, bias, exprs[i], got, want)
+					}
+				}
+				for i := range m.Probes {
+					d := &m.Probes[i]
+					want := uint64(0x1000)
+					switch d.Loc.Kind {
+					case rpn.LocExpr:
+						want = evalText(t, d.Loc.Text, probe.Symbols{Set: set})
+					case rpn.LocLine:
+						want, _ = lines(d.Loc.File, int(d.Loc.Line))
+					}
+					if got, err := r.Location(d); err != nil || got != want+bias {
+						t.Errorf("%s, %s, bias %#x: offset = %s at %#x (%v), want %#x", path, what, bias, d.Loc.Text, got, err, want+bias)
+					}
+				}
+			}
+		}
+		if !resolved {
+			// stripped, and nothing from build time: the probe is refused
+			_, refused, err := probe.Resolver{}.Relocate(m)
+			if err != nil || len(refused) != 1 || refused[0] != "push d,current: no symbols" {
+				t.Errorf("%s stripped: %v %v", path, err, refused)
 			}
 		}
 	}
