@@ -314,3 +314,40 @@ func TestRunInterruptedSaysRemoved(t *testing.T) {
 	}
 	roundLine(t, lines) // it runs on
 }
+
+// query's table has HOW's short form, "int3 ret", and -v and --json say
+// why: "int3 ret: 1 return, no entry stop: return probes stay on the int3
+// route". Before, the table's HOW carried the whole sentence, and the
+// table was about 230 columns wide.
+func TestQueryHowShort(t *testing.T) {
+	hits := buildHits(t)
+	sock, _ := startDaemon(t)
+	target, lines := startLooping(t, hits)
+	pid := fmt.Sprintf("pid:%d", target.Process.Pid)
+	mustRun(t, "insert", "--socket", sock, "--target", pid, "-e",
+		fmt.Sprintf("name = %s; modtype = user; vars = 1; retprobe = probed; minor = 1; inc lv,0; exit 0", hits))
+	roundLine(t, lines)
+	out := mustRun(t, "query", "--socket", sock)
+	row := tableRow(t, out, 1)
+	if how := strings.Join(row[7:9], " "); how != "int3 ret" { // LOCATION is two words
+
+		t.Errorf("HOW %q, want int3 ret:\n%s", how, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if l = strings.TrimRight(l, " "); len(l) > 130+len(hits) { // the module's name is the fixture's path
+			t.Errorf("a line of %d columns: %q", len(l), l)
+		}
+	}
+	if !strings.Contains(out, "(-v says why 1 probe runs as HOW says)") {
+		t.Errorf("no hint of -v:\n%s", out)
+	}
+	v := mustRun(t, "query", "--socket", sock, "-v")
+	var q struct{ Probes []struct{ How string } }
+	if err := json.Unmarshal([]byte(mustRun(t, "query", "--socket", sock, "--json")), &q); err != nil || len(q.Probes) != 1 {
+		t.Fatalf("query --json: %v %+v", err, q)
+	}
+	why := q.Probes[0].How
+	if !strings.HasPrefix(why, "int3 ret: 1 return, no entry stop") || !strings.Contains(v, "  how      "+why+"\n") || !strings.Contains(v, pid+" "+hits+" minor 1 retprobe probed\n") {
+		t.Errorf("query -v:\n%s\nwant how %q", v, why)
+	}
+}

@@ -205,6 +205,7 @@ func insertCommand() *cli.Command {
 			&cli.BoolFlag{Name: "merge", Usage: "add the probes to the module of that name already in"},
 			&cli.BoolFlag{Name: "replace", Usage: "replace the module of that name already in"},
 			&cli.BoolFlag{Name: "json", Usage: "print the probes as JSON"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "print each probe as a block, every field whole: HOW with why the probe runs that way"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.Bool("merge") && c.Bool("replace") {
@@ -264,7 +265,11 @@ func insertCommand() *cli.Command {
 			if c.Bool("json") {
 				return json.NewEncoder(c.App.Writer).Encode(resp)
 			}
-			printProbes(c.App.Writer, resp.Probes)
+			if c.Bool("verbose") {
+				printProbeDetails(c.App.Writer, resp.Probes)
+			} else {
+				printProbes(c.App.Writer, resp.Probes)
+			}
 			bad := 0
 			for _, p := range resp.Probes {
 				if p.State == probe.StateRefused || p.State == probe.StateMismatch {
@@ -279,20 +284,23 @@ func insertCommand() *cli.Command {
 	}
 }
 
+// printProbes prints the probes as a table, one line each: HOW is its
+// short form (howShort), the why in the detail view (printProbeDetails).
 func printProbes(w io.Writer, probes []daemon.TargetProbe) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TARGET\tMODULE\tMINOR\tLOCATION\tADDRESS\tSTATE\tHOW\tHITS\tSKIPPED\tFAULTS\tMISSED\tDROPPED\tLOST\tREASON")
+	whys := 0
 	for _, p := range probes {
 		addr := "-"
 		if p.Address != 0 {
 			addr = fmt.Sprintf("%#x", p.Address)
 		}
-		loc := p.Location
-		if p.Kind != "" {
-			loc = p.Kind + " " + loc // retprobe write
+		short, why := howShort(p.How)
+		if why != "" {
+			whys++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Target, p.Module, p.Minor, loc, addr,
-			p.State, dash(p.How), p.Hits, p.Skipped, p.Faults, p.Missed, p.Dropped, p.Lost, p.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Target, p.Module, p.Minor, probeLocation(p.Info), addr,
+			p.State, dash(short), p.Hits, p.Skipped, p.Faults, p.Missed, p.Dropped, p.Lost, p.Reason)
 	}
 	tw.Flush()
 	// what the probes write in their targets, said plainly (SPEC §8)
@@ -301,6 +309,59 @@ func printProbes(w io.Writer, probes []daemon.TargetProbe) {
 			fmt.Fprintf(w, "writes: %s %s minor %d %s: %s\n", p.Target, p.Module, p.Minor, p.Location, p.Writes)
 		}
 	}
+	if whys > 0 {
+		fmt.Fprintf(w, "(-v says why %s as HOW says)\n", count(uint64(whys), "probe runs", "probes run"))
+	}
+}
+
+// printProbeDetails prints each probe as a block of its own, every field
+// whole: query -v and run -v.
+func printProbeDetails(w io.Writer, probes []daemon.TargetProbe) {
+	for i, p := range probes {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s %s minor %d %s\n", p.Target, p.Module, p.Minor, probeLocation(p.Info))
+		if p.Address != 0 {
+			fmt.Fprintf(w, "  address  %#x\n", p.Address)
+		}
+		state := string(p.State)
+		if p.Reason != "" {
+			state += ": " + p.Reason
+		}
+		fmt.Fprintf(w, "  state    %s\n", state)
+		if p.How != "" {
+			fmt.Fprintf(w, "  how      %s\n", p.How)
+		}
+		fmt.Fprintf(w, "  counts   hits %d, skipped %d, faults %d, missed %d, dropped %d, lost %d", p.Hits, p.Skipped, p.Faults, p.Missed, p.Dropped, p.Lost)
+		if p.SyslogLost > 0 {
+			fmt.Fprintf(w, ", syslog lost %d", p.SyslogLost)
+		}
+		fmt.Fprintln(w)
+		if p.Writes != "" {
+			fmt.Fprintf(w, "  writes   %s\n", p.Writes)
+		}
+	}
+}
+
+// probeLocation is a probe's location with its kind in front, when it is
+// not an offset probe: "retprobe write".
+func probeLocation(p probe.Info) string {
+	if p.Kind != "" {
+		return p.Kind + " " + p.Location
+	}
+	return p.Location
+}
+
+// howShort splits a probe's HOW into what the table shows, the route and
+// the way its instruction runs ("jump", "int3 emulate", "int3 ret",
+// "watch DR0", "kprobe"), and the why, which the engine writes after the
+// first ": " (why not a jump pad; a return probe's stops).
+func howShort(how string) (short, why string) {
+	if i := strings.Index(how, ": "); i >= 0 {
+		return how[:i], how[i+2:]
+	}
+	return how, ""
 }
 
 // stateCounts is "2 active, 1 refused": how many probes are in each
@@ -421,6 +482,7 @@ func queryCommand() *cli.Command {
 		Flags: []cli.Flag{socketFlag(),
 			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "every module (the default without NAME)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "print each probe as a block, every field whole: HOW with why the probe runs that way"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
@@ -439,7 +501,11 @@ func queryCommand() *cli.Command {
 			if c.Bool("json") {
 				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"probes": probes, "lost": st.Lost, "syslog_lost": st.SyslogLost})
 			}
-			printProbes(c.App.Writer, probes)
+			if c.Bool("verbose") {
+				printProbeDetails(c.App.Writer, probes)
+			} else {
+				printProbes(c.App.Writer, probes)
+			}
 			printLosses(c.App.ErrWriter, "query", st.Lost, st.SyslogLost)
 			return nil
 		},
@@ -520,6 +586,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary (with -o, the records still go to the file)"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "end with each probe as a block, every field whole (HOW with why the probe runs that way), instead of the table"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the records to `FILE` as JSON lines (on the int3 route each written before the probed thread resumes; a jump pad's as gprobes drains its ring) instead of printing them; a record the file cannot take is counted, the summary says how many, and gprobes exits with status 74"},
 			&cli.StringFlag{Name: "dumps", Value: ".", Usage: "`DIR` for the core dumps of exit 3"},
 			formatFlag(),
@@ -741,7 +808,11 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 			fmt.Fprintf(c.App.ErrWriter, "gprobes: probe %s (minor %d): %d records lost %s\n", p.Location, p.Minor, p.Lost, where)
 		}
 	}
-	printProbes(out, tps)
+	if c.Bool("verbose") {
+		printProbeDetails(out, tps)
+	} else {
+		printProbes(out, tps)
+	}
 	if err != nil && !errors.Is(err, os.ErrProcessDone) {
 		fmt.Fprintln(c.App.ErrWriter, "gprobes:", err)
 	}
