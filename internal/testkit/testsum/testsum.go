@@ -32,6 +32,7 @@ import (
 	"path"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -92,6 +93,9 @@ type Options struct {
 	Short bool     // the run had -short: "-short: ..." skips are expected
 	Allow []*Allow // the allowlist
 	Label string   // names the run in the closing line ("tests", "race")
+	// Slowest is how many of the slowest top-level tests the report
+	// names before its closing line (0: none).
+	Slowest int
 }
 
 // Counts are a package's or the run's.
@@ -113,6 +117,13 @@ type Result struct {
 	Skips      []Skip
 	Unlisted   []Skip   // skips that fail the run under CI=true
 	FailedPkgs []string // packages that failed (a test, the build, the binary)
+	Slowest    []Timed  // the slowest top-level tests, slowest first (at most Slowest of Options)
+}
+
+// Timed is a top-level test's wall time, as go test measured it.
+type Timed struct {
+	Package, Test string
+	Elapsed       float64 // seconds
 }
 
 // OK reports whether the run passed under its options.
@@ -229,9 +240,11 @@ func handle(w io.Writer, o Options, res *Result, pkgs map[string]*pkgState, buil
 	case "pass":
 		t.done = true
 		s.counts.Passed++
+		timed(o, res, ev)
 	case "fail":
 		t.done = true
 		s.counts.Failed++
+		timed(o, res, ev)
 	case "skip":
 		t.done = true
 		s.counts.Skipped++
@@ -251,6 +264,19 @@ func handle(w io.Writer, o Options, res *Result, pkgs map[string]*pkgState, buil
 		if sk.Allowed == nil && !sk.Short {
 			res.Unlisted = append(res.Unlisted, sk)
 		}
+	}
+}
+
+// timed keeps the slowest top-level tests (a subtest's time is its
+// parent's already).
+func timed(o Options, res *Result, ev Event) {
+	if o.Slowest <= 0 || strings.Contains(ev.Test, "/") {
+		return
+	}
+	res.Slowest = append(res.Slowest, Timed{Package: ev.Package, Test: ev.Test, Elapsed: ev.Elapsed})
+	sort.SliceStable(res.Slowest, func(i, j int) bool { return res.Slowest[i].Elapsed > res.Slowest[j].Elapsed })
+	if len(res.Slowest) > o.Slowest {
+		res.Slowest = res.Slowest[:o.Slowest]
 	}
 }
 
@@ -364,6 +390,12 @@ func summary(w io.Writer, o Options, res *Result) {
 	if len(res.FailedPkgs) > 0 {
 		fmt.Fprintf(w, "\nfailed packages: %s\n", strings.Join(res.FailedPkgs, " "))
 	}
+	if len(res.Slowest) > 0 {
+		fmt.Fprintf(w, "\nthe %d slowest tests:\n", len(res.Slowest))
+		for _, t := range res.Slowest {
+			fmt.Fprintf(w, "    %7.1fs  %s %s\n", t.Elapsed, t.Package, t.Test)
+		}
+	}
 	label := o.Label
 	if label == "" {
 		label = "tests"
@@ -371,7 +403,7 @@ func summary(w io.Writer, o Options, res *Result) {
 	fmt.Fprintf(w, "\n%s: %d passed, %d failed, %d skipped\n", label, res.Total.Passed, res.Total.Failed, res.Total.Skipped)
 }
 
-// Main is the command: testsum [-ci] [-short] [-allow FILE] [-label L]
+// Main is the command: testsum [-ci] [-short] [-allow FILE] [-label L] [-slowest N]
 // reads go test -json from stdin; exit status 1 when the run failed.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	o := Options{CI: os.Getenv("CI") == "true"}
@@ -382,19 +414,27 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			o.CI = true
 		case "-short":
 			o.Short = true
-		case "-allow", "-label":
+		case "-allow", "-label", "-slowest":
 			if i+1 == len(args) {
 				fmt.Fprintf(stderr, "testsum: %s needs a value\n", a)
 				return 2
 			}
 			i++
-			if a == "-allow" {
+			switch a {
+			case "-allow":
 				allowFile = args[i]
-			} else {
+			case "-slowest":
+				n, err := strconv.Atoi(args[i])
+				if err != nil || n < 0 {
+					fmt.Fprintf(stderr, "testsum: -slowest wants a count, got %q\n", args[i])
+					return 2
+				}
+				o.Slowest = n
+			default:
 				o.Label = args[i]
 			}
 		default:
-			fmt.Fprintf(stderr, "testsum: unknown argument %q\nusage: go test -json ... | testsum [-ci] [-short] [-allow FILE] [-label NAME]\n", a)
+			fmt.Fprintf(stderr, "testsum: unknown argument %q\nusage: go test -json ... | testsum [-ci] [-short] [-allow FILE] [-label NAME] [-slowest N]\n", a)
 			return 2
 		}
 	}

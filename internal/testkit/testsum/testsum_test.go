@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -231,5 +232,36 @@ func TestMainExitStatus(t *testing.T) {
 	}
 	if code := Main([]string{"-bogus"}, nil, &out, &errb); code != 2 {
 		t.Errorf("bad argument: exit %d", code)
+	}
+}
+
+// TestSlowest: the report names the slowest top-level tests, slowest
+// first, from go test's own Elapsed, subtests left out, before the
+// closing line (which scripts/test prints last).
+func TestSlowest(t *testing.T) {
+	ev := func(pkg, test, action string, el float64) string {
+		return `{"Action":"` + action + `","Package":"` + pkg + `","Test":"` + test + `","Elapsed":` + strconv.FormatFloat(el, 'f', -1, 64) + "}\n"
+	}
+	in := ev("p/a", "TestFast", "pass", 0.5) + ev("p/a", "TestSlow", "fail", 30) +
+		ev("p/a", "TestSlow/sub", "pass", 29) + ev("p/b", "TestMid", "pass", 7.25) +
+		ev("p/b", "TestSkipped", "skip", 90) +
+		`{"Action":"fail","Package":"p/a","Elapsed":31}` + "\n" + `{"Action":"pass","Package":"p/b","Elapsed":8}` + "\n"
+	var out bytes.Buffer
+	res, err := Run(strings.NewReader(in), &out, Options{Slowest: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Timed{{"p/a", "TestSlow", 30}, {"p/b", "TestMid", 7.25}}
+	if len(res.Slowest) != 2 || res.Slowest[0] != want[0] || res.Slowest[1] != want[1] {
+		t.Errorf("slowest %+v, want %+v", res.Slowest, want)
+	}
+	s := out.String()
+	i := strings.Index(s, "the 2 slowest tests:\n       30.0s  p/a TestSlow\n        7.2s  p/b TestMid\n")
+	if i < 0 || !strings.HasSuffix(strings.TrimSpace(s), "tests: 3 passed, 1 failed, 1 skipped") {
+		t.Errorf("report:\n%s", s)
+	}
+	out.Reset()
+	if res, _ := Run(strings.NewReader(in), &out, Options{}); len(res.Slowest) != 0 || strings.Contains(out.String(), "slowest") {
+		t.Errorf("without Slowest the report names none:\n%s", out.String())
 	}
 }
