@@ -192,8 +192,8 @@ func (e *Engine) freeRegionSlots(rg *region) {
 			}
 		}
 	}
-	for _, m := range e.modules {
-		usedMod[m] = true // still in: its variables stay where they are
+	for _, m := range e.book.Modules() {
+		usedMod[m.Impl.(*Module)] = true // still in: its variables stay where they are
 	}
 	e.drainAll()
 	e.js.mu.Lock()

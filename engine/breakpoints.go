@@ -171,7 +171,7 @@ func (e *Engine) lower(sp *space, bp *breakpoint) {
 		for _, p := range bp.probes {
 			delete(p.in, sp.id)
 			if len(p.in) == 0 {
-				p.state, p.reason = StateRefused, reason
+				p.State, p.Reason = StateRefused, reason
 			}
 		}
 		e.warn(reason)

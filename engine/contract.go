@@ -38,7 +38,6 @@ const (
 	InsertReplace = pb.InsertReplace
 
 	ReasonEnded = pb.ReasonEnded
-	reasonEnded = pb.ReasonEnded
 )
 
 var (
@@ -62,13 +61,7 @@ func ProbeKindName(d *rpn.Probe) string { return pb.KindName(d) }
 // ReasonSwitchedOff is probe.ReasonSwitchedOff.
 func ReasonSwitchedOff(minor uint16) string { return pb.ReasonSwitchedOff(minor) }
 
-func reasonSwitchedOff(minor uint16) string { return pb.ReasonSwitchedOff(minor) }
-
 // SwitchMinors is probe.SwitchMinors.
 func SwitchMinors(name string, have, minors []uint16, set func(uint16)) (int, error) {
-	return pb.SwitchMinors(name, have, minors, set)
-}
-
-func switchMinors(name string, have, minors []uint16, set func(uint16)) (int, error) {
 	return pb.SwitchMinors(name, have, minors, set)
 }

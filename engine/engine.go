@@ -10,6 +10,7 @@ import (
 
 	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/internal/shm"
+	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -53,7 +54,7 @@ type Engine struct {
 	gone    string
 	spaces  map[int]*space
 	threads map[int]*thread
-	modules []*Module // insertion order
+	book    *pb.Book // the modules and their logical probes (module.go)
 	gv      []uint64
 	gvLock  sync.Locker
 	gvShm   *shm.Mem
@@ -100,6 +101,7 @@ func (nopLock) Unlock() {}
 func Start(open func() (Target, error), opts Options) (*Engine, error) {
 	e := &Engine{opts: opts, cmds: make(chan func(), 16), done: make(chan struct{}), goneCh: make(chan struct{}), ended: make(chan struct{}), detachedTid: map[int]bool{},
 		spaces: map[int]*space{}, threads: map[int]*thread{}, gv: opts.GV, gvLock: opts.GVLock}
+	e.book = pb.NewBook(mech{e})
 	e.js = &jumpShared{regions: map[*region]bool{}, threads: map[int][2]int{}, exited: map[int]exitedThread{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if e.gv == nil {
 		if m, err := shm.Create("gprobes-gv", rpn.MaxGVars*8); err == nil {
@@ -275,11 +277,9 @@ func (e *Engine) targetGone(reason string) {
 	}
 	e.gone = reason
 	close(e.goneCh)
-	for _, m := range e.modules {
-		for _, p := range m.probes {
-			if p.state == StateActive || p.state == StatePending {
-				p.state, p.reason = StateGone, reason
-			}
+	for _, p := range e.book.Probes() {
+		if p.State == StateActive || p.State == StatePending {
+			p.State, p.Reason = StateGone, reason
 		}
 	}
 	if e.opts.OnGone != nil {
@@ -420,58 +420,28 @@ func (e *Engine) thread(tid, sp int) *thread {
 // Query lists every probe of every module, in insertion order.
 func (e *Engine) Query() []ProbeInfo {
 	var out []ProbeInfo
-	e.do(func() {
-		for _, m := range e.modules {
-			for _, p := range m.probes {
-				info := p.info()
-				e.jumpCounters(p, &info)
-				out = append(out, info)
-			}
-		}
-	})
+	if err := e.do(func() { out = e.book.Query() }); err != nil {
+		return nil // stopped: no probe
+	}
 	return out
 }
 
 // Vars returns a copy of a module's local variables and of the global ones
 // it uses, resetting them to zero when reset is set.
 func (e *Engine) Vars(name string, reset bool) (lv, gv []uint64, err error) {
-	err = errors.New("no module " + name)
-	e.do(func() {
-		m := e.module(name)
-		if m == nil {
-			return
-		}
-		err = nil
-		e.gvLock.Lock()
-		defer e.gvLock.Unlock()
-		lv = append([]uint64{}, m.lv...)
-		gv = append([]uint64{}, e.gv[:m.gvars]...)
-		if reset {
-			clear(m.lv)
-			clear(e.gv[:m.gvars])
-		}
-	})
+	if derr := e.do(func() { lv, gv, err = e.book.Vars(name, reset) }); derr != nil {
+		return nil, nil, derr
+	}
 	return lv, gv, err
 }
 
 // Modules lists the names of the inserted modules.
 func (e *Engine) Modules() []string {
 	var out []string
-	e.do(func() {
-		for _, m := range e.modules {
-			out = append(out, m.name)
-		}
-	})
-	return out
-}
-
-func (e *Engine) module(name string) *Module {
-	for _, m := range e.modules {
-		if m.name == name {
-			return m
-		}
+	if err := e.do(func() { out = e.book.Names() }); err != nil {
+		return nil // stopped: no module
 	}
-	return nil
+	return out
 }
 
 // Close takes the last look — every module's variables, every probe —
@@ -484,25 +454,22 @@ func (e *Engine) Close() (Final, error) {
 	var f Final
 	var err error
 	if e.do(func() {
-		// the states as they were; the counts and variables once the
-		// jump pads are out and their rings drained
-		var probes []*eprobe
-		for _, m := range e.modules {
-			for _, p := range m.probes {
-				f.Probes = append(f.Probes, p.info())
-				probes = append(probes, p)
-			}
+		// the states and spaces as they were; the counts and variables
+		// once the jump pads are out and their rings drained
+		probes := e.probes()
+		spaces := make([]int, len(probes))
+		for i, p := range probes {
+			spaces[i] = len(p.in)
 		}
 		err = e.detachAll()
 		e.stopJump()
+		f = e.book.Final()
 		for i, p := range probes {
-			e.jumpCounters(p, &f.Probes[i])
+			f.Probes[i].Spaces = spaces[i]
+			if p.State == StateActive || p.State == StatePending {
+				p.State = StateRemoved
+			}
 		}
-		e.gvLock.Lock()
-		for _, m := range e.modules {
-			f.Vars = append(f.Vars, ModuleVars{Name: m.name, LV: append([]uint64{}, m.lv...), GV: append([]uint64{}, e.gv[:m.gvars]...)})
-		}
-		e.gvLock.Unlock()
 		e.closeJump()
 		e.closeSwitches()
 		e.closing = true
@@ -514,19 +481,13 @@ func (e *Engine) Close() (Final, error) {
 }
 
 // detachAll brings every thread to a stop, restores the code, finishes or
-// rewinds what was in flight, and detaches.
+// rewinds what was in flight, and detaches. The probes keep their states
+// for the last look (Close).
 func (e *Engine) detachAll() error {
 	var errs []error
 	for _, sp := range e.tgt.Spaces() {
 		if err := e.detachSpace(sp, 0); err != nil {
 			errs = append(errs, err)
-		}
-	}
-	for _, m := range e.modules {
-		for _, p := range m.probes {
-			if p.state == StateActive || p.state == StatePending {
-				p.state = StateRemoved
-			}
 		}
 	}
 	return errors.Join(errs...)
@@ -705,30 +666,12 @@ func (e *Engine) commitDetaching(recs []Record) {
 
 // Remove takes probes out: all of a module's, or those with the given
 // minor codes. The original bytes are restored where no probe is left.
-func (e *Engine) Remove(name string, minors []uint16) (int, error) {
-	n := 0
-	err := fmt.Errorf("no module %q", name)
-	e.do(func() {
-		m := e.module(name)
-		if m == nil {
-			return
-		}
-		n, err = e.removeProbes(m, minors)
-		if len(minors) == 0 {
-			e.dropModule(m)
-		}
-	})
-	return n, err
-}
-
-func (e *Engine) dropModule(m *Module) {
-	e.freeSwitches(m)
-	for i, x := range e.modules {
-		if x == m {
-			e.modules = append(e.modules[:i], e.modules[i+1:]...)
-			return
-		}
+// The module goes with its last probe.
+func (e *Engine) Remove(name string, minors []uint16) (n int, err error) {
+	if derr := e.do(func() { n, err = e.book.Remove(name, minors) }); derr != nil {
+		return 0, derr
 	}
+	return n, err
 }
 
 // sortedSpaces returns the ids of the address spaces in order.

@@ -412,3 +412,57 @@ func TestFakeKindsRefused(t *testing.T) {
 		checkStates(t, "insert", probes, map[uint16][2]string{1: {"refused", tpWhy}, 2: {"refused", "the fake target is a process"}})
 	})
 }
+
+// The engine answers through its probe.Book as every Prober does: a merge
+// whose file has two probes of one minor replaces the module's probes of
+// that minor with both (before, the second's replacing took the first
+// out) and restores the code of those it replaced; a remove of every
+// minor takes the module with its last probe (before, the module stayed,
+// empty, and kept the process attached); the errors are the book's.
+func TestFakeBook(t *testing.T) {
+	tg := fakeProcess(t)
+	th := tg.AddThread(1, fPush, 3)
+	start := th.Regs[rpn.RegRSP]
+	r := startFake(t, tg)
+	r.insert(t, "vars = 1\noffset = f_push\nminor = 1\ninc lv,0\nexit 1\noffset = f_load\nminor = 2\nexit 1\n")
+	merged, err := r.eng.Insert(fakeModule(t, "vars = 2\noffset = f_push\nminor = 2\ninc lv,1\nexit 2\noffset = f_push\nminor = 2\ninc lv,1\nexit 2\n"), engine.InsertMerge)
+	if err != nil || len(merged) != 2 || merged[0].State != engine.StateActive || merged[1].State != engine.StateActive {
+		t.Fatalf("merge: %+v %v", merged, err)
+	}
+	var got []string
+	for _, p := range r.eng.Query() {
+		got = append(got, fmt.Sprintf("%d@%s", p.Minor, p.Location))
+	}
+	if fmt.Sprint(got) != "[1@f_push 2@f_push 2@f_push]" {
+		t.Errorf("after the merge: %v, want minor 1 and the merge's two probes of minor 2", got)
+	}
+	// the probe the merge replaced is out, its code restored
+	var b [3]byte
+	tg.ReadMem(fake.Pid, fLoad, b[:])
+	if b != [3]byte{0x48, 0x8b, 0x00} {
+		t.Errorf("code at f_load % x after the merge, want the original", b)
+	}
+	if _, err := r.eng.Insert(fakeModule(t, "offset = f_push\nexit 1\n"), engine.InsertNew); err == nil ||
+		err.Error() != "insert prog: module already inserted: use --merge to add these probes to it, or --replace to replace it" {
+		t.Errorf("insert again: %v", err)
+	}
+	r.runToEnd(t)
+	if lv, _, err := r.eng.Vars("prog", false); err != nil || fmt.Sprint(lv) != "[3 6]" {
+		t.Errorf("lv %v %v, want [3 6]: 3 hits, two probes of minor 2", lv, err)
+	}
+	if pushes(th, start) != 3 {
+		t.Errorf("%d pushes, want 3", pushes(th, start))
+	}
+	if n, err := r.eng.Remove("prog", []uint16{1, 2}); n != 3 || err != nil {
+		t.Errorf("remove minors 1 and 2: %d %v", n, err)
+	}
+	if m := r.eng.Modules(); len(m) != 0 {
+		t.Errorf("modules after its last probe went: %v", m)
+	}
+	if _, _, err := r.eng.Vars("prog", false); err == nil || err.Error() != `no module "prog"` {
+		t.Errorf("vars of the module gone: %v", err)
+	}
+	if _, err := r.eng.Switch("nope", nil, true); err == nil || err.Error() != `no module "nope"` {
+		t.Errorf("switch of no module: %v", err)
+	}
+}

@@ -181,7 +181,7 @@ func (e *Engine) trap(th *thread) {
 	e.gvLock.Lock()
 	e.callsEnter(th, sp, addr, &calls) // return probes: a call begins here
 	for _, p := range bp.probes {
-		if p.state != StateActive || p.def().Kind != rpn.ProbeOffset {
+		if p.State != StateActive || p.def().Kind != rpn.ProbeOffset {
 			continue
 		}
 		inst := sp.inst[p.src]
@@ -447,7 +447,7 @@ func (e *Engine) stepInPlace(th *thread, bp *breakpoint, recs []Record) {
 func (e *Engine) record(th *thread, p *eprobe, addr uint64, r *rpn.Result) Record {
 	d := p.def()
 	rec := Record{
-		Time: th.env.now, Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,
+		Time: th.env.now, Kind: "log", Module: p.mod.Name, Major: r.Major, Minor: r.Minor,
 		Location: d.Loc.Text, Probe: ProbeKindName(d), Address: addr, Pid: th.space, Tid: th.tid, CPU: e.tgt.ThreadIndex(th.tid),
 		Exit: r.Exit, Truncated: r.Truncated,
 	}

@@ -405,7 +405,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		if why != "" {
 			return why
 		}
-		code, err := jit.Compile(inst.prog, p.idx, jit.Layout{
+		code, err := jit.Compile(inst.prog, p.Index, jit.Layout{
 			LV: lv, GV: rg.gv, Switch: sw, Probe: rg.addr + pad.OffCounters + uint64(n)*64,
 			Clock: rg.addr + pad.OffClock, Threads: rg.addr + pad.OffThreads,
 			FSGSBase: host.FSGSBase(sp.id), PidNS: rg.ns, NoTSC: rg.addr + pad.OffNoTSC,
@@ -793,7 +793,7 @@ func (e *Engine) ringRecord(rg *region, r *pad.Record) *Record {
 			tid = root
 		}
 	}
-	rec := &Record{Time: at, Kind: "log", Module: p.mod.name, Major: r.Major, Minor: r.Minor,
+	rec := &Record{Time: at, Kind: "log", Module: p.mod.Name, Major: r.Major, Minor: r.Minor,
 		Location: d.Loc.Text, Address: ref.addr, Tid: tid, Exit: r.Exit, Truncated: r.Truncated}
 	if t, ok := e.js.threads[tid]; ok {
 		rec.Pid, rec.CPU = t[0], t[1]
@@ -838,8 +838,9 @@ func (e *Engine) Lost() uint64 {
 	return n
 }
 
-// jumpCounters adds what the pads counted to a probe's info.
-func (e *Engine) jumpCounters(p *eprobe, info *ProbeInfo) {
+// jumpCounters adds what the pads counted to a probe's info; ended
+// reports whether a pad's max hits or rem ended the probe.
+func (e *Engine) jumpCounters(p *eprobe, info *ProbeInfo) (ended bool) {
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
 	for rg := range e.js.regions {
@@ -853,11 +854,12 @@ func (e *Engine) jumpCounters(p *eprobe, info *ProbeInfo) {
 			info.Faults += c.Faults
 			info.Lost += c.Lost
 			info.Missed += c.Missed
-			if c.Disabled != 0 && (info.State == StateActive || info.State == StateDisabled) {
-				info.State, info.Reason = StateDisabled, reasonEnded
+			if c.Disabled != 0 {
+				ended = true
 			}
 		}
 	}
+	return ended
 }
 
 // stopAll stops every running thread of a space; it returns those it
@@ -1193,8 +1195,8 @@ func (e *Engine) joinJump(sp *space, p *eprobe, addr uint64) string {
 	}
 	e.retirePad(sp, old)
 	p.in[sp.id] = addr
-	p.state, p.reason = StateActive, ""
-	p.how = "jump"
+	p.State, p.Reason = StateActive, ""
+	p.How = "jump"
 	return ""
 }
 
@@ -1230,8 +1232,8 @@ func (e *Engine) dropJump(sp *space, exec bool) {
 	for _, site := range js.sites {
 		for _, p := range site.probes {
 			delete(p.in, sp.id)
-			if exec && len(p.in) == 0 && p.state == StateActive {
-				p.state = StatePending
+			if exec && len(p.in) == 0 && p.State == StateActive {
+				p.State = StatePending
 			}
 		}
 	}

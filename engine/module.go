@@ -11,51 +11,55 @@ import (
 	"github.com/gprobes/gprobes/symbols"
 )
 
-// Module is one inserted DPDF module: its probes and its local variables.
-// Merging adds the probes of another build of the same module.
+// The engine keeps its modules and logical probes in a probe.Book, as
+// every Prober does: the book decides what an insert, a merge, a replace,
+// a remove, a switch and getvars do, and answers query; the engine is its
+// Mechanism (mech, below): it places the probes of a source in every
+// space, takes them out, keeps the variables and switches, and counts.
+
+// Module is the engine's part of an inserted module (its probe.Module's
+// Impl): its local variables and switches.
 type Module struct {
-	name   string
-	header rpn.Header
-	lv     []uint64
-	gvars  int
-	probes []*eprobe
-	srcs   []*rpn.Module
-	// builds are the builds of the sources inserted from packs of
-	// several (build.go), by the source whose probes stand for them all
-	builds map[*rpn.Module][]*rpn.Module
+	*pb.Module
+	// lv are its local variables: in a jump pads' region once a pad
+	// uses them (jump.go), else gprobes' own memory
+	lv []uint64
 	// sw are its switches, a byte per minor (switch.go); swBlock its
 	// block in the switch memory, -1 when gprobes' own memory
 	sw      []byte
 	swBlock int
 }
 
-// eprobe is the engine's logical probe: one DPDF probe of an inserted module.
+// eprobe is the engine's logical probe: the book's (its source, index,
+// state, reason, how, address), and where the engine placed it and what
+// it counted.
 type eprobe struct {
-	mod    *Module
-	src    *rpn.Module
-	idx    int
-	st     rpn.ProbeState
-	state  ProbeState
-	reason string
-	how    string
-	lost   uint64 // records a jump pad's ring dropped, from regions gone
-	addr   uint64
-	in     map[int]uint64 // space -> address where it is inserted
+	*pb.Probe
+	mod *Module     // its module's engine part
+	src *rpn.Module // its source's first build: the key of a space's instances
+	st  rpn.ProbeState
+	// lost are records a jump pad's ring dropped, from regions gone
+	lost uint64
+	in   map[int]uint64 // space -> address where it is inserted
 
 	// a retprobe's calls beyond maxactive, and calls whose return was
 	// never seen (retprobe.go)
 	missed, dropped uint64
 }
 
-func (p *eprobe) def() *rpn.Probe { return &p.src.Probes[p.idx] }
+func (p *eprobe) def() *rpn.Probe { return p.Def() }
 
-func (p *eprobe) info() ProbeInfo {
-	d := p.def()
-	info := ProbeInfo{Module: p.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: ProbeKindName(d), Address: p.addr, State: p.state,
-		Reason: p.reason, How: p.how, Hits: p.st.Hits, Skipped: p.st.Skipped, Faults: p.st.Faults, Lost: p.lost, Spaces: len(p.in),
-		Missed: p.missed, Dropped: p.dropped, Writes: rpn.WriteKinds(rpn.ProbeWrites(p.src, p.idx))}
-	p.disabledInfo(&info) // max hits or rem, or switched off (switch.go)
-	return info
+// ep is the engine's part of a probe of its book.
+func ep(p *pb.Probe) *eprobe { return p.Impl.(*eprobe) }
+
+// probes are the engine's parts of every probe of its book not removed,
+// in insertion order.
+func (e *Engine) probes() []*eprobe {
+	var out []*eprobe
+	for _, p := range e.book.Probes() {
+		out = append(out, ep(p))
+	}
+	return out
 }
 
 // instance is a compiled module placed in one space: its relocated program
@@ -75,7 +79,7 @@ type instance struct {
 
 // def is a probe as its build for this file has it: its location and
 // expected opcode are that build's.
-func (inst *instance) def(p *eprobe) *rpn.Probe { return &inst.build.Probes[p.idx] }
+func (inst *instance) def(p *eprobe) *rpn.Probe { return &inst.build.Probes[p.Index] }
 
 // Insert puts a compiled module's probes into the target. Probes that
 // cannot go in are refused with a reason; the others work. Probes whose
@@ -88,104 +92,143 @@ func (e *Engine) Insert(m *rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
 // ppdf checks that they are one DPDF's): each space takes the build of the
 // file it has loaded, when it loads it.
 func (e *Engine) InsertPack(builds []*rpn.Module, mode InsertMode) ([]ProbeInfo, error) {
-	if len(builds) == 0 {
-		return nil, errors.New("insert: a pack of no build")
-	}
-	for _, m := range builds {
-		if _, err := rpn.Load(m); err != nil {
-			return nil, fmt.Errorf("insert %s: %v", m.Name, err)
-		}
+	if err := pb.LoadPack(builds); err != nil {
+		return nil, err
 	}
 	var out []ProbeInfo
 	var err error
-	e.do(func() {
-		out, err = e.insert(builds[0], mode, builds)
-	})
+	if derr := e.do(func() {
+		if e.gone != "" {
+			err = fmt.Errorf("insert %s: the target is gone (%s)", builds[0].Name, e.gone)
+			return
+		}
+		var s *pb.Source
+		if s, err = e.book.Insert(builds, mode); err == nil {
+			out = e.book.Infos(s)
+		}
+	}); derr != nil {
+		return nil, derr
+	}
 	return out, err
 }
 
-func (e *Engine) insert(src *rpn.Module, mode InsertMode, builds []*rpn.Module) ([]ProbeInfo, error) {
-	if e.gone != "" {
-		return nil, fmt.Errorf("insert %s: the target is gone (%s)", src.Name, e.gone)
+// mech is the engine as its book's Mechanism; every call comes from the
+// loop.
+type mech struct{ e *Engine }
+
+var _ pb.Mechanism = mech{}
+
+func (m mech) NewModule(mod *pb.Module) { mod.Impl = &Module{Module: mod, swBlock: -1} }
+
+// GrowVars grows a module's variables in place when they are in a jump
+// pads' region (room for rpn.MaxVars), where the pads read and write
+// them.
+func (m mech) GrowVars(mod *pb.Module, n int) error {
+	em := mod.Impl.(*Module)
+	if cap(em.lv) >= n {
+		em.lv = em.lv[:n]
+	} else {
+		em.lv = append(em.lv, make([]uint64, n-len(em.lv))...)
 	}
-	mod := e.module(src.Name)
-	switch {
-	case mod != nil && mode == InsertNew:
-		return nil, fmt.Errorf("insert %s: %w: use --merge to add these probes to it, or --replace to replace it", src.Name, ErrModuleIn)
-	case mod != nil && mode == InsertReplace:
-		if _, err := e.removeProbes(mod, nil); err != nil {
-			e.warn(fmt.Sprintf("insert %s --replace: the module's probes are out of the books, not all of its code is restored: %v", src.Name, err))
-		}
-		e.dropModule(mod)
-		mod = nil
-	case mod != nil && mode == InsertMerge:
-		if mod.header.ModType != src.ModType || mod.header.Arch != src.Arch {
-			return nil, fmt.Errorf("insert %s --merge: modtype or arch differ from the module in", src.Name)
-		}
-	}
-	if mod == nil {
-		mod = &Module{name: src.Name, header: src.Header}
-		e.modules = append(e.modules, mod)
-	}
-	if int(src.Vars) > len(mod.lv) {
-		if cap(mod.lv) >= int(src.Vars) {
-			// in a jump pads' region (room for rpn.MaxVars): grow in
-			// place, where the pads read and write them
-			mod.lv = mod.lv[:src.Vars]
-		} else {
-			mod.lv = append(mod.lv, make([]uint64, int(src.Vars)-len(mod.lv))...)
-		}
-	}
-	mod.gvars = max(mod.gvars, int(src.GVars))
-	mod.srcs = append(mod.srcs, src)
-	if len(builds) > 1 {
-		if mod.builds == nil {
-			mod.builds = map[*rpn.Module][]*rpn.Module{}
-		}
-		mod.builds[src] = builds
-	}
+	return nil
+}
+
+func (m mech) SetSwitch(mod *pb.Module, minor uint16, on bool) error {
+	em := mod.Impl.(*Module)
+	m.e.switches(em)
+	setSwitch(em.sw, minor, on)
+	return nil
+}
+
+func (m mech) SwitchedOff(mod *pb.Module, minor uint16) bool {
+	em := mod.Impl.(*Module)
+	return em.sw != nil && switchedOff(em.sw, minor)
+}
+
+// Place puts a new source's probes in every space where its file is
+// loaded; they stay pending where it is not. A module the target cannot
+// probe at all, and a probe of a kind the engine cannot run, are refused.
+func (m mech) Place(s *pb.Source) {
+	e := m.e
+	mod := s.Module.Impl.(*Module)
+	src := s.First()
 	var added []*eprobe
-	for i := range src.Probes {
-		if mode == InsertMerge {
-			// a probe of the new build replaces the one with its minor
-			if _, err := e.removeProbes(mod, []uint16{src.Probes[i].Minor}); err != nil {
-				e.warn(fmt.Sprintf("insert %s --merge: %v", src.Name, err))
-			}
-		}
-		p := &eprobe{mod: mod, src: src, idx: i, state: StatePending, in: map[int]uint64{}}
-		mod.probes = append(mod.probes, p)
-		added = append(added, p)
+	for _, p := range s.Probes {
+		q := &eprobe{Probe: p, mod: mod, src: src, in: map[int]uint64{}}
+		p.Impl = q
+		added = append(added, q)
 	}
-	e.switchInsert(mod, src) // enabled = no (switch.go)
 	if reason := e.unsupported(src); reason != "" {
 		for _, p := range added {
-			p.state, p.reason = StateRefused, reason
+			p.State, p.Reason = StateRefused, reason
 			if why := kindRefused(p.def()); why != "" {
-				p.reason = why // the more precise reason
+				p.Reason = why // the more precise reason
 			}
 		}
-	} else {
-		// a probe of a kind this engine cannot run is refused, alone
-		for _, p := range added {
-			if why := kindRefused(p.def()); why != "" {
-				p.state, p.reason = StateRefused, why
-			}
-		}
-		e.watchInsert(added)
-		for _, id := range e.sortedSpaces() {
-			sp := e.spaces[id]
-			if !sp.detached {
-				e.placeModule(sp, src, added)
-			}
-		}
-		e.watchSettle(src, added)
+		return
 	}
-	var out []ProbeInfo
+	// a probe of a kind this engine cannot run is refused, alone
 	for _, p := range added {
-		out = append(out, p.info())
+		if why := kindRefused(p.def()); why != "" {
+			p.State, p.Reason = StateRefused, why
+		}
 	}
-	return out, nil
+	e.watchInsert(added)
+	for _, id := range e.sortedSpaces() {
+		sp := e.spaces[id]
+		if !sp.detached {
+			e.placeModule(sp, s, added)
+		}
+	}
+	e.watchSettle(s, added)
 }
+
+// TakeOut takes probes off their breakpoints, pads and registers in every
+// space; the original code is back where no probe is left.
+func (m mech) TakeOut(s *pb.Source, gone []*pb.Probe) error {
+	e := m.e
+	var errs []error
+	for _, q := range gone {
+		p := ep(q)
+		for spID, addr := range p.in {
+			if err := e.unplace(e.spaces[spID], addr, p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		p.in = map[int]uint64{}
+		p.State = StateRemoved
+		e.watchRemoved(p)
+	}
+	return errors.Join(errs...)
+}
+
+func (m mech) DropModule(mod *pb.Module) { m.e.freeSwitches(mod.Impl.(*Module)) }
+
+// Counts are a probe's hits of its int3s and of its pads (the pads'
+// counters as they are now), and how many spaces it is in.
+func (m mech) Counts(q *pb.Probe, info *ProbeInfo) bool {
+	p := ep(q)
+	info.Hits, info.Skipped, info.Faults = p.st.Hits, p.st.Skipped, p.st.Faults
+	info.Lost, info.Missed, info.Dropped, info.Spaces = p.lost, p.missed, p.dropped, len(p.in)
+	padEnded := m.e.jumpCounters(p, info)
+	return p.st.Disabled || padEnded
+}
+
+func (m mech) ReadVars(mod *pb.Module, reset bool) (lv, gv []uint64, err error) {
+	e := m.e
+	em := mod.Impl.(*Module)
+	e.gvLock.Lock()
+	defer e.gvLock.Unlock()
+	lv = append([]uint64{}, em.lv...)
+	gv = append([]uint64{}, e.gv[:mod.GVars]...)
+	if reset {
+		clear(em.lv)
+		clear(e.gv[:mod.GVars])
+	}
+	return lv, gv, nil
+}
+
+func (m mech) Warn(msg string) { m.e.warn(msg) }
 
 // Why the engine's targets (processes, guest kernels through a stub or
 // Xen) refuse a probe for its kind: they plant breakpoints at
@@ -249,7 +292,8 @@ func Uses(m *rpn.Module, ops ...rpn.Opcode) (string, bool) {
 
 // placeModule inserts the given probes of src into one space, where its
 // file is loaded; they stay pending where it is not.
-func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*eprobe) {
+func (e *Engine) placeModule(sp *space, s *pb.Source, probes []*eprobe) {
+	src := s.First()
 	placeable := probes[:0:0]
 	for _, p := range probes {
 		if kindRefused(p.def()) == "" {
@@ -269,22 +313,22 @@ func (e *Engine) placeModule(sp *space, src *rpn.Module, probes []*eprobe) {
 	}
 	var inst *instance
 	if err == nil {
-		inst, err = e.instance(sp, src, ld)
+		inst, err = e.instance(sp, s, ld)
 	}
 	if err != nil {
 		for _, p := range probes {
 			if len(p.in) == 0 {
-				p.state, p.reason = StateRefused, err.Error()
+				p.State, p.Reason = StateRefused, err.Error()
 			}
 		}
 		return
 	}
 	for _, p := range probes {
 		switch {
-		case p.state == StateRemoved:
-		case inst.refused[p.idx] != "":
+		case p.State == StateRemoved:
+		case inst.refused[p.Index] != "":
 			if len(p.in) == 0 {
-				p.state, p.reason = StateRefused, inst.refused[p.idx]
+				p.State, p.Reason = StateRefused, inst.refused[p.Index]
 			}
 		case isWatch(p):
 			e.placeWatch(sp, inst, p)
@@ -333,15 +377,12 @@ func (ld *Loaded) resolver() pb.Resolver {
 
 // instance loads src for one space: it checks the build ID and relocates
 // the program for where the module is.
-func (e *Engine) instance(sp *space, src *rpn.Module, ld *Loaded) (*instance, error) {
+func (e *Engine) instance(sp *space, s *pb.Source, ld *Loaded) (*instance, error) {
+	src := s.First()
 	if inst, ok := sp.inst[src]; ok && inst.key == ld.Key && inst.ident == ld.Ident && inst.bias == ld.Bias {
 		return inst, nil
 	}
-	builds := []*rpn.Module{src}
-	if mod := e.module(src.Name); mod != nil && mod.builds[src] != nil {
-		builds = mod.builds[src]
-	}
-	build, err := SelectBuild(builds, ld.BuildID, e.buildWhere(ld))
+	build, err := pb.SelectBuild(s.Builds, ld.BuildID, e.buildWhere(ld))
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +405,7 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *eprobe) {
 	d := inst.def(p)
 	refuse := func(state ProbeState, format string, args ...any) {
 		if len(p.in) == 0 {
-			p.state, p.reason = state, fmt.Sprintf(format, args...)
+			p.State, p.Reason = state, fmt.Sprintf(format, args...)
 		}
 	}
 	set := inst.ld.Symbols
@@ -374,7 +415,7 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *eprobe) {
 		return
 	}
 	addr := link + inst.bias
-	p.addr = addr
+	p.Addr = addr
 	// in the module's code
 	if inst.ld.Exec != nil && !inst.ld.Exec(addr) {
 		refuse(StateRefused, "%#x (%s) is not in an executable mapping of %s", addr, d.Loc.Text, inst.key)
@@ -429,8 +470,8 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *eprobe) {
 			site := sp.jump.sites[addr]
 			site.probes = []*eprobe{p}
 			p.in[sp.id] = addr
-			p.state, p.reason = StateActive, ""
-			p.how = "jump"
+			p.State, p.Reason = StateActive, ""
+			p.How = "jump"
 			return
 		}
 		bp = &breakpoint{addr: addr, insn: insn}
@@ -448,10 +489,10 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *eprobe) {
 	}
 	bp.probes = append(bp.probes, p)
 	p.in[sp.id] = addr
-	p.state, p.reason = StateActive, ""
-	p.how = howName(bp.insn.Class)
+	p.State, p.Reason = StateActive, ""
+	p.How = howName(bp.insn.Class)
 	if jumpWhy != "" && e.opts.Route != RouteInt3 && !e.os.Kernel() {
-		p.how = "int3 " + p.how + ": " + jumpWhy
+		p.How = "int3 " + p.How + ": " + jumpWhy
 	}
 }
 
@@ -603,37 +644,6 @@ func (e *Engine) signalWaits(tid int) bool {
 	return false
 }
 
-// removeProbes takes out a module's probes with the given minors (all
-// when minors is empty).
-func (e *Engine) removeProbes(m *Module, minors []uint16) (int, error) {
-	n := 0
-	var errs []error
-	keep := m.probes[:0]
-	for _, p := range m.probes {
-		match := len(minors) == 0
-		for _, mi := range minors {
-			if p.def().Minor == mi {
-				match = true
-			}
-		}
-		if !match {
-			keep = append(keep, p)
-			continue
-		}
-		n++
-		for spID, addr := range p.in {
-			if err := e.unplace(e.spaces[spID], addr, p); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		p.in = map[int]uint64{}
-		p.state = StateRemoved
-		e.watchRemoved(p)
-	}
-	m.probes = keep
-	return n, errors.Join(errs...)
-}
-
 // unplace takes a probe off a breakpoint, and the breakpoint out when it
 // was the last probe there.
 func (e *Engine) unplace(sp *space, addr uint64, p *eprobe) error {
@@ -676,8 +686,8 @@ func (e *Engine) execed(id int) {
 		for _, bp := range old.bps {
 			for _, p := range bp.probes {
 				delete(p.in, id)
-				if len(p.in) == 0 && p.state == StateActive {
-					p.state = StatePending
+				if len(p.in) == 0 && p.State == StateActive {
+					p.State = StatePending
 				}
 			}
 		}
@@ -689,24 +699,18 @@ func (e *Engine) execed(id int) {
 // placeAll tries every pending or active probe in a space (after exec,
 // or when the dynamic linker mapped something).
 func (e *Engine) placeAll(sp *space) {
-	for _, m := range e.modules {
-		bySrc := map[*rpn.Module][]*eprobe{}
-		var order []*rpn.Module
-		for _, p := range m.probes {
-			if p.state == StateRemoved {
-				continue
+	for _, m := range e.book.Modules() {
+		for _, s := range m.Sources {
+			var probes []*eprobe
+			for _, q := range s.Probes {
+				p := ep(q)
+				if _, in := p.in[sp.id]; in || p.State == StateRemoved {
+					continue
+				}
+				probes = append(probes, p)
 			}
-			if _, in := p.in[sp.id]; in {
-				continue
-			}
-			if _, ok := bySrc[p.src]; !ok {
-				order = append(order, p.src)
-			}
-			bySrc[p.src] = append(bySrc[p.src], p)
-		}
-		for _, src := range order {
-			if e.unsupported(src) == "" {
-				e.placeModule(sp, src, bySrc[src])
+			if len(probes) > 0 && e.unsupported(s.First()) == "" {
+				e.placeModule(sp, s, probes)
 			}
 		}
 	}
@@ -792,9 +796,8 @@ func (e *Engine) pendingReason(sp *space, name string, probes []*eprobe, unloade
 	}
 	why := pr.PendingReason(sp.id, name, unloaded)
 	for _, p := range probes {
-		// "unloaded" stays until the module is back
-		if p.state == StatePending && len(p.in) == 0 && (unloaded || p.reason == "") {
-			p.reason = why
+		if len(p.in) == 0 {
+			p.Wait(why, unloaded)
 		}
 	}
 }
@@ -847,8 +850,8 @@ func (e *Engine) unmapped(sp *space) {
 				// (the pads stay)
 				for _, p := range site.probes {
 					delete(p.in, sp.id)
-					if len(p.in) == 0 && p.state == StateActive {
-						p.state = StatePending
+					if len(p.in) == 0 && p.State == StateActive {
+						p.State = StatePending
 					}
 				}
 				delete(sp.jump.sites, addr)
@@ -863,8 +866,8 @@ func (e *Engine) unmapped(sp *space) {
 			for _, p := range bp.probes {
 				if p.src == src {
 					delete(p.in, sp.id)
-					if len(p.in) == 0 && p.state == StateActive {
-						p.state = StatePending
+					if len(p.in) == 0 && p.State == StateActive {
+						p.State = StatePending
 					}
 					continue
 				}
@@ -881,11 +884,9 @@ func (e *Engine) unmapped(sp *space) {
 // probesOf are the probes of one source (one insert of a module).
 func (e *Engine) probesOf(src *rpn.Module) []*eprobe {
 	var out []*eprobe
-	for _, m := range e.modules {
-		for _, p := range m.probes {
-			if p.src == src {
-				out = append(out, p)
-			}
+	for _, p := range e.probes() {
+		if p.src == src {
+			out = append(out, p)
 		}
 	}
 	return out

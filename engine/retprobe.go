@@ -186,7 +186,7 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *eprobe) {
 	d := inst.def(p)
 	refuse := func(format string, args ...any) {
 		if len(p.in) == 0 {
-			p.state, p.reason = StateRefused, fmt.Sprintf(format, args...)
+			p.State, p.Reason = StateRefused, fmt.Sprintf(format, args...)
 		}
 	}
 	link, err := e.linkAddr(d, inst)
@@ -195,7 +195,7 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *eprobe) {
 		return
 	}
 	addr := link + inst.bias
-	p.addr = addr
+	p.Addr = addr
 	if inst.ld.Exec != nil && !inst.ld.Exec(addr) {
 		refuse("%#x (%s) is not in an executable mapping of %s", addr, d.Loc.Text, inst.key)
 		return
@@ -249,10 +249,10 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *eprobe) {
 		}
 	}
 	p.in[sp.id] = addr
-	p.state, p.reason = StateActive, ""
+	p.State, p.Reason = StateActive, ""
 	for _, t := range fn.trackers {
 		for _, q := range t.probes {
-			q.how = fn.howText(e)
+			q.How = fn.howText(e)
 		}
 	}
 }
@@ -883,7 +883,7 @@ func (e *Engine) callLeaves(th *thread, sp *space, bp *breakpoint, fn *retFunc, 
 func (e *Engine) runReturn(th *thread, t *callTracker, c *callInst, recs []Record, keep []bool, atCaller bool) ([]Record, []bool) {
 	sp := e.spaces[th.space]
 	for _, p := range t.probes {
-		if p.state != StateActive || c != nil && c.depth >= int(p.def().ActiveLimit()) {
+		if p.State != StateActive || c != nil && c.depth >= int(p.def().ActiveLimit()) {
 			continue
 		}
 		inst := sp.inst[p.src]
@@ -898,7 +898,7 @@ func (e *Engine) runReturn(th *thread, t *callTracker, c *callInst, recs []Recor
 		if r == nil {
 			continue // switched off (switch.go)
 		}
-		rec := e.record(th, p, p.addr, r)
+		rec := e.record(th, p, p.Addr, r)
 		switch {
 		case r.Outcome == rpn.OutcomeException:
 			e.commit(&rec)
@@ -1019,8 +1019,8 @@ func (e *Engine) callsUnmapped(sp *space, src *rpn.Module, inst *instance) {
 			}
 			for _, p := range t.probes {
 				delete(p.in, sp.id)
-				if len(p.in) == 0 && p.state == StateActive {
-					p.state = StatePending
+				if len(p.in) == 0 && p.State == StateActive {
+					p.State = StatePending
 				}
 				for _, a := range fn.addrs {
 					if bp := sp.bps[a]; bp != nil {

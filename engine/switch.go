@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"sync/atomic"
 	"unsafe"
 
@@ -130,18 +129,6 @@ func (p *eprobe) off() bool {
 	return p.mod.sw != nil && switchedOff(p.mod.sw, p.def().Minor)
 }
 
-// switchInsert sets the switches of a source's minors as its probes
-// say: enabled = no inserts a minor switched off, and a minor the file
-// has inserts switched on again (a merge's probes start as their file
-// says, whatever the minor's probes before them were switched to).
-func (e *Engine) switchInsert(m *Module, src *rpn.Module) {
-	e.switches(m)
-	for i := range src.Probes {
-		d := &src.Probes[i]
-		setSwitch(m.sw, d.Minor, !d.Disabled)
-	}
-}
-
 // runProbe runs probe p's program for a hit of thread th, or returns nil
 // when the probe is switched off: that is no hit (nothing counted).
 func (e *Engine) runProbe(th *thread, inst *instance, p *eprobe) *rpn.Result {
@@ -149,7 +136,7 @@ func (e *Engine) runProbe(th *thread, inst *instance, p *eprobe) *rpn.Result {
 		return nil
 	}
 	th.env.mod = p.mod
-	return th.mach.Run(inst.prog, p.idx, &p.st, p.mod.lv, e.gv, &th.env)
+	return th.mach.Run(inst.prog, p.Index, &p.st, p.mod.lv, e.gv, &th.env)
 }
 
 // Switch is rpn.Switcher: enable and disable of the running probe's
@@ -167,45 +154,12 @@ var _ rpn.Switcher = (*hitEnv)(nil)
 // Switch switches a module's probes on or off from outside (gprobes
 // enable and disable): those with the given minors, or all of them. It
 // returns how many probes that concerns; a minor no probe of the module
-// has is an error (ErrNoMinor) and switches nothing.
-func (e *Engine) Switch(name string, minors []uint16, on bool) (int, error) {
-	n := 0
-	err := fmt.Errorf("no module %q", name)
-	if derr := e.do(func() {
-		m := e.module(name)
-		if m == nil {
-			return
-		}
-		n, err = switchMinors(name, m.minors(), minors, func(mi uint16) { setSwitch(m.sw, mi, on) })
-	}); derr != nil {
+// has is an error (ErrNoMinor) and switches nothing (probe.Book.Switch).
+func (e *Engine) Switch(name string, minors []uint16, on bool) (n int, err error) {
+	if derr := e.do(func() { n, err = e.book.Switch(name, minors, on) }); derr != nil {
 		return 0, derr
 	}
 	return n, err
-}
-
-// minors is the minor of each probe of the module (removed ones not).
-func (m *Module) minors() []uint16 {
-	out := make([]uint16, 0, len(m.probes))
-	for _, p := range m.probes {
-		if p.state != StateRemoved {
-			out = append(out, p.def().Minor)
-		}
-	}
-	return out
-}
-
-// disabledInfo gives a probe query shows active its disabled state, when
-// it is: ended by max hits or rem (for good), or switched off.
-func (p *eprobe) disabledInfo(info *ProbeInfo) {
-	if info.State != StateActive && info.State != StateDisabled {
-		return
-	}
-	switch {
-	case p.st.Disabled:
-		info.State, info.Reason = StateDisabled, reasonEnded
-	case p.off():
-		info.State, info.Reason = StateDisabled, reasonSwitchedOff(p.def().Minor)
-	}
 }
 
 // padSwitches is the address, in a region's process, of module m's

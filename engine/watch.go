@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/engine/x86"
+	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -124,16 +125,16 @@ func (e *Engine) slotOf(p *eprobe) int {
 func (e *Engine) watchInsert(added []*eprobe) {
 	w, ok := e.tgt.(Watcher)
 	for _, p := range added {
-		if !isWatch(p) || p.state != StatePending {
+		if !isWatch(p) || p.State != StatePending {
 			continue
 		}
 		if !ok {
-			p.state, p.reason = StateRefused, "watch probes need debug registers, which this target does not give"
+			p.State, p.Reason = StateRefused, "watch probes need debug registers, which this target does not give"
 			continue
 		}
 		d := p.def()
 		if d.Loc.Kind == rpn.LocAbsolute && d.WatchLen != 0 && d.Loc.Addr%uint64(d.WatchLen) != 0 {
-			p.state, p.reason = StateRefused, misaligned(d, d.Loc.Addr)
+			p.State, p.Reason = StateRefused, misaligned(d, d.Loc.Addr)
 			continue
 		}
 		own := w.DebugRegs()
@@ -148,12 +149,12 @@ func (e *Engine) watchInsert(added []*eprobe) {
 			var users []string
 			for i := range e.watch.slots {
 				if q := e.watch.slots[i]; q != nil {
-					users = append(users, fmt.Sprintf("DR%d watch = %s (%s minor %d)", i, q.def().Loc.Text, q.mod.name, q.def().Minor))
+					users = append(users, fmt.Sprintf("DR%d watch = %s (%s minor %d)", i, q.def().Loc.Text, q.mod.Name, q.def().Minor))
 				} else {
 					users = append(users, fmt.Sprintf("DR%d %s", i, own[i]))
 				}
 			}
-			p.state, p.reason = StateRefused, fmt.Sprintf(noRegister+"%s: a target has four, for watches and debug-register breakpoints together, and all are in use (%s); remove one", d.Loc.Text, strings.Join(users, "; "))
+			p.State, p.Reason = StateRefused, fmt.Sprintf(noRegister+"%s: a target has four, for watches and debug-register breakpoints together, and all are in use (%s); remove one", d.Loc.Text, strings.Join(users, "; "))
 			continue
 		}
 		e.watch.slots[slot] = p
@@ -167,19 +168,19 @@ const noRegister = "no debug register left for watch = "
 // for want of a register gets one that a watch of the same insert, refused
 // at placement (its address unaligned, say), gave back. Without it, which
 // watch is refused would depend on the order of the module's probes.
-func (e *Engine) watchSettle(src *rpn.Module, added []*eprobe) {
+func (e *Engine) watchSettle(s *pb.Source, added []*eprobe) {
 	for _, p := range added {
-		if !isWatch(p) || p.state != StateRefused || !strings.HasPrefix(p.reason, noRegister) {
+		if !isWatch(p) || p.State != StateRefused || !strings.HasPrefix(p.Reason, noRegister) {
 			continue
 		}
-		p.state, p.reason = StatePending, ""
+		p.State, p.Reason = StatePending, ""
 		e.watchInsert([]*eprobe{p})
 		if e.slotOf(p) < 0 {
 			continue
 		}
 		for _, id := range e.sortedSpaces() {
 			if sp := e.spaces[id]; !sp.detached {
-				e.placeModule(sp, src, []*eprobe{p})
+				e.placeModule(sp, s, []*eprobe{p})
 			}
 		}
 	}
@@ -204,7 +205,7 @@ func (e *Engine) placeWatch(sp *space, inst *instance, p *eprobe) {
 		if len(p.in) == 0 {
 			// in no space: refused for good, and its register is free
 			// for another watch (watchSettle)
-			p.state, p.reason = StateRefused, fmt.Sprintf(format, args...)
+			p.State, p.Reason = StateRefused, fmt.Sprintf(format, args...)
 			e.watchRemoved(p)
 		}
 	}
@@ -214,7 +215,7 @@ func (e *Engine) placeWatch(sp *space, inst *instance, p *eprobe) {
 		return
 	}
 	addr := link + inst.bias
-	p.addr = addr
+	p.Addr = addr
 	if addr%uint64(d.WatchLen) != 0 {
 		refuse("%s", misaligned(d, addr))
 		return
@@ -237,8 +238,8 @@ func (e *Engine) placeWatch(sp *space, inst *instance, p *eprobe) {
 		return
 	}
 	p.in[sp.id] = addr
-	p.state, p.reason = StateActive, ""
-	p.how = fmt.Sprintf("watch DR%d", slot)
+	p.State, p.Reason = StateActive, ""
+	p.How = fmt.Sprintf("watch DR%d", slot)
 }
 
 // unplaceWatch turns a watch probe's register off in one space.
@@ -327,8 +328,8 @@ func (e *Engine) watchGone(id int) {
 			continue
 		}
 		delete(p.in, id)
-		if len(p.in) == 0 && p.state == StateActive {
-			p.state = StatePending
+		if len(p.in) == 0 && p.State == StateActive {
+			p.State = StatePending
 		}
 	}
 }
@@ -347,8 +348,8 @@ func (e *Engine) watchUnmapped(sp *space, src *rpn.Module) {
 			e.warn(err.Error())
 		}
 		delete(p.in, sp.id)
-		if len(p.in) == 0 && p.state == StateActive {
-			p.state = StatePending
+		if len(p.in) == 0 && p.State == StateActive {
+			p.State = StatePending
 		}
 	}
 }
@@ -504,7 +505,7 @@ func (e *Engine) runWatches(th *thread, fired uint8, recs []Record) []Record {
 	e.gvLock.Lock()
 	defer e.gvLock.Unlock()
 	for slot, p := range e.watch.slots {
-		if p == nil || fired&(1<<slot) == 0 || p.state != StateActive {
+		if p == nil || fired&(1<<slot) == 0 || p.State != StateActive {
 			continue
 		}
 		addr, in := p.in[th.space]

@@ -24,7 +24,7 @@ var (
 // or says why none is.
 func (t *Target) selectBuild(s *source) error {
 	have, where := t.runningBuildID(s.mod.kmod)
-	b, err := probe.SelectBuild(s.builds, have, where)
+	b, err := probe.SelectBuild(s.Builds, have, where)
 	if err != nil {
 		return err
 	}

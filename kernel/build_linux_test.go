@@ -39,22 +39,22 @@ func TestSelectBuildModule(t *testing.T) {
 		return &rpn.Module{Header: rpn.Header{Name: name, ModType: rpn.ModKernel}, BuildID: id}
 	}
 	a, b := mk("my-mod", 9, 9, 9, 9), mk("my-mod", 8, 8, 8, 8)
-	s := &source{mod: &module{name: "my-mod", kmod: "my-mod"}, src: b, builds: []*rpn.Module{b, a}}
+	s := &source{mod: &kmodule{Module: &probe.Module{Name: "my-mod"}, kmod: "my-mod"}, src: b, Source: &probe.Source{Builds: []*rpn.Module{b, a}}}
 	if err := tg.selectBuild(s); err != nil || s.src != a {
 		t.Fatalf("module: %v, took %x", err, s.src.BuildID)
 	}
-	s = &source{mod: &module{name: "my-mod", kmod: "my-mod"}, src: b, builds: []*rpn.Module{b}}
+	s = &source{mod: &kmodule{Module: &probe.Module{Name: "my-mod"}, kmod: "my-mod"}, src: b, Source: &probe.Source{Builds: []*rpn.Module{b}}}
 	err := tg.selectBuild(s)
 	var be *probe.BuildError
 	if !errors.As(err, &be) || !strings.Contains(err.Error(), "kernel module my-mod has build ID 09090909, the pack was built for 08080808") {
 		t.Errorf("module, another build: %v", err)
 	}
 	k := mk("vmlinux", 1, 2, 3, 4)
-	s = &source{mod: &module{name: "vmlinux"}, src: k, builds: []*rpn.Module{mk("vmlinux", 5), k}}
+	s = &source{mod: &kmodule{Module: &probe.Module{Name: "vmlinux"}}, src: k, Source: &probe.Source{Builds: []*rpn.Module{mk("vmlinux", 5), k}}}
 	if err := tg.selectBuild(s); err != nil || s.src != k {
 		t.Errorf("kernel: %v", err)
 	}
-	s = &source{mod: &module{name: "gone", kmod: "gone"}, src: a, builds: []*rpn.Module{a, b}}
+	s = &source{mod: &kmodule{Module: &probe.Module{Name: "gone"}, kmod: "gone"}, src: a, Source: &probe.Source{Builds: []*rpn.Module{a, b}}}
 	if err := tg.selectBuild(s); err == nil || !strings.Contains(err.Error(), "no build ID gprobes could read") {
 		t.Errorf("a module without notes: %v", err)
 	}

@@ -539,7 +539,7 @@ func (m *mismatch) Error() string { return m.msg }
 func (t *Target) attach(p *bprobe) error {
 	d := p.def()
 	s := p.s
-	o := bpf.Options{Maps: s.maps, Probe: uint32(p.idx), PID: uint32(t.opts.PID), IV: s.iv[p.idx]}
+	o := bpf.Options{Maps: s.maps, Probe: uint32(p.Index), PID: uint32(t.opts.PID), IV: s.iv[p.Index]}
 	if t.follow != nil {
 		o.Follow = t.follow.Map
 	}
@@ -558,7 +558,7 @@ func (t *Target) attach(p *bprobe) error {
 		if err != nil {
 			return fmt.Errorf("tracepoint %s: %v", d.Loc.Text, err)
 		}
-		p.prog, p.link, p.how = prog, l, "tracepoint"
+		p.prog, p.link, p.How = prog, l, "tracepoint"
 		return nil
 	case rpn.ProbeWatch:
 		return t.attachWatch(p, o)
@@ -574,7 +574,7 @@ func (t *Target) attach(p *bprobe) error {
 	if err != nil {
 		return err
 	}
-	p.addr = addr
+	p.Addr = addr
 	if d.Kind == rpn.ProbeRetprobe {
 		if off != 0 {
 			return fmt.Errorf("retprobe = %s: %#x is %s+%#x, not a function's first instruction", d.Loc.Text, addr, fn.Name, off)
@@ -592,13 +592,13 @@ func (t *Target) attach(p *bprobe) error {
 			prog.Close()
 			return err
 		}
-		p.prog, p.link, p.how = prog, l, "kretprobe"
+		p.prog, p.link, p.How = prog, l, "kretprobe"
 		return nil
 	}
 	if err := t.checkCode(p, fn, off); err != nil {
 		var mm *mismatch
 		if errors.As(err, &mm) {
-			p.state = probe.StateMismatch
+			p.State = probe.StateMismatch
 		}
 		return err
 	}
@@ -636,7 +636,7 @@ func (t *Target) attach(p *bprobe) error {
 		prog.Close()
 		return err
 	}
-	p.prog, p.link, p.how = prog, l, "kprobe"
+	p.prog, p.link, p.How = prog, l, "kprobe"
 	return nil
 }
 
@@ -664,7 +664,7 @@ func (t *Target) fentry(p *bprobe, o bpf.Options, fn symbols.Symbol) error {
 		prog.Close()
 		return err
 	}
-	p.prog, p.link, p.how = prog, l, "fentry"
+	p.prog, p.link, p.How = prog, l, "fentry"
 	return nil
 }
 
@@ -696,7 +696,7 @@ func (t *Target) btfFunc(fn symbols.Symbol) (string, int, error) {
 // load compiles and loads a probe's program; the error names the DPDF
 // line when the compiler or the verifier refuses.
 func (t *Target) load(s *source, p *bprobe, o bpf.Options) (*ebpf.Program, error) {
-	c, err := bpf.CompileProbe(s.prog, p.idx, o)
+	c, err := bpf.CompileProbe(s.prog, p.Index, o)
 	if err != nil {
 		return nil, err
 	}
@@ -792,11 +792,11 @@ func (t *Target) poll() {
 // within one poll: the module list reads the same, and the kernel has
 // dropped the probes, its kprobes "gone").
 func (t *Target) probedReloaded() bool {
-	for _, m := range t.modules {
+	for _, m := range t.kmodules() {
 		if m.kmod == "" {
 			continue
 		}
-		for _, s := range m.srcs {
+		for _, s := range m.sources() {
 			if s.prog != nil && t.syms.reloadedSince(m.kmod) {
 				return true
 			}
@@ -809,12 +809,12 @@ func (t *Target) probedReloaded() bool {
 // those of modules gone; those of a module loaded again are placed
 // again (at its new address).
 func (t *Target) modulesChanged() {
-	for _, m := range t.modules {
+	for _, m := range t.kmodules() {
 		if m.kmod == "" {
 			continue
 		}
 		in := t.syms.loaded(m.kmod)
-		for _, s := range m.srcs {
+		for _, s := range m.sources() {
 			if in && s.prog != nil && t.syms.reloaded[normMod(m.kmod)] {
 				t.unplace(s)
 				t.place(s)
@@ -825,9 +825,10 @@ func (t *Target) modulesChanged() {
 				t.place(s)
 			case !in && s.prog != nil:
 				t.unplace(s)
-				for _, p := range s.probes {
-					if p.state == probe.StatePending || p.state == probe.StateRefused {
-						p.state, p.reason = probe.StatePending, "kernel module "+m.kmod+" was unloaded; its probes go in again when it is loaded"
+				for _, p := range s.Probes {
+					if p.State == probe.StatePending || p.State == probe.StateRefused {
+						p.State = probe.StatePending
+						p.Wait(probe.ReasonUnloaded(m.kmod), true)
 					}
 				}
 			}
@@ -836,8 +837,8 @@ func (t *Target) modulesChanged() {
 }
 
 func pendingAll(s *source) bool {
-	for _, p := range s.probes {
-		if p.state != probe.StatePending {
+	for _, p := range s.Probes {
+		if p.State != probe.StatePending {
 			return false
 		}
 	}

@@ -75,7 +75,7 @@ func TestCheckCodeDecodesFirstText(t *testing.T) {
 	fn := symbols.Symbol{Name: "f", Addr: addr, Size: 64, Kind: 'T'}
 	k.syms.text = map[uint64]funcText{addr: {code: code}}
 	m := compile(t, "name = vmlinux\nmodtype = kernel\noffset = 0x1d\nopcode = 0xbe\nexit 0\n")
-	p := &bprobe{s: &source{src: m}, idx: 0}
+	p := &bprobe{Probe: &probe.Probe{}, s: &source{src: m}}
 	if err := k.checkCode(p, fn, 0xd); err != nil {
 		t.Errorf("+0xd: %v", err)
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/gprobes/gprobes/bpf"
 	"github.com/gprobes/gprobes/probe"
-	"github.com/gprobes/gprobes/rpn"
 )
 
 // Switching (docs/kernel.md, "Switching"): a module's switches are one
@@ -17,67 +16,39 @@ import (
 // gprobes enable reaches them all. Each program's prologue checks its
 // minor's byte before it counts anything.
 
-// switchInsert gives a module its switch map (the first insert) and sets
-// the switches of the source's minors as its probes say (enabled = no
-// off, else on), before any of them is attached.
-func (t *Target) switchInsert(mod *module, m *rpn.Module) error {
-	if mod.sw == nil {
+// SetSwitch switches a minor of a module on or off, the module's switch
+// map made at the first (probe.Book sets the switches of a source's
+// minors as its probes say before any of them is attached).
+func (k kmech) SetSwitch(m *probe.Module, minor uint16, on bool) error {
+	km := m.Impl.(*kmodule)
+	if km.sw == nil {
 		sw, err := bpf.NewSwitch()
 		if err != nil {
 			return err
 		}
-		mod.sw = sw
+		km.sw = sw
 	}
-	for i := range m.Probes {
-		d := &m.Probes[i]
-		if err := bpf.SetSwitch(mod.sw, d.Minor, !d.Disabled); err != nil {
-			return err
-		}
+	return bpf.SetSwitch(km.sw, minor, on)
+}
+
+// SwitchedOff reports whether a minor of a module is switched off.
+func (k kmech) SwitchedOff(m *probe.Module, minor uint16) bool {
+	km := m.Impl.(*kmodule)
+	if km.sw == nil {
+		return false
 	}
-	return nil
+	off, err := bpf.SwitchedOff(km.sw, minor)
+	if err != nil {
+		k.t.warn(fmt.Sprintf("module %s: reading the switch of minor %d: %v", m.Name, minor, err))
+	}
+	return off
 }
 
 // Switch switches a module's probes on or off (gprobes enable and
 // disable): those with the given minors, or all of them; it returns how
-// many probes that concerns (probe.Prober).
+// many probes that concerns (probe.Book.Switch).
 func (t *Target) Switch(name string, minors []uint16, on bool) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m := t.module(name)
-	if m == nil || m.sw == nil {
-		return 0, fmt.Errorf("no module %q", name)
-	}
-	var have []uint16
-	for _, s := range m.srcs {
-		for _, p := range s.probes {
-			have = append(have, p.def().Minor)
-		}
-	}
-	var err error
-	n, serr := probe.SwitchMinors(name, have, minors, func(mi uint16) {
-		if e := bpf.SetSwitch(m.sw, mi, on); e != nil && err == nil {
-			err = e
-		}
-	})
-	if serr != nil {
-		return 0, serr
-	}
-	return n, err
-}
-
-// disabledInfo gives a probe query shows active its disabled state:
-// ended by max hits or rem, or switched off.
-func (t *Target) disabledInfo(p *bprobe, c bpf.Counters, info *probe.Info) {
-	if info.State != probe.StateActive {
-		return
-	}
-	if c.Disabled {
-		info.State, info.Reason = probe.StateDisabled, probe.ReasonEnded
-		return
-	}
-	if sw := p.s.mod.sw; sw != nil {
-		if off, err := bpf.SwitchedOff(sw, p.def().Minor); err == nil && off {
-			info.State, info.Reason = probe.StateDisabled, probe.ReasonSwitchedOff(p.def().Minor)
-		}
-	}
+	return t.book.Switch(name, minors, on)
 }

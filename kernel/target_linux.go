@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,11 +51,12 @@ const DefaultRingSize = 16 << 20
 
 // Target is the running kernel.
 type Target struct {
-	opts    Options
-	mu      sync.Mutex // everything below; the readers call the Sink without it
-	modules []*module
+	opts Options
+	mu   sync.Mutex // everything below; the readers call the Sink without it
+	// book is the modules, their sources and logical probes
+	// (probe.Book); the target is its Mechanism (kmech)
+	book    *probe.Book
 	gv      *ebpf.Map
-	gvWords int
 	syms    *ksyms
 	kmem    *kmem
 	mech    bpf.Mechanisms
@@ -72,26 +72,42 @@ type Target struct {
 	follow *bpf.Follow
 }
 
-// module is one inserted module: its sources (one per insert, --merge
-// adds), sharing the lv map.
-type module struct {
-	name   string
-	header rpn.Header
-	srcs   []*source
-	lv     *ebpf.Map // shared by the sources; nil without vars
-	sw     *ebpf.Map // the switches, shared by the sources (switch_linux.go)
-	gvars  int
+// kmodules are the kernel target's parts of its modules.
+func (t *Target) kmodules() []*kmodule {
+	var out []*kmodule
+	for _, m := range t.book.Modules() {
+		out = append(out, m.Impl.(*kmodule))
+	}
+	return out
+}
+
+// kmodule is the kernel target's part of an inserted module (its
+// probe.Module's Impl): the maps its sources share.
+type kmodule struct {
+	*probe.Module
+	lv *ebpf.Map // shared by the sources; nil without vars
+	sw *ebpf.Map // the switches, shared by the sources (switch_linux.go)
 	// kmod: a kernel module's name ("" for the kernel image)
 	kmod string
 }
 
-// source is one inserted rpn.Module: its maps, programs and ring reader.
+// sources are the kernel target's parts of the module's sources.
+func (m *kmodule) sources() []*source {
+	var out []*source
+	for _, s := range m.Sources {
+		out = append(out, s.Impl.(*source))
+	}
+	return out
+}
+
+// source is the kernel target's part of one insert (its probe.Source's
+// Impl): its maps, programs and ring reader.
 type source struct {
-	mod *module
-	src *rpn.Module // the build placed (or to place): one of builds
-	// builds are the pack's builds of the source, one when it is not a
-	// pack of several: place takes the running build's (build_linux.go)
-	builds []*rpn.Module
+	*probe.Source
+	mod *kmodule
+	// src is the build placed (or to place): one of the pack's Builds,
+	// the running kernel's (build_linux.go)
+	src    *rpn.Module
 	prog   *rpn.Program // relocated for the running kernel; nil while pending
 	maps   *bpf.Maps
 	reader *bpf.Reader
@@ -99,30 +115,34 @@ type source struct {
 	stop   *atomic.Bool           // tells the reader to drain and end
 	btf    *btf.Cache             // while place loads the source's programs
 	iv     map[int]*bpf.IVOptions // the probes with a part in calls' instances (iv_linux.go), by index; nil if none
-	probes []*bprobe              // those not removed
-	// all are the source's probes by their index in src (a record's
-	// probe id), set before its reader starts and never changed: the
-	// reader reads it without the lock
-	all []*bprobe
 }
 
-// bprobe is the kernel target's logical probe: one DPDF probe of an
-// inserted source, its program and its link.
+// probes are the kernel target's parts of the source's probes not
+// removed.
+func (s *source) probes() []*bprobe { return bprobes(s.Probes) }
+
+func bprobes(ps []*probe.Probe) []*bprobe {
+	out := make([]*bprobe, len(ps))
+	for i, p := range ps {
+		out[i] = p.Impl.(*bprobe)
+	}
+	return out
+}
+
+// bprobe is the kernel target's part of a logical probe (its
+// probe.Probe's Impl): its program and its link.
 type bprobe struct {
-	s      *source
-	idx    int
-	state  probe.State
-	reason string
-	how    string
-	addr   uint64
-	prog   *ebpf.Program
-	link   link.Link
+	*probe.Probe
+	s    *source
+	prog *ebpf.Program
+	link link.Link
 	// last counters read while the program was loaded (kept across an
 	// unload of its kernel module)
 	base bpf.Counters
 }
 
-func (p *bprobe) def() *rpn.Probe { return &p.s.src.Probes[p.idx] }
+// def is the probe as the build placed has it.
+func (p *bprobe) def() *rpn.Probe { return &p.s.src.Probes[p.Index] }
 
 // Start checks that this kernel and process can run eBPF probes and
 // opens the target. It touches nothing in the kernel but the maps it
@@ -138,6 +158,7 @@ func Start(o Options) (*Target, error) {
 		o.RingSize = DefaultRingSize
 	}
 	t := &Target{opts: o, ended: make(chan struct{}), stop: make(chan struct{})}
+	t.book = probe.NewBook(kmech{t})
 	t.mech = probeMechanisms()
 	t.removeStale()
 	var err error
@@ -194,20 +215,7 @@ func (t *Target) Pid() int { return 0 }
 func (t *Target) Modules() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []string
-	for _, m := range t.modules {
-		out = append(out, m.name)
-	}
-	return out
-}
-
-func (t *Target) module(name string) *module {
-	for _, m := range t.modules {
-		if m.name == name {
-			return m
-		}
-	}
-	return nil
+	return t.book.Names()
 }
 
 // Insert loads a module's probes into the kernel.
@@ -219,13 +227,8 @@ func (t *Target) Insert(m *rpn.Module, mode probe.InsertMode) ([]probe.Info, err
 // build of the running kernel, or of the kernel module as it is loaded,
 // is placed (and at each load of the module, that load's).
 func (t *Target) InsertPack(builds []*rpn.Module, mode probe.InsertMode) ([]probe.Info, error) {
-	if len(builds) == 0 {
-		return nil, errors.New("insert: a pack of no build")
-	}
-	for _, b := range builds {
-		if _, err := rpn.Load(b); err != nil {
-			return nil, fmt.Errorf("insert %s: %v", b.Name, err)
-		}
+	if err := probe.LoadPack(builds); err != nil {
+		return nil, err
 	}
 	m := builds[0]
 	if m.ModType != rpn.ModKernel {
@@ -236,71 +239,116 @@ func (t *Target) InsertPack(builds []*rpn.Module, mode probe.InsertMode) ([]prob
 	if t.closed {
 		return nil, errors.New("insert " + m.Name + ": the kernel target is closed")
 	}
-	mod := t.module(m.Name)
-	switch {
-	case mod != nil && mode == probe.InsertNew:
-		return nil, fmt.Errorf("insert %s: %w: use --merge to add these probes to it, or --replace to replace it", m.Name, probe.ErrModuleIn)
-	case mod != nil && mode == probe.InsertReplace:
-		t.dropModule(mod)
-		mod = nil
-	case mod != nil && mode == probe.InsertMerge:
-		if mod.header.Arch != m.Arch {
-			return nil, fmt.Errorf("insert %s --merge: arch differs from the module in", m.Name)
-		}
+	if kmod := kernelModule(m.Name); kmod != "" && !t.syms.known(kmod) {
+		return nil, fmt.Errorf("insert %s: no kernel module %s is loaded, built in or installed (/proc/modules, /sys/module, /lib/modules/%s/modules.dep)", m.Name, m.Name, t.syms.release)
 	}
-	kmod := ""
-	if n := strings.ToLower(m.Name); n != "vmlinux" && n != "kernel" {
-		kmod = m.Name
-		if !t.syms.known(kmod) {
-			return nil, fmt.Errorf("insert %s: no kernel module %s is loaded, built in or installed (/proc/modules, /sys/module, /lib/modules/%s/modules.dep)", m.Name, m.Name, t.syms.release)
-		}
+	s, err := t.book.Insert(builds, mode)
+	if err != nil {
+		return nil, err
 	}
-	if mod == nil {
-		mod = &module{name: m.Name, header: m.Header, kmod: kmod}
-		t.modules = append(t.modules, mod)
-	}
-	if err := t.growLV(mod, int(m.Vars)); err != nil {
-		if len(mod.srcs) == 0 {
-			t.modules = t.modules[:len(t.modules)-1]
-		}
-		return nil, fmt.Errorf("insert %s: %w", m.Name, err)
-	}
-	mod.gvars = max(mod.gvars, int(m.GVars))
-	t.gvWords = max(t.gvWords, int(m.GVars))
-	if mode == probe.InsertMerge {
-		for i := range m.Probes {
-			t.removeProbes(mod, []uint16{m.Probes[i].Minor})
-		}
-	}
-	if err := t.switchInsert(mod, m); err != nil {
-		if len(mod.srcs) == 0 {
-			t.dropModule(mod)
-		}
-		return nil, fmt.Errorf("insert %s: %w", m.Name, err)
-	}
-	s := &source{mod: mod, src: m, builds: builds}
-	for i := range m.Probes {
-		s.probes = append(s.probes, &bprobe{s: s, idx: i, state: probe.StatePending})
-	}
-	s.all = slices.Clone(s.probes)
-	mod.srcs = append(mod.srcs, s)
-	if kmod == "" || t.syms.loaded(kmod) {
-		t.place(s)
-	} else {
-		for _, p := range s.probes {
-			p.reason = "kernel module " + kmod + " is not loaded"
-		}
-	}
-	var out []probe.Info
-	for _, p := range s.probes {
-		out = append(out, t.info(p))
-	}
-	return out, nil
+	return t.book.Infos(s), nil
 }
+
+// kernelModule is the kernel module a module's name names, "" for the
+// kernel image.
+func kernelModule(name string) string {
+	if n := strings.ToLower(name); n != "vmlinux" && n != "kernel" {
+		return name
+	}
+	return ""
+}
+
+// kmech is the kernel target as its book's Mechanism; every call comes
+// with the target's lock held.
+type kmech struct{ t *Target }
+
+var _ probe.Mechanism = kmech{}
+
+func (k kmech) NewModule(m *probe.Module) {
+	m.Impl = &kmodule{Module: m, kmod: kernelModule(m.Name)}
+}
+
+func (k kmech) GrowVars(m *probe.Module, n int) error { return k.t.growLV(m.Impl.(*kmodule), n) }
+
+// Place places a new source where its kernel module is loaded (the
+// kernel image always is); elsewhere its probes wait for the load
+// (poll).
+func (k kmech) Place(ps *probe.Source) {
+	mod := ps.Module.Impl.(*kmodule)
+	s := &source{Source: ps, mod: mod, src: ps.First()}
+	ps.Impl = s
+	for _, p := range ps.Probes {
+		p.Impl = &bprobe{Probe: p, s: s}
+	}
+	if mod.kmod == "" || k.t.syms.loaded(mod.kmod) {
+		k.t.place(s)
+		return
+	}
+	for _, p := range ps.Probes {
+		p.Wait(probe.ReasonNotLoaded(mod.kmod), false)
+	}
+}
+
+// TakeOut closes the probes' links and programs, their lost records
+// counted; a source left without probes is unplaced.
+func (k kmech) TakeOut(ps *probe.Source, gone []*probe.Probe) error {
+	t, s := k.t, ps.Impl.(*source)
+	bs := bprobes(gone)
+	closeLinks(bs)
+	var errs []error
+	for _, p := range bs {
+		c, err := t.counters(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("probe %s: its counts at removal, its lost records not counted: %v", p.Def().Loc.Text, err))
+		}
+		t.lost += c.Lost
+		if p.prog != nil {
+			p.prog.Close()
+			p.prog = nil
+		}
+	}
+	if len(s.Probes) == 0 {
+		t.unplace(s)
+	}
+	return errors.Join(errs...)
+}
+
+// DropModule closes the maps the module's sources shared.
+func (k kmech) DropModule(m *probe.Module) {
+	km := m.Impl.(*kmodule)
+	if km.lv != nil {
+		km.lv.Close()
+		km.lv = nil
+	}
+	if km.sw != nil {
+		km.sw.Close()
+		km.sw = nil
+	}
+}
+
+// Counts are the kernel's counts of a probe (counters).
+func (k kmech) Counts(q *probe.Probe, info *probe.Info) bool {
+	p := q.Impl.(*bprobe)
+	c, err := k.t.counters(p)
+	if err != nil {
+		k.t.warn(fmt.Sprintf("module %s, probe %s: its counts: %v", q.Module().Name, q.Def().Loc.Text, err))
+	}
+	info.Hits, info.Skipped, info.Faults, info.Missed, info.Lost = c.Hits, c.Skipped, c.Faults, c.Missed, c.Lost
+	if p.link != nil {
+		info.Spaces = 1
+	}
+	return c.Disabled
+}
+
+func (k kmech) ReadVars(m *probe.Module, reset bool) (lv, gv []uint64, err error) {
+	return k.t.vars(m.Impl.(*kmodule), reset)
+}
+
+func (k kmech) Warn(msg string) { k.t.warn(msg) }
 
 // growLV makes (or grows) a module's lv map: the sources of a module
 // share it, the words already counted kept.
-func (t *Target) growLV(mod *module, n int) error {
+func (t *Target) growLV(mod *kmodule, n int) error {
 	if n == 0 {
 		return nil
 	}
@@ -312,15 +360,21 @@ func (t *Target) growLV(mod *module, n int) error {
 		return err
 	}
 	if mod.lv != nil {
+		// the values so far carried over, or the insert fails and the
+		// old map stays
 		old, err := bpf.ReadWords(mod.lv)
 		if err == nil {
-			bpf.WriteWords(mp, old)
+			err = bpf.WriteWords(mp, old)
+		}
+		if err != nil {
+			mp.Close()
+			return fmt.Errorf("the module's variables could not be carried over to a larger map: %v", err)
 		}
 		// the sources already in keep the old map: re-place them on the
 		// new one
 		mod.lv.Close()
 		mod.lv = mp
-		for _, s := range mod.srcs {
+		for _, s := range mod.sources() {
 			if s.prog != nil {
 				t.unplace(s)
 				t.place(s)
@@ -336,8 +390,8 @@ func (t *Target) growLV(mod *module, n int) error {
 // attaches them; a probe that cannot go in is refused with its reason.
 func (t *Target) place(s *source) {
 	refuse := func(reason string) {
-		for _, p := range s.probes {
-			p.state, p.reason = probe.StateRefused, reason
+		for _, p := range s.Probes {
+			p.State, p.Reason = probe.StateRefused, reason
 		}
 	}
 	if err := t.selectBuild(s); err != nil {
@@ -368,20 +422,20 @@ func (t *Target) place(s *source) {
 	// not once a program
 	s.btf = btf.NewCache()
 	defer func() { s.btf = nil }()
-	for _, p := range s.probes {
-		if why := refused[p.idx]; why != "" {
-			p.state, p.reason = probe.StateRefused, why
+	for _, p := range s.probes() {
+		if why := refused[p.Index]; why != "" {
+			p.State, p.Reason = probe.StateRefused, why
 			continue
 		}
 		if err := t.attach(p); err != nil {
-			p.state, p.reason = probe.StateRefused, err.Error()
+			p.State, p.Reason = probe.StateRefused, err.Error()
 			if p.prog != nil {
 				p.prog.Close()
 				p.prog = nil
 			}
 			continue
 		}
-		p.state, p.reason = probe.StateActive, ""
+		p.State, p.Reason = probe.StateActive, ""
 	}
 	s.done, s.stop = make(chan struct{}), new(atomic.Bool)
 	t.readers.Add(1)
@@ -391,21 +445,24 @@ func (t *Target) place(s *source) {
 // unplace closes a source's links, programs and maps (its probes pending
 // again, their counts kept), after its ring is read to the end.
 func (t *Target) unplace(s *source) {
-	for _, p := range s.probes {
+	ps := s.probes()
+	for _, p := range ps {
 		if p.prog != nil {
-			if c, err := t.counters(p); err == nil {
-				p.base = c
+			c, err := t.counters(p)
+			if err != nil {
+				t.warn(fmt.Sprintf("module %s, probe %s: its counts before it goes out, lost from its totals: %v", s.mod.Name, p.Def().Loc.Text, err))
 			}
+			p.base = c
 		}
 	}
-	closeLinks(s.probes)
-	for _, p := range s.probes {
+	closeLinks(ps)
+	for _, p := range ps {
 		if p.prog != nil {
 			p.prog.Close()
 			p.prog = nil
 		}
-		if p.state == probe.StateActive || p.state == probe.StateDisabled {
-			p.state = probe.StatePending
+		if p.State == probe.StateActive || p.State == probe.StateDisabled {
+			p.State = probe.StatePending
 		}
 	}
 	if s.reader != nil {
@@ -441,7 +498,7 @@ func (t *Target) read(s *source, rd *bpf.Reader, stop *atomic.Bool, done chan st
 				continue
 			}
 			if !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, os.ErrClosed) {
-				t.warn(fmt.Sprintf("module %s: reading its records: %v", s.mod.name, err))
+				t.warn(fmt.Sprintf("module %s: reading its records: %v", s.mod.Name, err))
 			}
 			return
 		}
@@ -458,12 +515,12 @@ const readSlice = 100 * time.Millisecond
 // record is a ring record as a probe.Record.
 func (t *Target) record(s *source, r *bpf.Record) *probe.Record {
 	rec := &probe.Record{
-		Time: time.Unix(0, int64(r.TS)), Kind: probe.RecordLog, Module: s.mod.name, Major: r.Major, Minor: r.Minor,
+		Time: time.Unix(0, int64(r.TS)), Kind: probe.RecordLog, Module: s.mod.Name, Major: r.Major, Minor: r.Minor,
 		Pid: int(r.PID), Tid: int(r.TID), CPU: int(r.CPU), Exit: r.Exit, Truncated: r.Truncated,
 	}
-	if int(r.Probe) < len(s.all) {
-		p := s.all[r.Probe]
-		rec.Location, rec.Address, rec.Probe = p.def().Loc.Text, p.addr, probe.KindName(p.def())
+	if int(r.Probe) < len(s.All) {
+		p := s.All[r.Probe]
+		rec.Location, rec.Address, rec.Probe = p.Def().Loc.Text, p.Addr, probe.KindName(p.Def())
 	}
 	if r.Exception != rpn.ExNone {
 		rec.Kind = probe.RecordException
@@ -488,15 +545,7 @@ func (t *Target) record(s *source, r *bpf.Record) *probe.Record {
 func (t *Target) Query() []probe.Info {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []probe.Info
-	for _, m := range t.modules {
-		for _, s := range m.srcs {
-			for _, p := range s.probes {
-				out = append(out, t.info(p))
-			}
-		}
-	}
-	return out
+	return t.book.Query()
 }
 
 // counters reads a probe's counters from its maps and its program's
@@ -506,7 +555,7 @@ func (t *Target) counters(p *bprobe) (bpf.Counters, error) {
 	if p.prog == nil || p.s.maps == nil {
 		return c, nil
 	}
-	k, err := p.s.maps.ProbeCounters(p.idx)
+	k, err := p.s.maps.ProbeCounters(p.Index)
 	if err != nil {
 		return c, err
 	}
@@ -526,51 +575,34 @@ func (t *Target) counters(p *bprobe) (bpf.Counters, error) {
 	return c, nil
 }
 
-func (t *Target) info(p *bprobe) probe.Info {
-	d := p.def()
-	c, _ := t.counters(p)
-	info := probe.Info{Module: p.s.mod.name, Minor: d.Minor, Location: d.Loc.Text, Kind: probe.KindName(d), Address: p.addr, State: p.state,
-		Reason: p.reason, How: p.how, Hits: c.Hits, Skipped: c.Skipped, Faults: c.Faults, Missed: c.Missed, Lost: c.Lost, Spaces: boolInt(p.link != nil),
-		Writes: rpn.WriteKinds(rpn.ProbeWrites(p.s.src, p.idx))}
-	t.disabledInfo(p, c, &info) // max hits or rem, or switched off
-	return info
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // Vars returns a module's lv and the gv words it uses.
 func (t *Target) Vars(name string, reset bool) (lv, gv []uint64, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m := t.module(name)
-	if m == nil {
-		return nil, nil, errors.New("no module " + name)
-	}
-	return t.vars(m, reset)
+	return t.book.Vars(name, reset)
 }
 
-func (t *Target) vars(m *module, reset bool) (lv, gv []uint64, err error) {
+func (t *Target) vars(m *kmodule, reset bool) (lv, gv []uint64, err error) {
 	if m.lv != nil {
 		if lv, err = bpf.ReadWords(m.lv); err != nil {
 			return nil, nil, err
 		}
-		lv = lv[:m.header.Vars]
+		lv = lv[:min(m.Vars, len(lv))]
 	}
 	all, err := bpf.ReadWords(t.gv)
 	if err != nil {
 		return nil, nil, err
 	}
-	gv = all[:m.gvars]
+	gv = all[:min(m.GVars, len(all))]
 	if reset {
 		if m.lv != nil {
-			bpf.WriteWords(m.lv, make([]uint64, len(lv)))
+			if err := bpf.WriteWords(m.lv, make([]uint64, len(lv))); err != nil {
+				return lv, gv, fmt.Errorf("reset the local variables: %v", err)
+			}
 		}
-		bpf.WriteWords(t.gv, make([]uint64, m.gvars))
+		if err := bpf.WriteWords(t.gv, make([]uint64, len(gv))); err != nil {
+			return lv, gv, fmt.Errorf("reset the global variables: %v", err)
+		}
 	}
 	return lv, gv, nil
 }
@@ -585,93 +617,11 @@ func (t *Target) GV(n int) []uint64 {
 }
 
 // Remove takes a module's probes out (those with the given minors, or
-// all); the module goes when none is left.
+// all); the module goes with its last probe.
 func (t *Target) Remove(name string, minors []uint16) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m := t.module(name)
-	if m == nil {
-		return 0, errors.New("no module " + name)
-	}
-	n := t.removeProbes(m, minors)
-	left := 0
-	for _, s := range m.srcs {
-		left += len(s.probes)
-	}
-	if left == 0 {
-		t.dropModule(m)
-	}
-	return n, nil
-}
-
-// removeProbes takes out the probes of m with the given minors (all for
-// nil): a source whose every probe goes is unplaced.
-func (t *Target) removeProbes(m *module, minors []uint16) int {
-	n := 0
-	for _, s := range m.srcs {
-		var keep, gone []*bprobe
-		for _, p := range s.probes {
-			if minors == nil || containsMinor(minors, p.def().Minor) {
-				gone = append(gone, p)
-			}
-		}
-		closeLinks(gone)
-		for _, p := range s.probes {
-			if minors == nil || containsMinor(minors, p.def().Minor) {
-				if c, err := t.counters(p); err == nil {
-					t.lost += c.Lost
-				}
-				if p.prog != nil {
-					p.prog.Close()
-					p.prog = nil
-				}
-				p.state = probe.StateRemoved
-				n++
-				continue
-			}
-			keep = append(keep, p)
-		}
-		if len(keep) == 0 {
-			t.unplace(s)
-		}
-		s.probes = keep
-	}
-	var srcs []*source
-	for _, s := range m.srcs {
-		if len(s.probes) > 0 {
-			srcs = append(srcs, s)
-		}
-	}
-	m.srcs = srcs
-	return n
-}
-
-func containsMinor(list []uint16, v uint16) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// dropModule takes a whole module out.
-func (t *Target) dropModule(m *module) {
-	t.removeProbes(m, nil)
-	if m.lv != nil {
-		m.lv.Close()
-		m.lv = nil
-	}
-	if m.sw != nil {
-		m.sw.Close()
-		m.sw = nil
-	}
-	for i, x := range t.modules {
-		if x == m {
-			t.modules = append(t.modules[:i], t.modules[i+1:]...)
-			break
-		}
-	}
+	return t.book.Remove(name, minors)
 }
 
 // Lost counts the records the modules' rings had no room for.
@@ -679,13 +629,12 @@ func (t *Target) Lost() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.lost
-	for _, m := range t.modules {
-		for _, s := range m.srcs {
-			for _, p := range s.probes {
-				c, _ := t.counters(p)
-				n += c.Lost
-			}
+	for _, q := range t.book.Probes() {
+		c, err := t.counters(q.Impl.(*bprobe))
+		if err != nil {
+			t.warn(fmt.Sprintf("module %s, probe %s: its lost records: %v", q.Module().Name, q.Def().Loc.Text, err))
 		}
+		n += c.Lost
 	}
 	return n
 }
@@ -703,36 +652,12 @@ func (t *Target) Close() (probe.Final, error) {
 	t.mu.Unlock()
 	t.poller.Wait()
 	t.mu.Lock()
-	var f probe.Final
 	// links first: nothing commits once they are closed
-	var all []*bprobe
-	for _, m := range t.modules {
-		for _, s := range m.srcs {
-			all = append(all, s.probes...)
-		}
+	closeLinks(bprobes(t.book.Probes()))
+	f := t.book.Final()
+	if err := t.book.DropAll(); err != nil {
+		t.warn(fmt.Sprintf("closing: %v", err))
 	}
-	closeLinks(all)
-	for _, m := range t.modules {
-		for _, s := range m.srcs {
-			for _, p := range s.probes {
-				f.Probes = append(f.Probes, t.info(p))
-			}
-		}
-		lv, gv, _ := t.vars(m, false)
-		f.Vars = append(f.Vars, probe.ModuleVars{Name: m.name, LV: lv, GV: gv})
-	}
-	for _, m := range t.modules {
-		for _, s := range m.srcs {
-			t.unplace(s)
-		}
-		if m.lv != nil {
-			m.lv.Close()
-		}
-		if m.sw != nil {
-			m.sw.Close()
-		}
-	}
-	t.modules = nil
 	if t.follow != nil {
 		if n := t.follow.Full(); n > 0 {
 			t.warn(fmt.Sprintf("%d processes started while %d were followed were not probed (at most %d at once)", n, bpf.FollowMax, bpf.FollowMax))

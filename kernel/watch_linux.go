@@ -24,7 +24,7 @@ func (t *Target) attachWatch(p *bprobe, o bpf.Options) error {
 	if err != nil {
 		return err
 	}
-	p.addr = addr
+	p.Addr = addr
 	n := uint64(d.WatchLen)
 	if addr%n != 0 {
 		return fmt.Errorf("watch = %s: %#x is not a multiple of the length %d (the aligned range starts at %#x)", d.Loc.Text, addr, n, addr&^(n-1))
@@ -45,7 +45,7 @@ func (t *Target) attachWatch(p *bprobe, o bpf.Options) error {
 		prog.Close()
 		return err
 	}
-	p.addr, p.prog, p.link, p.how = addr, prog, l, "watch"
+	p.Addr, p.prog, p.link, p.How = addr, prog, l, "watch"
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
@@ -239,7 +240,7 @@ func (k *Kernel) SetUserReg(regs *engine.Regs, r rpn.Reg, v uint64) bool {
 func (k *Kernel) PendingReason(name string, unloaded bool) string {
 	name = ModuleName(name)
 	if unloaded {
-		return "kernel module " + name + " was unloaded; its probes go in again when it is loaded"
+		return probe.ReasonUnloaded(name)
 	}
-	return "kernel module " + name + " is not loaded"
+	return probe.ReasonNotLoaded(name)
 }

@@ -54,6 +54,9 @@ const (
 // and neither merge nor replace was asked for.
 var ErrModuleIn = errors.New("module already inserted")
 
+// ErrNoModule is the error for a module name no insert gave.
+var ErrNoModule = errors.New("no module")
+
 // ErrNoMinor is Switch's error when the module has no probe with the
 // minors named.
 var ErrNoMinor = errors.New("no probe with that minor")
