@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gprobes/gprobes/internal/testkit"
 )
@@ -349,5 +350,87 @@ func TestQueryHowShort(t *testing.T) {
 	why := q.Probes[0].How
 	if !strings.HasPrefix(why, "int3 ret: 1 return, no entry stop") || !strings.Contains(v, "  how      "+why+"\n") || !strings.Contains(v, pid+" "+hits+" minor 1 retprobe probed\n") {
 		t.Errorf("query -v:\n%s\nwant how %q", v, why)
+	}
+}
+
+// A SIGINT or SIGTERM that comes while run gets ready (here: while it
+// reads its DPDF from a FIFO) ends run before it attaches, saying so,
+// with the shell's status for the signal; the target is left alone. Run
+// as a shell runs a background job (SIGINT ignored at its start), the
+// SIGINT was lost before: run went on to insert its probes and ran until
+// its target ended (the Xen lab's gdbsx test saw that as a ^C with no
+// effect). With SIGTERM, it ended run by the signal's default action,
+// halfway through whatever it was doing.
+func TestRunSignalWhileGettingReady(t *testing.T) {
+	hits := buildHits(t)
+	target, lines := startLooping(t, hits)
+	pid := fmt.Sprintf("pid:%d", target.Process.Pid)
+	exe, _ := os.Executable()
+	for _, tc := range []struct {
+		name  string
+		sig   syscall.Signal
+		trap  string // the shell's trap before it execs gprobes
+		want  int
+		words string
+	}{
+		{"SIGINT ignored at start", syscall.SIGINT, `trap "" INT;`, 130, "SIGINT"},
+		{"SIGTERM", syscall.SIGTERM, "", 143, "SIGTERM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fifo := filepath.Join(t.TempDir(), "probe.dpdf")
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := exec.Command("sh", "-c", tc.trap+` exec "$0" "$@"`, exe, "run", "--target", pid, fifo)
+			r.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
+			var rout lockedBuffer
+			r.Stdout, r.Stderr = &rout, &rout
+			if err := r.Start(); err != nil {
+				t.Fatal(err)
+			}
+			ended := make(chan error, 1)
+			go func() { ended <- r.Wait() }()
+			t.Cleanup(func() { r.Process.Kill(); <-ended })
+			// the FIFO opens for writing once gprobes has it open to read
+			var w *os.File
+			testkit.Wait(t, time.Minute, "gprobes to open its DPDF (a FIFO)", func() (bool, string) {
+				var err error
+				w, err = os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+				return err == nil, fmt.Sprint(err, "; ", rout.String())
+			})
+			r.Process.Signal(tc.sig)
+			fmt.Fprintf(w, "name = %s\nmodtype = user\noffset = f_push\nexit 0\n", hits)
+			w.Close()
+			select {
+			case err := <-ended:
+				ended <- err
+				code := -1
+				if ee, ok := err.(*exec.ExitError); ok {
+					code = ee.ExitCode()
+				} else if err == nil {
+					code = 0
+				}
+				// Go hands a caught signal to its channel from a goroutine
+				// of its own, so run may have gone on to attach before it
+				// saw the signal: then the probes came out at once
+				out := rout.String()
+				before := strings.Contains(out, "gprobes: "+tc.words+" before attaching to "+pid+": nothing was done")
+				row := ""
+				if strings.Contains(out, "gprobes: ready on "+pid) {
+					row = strings.Join(tableRow(t, out, 0), " ")
+				}
+				switch {
+				case before && code == tc.want && !strings.Contains(out, "ready on"):
+					t.Logf("%s: seen before attaching", tc.words)
+				case !before && code == 0 && strings.Contains(row, " removed ") && strings.HasSuffix(row, "taken out at "+tc.words+"; "+pid+" runs on without it"):
+					t.Logf("%s: seen once the probes were in: taken out at once", tc.words)
+				default:
+					t.Errorf("run given %s as it read its DPDF: %v (status %d; want %d with nothing done, or 0 with the probe taken out)\n%s", tc.words, err, code, tc.want, out)
+				}
+			case <-time.After(time.Minute):
+				t.Errorf("run given %s as it read its DPDF has not ended after a minute:\n%s", tc.words, rout.String())
+			}
+			roundLine(t, lines) // the target runs on
+		})
 	}
 }

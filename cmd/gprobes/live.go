@@ -593,6 +593,14 @@ func runCommand() *cli.Command {
 			routeFlag(), ringFlag(),
 		),
 		Action: func(c *cli.Context) error {
+			// SIGINT and SIGTERM are caught from the start, before the
+			// DPDF is read and the target attached: one that comes while
+			// gprobes gets ready is neither lost (a shell starts a
+			// background job with SIGINT ignored, which only Notify turns
+			// off) nor ends gprobes halfway through an attach
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
 			if oneLinerOf(c) == nil && c.NArg() == 0 {
 				return cli.Exit("run: name a DPDF or PPDF file (- for standard input) or give the DPDF with -e TEXT, then -- COMMAND, or --target pid:N", 2)
 			}
@@ -613,12 +621,14 @@ func runCommand() *cli.Command {
 			if l.signer != "" {
 				fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: signed by %s\n", in.name, dpdf.Escape(l.signer))
 			}
-			return runOnce(c, l.builds, command)
+			return runOnce(c, l.builds, command, sigs)
 		},
 	}
 }
 
-func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
+// runOnce runs the probes of builds on the target or command; sigs are
+// the SIGINT and SIGTERM caught since run started.
+func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan os.Signal) error {
 	mod := builds[0]
 	target := c.String("target")
 	spec := targets.ExecArgv(command)
@@ -648,6 +658,18 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 		if open, err = spec.Open(topts); err != nil {
 			return cli.Exit("run: "+err.Error(), 1)
 		}
+	}
+	// interrupted while the DPDF was read: nothing is attached, started
+	// or changed, and run ends as an interrupted shell command does
+	select {
+	case sig := <-sigs:
+		what := "attaching to " + spec.String()
+		if len(command) > 0 {
+			what = "starting " + command[0]
+		}
+		fmt.Fprintf(c.App.ErrWriter, "gprobes: %s before %s: nothing was done\n", signalName(sig), what)
+		return cli.Exit("", 128+int(sig.(syscall.Signal)))
+	default:
 	}
 	if spec.Kind == targets.Pid || spec.Kind == targets.Xen {
 		// a process started here dies with us (PTRACE_O_EXITKILL); one
@@ -742,9 +764,8 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string) error {
 			fmt.Fprintf(c.App.ErrWriter, "gprobes: probe %s (minor %d) %s: %s\n", p.Location, p.Minor, p.State, p.Reason)
 		}
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	// a signal that came while the target was attached and the probes
+	// went in is taken below: they come out at once
 	if err := eng.Release(); err != nil {
 		return cli.Exit("run: "+err.Error(), 1)
 	}
