@@ -324,6 +324,9 @@ func (e *Engine) placeModule(sp *space, s *pb.Source, probes []*eprobe) {
 		return
 	}
 	for _, p := range probes {
+		if p.State != StateRemoved {
+			p.File = ld.Key
+		}
 		switch {
 		case p.State == StateRemoved:
 		case inst.refused[p.Index] != "":

@@ -97,6 +97,7 @@ type Probe struct {
 	Reason string // why it is pending, refused, gone
 	How    string // how it runs: emulate, boost, step, branch, jump, tracepoint, fentry, kprobe...
 	Addr   uint64 // where it is (the last space it went into)
+	File   string // the file its module's name resolved to (the last space it went into)
 	Impl   any    // the Mechanism's
 }
 
@@ -350,7 +351,7 @@ func (b *Book) Vars(name string, reset bool) (lv, gv []uint64, err error) {
 // or rem ended, or that is switched off.
 func (b *Book) Info(p *Probe) Info {
 	d := p.Def()
-	info := Info{Module: p.Module().Name, Minor: d.Minor, Location: d.Loc.Text, Kind: KindName(d), Address: p.Addr,
+	info := Info{Module: p.Module().Name, Minor: d.Minor, Location: d.Loc.Text, File: p.File, Kind: KindName(d), Address: p.Addr,
 		State: p.State, Reason: p.Reason, How: p.How, Writes: rpn.WriteKinds(rpn.ProbeWrites(p.Source.First(), p.Index))}
 	ended := b.mech.Counts(p, &info)
 	info.Disable(ended, !ended && b.mech.SwitchedOff(p.Module(), d.Minor))

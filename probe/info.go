@@ -24,14 +24,18 @@ type Info struct {
 	Module   string `json:"module"`
 	Minor    uint16 `json:"minor"`
 	Location string `json:"location"`
-	Kind     string `json:"kind,omitempty"` // the probe's kind, when not an offset probe (KindName)
-	Address  uint64 `json:"address"`
-	State    State  `json:"state"`
-	Reason   string `json:"reason,omitempty"`
-	How      string `json:"how,omitempty"` // how it runs: emulate, boost, step, branch, jump, fentry, kprobe...
-	Hits     uint64 `json:"hits"`
-	Skipped  uint64 `json:"skipped"`
-	Faults   uint64 `json:"faults"`
+	// File is the file the module's name resolved to where the probe
+	// went in (a process's mapped file: "libc" is
+	// /usr/lib/x86_64-linux-gnu/libc.so.6); "" before
+	File    string `json:"file,omitempty"`
+	Kind    string `json:"kind,omitempty"` // the probe's kind, when not an offset probe (KindName)
+	Address uint64 `json:"address"`
+	State   State  `json:"state"`
+	Reason  string `json:"reason,omitempty"`
+	How     string `json:"how,omitempty"` // how it runs: emulate, boost, step, branch, jump, fentry, kprobe...
+	Hits    uint64 `json:"hits"`
+	Skipped uint64 `json:"skipped"`
+	Faults  uint64 `json:"faults"`
 	// Missed are hits whose program did not run: the kernel target's
 	// hits the kernel skipped (another eBPF program was running on the
 	// CPU, kprobes' own misses); a return probe's calls beyond maxactive

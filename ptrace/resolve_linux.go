@@ -103,7 +103,10 @@ func (o processOS) Resolve(space int, name string, modtype rpn.ModType) (*engine
 	if err != nil {
 		return nil, false, err
 	}
-	path, ok := findModule(name, maps)
+	path, ok, err := findModule(name, maps)
+	if err != nil {
+		return nil, false, err
+	}
 	if !ok {
 		return nil, false, nil
 	}
@@ -193,7 +196,12 @@ func fileID(path string, m *Mapping) (string, bool) {
 	return fmt.Sprintf("%d:%d:%d:%d.%09d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec), true
 }
 
-func findModule(name string, maps []Mapping) (string, bool) {
+// findModule finds the mapped file a module's name stands for: with a
+// '/', the same file (symlinks resolved); without, a file of that base
+// name, else the library that short name stands for ("libc":
+// libc.so.6, symbols.MatchShortName). Two mapped libraries of one short
+// name (libfoo.so.1 and libfoo.so.2) are an error naming both.
+func findModule(name string, maps []Mapping) (string, bool, error) {
 	want := name
 	if strings.Contains(name, "/") {
 		if abs, err := filepath.Abs(name); err == nil {
@@ -204,6 +212,7 @@ func findModule(name string, maps []Mapping) (string, bool) {
 		}
 	}
 	seen := map[string]bool{}
+	var short []string
 	for _, m := range maps {
 		if m.Path == "" || m.Path[0] != '/' || seen[m.Path] {
 			continue
@@ -213,19 +222,51 @@ func findModule(name string, maps []Mapping) (string, bool) {
 		// that name: its symbols come from the mapping (mappedFile)
 		p := displayPath(m.Path)
 		if !strings.Contains(name, "/") {
-			if filepath.Base(p) == name {
-				return m.Path, true
+			ok, exact := symbols.MatchShortName(filepath.Base(p), name)
+			if exact {
+				return m.Path, true, nil
+			}
+			if ok {
+				short = append(short, m.Path)
 			}
 			continue
 		}
 		if p == want {
-			return m.Path, true
+			return m.Path, true, nil
 		}
 		if real, err := filepath.EvalSymlinks(p); err == nil && real == want {
-			return m.Path, true
+			return m.Path, true, nil
 		}
 	}
-	return "", false
+	switch len(short) {
+	case 0:
+		return "", false, nil
+	case 1:
+		return short[0], true, nil
+	}
+	for i := range short {
+		short[i] = displayPath(short[i])
+	}
+	return "", false, fmt.Errorf("%s stands for more than one mapped library (%s): name the one meant", name, strings.Join(short, ", "))
+}
+
+// PendingReason says what a module's pending probes wait for: the file
+// to be mapped (by exec or dlopen), and where that file is on this host.
+func (o processOS) PendingReason(space int, name string, unloaded bool) string {
+	what := name
+	if !strings.Contains(name, "/") && !strings.Contains(name, ".so") {
+		what = fmt.Sprintf("%s (%s.so or %s.so.VERSION)", name, name, name)
+	}
+	why := fmt.Sprintf("waiting for %s to be mapped in process %d (dlopen, exec)", what, space)
+	if unloaded {
+		why = fmt.Sprintf("%s was unmapped from process %d (dlclose, exec): waiting for it to be mapped again", what, space)
+	}
+	if path, how, err := symbols.FindModuleFile(name, symbols.LDCachePath); err == nil {
+		why += fmt.Sprintf("; on this host it is %s (%s)", path, how)
+	} else {
+		why += "; not on this host: " + err.Error()
+	}
+	return why
 }
 
 // loadBias is where a file is loaded minus where it was linked: the

@@ -314,7 +314,7 @@ func checkCommand() *cli.Command {
 						unresolved++
 					}
 				}
-				fmt.Fprintf(c.App.Writer, "%s: ok: module %q, %s, %d bytes of bytecode", in.name, l.mod.Name, plural(len(l.mod.Probes), "probe"), len(l.mod.Code))
+				fmt.Fprintf(c.App.Writer, "%s: ok: module %q%s, %s, %d bytes of bytecode", in.name, l.mod.Name, hostFile(l.mod), plural(len(l.mod.Probes), "probe"), len(l.mod.Code))
 				if unresolved > 0 {
 					fmt.Fprintf(c.App.Writer, ", %s left for insert-time resolution", plural(unresolved, "symbolic value"))
 				}
@@ -525,6 +525,22 @@ func printWrites(w io.Writer, name string, m *rpn.Module) {
 	if s := rpn.WritesSummary(rpn.Writes(m)); s != "" {
 		fmt.Fprintf(w, "%s: module %q writes its target: %s\n", name, dpdf.Escape(m.Name), dpdf.Escape(s))
 	}
+}
+
+// hostFile is what a user module's name stands for on this host, as
+// check shows it: " (/usr/lib/x86_64-linux-gnu/libc.so.6 on this host,
+// from ld.so.cache)" for "libc", " (not on this host: ...)" when nothing
+// is found; "" for a path and a kernel module (a process maps what it
+// maps; the kernel names its own).
+func hostFile(m *rpn.Module) string {
+	if m.ModType != rpn.ModUser || strings.Contains(m.Name, "/") {
+		return ""
+	}
+	path, how, err := symbols.FindModuleFile(m.Name, symbols.LDCachePath)
+	if err != nil {
+		return " (not on this host: " + err.Error() + ")"
+	}
+	return fmt.Sprintf(" (%s on this host, from %s)", path, how)
 }
 
 // plural spells "1 probe", "2 probes".

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -432,5 +433,86 @@ func TestRunSignalWhileGettingReady(t *testing.T) {
 			}
 			roundLine(t, lines) // the target runs on
 		})
+	}
+}
+
+// Short names, as bpftrace and the C linker have them: "libc" is the
+// process's libc.so.6, and query says which file; "libgpplug", not mapped
+// yet, is pending with what it waits for and where the file is on this
+// host, until the process dlopens libgpplug.so.1 and the probe goes in.
+// Before, "libc" stayed pending for ever with an empty REASON.
+func TestShortNames(t *testing.T) {
+	hits := buildHits(t)
+	plug := testkit.CC(t, "libgpplug.so.1", "-O1", "-g", "-shared", "-fPIC", "../../testdata/proc/plug.c")
+	sock, _ := startDaemon(t)
+	cmd := exec.Command(hits, "-n", "5", "-w", "-l", "-p", "20", "-d", plug)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	lines.Scan() // its pid: it waits for a line now
+	pid := fmt.Sprintf("pid:%d", cmd.Process.Pid)
+	mustRun(t, "insert", "--socket", sock, "--target", pid, "-e", "name = libc; modtype = user; vars = 1; offset = strlen; minor = 1; inc lv,0")
+	mustRun(t, "insert", "--socket", sock, "--target", pid, "-e", "name = libgpplug; modtype = user; vars = 1; offset = plug; minor = 2; inc lv,0")
+	var q struct {
+		Probes []struct {
+			Module, File, Reason string
+			State                string
+		}
+	}
+	query := func() {
+		t.Helper()
+		q.Probes = nil
+		if err := json.Unmarshal([]byte(mustRun(t, "query", "--socket", sock, "--json")), &q); err != nil || len(q.Probes) != 2 {
+			t.Fatalf("query: %v %+v", err, q)
+		}
+	}
+	query()
+	// the oracle of libc's file: the process's own maps
+	maps, _ := os.ReadFile("/proc/" + strings.TrimPrefix(pid, "pid:") + "/maps")
+	var mappedLibc string
+	for _, l := range strings.Split(string(maps), "\n") {
+		if f := strings.Fields(l); len(f) == 6 && strings.HasPrefix(filepath.Base(f[5]), "libc.so.") {
+			mappedLibc = f[5]
+		}
+	}
+	for _, p := range q.Probes {
+		switch p.Module {
+		case "libc":
+			if p.State != "active" || p.File != mappedLibc || mappedLibc == "" {
+				t.Errorf("libc: %s, file %q (%s), want active in %s", p.State, p.File, p.Reason, mappedLibc)
+			}
+		case "libgpplug":
+			want := fmt.Sprintf("waiting for libgpplug (libgpplug.so or libgpplug.so.VERSION) to be mapped in process %s (dlopen, exec)", strings.TrimPrefix(pid, "pid:"))
+			if p.State != "pending" || !strings.HasPrefix(p.Reason, want) {
+				t.Errorf("libgpplug: %s %q, want pending: %s", p.State, p.Reason, want)
+			}
+		}
+	}
+	out := mustRun(t, "query", "--socket", sock)
+	if !strings.Contains(out, "file: "+pid+" libc is "+mappedLibc+"\n") {
+		t.Errorf("query does not say libc's file:\n%s", out)
+	}
+	fmt.Fprintln(stdin) // go: a round, then the dlopen
+	deadline := time.Now().Add(time.Minute)
+	for {
+		query()
+		p := q.Probes[1]
+		if p.Module != "libgpplug" {
+			p = q.Probes[0]
+		}
+		if p.State == "active" {
+			if p.File != plug {
+				t.Errorf("libgpplug's file %q, want %s", p.File, plug)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the dlopen, libgpplug is %s: %s", p.State, p.Reason)
+		}
+		lines.Scan() // a round
 	}
 }

@@ -303,6 +303,18 @@ func printProbes(w io.Writer, probes []daemon.TargetProbe) {
 			p.State, dash(short), p.Hits, p.Skipped, p.Faults, p.Missed, p.Dropped, p.Lost, p.Reason)
 	}
 	tw.Flush()
+	// the file a module's name stands for, where it is not the name
+	// itself ("libc": libc.so.6)
+	shown := map[string]bool{}
+	for _, p := range probes {
+		if p.File == "" || p.File == p.Module || filepath.Base(p.File) == p.Module {
+			continue
+		}
+		if k := p.Target + "\x00" + p.Module + "\x00" + p.File; !shown[k] {
+			shown[k] = true
+			fmt.Fprintf(w, "file: %s %s is %s\n", p.Target, p.Module, p.File)
+		}
+	}
 	// what the probes write in their targets, said plainly (SPEC §8)
 	for _, p := range probes {
 		if p.Writes != "" {
@@ -322,6 +334,9 @@ func printProbeDetails(w io.Writer, probes []daemon.TargetProbe) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "%s %s minor %d %s\n", p.Target, p.Module, p.Minor, probeLocation(p.Info))
+		if p.File != "" {
+			fmt.Fprintf(w, "  file     %s\n", p.File)
+		}
 		if p.Address != 0 {
 			fmt.Fprintf(w, "  address  %#x\n", p.Address)
 		}
