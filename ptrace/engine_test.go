@@ -442,6 +442,7 @@ func (h *holdCounter) Hold(tid int) error {
 // the probed address, and the probe would count one execution twice.
 // The handler gets the timer's own siginfo, not the resent one's.
 func TestSignalDuringStep(t *testing.T) {
+	needFixture(t) // before fixture.* is read for the arguments
 	hc := &holdCounter{}
 	// the timer must stay slower than the engine's handling of one stop,
 	// or more than 8 signals meet one step (the documented limit, where
@@ -498,6 +499,7 @@ func sorted(s []string) []string {
 
 // Probes in a library dlopen'ed after the insert stay pending, then work.
 func TestDlopenAfterInsert(t *testing.T) {
+	needFixture(t) // before fixture.* is read for the arguments
 	r := start(t, "-n", "50", "-d", fixture.plug)
 	infos := r.insert(compile(t, `name = PLUG
 modtype = user
