@@ -100,6 +100,9 @@ func (m *Module) Close() error { return nil }
 // ReadFormat returns ErrNotSupported (ParseFormat works anywhere).
 func ReadFormat(group, event string) (*Format, error) { return nil, ErrNotSupported }
 
+// EventsDir: no tracefs.
+func EventsDir() (string, error) { return "", ErrNotSupported }
+
 // AttachKprobe returns ErrNotSupported.
 func AttachKprobe(prog *ebpf.Program, symbol string, offset uint64) (link.Link, error) {
 	return nil, ErrNotSupported

@@ -16,6 +16,10 @@ import (
 // older one under debugfs.
 var tracefsRoots = []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"}
 
+// EventsDir is tracefs's events directory (/sys/kernel/tracing/events),
+// tracefs mounted first when it is not.
+func EventsDir() (string, error) { return eventsDir() }
+
 // eventsDir returns tracefs's events directory, mounting tracefs first
 // (EnsureTracefs) when none is mounted.
 func eventsDir() (string, error) {

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gprobes/gprobes/bpf"
+	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/symbols"
+)
+
+// elfFunctions are the functions readelf -s lists (FUNC and IFUNC
+// symbols defined, of .symtab and .dynsym) whose bare names match glob,
+// each once.
+func elfFunctions(t *testing.T, glob string, file string) []string {
+	t.Helper()
+	testkit.Need(t, "readelf")
+	out, err := exec.Command("readelf", "-sW", file).Output()
+	if err != nil {
+		t.Fatalf("readelf -s %s: %v", file, err)
+	}
+	seen := map[string]bool{}
+	var names []string
+	for _, l := range strings.Split(string(out), "\n") {
+		// Num: Value Size Type Bind Vis Ndx Name [(version)]
+		f := strings.Fields(l)
+		if len(f) < 8 || (f[3] != "FUNC" && f[3] != "IFUNC") || f[6] == "UND" {
+			continue
+		}
+		name, _, _ := strings.Cut(f[7], "@")
+		if ok, _ := path.Match(glob, name); ok && !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// list's functions of a file are readelf's (of .symtab and .dynsym), by a
+// path and by a library's short name; -v adds the address nm gives and
+// the parameters the C source declares.
+func TestListFunctions(t *testing.T) {
+	hits := buildHits(t)
+	plug := testkit.CC(t, "libgpplug.so.1", "-O1", "-g", "-shared", "-fPIC", "../../testdata/proc/plug.c")
+	got := strings.Fields(mustRun(t, "list", hits+":*"))
+	var want []string
+	for _, n := range elfFunctions(t, "*", hits) {
+		want = append(want, hits+":"+n)
+	}
+	if !slices.Equal(got, want) || len(want) < 10 {
+		t.Errorf("list %s:*:\n%v\nreadelf -s says:\n%v", hits, got, want)
+	}
+	libc, _, err := symbols.FindModuleFile("libc", symbols.LDCachePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = strings.Fields(mustRun(t, "list", "libc:mall*"))
+	want = nil
+	for _, n := range elfFunctions(t, "mall*", libc) {
+		want = append(want, "libc:"+n)
+	}
+	if !slices.Equal(got, want) || !slices.Contains(got, "libc:malloc") {
+		t.Errorf("list libc:mall*: %v, readelf -s %s says %v", got, libc, want)
+	}
+	// -v: address (nm's), size, parameters from DWARF
+	testkit.Need(t, "nm")
+	v := mustRun(t, "list", "-v", plug+":plug")
+	nm, _ := exec.Command("nm", "--defined-only", plug).Output()
+	var addr string
+	for _, l := range strings.Split(string(nm), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[2] == "plug" {
+			a, _ := strconv.ParseUint(f[0], 16, 64)
+			addr = "0x" + strconv.FormatUint(a, 16)
+		}
+	}
+	if f := strings.Fields(v); len(f) < 4 || f[0] != plug+":plug" || f[1] != addr || !strings.HasSuffix(strings.TrimSpace(v), "(long int i, const char *s)") {
+		t.Errorf("list -v %s:plug: %q, want address %s and (long int i, const char *s)", plug, v, addr)
+	}
+	if _, errs, code := gprobes(t, "list", hits+":nosuch*"); code == 0 || !strings.Contains(errs, "no function of "+hits+" matches") {
+		t.Errorf("list of nothing: status %d, %s", code, errs)
+	}
+}
+
+// list's source lines are lines the line table has code for (objdump's
+// decoded lines marked as statements), each at the lowest address
+// objdump gives it.
+func TestListLines(t *testing.T) {
+	hits := buildHits(t)
+	testkit.Need(t, "objdump")
+	out, err := exec.Command("objdump", "--dwarf=decodedline", hits).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lowest := map[int]uint64{}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 || f[0] != "hits.c" || f[len(f)-1] != "x" {
+			continue
+		}
+		n, err1 := strconv.Atoi(f[1])
+		a, err2 := strconv.ParseUint(strings.TrimPrefix(f[2], "0x"), 16, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if old, ok := lowest[n]; !ok || a < old {
+			lowest[n] = a
+		}
+	}
+	v := mustRun(t, "list", "-v", hits+":hits.c:*")
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(v), "\n") {
+		f := strings.Fields(l)
+		line, err := strconv.Atoi(strings.TrimPrefix(f[0], hits+":hits.c:"))
+		if err != nil || len(f) != 3 {
+			t.Fatalf("list -v line %q", l)
+		}
+		n++
+		want, ok := lowest[line]
+		if !ok || f[1] != "0x"+strconv.FormatUint(want, 16) {
+			t.Errorf("line %d at %s: objdump has it at %#x (%v)", line, f[1], want, ok)
+		}
+	}
+	if n < len(lowest)/2 {
+		t.Errorf("%d lines listed of the %d objdump has code for", n, len(lowest))
+	}
+}
+
+// list's tracepoints are tracefs's events, and -v their fields as the
+// format files declare them (the common_ fields left out).
+func TestListTracepoints(t *testing.T) {
+	dir, err := bpf.EventsDir()
+	if err != nil {
+		testkit.SkipOrFail(t, "tracefs: %v", err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "syscalls"))
+	var want []string
+	for _, e := range ents {
+		if ok, _ := path.Match("sys_enter_open*", e.Name()); ok && e.IsDir() {
+			want = append(want, "tracepoint:syscalls:"+e.Name())
+		}
+	}
+	if len(want) == 0 {
+		testkit.SkipOrFail(t, "no syscalls:sys_enter_open* tracepoints in %s", dir)
+	}
+	got := strings.Split(strings.TrimSpace(mustRun(t, "list", "tracepoint:syscalls:sys_enter_open*")), "\n")
+	if !slices.Equal(got, want) {
+		t.Errorf("list: %v\ntracefs: %v", got, want)
+	}
+	v := mustRun(t, "list", "-v", "tracepoint:syscalls:sys_enter_openat")
+	format, err := os.ReadFile(filepath.Join(dir, "syscalls", "sys_enter_openat", "format"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantV := "tracepoint:syscalls:sys_enter_openat\n"
+	for _, l := range strings.Split(string(format), "\n") {
+		decl, ok := strings.CutPrefix(strings.TrimSpace(l), "field:")
+		decl, _, _ = strings.Cut(decl, ";")
+		if ok && !strings.Contains(decl, "common_") {
+			wantV += "    " + decl + ";\n"
+		}
+	}
+	if v != wantV {
+		t.Errorf("list -v:\n%s\nformat file:\n%s", v, wantV)
+	}
+}
+
+// list's kernel functions are kallsyms' text symbols; whether a kprobe
+// and fentry take them says this host's refusal when it has none.
+func TestListKernel(t *testing.T) {
+	ks, err := os.ReadFile("/proc/kallsyms")
+	if err != nil {
+		testkit.SkipOrFail(t, "kallsyms: %v", err)
+	}
+	seen := map[string]bool{}
+	var want []string
+	for _, l := range strings.Split(string(ks), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || (f[1] != "t" && f[1] != "T") {
+			continue
+		}
+		if ok, _ := path.Match("vfs_*", f[2]); ok && !seen[f[2]] {
+			seen[f[2]] = true
+			want = append(want, f[2])
+		}
+	}
+	slices.Sort(want)
+	v := mustRun(t, "list", "-v", "kernel:vfs_*")
+	lines := strings.Split(strings.TrimSpace(v), "\n")
+	var got []string
+	mech := bpf.Probe()
+	for _, l := range lines[1:] {
+		name, _, _ := strings.Cut(strings.TrimPrefix(l, "kernel:"), " ")
+		got = append(got, name)
+		if mech.Kprobe != nil && !strings.Contains(l, "no: "+mech.Kprobe.Error()) {
+			t.Errorf("%s: want the kprobe refusal %q", l, mech.Kprobe)
+		}
+		if mech.Fentry != nil && !strings.Contains(l, "no: "+mech.Fentry.Error()) {
+			t.Errorf("%s: want the fentry refusal %q", l, mech.Fentry)
+		}
+		if mech.Kprobe == nil && !strings.Contains(l, " yes") && !strings.Contains(l, "no: on the kernel's kprobe blacklist") {
+			t.Errorf("%s: a kprobe takes it unless blacklisted", l)
+		}
+	}
+	if !slices.Equal(got, want) || len(want) == 0 {
+		t.Errorf("list kernel:vfs_*: %v\nkallsyms: %v", got, want)
+	}
+}
