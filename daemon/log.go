@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gprobes/gprobes/probe"
+	"github.com/gprobes/gprobes/rpn"
 )
 
 // LogLine is one committed record as the log file stores it: one JSON
@@ -55,7 +56,13 @@ func FromRecord(target string, r *probe.Record) LogLine {
 }
 
 // Text formats a record for a person: one line.
-func (l *LogLine) Text() string {
+func (l *LogLine) Text() string { return l.TextWith(nil) }
+
+// TextWith is Text with the probe's log layouts (rpn.LogLayouts): the
+// data shown as the program logged it, words as numbers and strings as
+// strings ("data 6 \"hello\""), where the data fits one of them; as
+// hex (and as text when it is mostly text) where it does not.
+func (l *LogLine) TextWith(layouts []rpn.Layout) string {
 	loc := l.Location
 	if l.Probe != "" {
 		loc = l.Probe + " " + loc // retprobe write
@@ -70,9 +77,16 @@ func (l *LogLine) Text() string {
 		}
 	default:
 		s += fmt.Sprintf(" exit %d", l.Exit)
-		if l.Data != "" {
+		b, err := hex.DecodeString(l.Data)
+		vals, ok := rpn.Split(layouts, b)
+		if ok && err == nil && len(vals) > 0 && !l.Truncated {
+			s += " data"
+			for _, v := range vals {
+				s += " " + v.String()
+			}
+		} else if l.Data != "" {
 			s += " data " + l.Data
-			if b, err := hex.DecodeString(l.Data); err == nil {
+			if err == nil {
 				if p := printable(b); p != "" {
 					s += fmt.Sprintf(" %q", p)
 				}

@@ -27,7 +27,13 @@ type Info struct {
 	// File is the file the module's name resolved to where the probe
 	// went in (a process's mapped file: "libc" is
 	// /usr/lib/x86_64-linux-gnu/libc.so.6); "" before
-	File    string `json:"file,omitempty"`
+	File string `json:"file,omitempty"`
+	// Log is how the program lays out a record's data, as
+	// rpn.FormatLayouts spells it ("w8 s": a word, then a string; "|"
+	// between the sequences a hit may commit), for readers to show
+	// words as numbers and strings as strings; "" when the code alone
+	// cannot tell
+	Log     string `json:"log,omitempty"`
 	Kind    string `json:"kind,omitempty"` // the probe's kind, when not an offset probe (KindName)
 	Address uint64 `json:"address"`
 	State   State  `json:"state"`

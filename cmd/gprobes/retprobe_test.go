@@ -1,10 +1,9 @@
 package main
 
 import (
-	"encoding/binary"
-	"encoding/hex"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -20,11 +19,15 @@ func TestRunWriteLatencyExample(t *testing.T) {
 	bin := testkit.CC(t, "retprobe", "-O1", "-g", "-pthread", src+"retprobe.c", src+"funcs.S")
 	const n = 40
 	out := mustRun(t, "run", filepath.Join(examples, "write_latency.dpdf"), "--", bin, "write", "40")
-	rec := regexp.MustCompile(`\(2,2\) retprobe write 0x[0-9a-f]+ pid \d+ tid \d+ exit 1 data ([0-9a-f]{64})`)
+	rec := regexp.MustCompile(`(?m)\(2,2\) retprobe write 0x[0-9a-f]+ pid \d+ tid \d+ exit 1 data (-?\d+) (-?\d+) (-?\d+) (-?\d+)$`)
 	fd3 := 0
 	for _, m := range rec.FindAllStringSubmatch(out, -1) {
-		b, _ := hex.DecodeString(m[1])
-		fd, asked, got, ns := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
+		// the words, shown as numbers (docs/api.md, "Log records")
+		var w [4]int64
+		for i := range w {
+			w[i], _ = strconv.ParseInt(m[i+1], 10, 64)
+		}
+		fd, asked, got, ns := w[0], w[1], w[2], w[3]
 		if got != asked || int64(ns) <= 0 || ns > 1e9 {
 			t.Errorf("write(%d, %d bytes) returned %d in %d ns", fd, asked, int64(got), int64(ns))
 		}

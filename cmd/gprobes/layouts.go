@@ -1,0 +1,71 @@
+package main
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gprobes/gprobes/daemon"
+	"github.com/gprobes/gprobes/probe"
+	"github.com/gprobes/gprobes/rpn"
+)
+
+// layouts are the log layouts (rpn.LogLayouts) of the probes whose
+// records a command prints, by what a record names of its probe: target,
+// module, minor, kind and location. Probes a record cannot tell apart
+// (one minor, kind and location) pool their layouts: a record's data is
+// then cut only when one reading fits.
+type layouts struct {
+	mu      sync.Mutex
+	m       map[string][]rpn.Layout
+	refresh func() []daemon.TargetProbe // the daemon's probes now; nil for run's
+	last    time.Time
+}
+
+func layoutKey(target, module string, minor uint16, kind, location string) string {
+	return target + "\x00" + module + "\x00" + strconv.Itoa(int(minor)) + "\x00" + kind + "\x00" + location
+}
+
+// addModule adds a module's probes (run's).
+func (ls *layouts) addModule(target string, m *rpn.Module) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.m == nil {
+		ls.m = map[string][]rpn.Layout{}
+	}
+	for i := range m.Probes {
+		d := &m.Probes[i]
+		k := layoutKey(target, m.Name, d.Minor, probe.KindName(d), d.Loc.Text)
+		ls.m[k] = append(ls.m[k], rpn.LogLayouts(m, i)...)
+	}
+}
+
+func (ls *layouts) addProbes(ps []daemon.TargetProbe) {
+	for _, p := range ps {
+		l, err := rpn.ParseLayouts(p.Log)
+		if err != nil {
+			continue
+		}
+		k := layoutKey(p.Target, p.Module, p.Minor, p.Kind, p.Location)
+		ls.m[k] = append(ls.m[k], l...)
+	}
+}
+
+// of are the layouts for a record's probe; a probe not known yet makes
+// the daemon's probes be asked again, at most once a second.
+func (ls *layouts) of(l *daemon.LogLine) []rpn.Layout {
+	if ls == nil {
+		return nil
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	k := layoutKey(l.Target, l.Module, l.Minor, l.Probe, l.Location)
+	got, ok := ls.m[k]
+	if !ok && ls.refresh != nil && time.Since(ls.last) > time.Second {
+		ls.last = time.Now()
+		ls.m = map[string][]rpn.Layout{}
+		ls.addProbes(ls.refresh())
+		got = ls.m[k]
+	}
+	return got
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Records a person reads: a word and a string the program logged (log 1,
+// log str) are shown as a number and a quoted string, in run's output and
+// in the daemon's log, from the probe's code; --json keeps the data's
+// bytes in hex. Before, both showed "data 00000000000000006c... ".
+func TestRecordStrings(t *testing.T) {
+	hits := buildHits(t)
+	words := []string{"alpha", "beta", "gamma", ""}
+	want := func(i int) string { return fmt.Sprintf(" exit 1 data %d %q", i, words[i%4]) }
+	text := fmt.Sprintf("name = %s; modtype = user; offset = probed; push r,rdi; log 1; push d,16; push r,rsi; log str; exit 1", hits)
+	out := mustRun(t, "run", "-e", text, "--", hits, "-n", "6")
+	var got []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, " log ") {
+			_, after, _ := strings.Cut(l, " tid ")
+			_, after, _ = strings.Cut(after, " ")
+			got = append(got, " "+after)
+		}
+	}
+	if len(got) != 6 {
+		t.Fatalf("run: %d records, want 6:\n%s", len(got), out)
+	}
+	for i, g := range got {
+		if g != want(i) {
+			t.Errorf("run record %d: %q, want %q", i, g, want(i))
+		}
+	}
+
+	sock, _ := startDaemon(t)
+	cmd := exec.Command(hits, "-n", "6", "-w")
+	stdin, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", cmd.Process.Pid), "-e", text)
+	fmt.Fprintln(stdin)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the fixture: %v", err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	var lines []string
+	for {
+		lines = lines[:0]
+		for _, l := range strings.Split(mustRun(t, "log", "--socket", sock), "\n") {
+			if strings.Contains(l, " log ") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) >= 6 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(lines) != 6 {
+		t.Fatalf("log: %d records, want 6:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for i, l := range lines {
+		if !strings.HasSuffix(l, want(i)) {
+			t.Errorf("log record %d: %q, want it to end %q", i, l, want(i))
+		}
+	}
+	// JSON: the bytes as logged
+	js := strings.Split(strings.TrimSpace(mustRun(t, "log", "--socket", sock, "--json")), "\n")
+	var rec struct{ Data string }
+	if err := json.Unmarshal([]byte(js[1]), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Data != "0100000000000000"+hex.EncodeToString([]byte("beta")) {
+		t.Errorf("log --json data %q", rec.Data)
+	}
+}
