@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,13 +57,16 @@ func FromRecord(target string, r *probe.Record) LogLine {
 }
 
 // Text formats a record for a person: one line.
-func (l *LogLine) Text() string { return l.TextWith(nil) }
+func (l *LogLine) Text() string { return l.TextWith(nil, "") }
 
 // TextWith is Text with the probe's log layouts (rpn.LogLayouts): the
 // data shown as the program logged it, words as numbers and strings as
 // strings ("data 6 \"hello\""), where the data fits one of them; as
 // hex (and as text when it is mostly text) where it does not.
-func (l *LogLine) TextWith(layouts []rpn.Layout) string {
+//
+// With the probe's format (format = "..."), the values are shown through
+// it after a colon: "exit 1: wrote 6 bytes: hello".
+func (l *LogLine) TextWith(layouts []rpn.Layout, format string) string {
 	loc := l.Location
 	if l.Probe != "" {
 		loc = l.Probe + " " + loc // retprobe write
@@ -79,7 +83,9 @@ func (l *LogLine) TextWith(layouts []rpn.Layout) string {
 		s += fmt.Sprintf(" exit %d", l.Exit)
 		b, err := hex.DecodeString(l.Data)
 		vals, ok := rpn.Split(layouts, b)
-		if ok && err == nil && len(vals) > 0 && !l.Truncated {
+		if ok && err == nil && format != "" && !l.Truncated {
+			s += ": " + oneLine(rpn.FormatValues(format, vals))
+		} else if ok && err == nil && len(vals) > 0 && !l.Truncated {
 			s += " data"
 			for _, v := range vals {
 				s += " " + v.String()
@@ -807,4 +813,19 @@ func appendString(b []byte, s string) []byte {
 		}
 	}
 	return append(b, '"')
+}
+
+// oneLine escapes what would break a record's line: control characters
+// as Go's strconv.Quote spells them (\n, \x1b), backslashes as they are.
+func oneLine(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r < 0x20 && r != '\t' || r == 0x7f {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

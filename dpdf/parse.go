@@ -59,7 +59,7 @@ const probeStart = `a probe starts with "offset = LOCATION", "retprobe = SYMBOL"
 // Header keywords and probe keywords, in canonical (normKey) spelling.
 var (
 	headerKeys = []string{"name", "modtype", "major", "jmpmax", "logmax", "dfltexit", "vars", "gvars", "arch"}
-	probeKeys  = []string{"offset", "retprobe", "tracepoint", "watch", "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive", "enabled"}
+	probeKeys  = []string{"offset", "retprobe", "tracepoint", "watch", "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive", "enabled", "format"}
 	// spelling used in messages
 	keyDisplay = map[string]string{"passcount": "pass count", "maxhits": "max hits"}
 )

@@ -77,14 +77,20 @@ func decodePack(data []byte) (builds []*rpn.Module, skipped bool, err error) {
 			}
 		}
 	}
-	// Optional sections: none is known to this version, so skip them all.
+	// Optional sections: the formats are known; others are skipped.
 	prev := -1
 	for r.off < len(r.b) && r.err == nil {
-		t, _ := r.section()
+		t, payload := r.section()
 		if r.err == nil && (t < tagOptional || t == 0xff || int(t) <= prev) {
 			r.err = invalidf("found section tag 0x%02x after the last required section: only optional sections (tags 0x80..0xfe, ascending) may follow it", t)
 		}
 		prev = int(t)
+		if r.err == nil && t == tagFormats {
+			if err := decodeFormats(payload, builds); err != nil {
+				return nil, false, wrap("decode", "formats", err)
+			}
+			continue
+		}
 		skipped = true
 	}
 	if r.err != nil {
@@ -533,4 +539,41 @@ func (r *reader) relocs() []rpn.Reloc {
 		}
 	}
 	return relocs
+}
+
+// decodeFormats reads the formats section into every build's probes.
+func decodeFormats(payload []byte, builds []*rpn.Module) error {
+	s := reader{b: payload}
+	n := s.u32("format count")
+	if s.err == nil && uint64(n) > uint64(len(builds[0].Probes)) {
+		return invalidf("%d formats for %d probes", n, len(builds[0].Probes))
+	}
+	last := -1
+	for k := uint32(0); k < n && s.err == nil; k++ {
+		i := int(s.u32("format's probe"))
+		f := s.str("format")
+		if s.err != nil {
+			break
+		}
+		if i <= last || i >= len(builds[0].Probes) {
+			return invalidf("format %d names probe %d (of %d, after %d)", k, i, len(builds[0].Probes), last)
+		}
+		if len(f) > MaxString || f == "" {
+			return invalidf("format of probe %d is %d bytes, 1..%d", i, len(f), MaxString)
+		}
+		if err := rpn.CheckFormat(f); err != nil {
+			return invalidf("format of probe %d: %v", i, err)
+		}
+		last = i
+		for _, m := range builds {
+			m.Probes[i].Format = f
+		}
+	}
+	if s.err != nil {
+		return s.err
+	}
+	if s.off != len(s.b) {
+		return invalidf("%d bytes after the last format", len(s.b)-s.off)
+	}
+	return nil
 }

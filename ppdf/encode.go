@@ -37,7 +37,9 @@ package ppdf
 // exactly once, in this order, even when empty, and each payload is
 // consumed exactly. After them come optional sections, tags 0x80..0xfe in
 // ascending order: a reader skips one it does not know, so adding an
-// optional section does not change Version. Version 4 defines none. Tags
+// optional section does not change Version. 0x80 holds the probes'
+// formats (formatsSize); a reader that does not know it shows records
+// without them. Tags
 // 0x09..0x7f, 0x00 and 0xff are reserved.
 //
 //	0x01 header
@@ -216,6 +218,7 @@ const (
 	tagBuild   = 0x10 // v5: one build of a pack, its payload the sections 0x01..0x08
 
 	tagOptional = 0x80 // first tag of the optional range 0x80..0xfe
+	tagFormats  = 0x80 // optional: the probes' formats (format = "..."), the same in every build
 )
 
 var sectionNames = [...]string{
@@ -280,6 +283,7 @@ func encode(m *rpn.Module) ([]byte, error) {
 	e.u16(ModuleVersion)
 	e.u32(uint32(size))
 	e.module(m)
+	e.formats(m)
 	sum := sha256.Sum256(e.buf)
 	e.buf = append(e.buf, sum[:]...)
 	return e.buf, nil
@@ -374,7 +378,49 @@ func (e *encoder) module(m *rpn.Module) {
 // encodedSize is the exact length of the encoding of m, computed before
 // anything is allocated so that an oversized Module fails cheaply.
 func encodedSize(m *rpn.Module) uint64 {
-	return uint64(preambleSize+checksumSize) + moduleSize(m)
+	return uint64(preambleSize+checksumSize) + moduleSize(m) + formatsSize(m)
+}
+
+// formatsSize is the length of the optional formats section of m: none
+// when no probe has a format.
+//
+//	0x80 formats
+//	     u32  count
+//	     count times: u32 probe index, str format (ascending indices)
+func formatsSize(m *rpn.Module) uint64 {
+	n, any := uint64(sectionHead+4), false
+	for i := range m.Probes {
+		if f := m.Probes[i].Format; f != "" {
+			n += 4 + 4 + uint64(len(f))
+			any = true
+		}
+	}
+	if !any {
+		return 0
+	}
+	return n
+}
+
+// formats writes the optional formats section, when a probe has one.
+func (e *encoder) formats(m *rpn.Module) {
+	if formatsSize(m) == 0 {
+		return
+	}
+	s := e.begin(tagFormats)
+	var n uint32
+	for i := range m.Probes {
+		if m.Probes[i].Format != "" {
+			n++
+		}
+	}
+	e.u32(n)
+	for i := range m.Probes {
+		if f := m.Probes[i].Format; f != "" {
+			e.u32(uint32(i))
+			e.str(f)
+		}
+	}
+	e.end(s)
 }
 
 // moduleSize is the length of the eight required sections of m.

@@ -45,6 +45,7 @@ func EncodePack(builds []*rpn.Module) ([]byte, error) {
 		}
 		size += sectionHead + moduleSize(m)
 	}
+	size += formatsSize(sorted[0])
 	if sect, err := validatePack(sorted); err != nil {
 		return nil, wrap("encode", sect, err)
 	}
@@ -60,6 +61,7 @@ func EncodePack(builds []*rpn.Module) ([]byte, error) {
 		e.module(m)
 		e.end(s)
 	}
+	e.formats(sorted[0])
 	sum := sha256.Sum256(e.buf)
 	e.buf = append(e.buf, sum[:]...)
 	return e.buf, nil

@@ -435,9 +435,10 @@ func TestGolden(t *testing.T) {
 // update this list.
 func TestModuleShape(t *testing.T) {
 	want := map[reflect.Type]string{
-		reflect.TypeFor[rpn.Module]():    "Header Probes Code Lines Files Relocs BuildID Fields",
-		reflect.TypeFor[rpn.Header]():    "Name ModType Major JmpMax LogMax DfltExit Vars GVars Arch",
-		reflect.TypeFor[rpn.Probe]():     "Kind MaxActive WatchLen WatchMode Disabled Loc HasOpcode Opcode Minor PassCount MaxHits LogOnFault Entry End Pos",
+		reflect.TypeFor[rpn.Module](): "Header Probes Code Lines Files Relocs BuildID Fields",
+		reflect.TypeFor[rpn.Header](): "Name ModType Major JmpMax LogMax DfltExit Vars GVars Arch",
+		// Format: the optional section 0x80 (a reader of before skips it)
+		reflect.TypeFor[rpn.Probe]():     "Kind Format MaxActive WatchLen WatchMode Disabled Loc HasOpcode Opcode Minor PassCount MaxHits LogOnFault Entry End Pos",
 		reflect.TypeFor[rpn.Location]():  "Text Kind Sum File Line Addr Resolved",
 		reflect.TypeFor[rpn.Sum]():       "Terms Addend",
 		reflect.TypeFor[rpn.Term]():      "Kind Factor Name Field",
@@ -826,7 +827,7 @@ func assembleRaw(secs []section, extra []byte) []byte {
 // not know, so a newer writer can add one without a version bump.
 func TestOptionalSectionsSkipped(t *testing.T) {
 	b := patch(t, func(s []section) []section {
-		return append(s, section{0x80, []byte("future")}, section{0xfe, nil})
+		return append(s, section{0x81, []byte("future")}, section{0xfe, nil})
 	})
 	m, skipped, err := decode(b)
 	if err != nil || !skipped {

@@ -353,7 +353,7 @@ func (b *Book) Info(p *Probe) Info {
 	d := p.Def()
 	info := Info{Module: p.Module().Name, Minor: d.Minor, Location: d.Loc.Text, File: p.File, Kind: KindName(d), Address: p.Addr,
 		State: p.State, Reason: p.Reason, How: p.How, Writes: rpn.WriteKinds(rpn.ProbeWrites(p.Source.First(), p.Index)),
-		Log: rpn.FormatLayouts(rpn.LogLayouts(p.Source.First(), p.Index))}
+		Log: rpn.FormatLayouts(rpn.LogLayouts(p.Source.First(), p.Index)), Format: d.Format}
 	ended := b.mech.Counts(p, &info)
 	info.Disable(ended, !ended && b.mech.SwitchedOff(p.Module(), d.Minor))
 	return info

@@ -33,7 +33,9 @@ type Info struct {
 	// between the sequences a hit may commit), for readers to show
 	// words as numbers and strings as strings; "" when the code alone
 	// cannot tell
-	Log     string `json:"log,omitempty"`
+	Log string `json:"log,omitempty"`
+	// Format is the probe's format = "...", how its records read
+	Format  string `json:"format,omitempty"`
 	Kind    string `json:"kind,omitempty"` // the probe's kind, when not an offset probe (KindName)
 	Address uint64 `json:"address"`
 	State   State  `json:"state"`

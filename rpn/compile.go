@@ -566,6 +566,21 @@ func (c *compiler) probeKeys(index int, pd *dpdf.ProbeDef, keys []*dpdf.KeyValue
 			if v, ok := c.number(kv, 0, 0xff); ok {
 				p.HasOpcode, p.Opcode = true, uint8(v)
 			}
+		case "format":
+			if kv.Value.Str == nil || !strings.HasPrefix(*kv.Value.Str, "\"") {
+				c.errorf(kv.Pos, "format wants a quoted string: format = \"wrote %%d bytes: %%s\"")
+				continue
+			}
+			f := unquote(*kv.Value.Str)
+			if len(f) > MaxText {
+				c.errorf(kv.Pos, "format is %d bytes, at most %d", len(f), MaxText)
+				continue
+			}
+			if err := CheckFormat(f); err != nil {
+				c.errorf(kv.Pos, "format: %v", err)
+				continue
+			}
+			p.Format = f
 		case "maxactive":
 			if p.Kind != ProbeRetprobe {
 				c.errorf(kv.Pos, "maxactive applies only to a retprobe (it bounds the calls of the function tracked at once per thread), not to %s", kindNames[p.Kind])

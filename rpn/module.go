@@ -267,7 +267,11 @@ const MaxIV = 8
 // Probe is one probe definition: its kind, location, identity, limits and
 // the entry point of its program in Module.Code.
 type Probe struct {
-	Kind      ProbeKind
+	Kind ProbeKind
+	// Format is how a person reads its records (format = "..."):
+	// printf-like over the logged words and strings (FormatValues); ""
+	// for none
+	Format    string
 	MaxActive uint32 // ProbeRetprobe: calls tracked at once per thread, 1..MaxMaxActive; 0 = DefaultMaxActive
 	// ProbeWatch: the watched address is Loc (an expression, LocExpr or
 	// LocAbsolute), WatchLen bytes (1, 2, 4 or 8; the address a multiple

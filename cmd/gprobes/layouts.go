@@ -17,9 +17,34 @@ import (
 // then cut only when one reading fits.
 type layouts struct {
 	mu      sync.Mutex
-	m       map[string][]rpn.Layout
+	m       map[string]probeLog
 	refresh func() []daemon.TargetProbe // the daemon's probes now; nil for run's
 	last    time.Time
+}
+
+// probeLog is what a reader needs of a probe to show its records.
+type probeLog struct {
+	layouts []rpn.Layout
+	format  string // "" when none, or when probes of one key differ
+	formats int    // probes of the key with a format
+	n       int    // probes of the key
+}
+
+func (pl probeLog) add(ls []rpn.Layout, format string) probeLog {
+	pl.layouts = append(pl.layouts, ls...)
+	pl.n++
+	if format != "" {
+		pl.formats++
+		if pl.formats == 1 {
+			pl.format = format
+		} else if pl.format != format {
+			pl.format = ""
+		}
+	}
+	if pl.formats != pl.n {
+		pl.format = ""
+	}
+	return pl
 }
 
 func layoutKey(target, module string, minor uint16, kind, location string) string {
@@ -31,12 +56,12 @@ func (ls *layouts) addModule(target string, m *rpn.Module) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.m == nil {
-		ls.m = map[string][]rpn.Layout{}
+		ls.m = map[string]probeLog{}
 	}
 	for i := range m.Probes {
 		d := &m.Probes[i]
 		k := layoutKey(target, m.Name, d.Minor, probe.KindName(d), d.Loc.Text)
-		ls.m[k] = append(ls.m[k], rpn.LogLayouts(m, i)...)
+		ls.m[k] = ls.m[k].add(rpn.LogLayouts(m, i), d.Format)
 	}
 }
 
@@ -47,15 +72,15 @@ func (ls *layouts) addProbes(ps []daemon.TargetProbe) {
 			continue
 		}
 		k := layoutKey(p.Target, p.Module, p.Minor, p.Kind, p.Location)
-		ls.m[k] = append(ls.m[k], l...)
+		ls.m[k] = ls.m[k].add(l, p.Format)
 	}
 }
 
 // of are the layouts for a record's probe; a probe not known yet makes
 // the daemon's probes be asked again, at most once a second.
-func (ls *layouts) of(l *daemon.LogLine) []rpn.Layout {
+func (ls *layouts) of(l *daemon.LogLine) ([]rpn.Layout, string) {
 	if ls == nil {
-		return nil
+		return nil, ""
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -63,9 +88,9 @@ func (ls *layouts) of(l *daemon.LogLine) []rpn.Layout {
 	got, ok := ls.m[k]
 	if !ok && ls.refresh != nil && time.Since(ls.last) > time.Second {
 		ls.last = time.Now()
-		ls.m = map[string][]rpn.Layout{}
+		ls.m = map[string]probeLog{}
 		ls.addProbes(ls.refresh())
 		got = ls.m[k]
 	}
-	return got
+	return got.layouts, got.format
 }

@@ -547,7 +547,7 @@ func logCommand() *cli.Command {
 			defer cancel()
 			enc := json.NewEncoder(c.App.Writer)
 			keep := logFilter(c)
-			lay := &layouts{m: map[string][]rpn.Layout{}, refresh: func() []daemon.TargetProbe {
+			lay := &layouts{m: map[string]probeLog{}, refresh: func() []daemon.TargetProbe {
 				ps, _ := client(c).Probes("")
 				return ps
 			}}

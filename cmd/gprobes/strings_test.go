@@ -81,3 +81,32 @@ func TestRecordStrings(t *testing.T) {
 		t.Errorf("log --json data %q", rec.Data)
 	}
 }
+
+// format = "..." shows a real process's records as printf would, from a
+// DPDF and from a PPDF built of it (the format travels in the pack).
+// Before, format was an unknown keyword.
+func TestRecordFormat(t *testing.T) {
+	hits := buildHits(t)
+	words := []string{"alpha", "beta", "gamma", ""}
+	text := fmt.Sprintf("name = %s; modtype = user; offset = probed; format = \"probed(%%ld, \\\"%%s\\\") #%%03d\"; push r,rdi; log 1; push d,16; push r,rsi; log str; push r,rdi; log 1; exit 1", hits)
+	dir := t.TempDir()
+	pack := dir + "/f.ppdf"
+	mustRun(t, "build", "-e", text, "-o", pack)
+	for _, src := range [][]string{{"-e", text}, {pack}} {
+		out := mustRun(t, append(append([]string{"run"}, src...), "--", hits, "-n", "5")...)
+		n := 0
+		for _, l := range strings.Split(out, "\n") {
+			if !strings.Contains(l, " log ") {
+				continue
+			}
+			want := fmt.Sprintf(" exit 1: probed(%d, %q) #%03d", n, words[n%4], n)
+			if !strings.HasSuffix(l, want) {
+				t.Errorf("%v: record %q, want it to end %q", src, l, want)
+			}
+			n++
+		}
+		if n != 5 {
+			t.Errorf("%v: %d records, want 5:\n%s", src, n, out)
+		}
+	}
+}
