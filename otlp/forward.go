@@ -31,6 +31,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/gprobes/gprobes/daemon"
+	"github.com/gprobes/gprobes/rpn"
 )
 
 // The forwarder: the process that turns the ring's records into
@@ -63,6 +64,9 @@ type forwardOptions struct {
 	Interval time.Duration `json:"interval"`
 	Version  string        `json:"version"`
 	Shutdown time.Duration `json:"shutdown"` // at most, to send what is left when told to finish
+	// Socket is the daemon's, asked for its probes' log layouts and
+	// formats (a record's body follows its probe's format = "...")
+	Socket string `json:"socket,omitempty"`
 }
 
 // Forward is the forwarder process (gprobes otlp-forward OPTIONS): the
@@ -125,10 +129,14 @@ type forwarder struct {
 	repMu   sync.Mutex
 	reports io.Writer
 	lastErr atomic.Pointer[error] // the last error an export returned (the SDK hands it to otel.Handle too)
+	logs    *daemon.ProbeLogs     // the probes' layouts and formats; nil without the daemon's socket
 }
 
 func newForwarder(o forwardOptions, r *ring, reports io.Writer) (*forwarder, error) {
 	f := &forwarder{ring: r, tail: r.load(offTail), reports: reports}
+	if o.Socket != "" {
+		f.logs = daemon.NewProbeLogs(o.Socket)
+	}
 	exp, err := newExporter(o)
 	if err != nil {
 		return f, err
@@ -171,7 +179,13 @@ func (f *forwarder) pump() int {
 			f.report(report{Lost: []probeCount{{N: 1}}, Error: "a record the forwarder could not read: " + err.Error()})
 		} else {
 			f.inflight.Add(1)
-			f.logger.Emit(ctx, Record(&l))
+			r := Record(&l)
+			if f.logs != nil {
+				if ls, format := f.logs.Of(&l); format != "" {
+					r.SetBody(attribute.StringValue(formattedBody(&l, ls, format)))
+				}
+			}
+			f.logger.Emit(ctx, r)
 		}
 		f.tail = after
 		n++
@@ -377,6 +391,21 @@ func body(l *daemon.LogLine) string {
 		return s + fmt.Sprintf(" %s at pc %#x", l.Exception, l.PC)
 	}
 	return s + " exit " + strconv.Itoa(int(l.Exit))
+}
+
+// formattedBody is the body of a record of a probe with a format:
+// "log hits(0,1) probed exit 1: probed(3, gamma)"; the plain body when
+// the data fits none of the probe's layouts.
+func formattedBody(l *daemon.LogLine, ls []rpn.Layout, format string) string {
+	b, err := hex.DecodeString(l.Data)
+	if err != nil || l.Exception != "" || l.Truncated {
+		return body(l)
+	}
+	vals, ok := rpn.Split(ls, b)
+	if !ok {
+		return body(l)
+	}
+	return body(l) + ": " + rpn.FormatValues(format, vals)
 }
 
 // counting is the SDK exporter with the counts: every record the

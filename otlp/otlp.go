@@ -33,6 +33,9 @@ const (
 
 // Options configure an Exporter.
 type Options struct {
+	// Socket is the daemon's socket, where the forwarder asks for the
+	// probes' formats (format = "...": a record's body); "" for none
+	Socket string
 	// URL is the receiver: grpc://HOST:PORT (plain gRPC, the collector's
 	// port 4317), grpcs://HOST:PORT (gRPC over TLS), http://HOST:PORT[/PATH]
 	// or https://... (OTLP/HTTP protobuf; PATH defaults to /v1/logs).
@@ -212,7 +215,7 @@ type child struct {
 
 // start starts a forwarder.
 func (e *Exporter) start() (*child, error) {
-	arg, err := json.Marshal(forwardOptions{URL: e.opts.URL, Retry: e.opts.Retry, Interval: e.opts.Interval,
+	arg, err := json.Marshal(forwardOptions{URL: e.opts.URL, Socket: e.opts.Socket, Retry: e.opts.Retry, Interval: e.opts.Interval,
 		Version: e.opts.Version, Shutdown: ShutdownTimeout - time.Second})
 	if err != nil {
 		return nil, err

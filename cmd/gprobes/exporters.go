@@ -39,7 +39,7 @@ func startExporters(c *cli.Context, srv *daemon.Server) error {
 		case retry == 0:
 			retry = -time.Nanosecond // otlp.Options: negative, no retry
 		}
-		e, err := otlp.New(otlp.Options{URL: url, Queue: int(queue), Retry: retry, Warn: warn, Version: version})
+		e, err := otlp.New(otlp.Options{URL: url, Socket: socketOf(c), Queue: int(queue), Retry: retry, Warn: warn, Version: version})
 		if err != nil {
 			return cli.Exit("daemon: --otlp: "+err.Error(), 2)
 		}

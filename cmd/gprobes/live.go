@@ -547,10 +547,7 @@ func logCommand() *cli.Command {
 			defer cancel()
 			enc := json.NewEncoder(c.App.Writer)
 			keep := logFilter(c)
-			lay := &layouts{m: map[string]probeLog{}, refresh: func() []daemon.TargetProbe {
-				ps, _ := client(c).Probes("")
-				return ps
-			}}
+			lay := daemon.NewProbeLogs(socketOf(c))
 			err := client(c).Log(ctx, c.Bool("follow"), func(l *daemon.LogLine) error {
 				if !keep(l) {
 					return nil
@@ -558,7 +555,7 @@ func logCommand() *cli.Command {
 				if c.Bool("json") {
 					return enc.Encode(l)
 				}
-				_, err := fmt.Fprintln(c.App.Writer, l.TextWith(lay.of(l)))
+				_, err := fmt.Fprintln(c.App.Writer, l.TextWith(lay.Of(l)))
 				return err
 			}, func(l *daemon.LostLine) error {
 				printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
@@ -710,8 +707,8 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 	asJSON := c.Bool("json") || c.String("output") != ""
 	quiet := c.Bool("quiet") && c.String("output") == ""
 	var mu sync.Mutex
-	lay := &layouts{}
-	lay.addModule(target, mod)
+	lay := daemon.NewProbeLogs("")
+	lay.AddModule(target, mod)
 	var sink probe.Sink = &runSink{target: target, quiet: quiet, asJSON: asJSON, out: recOut, mu: &mu, layouts: lay}
 	var trace *traceSink
 	if format := c.String("format"); format != "" {

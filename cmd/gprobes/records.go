@@ -96,7 +96,7 @@ type runSink struct {
 	mu            *sync.Mutex
 	buf           []byte
 	ends          []int
-	layouts       *layouts // the run's probes' log layouts
+	layouts       *daemon.ProbeLogs // the run's probes' log layouts
 }
 
 func (s *runSink) line(r *probe.Record) {
@@ -104,7 +104,7 @@ func (s *runSink) line(r *probe.Record) {
 	if s.asJSON {
 		s.buf = l.AppendJSON(s.buf)
 	} else {
-		s.buf = append(s.buf, l.TextWith(s.layouts.of(&l))...)
+		s.buf = append(s.buf, l.TextWith(s.layouts.Of(&l))...)
 	}
 	s.buf = append(s.buf, '\n')
 }

@@ -4,10 +4,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/internal/otlptest"
 )
 
 // Records a person reads: a word and a string the program logged (log 1,
@@ -107,6 +111,60 @@ func TestRecordFormat(t *testing.T) {
 		}
 		if n != 5 {
 			t.Errorf("%v: %d records, want 5:\n%s", src, n, out)
+		}
+	}
+}
+
+// The OTLP body of a record follows its probe's format: the forwarder
+// asks the daemon for the probes' formats and layouts. A probe without a
+// format keeps the short body.
+func TestOTLPBodyFormat(t *testing.T) {
+	hits := buildHits(t)
+	rcv, err := otlptest.Start("auto", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcv.Close()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "f.dpdf")
+	os.WriteFile(src, []byte(fmt.Sprintf("name = %s\nmodtype = user\noffset = probed\nminor = 1\nformat = \"probed(%%d, %%s)\"\npush r,rdi\nlog 1\npush d,16\npush r,rsi\nlog str\nexit 1\n"+
+		"offset = f_load\nminor = 2\npush r,rdi\nlog 1\nexit 1\n", hits)), 0o644)
+	sock, state := filepath.Join(dir, "d.sock"), filepath.Join(dir, "state")
+	_, dout := daemonProcess(t, sock, state, "--otlp", "grpc://"+rcv.GRPC)
+	const n = 8
+	target := execHits(t, sock, hits, src, n)
+	waitStatus(t, sock, "the fixture's end", 30*time.Second, gone(target))
+	words := []string{"alpha", "beta", "gamma", ""}
+	var got []otlptest.Record
+	for end := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		got = got[:0]
+		for _, r := range rcv.Records() {
+			if r.Attrs["target"] == target {
+				got = append(got, r)
+			}
+		}
+		if len(got) >= 2*n {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d records arrived\n%s", len(got), 2*n, dout)
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range got {
+		switch r.Attrs["minor"] {
+		case int64(1):
+			seen[r.Body] = true
+		case int64(2):
+			if r.Body != fmt.Sprintf("log %s(0,2) f_load exit 1", hits) {
+				t.Errorf("a probe without a format: body %q", r.Body)
+			}
+		}
+	}
+	for i := 0; i < n; i++ {
+		want := fmt.Sprintf("log %s(0,1) probed exit 1: probed(%d, %s)", hits, i, words[i%4])
+		if !seen[want] {
+			t.Errorf("no record with the body %q; bodies: %v", want, seen)
 		}
 	}
 }

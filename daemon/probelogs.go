@@ -1,25 +1,42 @@
-package main
+package daemon
 
 import (
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// layouts are the log layouts (rpn.LogLayouts) of the probes whose
+// ProbeLogs are the log layouts (rpn.LogLayouts) of the probes whose
 // records a command prints, by what a record names of its probe: target,
 // module, minor, kind and location. Probes a record cannot tell apart
 // (one minor, kind and location) pool their layouts: a record's data is
 // then cut only when one reading fits.
-type layouts struct {
+type ProbeLogs struct {
 	mu      sync.Mutex
 	m       map[string]probeLog
-	refresh func() []daemon.TargetProbe // the daemon's probes now; nil for run's
+	refresh func() []TargetProbe // the daemon's probes now; nil for run's
 	last    time.Time
+}
+
+// NewProbeLogs is a ProbeLogs that asks the daemon at socket for its
+// probes when a record's probe is not known (log, the OTLP forwarder);
+// "" for none (run, which adds its module).
+func NewProbeLogs(socket string) *ProbeLogs {
+	ls := &ProbeLogs{m: map[string]probeLog{}}
+	if socket != "" {
+		c := NewClient(socket)
+		// a daemon that does not answer (shutting down, waiting for its
+		// exporters) costs a record its format, never a wait
+		c.hc.Timeout = 2 * time.Second
+		ls.refresh = func() []TargetProbe {
+			ps, _ := c.Probes("")
+			return ps
+		}
+	}
+	return ls
 }
 
 // probeLog is what a reader needs of a probe to show its records.
@@ -51,8 +68,8 @@ func layoutKey(target, module string, minor uint16, kind, location string) strin
 	return target + "\x00" + module + "\x00" + strconv.Itoa(int(minor)) + "\x00" + kind + "\x00" + location
 }
 
-// addModule adds a module's probes (run's).
-func (ls *layouts) addModule(target string, m *rpn.Module) {
+// AddModule adds a module's probes (run's).
+func (ls *ProbeLogs) AddModule(target string, m *rpn.Module) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.m == nil {
@@ -65,7 +82,7 @@ func (ls *layouts) addModule(target string, m *rpn.Module) {
 	}
 }
 
-func (ls *layouts) addProbes(ps []daemon.TargetProbe) {
+func (ls *ProbeLogs) addProbes(ps []TargetProbe) {
 	for _, p := range ps {
 		l, err := rpn.ParseLayouts(p.Log)
 		if err != nil {
@@ -76,9 +93,9 @@ func (ls *layouts) addProbes(ps []daemon.TargetProbe) {
 	}
 }
 
-// of are the layouts for a record's probe; a probe not known yet makes
+// Of are the layouts and the format for a record's probe; a probe not known yet makes
 // the daemon's probes be asked again, at most once a second.
-func (ls *layouts) of(l *daemon.LogLine) ([]rpn.Layout, string) {
+func (ls *ProbeLogs) Of(l *LogLine) ([]rpn.Layout, string) {
 	if ls == nil {
 		return nil, ""
 	}
