@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -39,6 +40,7 @@ its address and function; for a tracepoint its fields with their C types (as pus
 reads them).`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "more about each probe point: addresses, parameters, fields"},
+			&cli.StringFlag{Name: "target", Usage: "pid:N: FILE is what process N maps (a short name, a base name, a path, or a glob of base names: '*:malloc' looks in every file it maps)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -56,6 +58,13 @@ reads them).`,
 				return listKernel(w, rest, v)
 			case "tracepoint":
 				return listTracepoints(w, rest, v)
+			}
+			if t := c.String("target"); t != "" {
+				pid, err := strconv.Atoi(strings.TrimPrefix(t, "pid:"))
+				if !strings.HasPrefix(t, "pid:") || err != nil || pid <= 0 {
+					return fmt.Errorf("list --target %s: list looks into a process, pid:N", t)
+				}
+				return listProcess(w, pid, kind, rest, v)
 			}
 			file, how, err := symbols.FindModuleFile(kind, symbols.LDCachePath)
 			if err != nil {
@@ -449,4 +458,87 @@ func cDecl(typ, name string) string {
 		return strings.TrimSpace(typ[:i]) + " " + name + typ[i:]
 	}
 	return typ + " " + name
+}
+
+// listProcess lists the probe points of the files process pid maps that
+// name (a module's name, as insert matches it, or a glob of base names)
+// stands for.
+func listProcess(w io.Writer, pid int, name, rest string, verbose bool) error {
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return fmt.Errorf("list --target pid:%d: %v", pid, err)
+	}
+	var exact, short, globbed []string
+	seen := map[string]bool{}
+	glob := strings.ContainsAny(name, "*?[")
+	for _, l := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 6 || !strings.HasPrefix(f[5], "/") || seen[f[5]] {
+			continue
+		}
+		p := strings.Join(f[5:], " ")
+		if strings.HasSuffix(p, " (deleted)") {
+			continue // replaced since: its functions are not the file's
+		}
+		seen[p] = true
+		base := filepath.Base(p)
+		switch {
+		case glob:
+			if globMatch(name, base) {
+				globbed = append(globbed, p)
+			}
+		case strings.Contains(name, "/"):
+			if abs, err := filepath.Abs(name); err == nil && (abs == p || evalEq(abs, p)) {
+				exact = append(exact, p)
+			}
+		default:
+			if ok, ex := symbols.MatchShortName(base, name); ex {
+				exact = append(exact, p)
+			} else if ok {
+				short = append(short, p)
+			}
+		}
+	}
+	files := exact
+	if len(files) == 0 {
+		files = short
+	}
+	if glob {
+		files = globbed
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("list pid:%d %s: process %d maps no file %s stands for", pid, name, pid, name)
+	}
+	if !glob && len(files) > 1 {
+		return fmt.Errorf("list pid:%d %s: %s stands for more than one mapped file (%s): name the one meant", pid, name, name, strings.Join(files, ", "))
+	}
+	n := 0
+	for _, file := range files {
+		spell := file
+		if !glob {
+			spell = name
+		}
+		var err error
+		if src, lines, ok := strings.Cut(rest, ":"); ok {
+			err = listLines(w, spell, file, src, lines, verbose)
+		} else {
+			err = listFunctions(w, spell, file, rest, verbose)
+		}
+		if err == nil {
+			n++
+		} else if !glob {
+			return err
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("list pid:%d %s:%s: nothing matches in %s", pid, name, rest, strings.Join(files, ", "))
+	}
+	return nil
+}
+
+// evalEq reports whether two paths name one file once links are followed.
+func evalEq(a, b string) bool {
+	ra, err1 := filepath.EvalSymlinks(a)
+	rb, err2 := filepath.EvalSymlinks(b)
+	return err1 == nil && err2 == nil && ra == rb
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path"
@@ -210,5 +211,39 @@ func TestListKernel(t *testing.T) {
 	}
 	if !slices.Equal(got, want) || len(want) == 0 {
 		t.Errorf("list kernel:vfs_*: %v\nkallsyms: %v", got, want)
+	}
+}
+
+// list --target pid:N looks into what a running process maps: a short
+// name is the library it has (readelf's functions of the file its maps
+// name), a glob of base names looks in every file it maps.
+func TestListProcess(t *testing.T) {
+	hits := buildHits(t)
+	cmd, lines := startLooping(t, hits)
+	lines.Scan()
+	pid := cmd.Process.Pid
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var libc string
+	for _, l := range strings.Split(string(maps), "\n") {
+		if f := strings.Fields(l); len(f) == 6 && strings.HasPrefix(filepath.Base(f[5]), "libc.so.") {
+			libc = f[5]
+		}
+	}
+	var want []string
+	for _, n := range elfFunctions(t, "mall*", libc) {
+		want = append(want, "libc:"+n)
+	}
+	target := fmt.Sprintf("pid:%d", pid)
+	if got := strings.Fields(mustRun(t, "list", "--target", target, "libc:mall*")); !slices.Equal(got, want) || len(want) == 0 {
+		t.Errorf("list --target %s libc:mall*: %v, readelf -s %s: %v", target, got, libc, want)
+	}
+	if got := strings.TrimSpace(mustRun(t, "list", "--target", target, "*:probed")); got != hits+":probed" {
+		t.Errorf("list --target %s '*:probed': %q, want %s:probed", target, got, hits)
+	}
+	if _, errs, code := gprobes(t, "list", "--target", target, "libnosuch:*"); code == 0 || !strings.Contains(errs, fmt.Sprintf("process %d maps no file libnosuch stands for", pid)) {
+		t.Errorf("a library the process does not map: status %d %s", code, errs)
 	}
 }
