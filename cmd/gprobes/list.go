@@ -40,7 +40,8 @@ its address and function; for a tracepoint its fields with their C types (as pus
 reads them).`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "more about each probe point: addresses, parameters, fields"},
-			&cli.StringFlag{Name: "target", Usage: "pid:N: FILE is what process N maps (a short name, a base name, a path, or a glob of base names: '*:malloc' looks in every file it maps)"},
+			&cli.StringFlag{Name: "target", Usage: "pid:N: FILE is what process N maps (a short name, a base name, a path, or a glob of base names: '*:malloc' looks in every file it maps); gdb:HOST:PORT or xen:DOMID: kernel:GLOB lists the guest kernel's functions from --symbols"},
+			&cli.StringSliceFlag{Name: "symbols", Usage: "kernel:GLOB lists the functions of these symbol `FILE`s (a guest's System.map, vmlinux, a copy of kallsyms) instead of this machine's kernel"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -53,13 +54,21 @@ reads them).`,
 			if !ok {
 				return fmt.Errorf("list %s: want FILE:GLOB, FILE:SOURCE:GLOB, kernel:GLOB or tracepoint:SUBSYS:EVENT", pat)
 			}
+			t := c.String("target")
+			guest := strings.HasPrefix(t, "gdb:") || strings.HasPrefix(t, "xen:")
 			switch kind {
 			case "kernel", "vmlinux":
+				if syms := c.StringSlice("symbols"); len(syms) > 0 {
+					return listKernelFiles(w, rest, syms, v)
+				}
+				if guest {
+					return fmt.Errorf("list --target %s: a guest kernel's functions come from its symbols: give --symbols System.map (or vmlinux)", t)
+				}
 				return listKernel(w, rest, v)
 			case "tracepoint":
 				return listTracepoints(w, rest, v)
 			}
-			if t := c.String("target"); t != "" {
+			if t != "" && !guest {
 				pid, err := strconv.Atoi(strings.TrimPrefix(t, "pid:"))
 				if !strings.HasPrefix(t, "pid:") || err != nil || pid <= 0 {
 					return fmt.Errorf("list --target %s: list looks into a process, pid:N", t)
@@ -541,4 +550,51 @@ func evalEq(a, b string) bool {
 	ra, err1 := filepath.EvalSymlinks(a)
 	rb, err2 := filepath.EvalSymlinks(b)
 	return err1 == nil && err2 == nil && ra == rb
+}
+
+// listKernelFiles lists the functions of a kernel's symbol files (a
+// guest's): breakpoints take any of them, so there is nothing to say of
+// kprobes or fentry.
+func listKernelFiles(w io.Writer, glob string, files []string, verbose bool) error {
+	if err := checkGlob(glob); err != nil {
+		return err
+	}
+	type key struct{ name, mod string }
+	seen := map[key]bool{}
+	var fns []symbols.Function
+	for _, f := range files {
+		t, err := symbols.Open(f)
+		if err != nil {
+			return fmt.Errorf("list --symbols %s: %v", f, err)
+		}
+		for _, fn := range t.Functions() {
+			k := key{fn.Name, fn.Module}
+			if globMatch(glob, fn.Name) && !seen[k] {
+				seen[k] = true
+				fns = append(fns, fn)
+			}
+		}
+	}
+	if len(fns) == 0 {
+		return fmt.Errorf("list kernel:%s: no function of %s matches", glob, strings.Join(files, ", "))
+	}
+	sort.Slice(fns, func(i, j int) bool {
+		if fns[i].Name != fns[j].Name {
+			return fns[i].Name < fns[j].Name
+		}
+		return fns[i].Module < fns[j].Module
+	})
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	for _, fn := range fns {
+		mod := ""
+		if fn.Module != "" {
+			mod = "\t[" + fn.Module + "]"
+		}
+		if verbose {
+			fmt.Fprintf(tw, "kernel:%s\t%#x\t%d%s\n", fn.Name, fn.Addr, fn.Size, mod)
+		} else {
+			fmt.Fprintf(tw, "kernel:%s%s\n", fn.Name, mod)
+		}
+	}
+	return tw.Flush()
 }

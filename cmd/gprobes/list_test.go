@@ -247,3 +247,44 @@ func TestListProcess(t *testing.T) {
 		t.Errorf("a library the process does not map: status %d %s", code, errs)
 	}
 }
+
+// A guest kernel's functions come from its symbol files: list --target
+// gdb:... --symbols FILE kernel:GLOB lists the text symbols of FILE (here
+// a copy of this machine's kallsyms, a real kernel's symbols, standing
+// for a guest's System.map), and -v their addresses; without --symbols it
+// says where they come from.
+func TestListGuestSymbols(t *testing.T) {
+	ks, err := os.ReadFile("/proc/kallsyms")
+	if err != nil {
+		testkit.SkipOrFail(t, "kallsyms: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "kallsyms")
+	os.WriteFile(file, ks, 0o644)
+	addr := map[string]string{}
+	var want []string
+	for _, l := range strings.Split(string(ks), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || (f[1] != "t" && f[1] != "T") || len(f) > 3 {
+			continue // module functions are listed with [module]
+		}
+		if ok, _ := path.Match("vfs_*", f[2]); ok && addr[f[2]] == "" {
+			a, _ := strconv.ParseUint(f[0], 16, 64)
+			addr[f[2]] = "0x" + strconv.FormatUint(a, 16)
+			want = append(want, "kernel:"+f[2])
+		}
+	}
+	slices.Sort(want)
+	got := strings.Fields(mustRun(t, "list", "--target", "gdb:127.0.0.1:1234", "--symbols", file, "kernel:vfs_*"))
+	if !slices.Equal(got, want) || len(want) == 0 {
+		t.Errorf("list --symbols kallsyms kernel:vfs_*: %v\nthe file: %v", got, want)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(mustRun(t, "list", "-v", "--symbols", file, "kernel:vfs_*")), "\n") {
+		f := strings.Fields(l)
+		if name := strings.TrimPrefix(f[0], "kernel:"); len(f) < 2 || f[1] != addr[name] {
+			t.Errorf("list -v: %q, the file has %s at %s", l, name, addr[name])
+		}
+	}
+	if _, errs, code := gprobes(t, "list", "--target", "xen:1", "kernel:vfs_*"); code == 0 || !strings.Contains(errs, "give --symbols System.map") {
+		t.Errorf("a guest without --symbols: status %d %s", code, errs)
+	}
+}
