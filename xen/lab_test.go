@@ -248,17 +248,24 @@ func TestXenGdbsx(t *testing.T) {
 	defer vm.Kill()
 	d := vm.DomID("domu1")
 	lat := func() string {
-		out, rc, err := vm.RunDomU("domu1", "gpwork lat write 200", 3*time.Minute)
+		out, rc, err := vm.RunDomU("domu1", "gpwork lat write 200", 10*time.Minute) // 300 ms a probed call has been seen
 		if err != nil || rc != 0 {
 			t.Fatalf("gpwork lat: rc %d %v\n%s", rc, err, out)
 		}
 		return strings.TrimSpace(out[strings.Index(out, "GPWORK lat"):])
 	}
 	native := lat()
-	if out, rc, err := vm.Run(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes run --target gdb:127.0.0.1:9999 --symbols /guest/System.map --symbols /guest/vmlinux /etc/gprobes/writes.dpdf >/tmp/run.out 2>&1 & sleep 5", d), 2*time.Minute); err != nil || rc != 0 {
-		t.Fatalf("dom0: rc %d %v\n%s", rc, err, out)
+	dom0 := func(cmd string) string {
+		t.Helper()
+		out, rc, err := vm.Run(cmd, xenlab.RunBound)
+		if err != nil || rc != 0 {
+			t.Fatalf("dom0: %s: rc %d %v\n%s", cmd, rc, err, out)
+		}
+		return out
 	}
-	w, rc, err := vm.RunDomU("domu1", "gpwork counts 2", time.Minute)
+	const runArgs = "--target gdb:127.0.0.1:9999 " + guestSyms + " /etc/gprobes/writes.dpdf"
+	dom0(xenlab.GdbsxUp(d) + "; " + xenlab.RunUp("", runArgs, "/tmp/run.out"))
+	w, rc, err := vm.RunDomU("domu1", "gpwork counts 2", 5*time.Minute)
 	m := regexp.MustCompile(`GPWORK pid (\d+)`).FindStringSubmatch(w)
 	if err != nil || rc != 0 || m == nil {
 		t.Fatalf("domu1: rc %d %v\n%s", rc, err, w)
@@ -272,13 +279,15 @@ func TestXenGdbsx(t *testing.T) {
 	probed := lat()
 	// Ctrl-C: gdbsx ignores ^C (and sends its next stop reply twice, for
 	// it reads the 0x03 where it waits for an ack), so gprobes detaches
-	// at the next hit, which it logs; the guest's code is whole again
-	vm.Run("kill -INT $(pidof gprobes); sleep 2", time.Minute)
-	w, rc, err = vm.RunDomU("domu1", "gpwork counts 2; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", time.Minute)
+	// at the next hit, which it logs; the guest's code is whole again.
+	// gprobes says it waits for that hit once a second has passed: the
+	// workload starts then (the domain is idle: no write comes before)
+	dom0(xenlab.StopWaiting("/tmp/run.out"))
+	w, rc, err = vm.RunDomU("domu1", "gpwork counts 2; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", 5*time.Minute)
 	if err != nil || rc != 0 || !strings.Contains(w, "write 2 ") || !strings.Contains(w, "OOPS=0") {
 		t.Errorf("domu1 after the Ctrl-C of gprobes: rc %d %v\n%s", rc, err, w)
 	}
-	out, _, _ = vm.Run("sleep 2; pidof gprobes || echo GPROBES-GONE; tail -8 /tmp/run.out; xl list", time.Minute)
+	out, _, _ = vm.Run(xenlab.Gone("gprobes")+"; pidof gprobes || echo GPROBES-GONE; tail -8 /tmp/run.out; xl list", xenlab.RunBound)
 	if !strings.Contains(out, "domu1") || !strings.Contains(out, "GPROBES-GONE") || strings.Contains(out, "gdb packet") {
 		t.Errorf("after Ctrl-C and a hit, gprobes should have detached cleanly and domu1 run on:\n%s", out)
 	}
@@ -287,12 +296,18 @@ func TestXenGdbsx(t *testing.T) {
 	}
 	// the other way out: ^C, then the domain paused, which gdbsx reports
 	// as a stop (SIGINT); it unpauses the domain as gprobes detaches
-	out, _, _ = vm.Run(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes run --target gdb:127.0.0.1:9999 --symbols /guest/System.map --symbols /guest/vmlinux /etc/gprobes/writes.dpdf >/tmp/run2.out 2>&1 & sleep 5; "+
-		"kill -INT $(pidof gprobes); sleep 2; xl pause %d; sleep 3; pidof gprobes || echo GPROBES-GONE; cat /tmp/run2.out; xl list %d", d, d, d), 2*time.Minute)
+	// (the first gdbsx ended with its client's detach). The domain is
+	// paused only while gprobes waits: had a hit ended it first, nobody
+	// would unpause it, and this way out would not have been taken
+	dom0(xenlab.Gone("gdbsx") + "; " + xenlab.GdbsxUp(d) + "; " + xenlab.RunUp("", runArgs, "/tmp/run2.out") + "; " + xenlab.StopWaiting("/tmp/run2.out"))
+	out, _, _ = vm.Run(fmt.Sprintf("kill -0 $(cat /tmp/run2.out.pid) && xl pause %d && echo PAUSED-WHILE-WAITING; %s; pidof gprobes || echo GPROBES-GONE; cat /tmp/run2.out; xl list %d", d, xenlab.Gone("gprobes"), d), xenlab.RunBound)
+	if !strings.Contains(out, "PAUSED-WHILE-WAITING") || !strings.Contains(out, "gprobes: waiting for the guest to stop") {
+		t.Errorf("Ctrl-C then xl pause: gprobes had ended before the pause (a hit?), so this way out was not tried:\n%s", out)
+	}
 	if !strings.Contains(out, "GPROBES-GONE") || strings.Contains(out, "gdb packet") || !regexp.MustCompile(`domu1\s+\d+\s+\d+\s+\d+\s+[r-]b?-{3,}`).MatchString(out) {
 		t.Errorf("Ctrl-C then xl pause: gprobes should have detached and domu1 run on (not paused):\n%s", out)
 	}
-	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 1; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
+	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 1; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
 		t.Errorf("domu1 after gprobes left through xl pause: rc %d %v\n%s", rc, err, w)
 	}
 	t.Logf("write(2) latency in domu1: native %q, gdbsx path with a logging probe %q", native, probed)

@@ -209,7 +209,7 @@ fi
 HASH=$( {
 	echo "$KVER $RHASH $HVHASH"
 	cat "$K/package-version"
-	cat "$HERE/build.sh" "$HERE"/src/* "$HERE/../qemu/src/gpwork.c"
+	cat "$HERE/build.sh" "$HERE"/src/* "$HERE/../qemu/src/gpwork.c" "$HERE/../labkit/waitfor"
 	gcc --version | head -1
 } | sha256sum | cut -c1-12)
 O=$LAB/out-$HASH
@@ -237,7 +237,7 @@ if [ ! -e "$O/.done" ]; then
 	mkdir -p "$R"/{bin,sbin,etc,proc,sys,dev,tmp,root}
 	cp "$ROOT/bin/busybox" "$R/bin/busybox"
 	install -m 755 "$HERE/src/domU-init" "$R/init"
-	install -m 755 "$HERE/src/xlab-serve" "$R/bin/xlab-serve"
+	install -m 755 "$HERE/src/xlab-serve" "$HERE/../labkit/waitfor" "$R/bin/"
 	install -m 755 "$O.tmp/gpwork" "$R/bin/gpwork"
 	printf 'gprobes lab file a\n' >"$R/etc/gp-a" # gpwork's default paths
 	printf 'gprobes lab file b\n' >"$R/etc/gp-b"
@@ -256,7 +256,7 @@ if [ ! -e "$O/.done" ]; then
 	ln -s ../run "$R/var/run"
 	cp "$ROOT/bin/busybox" "$R/bin/busybox"
 	install -m 755 "$HERE/src/dom0-init" "$R/init"
-	install -m 755 "$HERE/src/xlab-serve" "$HERE/src/xlab-domu" "$O.tmp/domu-run" "$O.tmp/gpwork" "$R/bin/"
+	install -m 755 "$HERE/src/xlab-serve" "$HERE/src/xlab-domu" "$HERE/src/xlab-gp" "$HERE/../labkit/waitfor" "$O.tmp/domu-run" "$O.tmp/gpwork" "$R/bin/"
 	XB=usr/lib/xen-$XENV/bin
 	BINS="$XB/xl $XB/xenstored $XB/xenconsoled $XB/xenconsole $XB/xen-init-dom0 $XB/xenctx
 	 $XB/libxl-save-helper $XB/xen-access usr/bin/xenstore usr/sbin/gdbsx"
