@@ -63,8 +63,10 @@ type Options struct {
 	ExtraArgs []string
 	// LogPath, if set, receives a copy of the serial log as it comes.
 	LogPath string
-	// BootTimeout bounds the boot up to dom0's command loop; default 240s.
-	// Each domU then gets DomUTimeout (default 180s) to come up.
+	// BootTimeout bounds the boot up to dom0's command loop; default 10
+	// minutes: about 35 s on an idle 2-CPU host under TCG, several times
+	// that on a loaded one. Each domU then gets DomUTimeout (default 5
+	// minutes) to come up.
 	BootTimeout, DomUTimeout time.Duration
 }
 
@@ -157,10 +159,10 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 		opts.DomUMemory = 128
 	}
 	if opts.BootTimeout <= 0 {
-		opts.BootTimeout = 240 * time.Second
+		opts.BootTimeout = 10 * time.Minute
 	}
 	if opts.DomUTimeout <= 0 {
-		opts.DomUTimeout = 180 * time.Second
+		opts.DomUTimeout = 5 * time.Minute
 	}
 	tmp, err := os.MkdirTemp("", "xenlab-")
 	if err != nil {
@@ -432,7 +434,7 @@ func (vm *VM) createDomUs(names []string, memMiB int) error {
 			return fmt.Errorf("xenlab: bad domU name %q", n)
 		}
 	}
-	out, rc, err := vm.Run(fmt.Sprintf("xlab-domu create-many %d %s", memMiB, strings.Join(names, " ")), 180*time.Second)
+	out, rc, err := vm.Run(fmt.Sprintf("xlab-domu create-many %d %s", memMiB, strings.Join(names, " ")), 5*time.Minute)
 	if err != nil {
 		return err
 	}
