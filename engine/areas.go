@@ -260,6 +260,9 @@ func (e *Engine) unmapAreas(sp *space, sigOf map[int][]Event) {
 			if rg.sw != 0 && e.sw != nil && e.sw.mem != nil {
 				data = append(data, span{rg.sw, rg.sw + uint64(len(e.sw.mem.Bytes))})
 			}
+			if rg.live != 0 {
+				data = append(data, span{rg.live, rg.live + pad.LiveSize})
+			}
 		}
 	}
 	if len(code)+len(data) == 0 {

@@ -321,7 +321,14 @@ func (e *Engine) handle(ev Event) {
 		}
 		e.resume(ev.Tid, ev.Sig)
 	case EvKick:
+		if ev.Tid == 0 {
+			// a kick that stopped no thread: the commands only
+			e.runCommands()
+			return
+		}
 		e.resumeQuiet(ev.Tid)
+	case EvSyscall:
+		e.padSyscall(e.thread(ev.Tid, ev.Space))
 	case EvNewThread:
 		e.thread(ev.Tid, ev.Space)
 		e.jumpThread(ev.Tid, ev.Space)
@@ -348,6 +355,7 @@ func (e *Engine) handle(ev Event) {
 		e.resume(ev.Tid, 0)
 	case EvThreadExit:
 		delete(e.threads, ev.Tid)
+		e.padHoldGone(ev.Tid, ev.Space)
 		e.jumpThreadGone(ev.Tid)
 		e.callsThreadGone(ev.Tid)
 	case EvSpaceExit:

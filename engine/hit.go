@@ -24,6 +24,9 @@ type thread struct {
 	recs       []Record
 	// signals the target holds back until the out-of-line step is over
 	heldSigs int
+	// heldPad: gprobes holds the thread's signals (blocked) until it
+	// leaves the pad it is in
+	heldPad bool
 }
 
 // pendingStep is a displaced instruction running out of line under
@@ -144,9 +147,6 @@ func (e *Engine) trap(th *thread) {
 		bp = sp.bps[addr]
 	}
 	if bp == nil {
-		if e.padTrap(th, sp) {
-			return // a thread leaving a pad with a signal held
-		}
 		if sp != nil && sp.removed[addr] {
 			// hit just before its probe was removed: run the original
 			th.regs[rpn.RegRIP] = addr

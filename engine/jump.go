@@ -56,6 +56,24 @@ type JumpHost interface {
 	// MapStacks maps size bytes of private read-write memory, anywhere in
 	// the space, using stopped thread tid: the pads' stacks.
 	MapStacks(space, tid int, size uint64) (uint64, error)
+	// LiveWord maps the tracer's liveness word into the space (once per
+	// process image; a fork child shares it) using stopped thread tid,
+	// journaled, and returns its address: pad.LiveDead set in it means
+	// the tracer is gone (the kernel sets it as the tracer thread dies,
+	// before it detaches its tracees; a recovery sets it first).
+	LiveWord(space, tid int) (uint64, error)
+	// BlockPadSignals blocks the asynchronous signals of stopped thread
+	// tid, recording its mask where a recovery finds it;
+	// UnblockPadSignals gives it back. A signal resent to a thread with
+	// it blocked stays pending, with its siginfo (the kernel requeues it).
+	BlockPadSignals(tid int) error
+	UnblockPadSignals(tid int) error
+	// SyscallStops makes thread tid stop at the entry and the exit of its
+	// system calls (EvSyscall) from its next resume on, or no longer.
+	SyscallStops(tid int, on bool)
+	// EndSyscall makes stopped thread tid, at a system call's exit,
+	// return with the registers it was given: no restart of the call.
+	EndSyscall(tid int) error
 	// MapRanges returns the space's mappings, [start, end) each, in
 	// order.
 	MapRanges(space int) ([][2]uint64, error)
@@ -98,6 +116,8 @@ type region struct {
 	// e.js.mu)
 	ns     bool
 	nsRoot map[int]int
+	// live: the tracer's liveness word in the process (JumpHost.LiveWord)
+	live uint64
 }
 
 type siteRef struct {
@@ -424,7 +444,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		return why
 	}
 	// build once to learn the size, then at its address
-	trial, err := pad.Build(pad.Spec{At: site.addr, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: site.addr, Pool: pool})
+	trial, err := pad.Build(pad.Spec{At: site.addr, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: site.addr, Pool: pool, Live: rg.live})
 	if err != nil {
 		return err.Error()
 	}
@@ -432,7 +452,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 	if err != nil {
 		return fmt.Sprintf("map the pad's area: %v", err)
 	}
-	built, err := pad.Build(pad.Spec{At: at, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: held, Pool: pool})
+	built, err := pad.Build(pad.Spec{At: at, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: held, Pool: pool, Live: rg.live})
 	if err != nil {
 		return err.Error()
 	}
@@ -562,7 +582,7 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		return nil, js.no
 	}
 	pad.InitRegion(mem.Bytes, ringSize)
-	var addr, gv, sw, tcbOff uint64
+	var addr, gv, sw, tcbOff, live uint64
 	var ns bool
 	err = e.withStoppedThread(sp.id, func(tid int) error {
 		var err error
@@ -572,6 +592,9 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		tcbOff = host.TIDOffset(sp.id, tid)
 		nsTid, _ := host.NSIDs(tid)
 		ns = nsTid != tid
+		if live, err = host.LiveWord(sp.id, tid); err != nil {
+			return fmt.Errorf("the tracer's liveness word: %w", err)
+		}
 		binary.LittleEndian.PutUint64(mem.Bytes[pad.OffTCBTid:], tcbOff)
 		if gv, err = host.MapShared(sp.id, tid, gvm.FD, uint64(len(gvm.Bytes))); err != nil {
 			return err
@@ -585,7 +608,7 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 		return nil, js.no
 	}
 	rg := &region{mem: mem, ring: pad.NewRing(mem.Bytes), ringSize: ringSize, addr: addr, gv: gv, sw: sw, lvAt: map[*Module]int{}, refs: 1,
-		tcbOff: tcbOff, odd: map[int]bool{}, ns: ns, nsRoot: map[int]int{}}
+		tcbOff: tcbOff, odd: map[int]bool{}, ns: ns, nsRoot: map[int]int{}, live: live}
 	if clk, ok := e.clock(); ok {
 		// push ts converts with the calibration of the moment (a skew of
 		// some parts in 100,000 as the process runs); the records' times
@@ -956,7 +979,11 @@ func (e *Engine) takeOutJumps(sp *space) error {
 	// signals held for threads inside pads go in as they leave: now
 	for tid := range sp.jump.holding {
 		if th := e.threads[tid]; th != nil {
-			e.releaseSignals(th)
+			th.heldPad = false
+		}
+		if host != nil {
+			host.SyscallStops(tid, false)
+			e.fail(host.UnblockPadSignals(tid), "give thread %d its signal mask back", tid)
 		}
 	}
 	clear(sp.jump.holding)
@@ -1054,25 +1081,27 @@ func (e *Engine) padSignal(th *thread, ev Event) bool {
 	if e.padToChecked(th, bp, pc) {
 		e.fail(e.tgt.SetRegs(th.tid, &th.regs), "move thread %d to the checked copy of its pad", th.tid)
 	}
-	// anywhere before: held until the thread leaves the pad (it stops
-	// at the pad's int3, the held flag set)
-	h, ok := e.tgt.(SignalHolder)
-	if !ok || th.heldSigs >= maxPadHeldSigs {
-		// the handler's frame may land on the pad's state: a record of
-		// this hit may be lost, uncounted
-		e.warn(fmt.Sprintf("signal %d for thread %d inside the pad of %#x: more than %d held, delivered there", ev.Sig, th.tid, bp.site.addr, maxPadHeldSigs))
+	// anywhere before: held until the thread leaves the pad. Its
+	// asynchronous signals are blocked (their record in the liveness
+	// page, for a recovery) and this one goes back to the kernel, pending
+	// with its own siginfo (resumed with a signal it blocks, the thread
+	// has it requeued); the held flag makes the thread stop for gprobes
+	// at the pad's exit, at a system call it now stops at.
+	if th.heldPad {
 		e.resume(th.tid, ev.Sig)
 		return true
 	}
-	if err := h.Hold(th.tid); err != nil {
+	host := e.tgt.(JumpHost)
+	if err := host.BlockPadSignals(th.tid); err != nil {
 		e.warn(fmt.Sprintf("a signal for thread %d inside a pad is delivered there: %v", th.tid, err))
 		e.resume(th.tid, ev.Sig)
 		return true
 	}
-	th.heldSigs++
+	th.heldPad = true
+	host.SyscallStops(th.tid, true)
 	sp.jump.holding[th.tid] = true
 	e.setHeld(sp, 1)
-	e.resume(th.tid, 0)
+	e.resume(th.tid, ev.Sig)
 	return true
 }
 
@@ -1155,28 +1184,75 @@ func (e *Engine) setHeld(sp *space, v byte) {
 	}
 }
 
-// padTrap handles the int3 of a pad, where a thread with a signal held
-// leaves: the thread goes on outside the pad, then gets its signals. trap
-// calls it for a SIGTRAP at no breakpoint of the engine's, th.regs read.
-func (e *Engine) padTrap(th *thread, sp *space) bool {
-	if sp == nil || sp.jump == nil || len(sp.jump.pads) == 0 {
-		return false
+// padSyscall handles a system-call stop (EvSyscall) of a thread gprobes
+// holds signals for: at the exit of its pad's stop (Pad.Sys) it leaves
+// the pad, registers its own (rax, rcx, r11 and the flags from its stack,
+// rsp back over them and its red zone), its signal mask back: the held
+// signals are delivered outside the pad. Any other system call it makes
+// on the way (the pads' own, its programs'), and the stop's entry, it
+// goes on from, still stopping at system calls.
+func (e *Engine) padSyscall(th *thread) {
+	sp := e.spaces[th.space]
+	host, _ := e.tgt.(JumpHost)
+	if e.tgt.GetRegs(th.tid, &th.regs) != nil || sp == nil || sp.jump == nil || host == nil {
+		e.resume(th.tid, 0)
+		return
 	}
-	pc := th.regs[rpn.RegRIP]
-	bp := sp.padAt(pc - 1)
-	if bp == nil || bp.p.Trap != pc-1 {
-		return false
+	pc := th.regs[rpn.RegRIP] - 2
+	bp := sp.padAt(pc)
+	if bp == nil && sp.jump.holding[th.tid] {
+		// it left the pad another way (a handler of a fault in the pad
+		// that did not return): nothing to stop for any more
+		e.padRelease(sp, th)
+		e.resume(th.tid, 0)
+		return
 	}
+	const enosys = ^uint64(37) // -ENOSYS: rax at a system call's entry
+	if bp == nil || bp.p.Sys != pc || th.regs[rpn.RegRAX] == enosys || !sp.jump.holding[th.tid] {
+		if !sp.jump.holding[th.tid] {
+			host.SyscallStops(th.tid, false)
+		}
+		e.resume(th.tid, 0)
+		return
+	}
+	var w [32]byte
+	if err := e.tgt.ReadMem(th.space, th.regs[rpn.RegRSP], w[:]); err != nil {
+		e.fail(err, "read the registers thread %d left below its stack", th.tid)
+		e.resume(th.tid, 0)
+		return
+	}
+	th.regs[rpn.RegR11] = binary.LittleEndian.Uint64(w[0:])
+	th.regs[rpn.RegRCX] = binary.LittleEndian.Uint64(w[8:])
+	th.regs[rpn.RegRAX] = binary.LittleEndian.Uint64(w[16:])
+	th.regs[rpn.RegRFLAGS] = binary.LittleEndian.Uint64(w[24:])
+	th.regs[rpn.RegRSP] += 32 + 128
 	e.leavePad(th, bp, bp.p.Final)
-	if sp.jump.holding[th.tid] {
-		delete(sp.jump.holding, th.tid)
+	e.fail(host.EndSyscall(th.tid), "end the stop of thread %d", th.tid)
+	e.padRelease(sp, th)
+	e.resume(th.tid, 0)
+}
+
+// padHoldGone forgets a thread gprobes held signals for that is gone.
+func (e *Engine) padHoldGone(tid, spID int) {
+	if sp := e.spaces[spID]; sp != nil && sp.jump != nil && sp.jump.holding[tid] {
+		delete(sp.jump.holding, tid)
 		if len(sp.jump.holding) == 0 {
 			e.setHeld(sp, 0)
 		}
-		e.releaseSignals(th)
 	}
-	e.resume(th.tid, 0)
-	return true
+}
+
+// padRelease gives a thread gprobes held signals for inside a pad its
+// mask back (its signals come as it runs) and stops its system-call stops.
+func (e *Engine) padRelease(sp *space, th *thread) {
+	host := e.tgt.(JumpHost)
+	host.SyscallStops(th.tid, false)
+	e.fail(host.UnblockPadSignals(th.tid), "give thread %d its signal mask back", th.tid)
+	th.heldPad = false
+	delete(sp.jump.holding, th.tid)
+	if len(sp.jump.holding) == 0 {
+		e.setHeld(sp, 0)
+	}
 }
 
 // joinJump adds probe p to the jump site at addr: a new pad with every
@@ -1372,11 +1448,6 @@ func (e *Engine) jumpCovering(sp *space, addr uint64) *jumpSite {
 // sigSEGV is Linux's SIGSEGV: what a trapped rdtsc raises (jump pads are
 // for Linux processes only).
 const sigSEGV = 11
-
-// maxPadHeldSigs bounds the signals held for a thread inside pads: a
-// thread that leaves a pad and enters another before a resent signal
-// arrives has it held again.
-const maxPadHeldSigs = 256
 
 // leavePad moves a thread that is at pc, between its pad's Final and
 // FinalEnd (registers all its own), out of the pad: it runs what is left

@@ -46,6 +46,7 @@ const (
 	EvExec                        // the address space was replaced (exec)
 	EvThreadExit                  // a thread is gone
 	EvSpaceExit                   // an address space is gone
+	EvSyscall                     // a system call's entry or exit, for a thread that asked (JumpHost.SyscallStops)
 )
 
 // Event is what a Target reports from Wait.

@@ -14,6 +14,7 @@ import (
 //	entry:  lea -128(%rsp),%rsp; pushfq; push rax, rcx, rdx
 //	                                the only bytes of the thread's stack the
 //	                                pad writes: 4 words below its red zone
+//	        the tracer gone (the liveness word): pop, copy A, no probe
 //	        take a pad stack: from the slot R hashes to, the first whose
 //	        owner word goes from 0 to R (lock cmpxchg); none free: count the
 //	        hit missed, restore, run the covered instructions (copy C)
@@ -36,11 +37,13 @@ import (
 //	toC:    pop %rbp; pop %rax; popfq; lea 128(%rsp),%rsp
 //	copyC:  the covered instructions again; lea -128(%rsp),%rsp; pushfq
 //	cont:   cmpb $0, held(%rip)       a signal gprobes holds for a thread
-//	        jne trap                  inside a pad: stop at the int3
+//	        jne trap                  inside a pad: stop for gprobes
 //	Popf:   popfq
 //	Lea:    lea 128(%rsp),%rsp
 //	Back:   jmp Final
-//	trap:   popfq; lea 128(%rsp),%rsp; int3; jmp Final
+//	trap:   push rax, rcx, r11; the tracer still there (the liveness
+//	        word): getpid, at Sys (the thread gprobes holds a signal for
+//	        stops at its exit); pop; jmp Popf
 //	pend:   a record pending: the registers back as above, the slot kept
 //	copyB:  the covered instructions a third time
 //	post:   lea -128(%rsp),%rsp; pushfq; push rax, rcx, rdx; the slot found
@@ -108,6 +111,29 @@ type Spec struct {
 	RingSize int
 	Held     uint64 // the byte gprobes sets while it holds a signal for a thread in a pad
 	Pool     uint64 // the pad stacks' mapping in the process (PoolSize bytes)
+	// Live is the tracer's liveness word in the process: bit 30
+	// (LiveDead) set, the tracer is gone: the pad runs no probe and never
+	// stops for it
+	Live uint64
+}
+
+// LiveDead is the liveness word's bit that says the tracer is gone (the
+// kernel's FUTEX_OWNER_DIED: the word is a robust futex of the tracer
+// thread).
+const LiveDead = 0x40000000
+
+// LiveSize is the size of the page that holds the liveness word (gprobes
+// maps it into each process with pads, and unmaps it at detach).
+const LiveSize = 4096
+
+// liveCheck emits: the tracer gone (the liveness word at live) -> jump to
+// label gone; clobbers rax and the flags.
+func liveCheck(e *emitter, live uint64, gone string) {
+	e.emit(0x48, 0xb8) // movabs $live,%rax
+	e.u64(live)
+	e.emit(0xf7, 0x00) // testl $LiveDead,(%rax)
+	e.u32(LiveDead)
+	e.rel([]byte{0x0f, 0x85}, gone)
 }
 
 // Pad is a built pad.
@@ -144,7 +170,10 @@ type Pad struct {
 	CopyC    uint64 // the third copy's first instruction
 	Final    uint64 // where the last covered instruction (if it transfers control) or the jump back is
 	FinalEnd uint64 // the end of that code
-	Trap     uint64 // the int3 a thread leaving with a signal held stops at
+	// Sys is the system call a thread leaving with a signal held stops
+	// at (its entry and exit), with rax, rcx, r11 and the flags pushed
+	// below its red zone
+	Sys uint64
 	// Popf, Lea and Back (jmp Final) are the instructions between the
 	// second held check and Final: a thread stopped there leaves without
 	// passing the check again (gprobes finishes them for it: popfq, then
@@ -343,8 +372,10 @@ func Build(s Spec) (*Pad, error) {
 	e := &emitter{at: s.At, labels: map[string]int{}}
 
 	// entry: 4 words below the red zone, then a pad stack
-	e.emit(0x48, 0x8d, 0x64, 0x24, 0x80)          // lea -128(%rsp),%rsp
-	e.emit(0x9c, 0x50, 0x51, 0x52)                // pushfq; push rax, rcx, rdx
+	e.emit(0x48, 0x8d, 0x64, 0x24, 0x80) // lea -128(%rsp),%rsp
+	e.emit(0x9c, 0x50, 0x51, 0x52)       // pushfq; push rax, rcx, rdx
+	// no tracer: no probe, and the path that never stops for one
+	liveCheck(e, s.Live, "gone")
 	e.mem32(0x48, []byte{0x8d}, 1, 4, StackBelow) // lea 160(%rsp),%rcx: R
 	findSlot(e)
 	for pass := 1; pass <= 2; pass++ {
@@ -374,6 +405,10 @@ func Build(s Spec) (*Pad, error) {
 	e.emit(0x5a, 0x59, 0x58, 0x9d)                         // pop rdx, rcx, rax; popfq
 	e.emit(0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00) // lea 128(%rsp),%rsp
 	e.rel([]byte{0xe9}, "copyC")                           // the path that checks the held flag after
+	e.label("gone")
+	e.emit(0x5a, 0x59, 0x58, 0x9d)                         // pop rdx, rcx, rax; popfq
+	e.emit(0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00) // lea 128(%rsp),%rsp
+	e.rel([]byte{0xe9}, "copyA")                           // the path that checks nothing
 
 	e.label("got")
 	// rdx = our slot's owner word, its stack below; rcx = R
@@ -525,6 +560,7 @@ func Build(s Spec) (*Pad, error) {
 	e.i32(int64(s.Held - (e.pc() + 5)))
 	e.emit(0)
 	e.rel([]byte{0x0f, 0x85}, "trap")
+	e.label("popf")
 	p.Popf = e.pc()
 	e.emit(0x9d) // popfq
 	p.Lea = e.pc()
@@ -532,13 +568,22 @@ func Build(s Spec) (*Pad, error) {
 	p.Back = e.pc()
 	e.rel([]byte{0xe9}, "final")
 
-	// trap: a thread leaving with a signal held stops at the int3
+	// trap: a thread leaving with a signal held stops for gprobes, at a
+	// system call (getpid) it was resumed to stop at (PTRACE_SYSCALL): a
+	// stop that is harmless if gprobes dies meanwhile (a thread stopped at
+	// an int3 then died of SIGTRAP), and none at all once the liveness
+	// word says gprobes is gone. Other threads that pass here while the
+	// flag is set make the call, and go on.
 	e.label("trap")
-	e.emit(0x9d)                                           // popfq
-	e.emit(0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00) // lea 128(%rsp),%rsp
-	p.Trap = e.pc()
-	e.emit(0xcc)
-	e.rel([]byte{0xe9}, "final")
+	e.emit(0x50, 0x51, 0x41, 0x53) // push rax, rcx, r11: rsp = R + delta - 160
+	liveCheck(e, s.Live, "skip")
+	e.emit(0xb8) // mov $39,%eax: getpid
+	e.u32(39)
+	p.Sys = e.pc()
+	e.emit(0x0f, 0x05) // syscall
+	e.label("skip")
+	e.emit(0x41, 0x5b, 0x59, 0x58) // pop r11, rcx, rax
+	e.rel([]byte{0xe9}, "popf")
 
 	// a record pending: the slot kept until it is committed
 	e.label("pend")

@@ -15,8 +15,8 @@ import (
 )
 
 // A pad decodes instruction by instruction from its first byte to its
-// programs; its landmarks are where the engine looks for them: the int3
-// a thread with a signal held stops at, the popfq and lea after the held
+// programs; its landmarks are where the engine looks for them: the system
+// call a thread with a signal held stops at, the popfq and lea after the held
 // check, the jump back to the code after the covered bytes, the fixup of
 // the thread-id load; the covered instructions are there twice (the copy
 // run with a record pending maps each of its instructions to its twin in
@@ -45,7 +45,7 @@ func TestBuildLandmarks(t *testing.T) {
 		t.Fatal(err)
 	}
 	const pool = 0x7f1000000000
-	p, err := Build(Spec{At: at, Addr: addr, Covered: plan.Covered, Probes: []Probe{{Code: code, LogMax: 1024}}, Region: region, RingSize: DefaultRingSize, Held: at - 0x40, Pool: pool})
+	p, err := Build(Spec{At: at, Addr: addr, Covered: plan.Covered, Probes: []Probe{{Code: code, LogMax: 1024}}, Region: region, RingSize: DefaultRingSize, Held: at - 0x40, Pool: pool, Live: 0x7f2000000000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +72,8 @@ func TestBuildLandmarks(t *testing.T) {
 			t.Errorf("at %#x: %q, want %q", a, seen[a], want)
 		}
 	}
-	if p.Code[p.Trap-at] != 0xcc {
-		t.Errorf("no int3 at the trap %#x", p.Trap)
+	if seen[p.Sys] != "syscall" {
+		t.Errorf("the stop for a held signal at %#x is %q, not a system call", p.Sys, seen[p.Sys])
 	}
 	for a := range p.Displaced {
 		if _, ok := seen[a]; !ok {

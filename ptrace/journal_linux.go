@@ -59,6 +59,10 @@ type journal struct {
 	// Watch are the debug registers set in the process's threads
 	// (watch probes): the recovery turns them off in every thread
 	Watch []savedWatch `json:"watch,omitempty"`
+	// Live is where the process maps the tracer's liveness page (jump
+	// pads, live_linux.go): the recovery marks its word dead before
+	// anything else, and gives back the signal masks recorded there
+	Live uint64 `json:"live,omitempty"`
 }
 
 type savedWatch struct {
@@ -103,6 +107,9 @@ func (tg *Target) journalOf(pid int) *procJournal {
 		j:     journal{Pid: pid, Start: start, Owner: os.Getpid(), OwnerStart: ownerStart},
 		bytes: map[uint64]savedByte{},
 		path:  journalPath(tg.journalDir, pid),
+	}
+	if tg.live != nil {
+		pj.j.Live = tg.live.at[pid]
 	}
 	tg.journals[pid] = pj
 	return pj
@@ -176,6 +183,16 @@ func (tg *Target) journalWatches(pid int) error {
 		tg.journalDrop(pid)
 		return nil
 	}
+	return pj.write()
+}
+
+// journalLive records where process pid maps the liveness page.
+func (tg *Target) journalLive(pid int, at uint64) error {
+	if tg.journalDir == "" {
+		return nil
+	}
+	pj := tg.journalOf(pid)
+	pj.j.Live = at
 	return pj.write()
 }
 
@@ -330,13 +347,21 @@ func recoverProcess(j *journal) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	var errs []error
+	if j.Live != 0 {
+		// first: the pads stop running probes and never stop for the
+		// dead tracer (the kernel marked it as the tracer died; this is
+		// in case it could not)
+		if err := recoverLive(j.Pid, maps, j.Live); err != nil {
+			errs = append(errs, fmt.Errorf("mark the liveness word: %w", err))
+		}
+	}
 	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", j.Pid), os.O_RDWR, 0)
 	if err != nil {
 		return "", err
 	}
 	defer mem.Close()
 	restored, other, jumps := 0, 0, 0
-	var errs []error
 	var pending []savedByte
 	for _, b := range j.Bytes {
 		if len(b.Code) > 0 {
@@ -362,9 +387,11 @@ func recoverProcess(j *journal) (string, error) {
 		}
 		restored++
 	}
+	masks := 0
 	if len(pending) > 0 {
-		n, err := restoreJumps(j.Pid, maps, pending)
+		n, m, err := restoreJumps(j.Pid, maps, pending, j.Live)
 		jumps += n
+		masks = m
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -383,6 +410,9 @@ func recoverProcess(j *journal) (string, error) {
 	}
 	if len(j.Watch) > 0 {
 		msg += fmt.Sprintf(", %d watch debug registers turned off in %d threads", len(j.Watch), cleared)
+	}
+	if masks > 0 {
+		msg += fmt.Sprintf(", the signal masks of %d threads holding signals inside pads given back", masks)
 	}
 	if other > 0 {
 		msg += fmt.Sprintf(" (%d restored already or no longer that file's code)", other)

@@ -13,7 +13,8 @@ import (
 )
 
 // restoreJumps puts the original code back over the jumps to pads a dead
-// gprobes left in a process. A jump is several bytes, which a running
+// gprobes left in a process (and the signal masks it changed, recorded in
+// the liveness page at live). A jump is several bytes, which a running
 // thread could fetch half-written: every thread is stopped first
 // (PTRACE_SEIZE, PTRACE_INTERRUPT), once the dead tracer's attachment is
 // gone (the kernel detaches its tracees as it exits). A thread inside a
@@ -21,14 +22,21 @@ import (
 // mapped. Where the threads cannot be stopped the jumps stay, and the
 // pads keep running the probes: records are counted lost once the ring
 // is full, and the process runs on (docs/engine.md).
-func restoreJumps(pid int, maps []Mapping, jumps []savedByte) (int, error) {
-	n := 0
-	err := withThreadsStopped(pid, "put the jumps back", func([]int) error {
+func restoreJumps(pid int, maps []Mapping, jumps []savedByte, live uint64) (int, int, error) {
+	n, m := 0, 0
+	err := withThreadsStopped(pid, "put the jumps back", func(tids []int) error {
 		var err error
 		n, err = writeBackJumps(pid, maps, jumps)
+		if live != 0 {
+			// the masks of threads a signal was held for inside a pad:
+			// their signals, pending, come once they run
+			var merr error
+			m, merr = recoverMasks(pid, maps, live, tids)
+			err = errors.Join(err, merr)
+		}
 		return err
 	})
-	return n, err
+	return n, m, err
 }
 
 // recoverWatches turns off the debug registers (watch probes) a dead
@@ -62,9 +70,13 @@ func withThreadsStopped(pid int, why string, f func(tids []int) error) error {
 	defer runtime.UnlockOSThread()
 	deadline := time.Now().Add(2 * time.Second)
 	seized := map[int]bool{}
+	// a thread may stop for a signal before the interrupt: it is stopped
+	// as well, and gets its signal back as it is let go (detaching with
+	// 0 would throw it away)
+	sigs := map[int]int{}
 	defer func() {
 		for tid := range seized {
-			unix.PtraceDetach(tid)
+			unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(tid), 0, uintptr(sigs[tid]), 0, 0)
 		}
 	}()
 	for {
@@ -97,6 +109,11 @@ func withThreadsStopped(pid int, why string, f func(tids []int) error) error {
 			var ws unix.WaitStatus
 			if _, err := unix.Wait4(tid, &ws, unix.WALL, nil); err != nil {
 				return err
+			}
+			if ws.Stopped() && ws.StopSignal() != unix.SIGTRAP && uint32(ws)>>16 == 0 {
+				// a signal-delivery stop (a group-stop of a seized
+				// thread carries PTRACE_EVENT_STOP in the status)
+				sigs[tid] = int(ws.StopSignal())
 			}
 		}
 		if !more {

@@ -31,6 +31,8 @@ type Target struct {
 	journalDir string
 	// the watches of each process, by debug register (watch_linux.go)
 	watches map[int]*procWatches
+	// the tracer's liveness page (live_linux.go), nil until a pad needs it
+	live *live
 }
 
 var (
@@ -56,6 +58,10 @@ func (tg *Target) Hold(tid int) error {
 	return nil
 }
 
+// syncSignals are the signals an instruction raises, which BlockSignals
+// leaves as they are.
+const syncSignals uint64 = 1<<(unix.SIGSEGV-1) | 1<<(unix.SIGBUS-1) | 1<<(unix.SIGFPE-1) | 1<<(unix.SIGILL-1) | 1<<(unix.SIGTRAP-1) | 1<<(unix.SIGSYS-1)
+
 // BlockSignals blocks the asynchronous signals of stopped thread tid
 // (PTRACE_SETSIGMASK), keeping its mask for UnblockSignals. The signals
 // an instruction raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
@@ -70,11 +76,7 @@ func (tg *Target) BlockSignals(tid int) error {
 	if err := sigmask(unix.PTRACE_GETSIGMASK, tid, &old); err != nil {
 		return err
 	}
-	sync := uint64(0)
-	for _, s := range []unix.Signal{unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE, unix.SIGILL, unix.SIGTRAP, unix.SIGSYS} {
-		sync |= 1 << (uint(s) - 1)
-	}
-	blocked := old | ^sync
+	blocked := old | ^syncSignals
 	if err := sigmask(unix.PTRACE_SETSIGMASK, tid, &blocked); err != nil {
 		return err
 	}
@@ -209,19 +211,24 @@ func (tg *Target) convert(ev Event) engine.Event {
 		out.Kind = engine.EvNewThread
 	case EventNewProcess:
 		out.Kind = engine.EvNewSpace
+		tg.liveFork(ev.Pid, ev.Parent)
 		tg.journalFork(ev.Pid, ev.Parent)
 	case EventExec:
 		out.Kind = engine.EvExec
 		delete(tg.raw, ev.Tid)
 		tg.journalDrop(ev.Pid) // a new image: none of our bytes
-		tg.watchDrop(ev.Pid)   // nor debug registers (the kernel cleared them)
+		tg.liveForget(ev.Pid)
+		tg.watchDrop(ev.Pid) // nor debug registers (the kernel cleared them)
 	case EventThreadExit:
 		out.Kind = engine.EvThreadExit
 		tg.forget(ev.Tid)
+	case EventSyscall:
+		out.Kind = engine.EvSyscall
 	case EventProcessExit:
 		out.Kind = engine.EvSpaceExit
 		tg.forget(ev.Tid)
 		tg.journalDrop(ev.Pid)
+		tg.liveForget(ev.Pid)
 		tg.watchDrop(ev.Pid)
 		switch {
 		case ev.Status.Exited():
@@ -332,6 +339,8 @@ func (tg *Target) forget(tid int) {
 	delete(tg.raw, tid)
 	delete(tg.held, tid)
 	delete(tg.resent, tid)
+	delete(tg.masks, tid)
+	tg.liveClear(tid)
 }
 
 func (tg *Target) Threads(space int) []int {
@@ -451,6 +460,9 @@ func (tg *Target) Unmap(space, tid int, addr, size uint64) error {
 		return err
 	}
 	_, err = tg.inject(space, tid, entry, sysCall{"munmap", sysMunmap, []uint64{addr, size}})
+	if err == nil {
+		tg.liveUnmapped(space, addr)
+	}
 	return err
 }
 

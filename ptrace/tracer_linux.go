@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -40,9 +41,12 @@ const (
 	EventThreadExit
 	// EventProcessExit: the process is gone; Status says how.
 	EventProcessExit
+	// EventSyscall: a system call's entry or exit, for a thread resumed
+	// to stop there (Thread.SyscallStops).
+	EventSyscall
 )
 
-var eventNames = [...]string{"trap", "signal", "kick", "new-thread", "new-process", "exec", "thread-exit", "process-exit"}
+var eventNames = [...]string{"trap", "signal", "kick", "new-thread", "new-process", "exec", "thread-exit", "process-exit", "syscall"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -83,6 +87,9 @@ type Thread struct {
 	Index   int  // order in which the tracer met it, per tracer: the "procid" of processes
 	Stopped bool // in a ptrace stop
 	kicks   atomic.Int32
+	// SyscallStops: resumed with PTRACE_SYSCALL, the thread stops at the
+	// entry and the exit of its system calls (EventSyscall)
+	SyscallStops bool
 }
 
 // Tracer follows one process tree. Create it, and call every method, from
@@ -96,15 +103,70 @@ type Tracer struct {
 	// stops seen while the tracer waited for a specific thread (StopAll,
 	// InjectSyscall), handed out by Wait before it blocks again
 	queued []Event
+	// seized: the tracees were attached with PTRACE_SEIZE (Attach), and
+	// can be stopped with PTRACE_INTERRUPT, which leaves nothing in them
+	seized bool
+	// kickee is a child process of the tracer thread that Kick stops
+	// (SIGSTOP): its stop wakes Wait, which lets it go on (SIGCONT). Kick
+	// used to stop a tracee with SIGSTOP, which, when the tracer was
+	// killed before the tracee took it, stopped the whole process for
+	// good once it was no longer traced.
+	kickee atomic.Int32
 }
 
-const options = unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK | unix.PTRACE_O_TRACEEXEC
+// kickeeEnv makes a gprobes process a kickee (init below).
+const kickeeEnv = "GPROBES_KICKEE"
+
+func init() {
+	if os.Getenv(kickeeEnv) == "1" {
+		// a kickee: nothing to do but be stopped and continued, and die
+		// with its tracer thread (PR_SET_PDEATHSIG)
+		for {
+			unix.Pause()
+		}
+	}
+}
+
+// startKickee starts the tracer's kickee, a copy of this program that
+// only pauses, as a child of the calling thread (the tracer's): it dies
+// with that thread.
+func (t *Tracer) startKickee() {
+	// /proc/self/exe: the running program even if its file was replaced
+	// or removed since (an upgrade under a running daemon)
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = []string{kickeeEnv + "=1"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if cmd.Start() == nil {
+		t.kickee.Store(int32(cmd.Process.Pid))
+	}
+}
+
+// kickeeEvent handles a wait status of the kickee: its stop is a kick
+// (it goes on at once); its end, no more kicks through it.
+func (t *Tracer) kickeeEvent(ws unix.WaitStatus) (Event, bool) {
+	k := int(t.kickee.Load())
+	if ws.Stopped() {
+		unix.Kill(k, unix.SIGCONT)
+		return Event{Kind: EventKick}, true
+	}
+	if ws.Exited() || ws.Signaled() {
+		t.kickee.Store(0)
+	}
+	return Event{}, false
+}
+
+// options: TRACESYSGOOD marks system-call stops (SIGTRAP|0x80), which a
+// thread stopped at one when the tracer dies also needs: the kernel then
+// sends it that stop's signal, and 0x85 is none (SIGTRAP would kill it).
+const options = unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK | unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_TRACESYSGOOD
 
 // NewTracer locks the calling goroutine to its OS thread for good: every
 // later ptrace call must come from it.
 func NewTracer() *Tracer {
 	runtime.LockOSThread()
-	return &Tracer{procs: map[int]*Process{}, threads: map[int]*Thread{}}
+	t := &Tracer{procs: map[int]*Process{}, threads: map[int]*Thread{}}
+	t.startKickee()
+	return t
 }
 
 // Start runs path with argv under the tracer, stopped at its first
@@ -159,6 +221,7 @@ func (t *Tracer) Attach(pid int) (*Process, error) {
 	if why := cannotTrace(pid); why != "" {
 		return nil, fmt.Errorf("attach %d: %s", pid, why)
 	}
+	t.seized = true
 	if err := seize(pid); err != nil {
 		if err == unix.EPERM {
 			return nil, fmt.Errorf("attach %d: %s", pid, notPermitted(pid))
@@ -378,6 +441,9 @@ func (t *Tracer) Processes() []*Process {
 // Kick makes Wait return an EventKick soon, from any goroutine: it sends
 // SIGSTOP to one running tracee. It reports false when there is no tracee.
 func (t *Tracer) Kick() bool {
+	if k := t.kickee.Load(); k > 0 && unix.Kill(int(k), unix.SIGSTOP) == nil {
+		return true
+	}
 	t.mu.Lock()
 	th := t.kickTo
 	t.mu.Unlock()
@@ -415,7 +481,7 @@ func (t *Tracer) Wait() (Event, error) {
 			return Event{}, ErrNoTracees
 		}
 		var ws unix.WaitStatus
-		tid, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD, nil)
+		tid, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD|unix.WUNTRACED, nil)
 		if err == unix.EINTR {
 			continue
 		}
@@ -424,6 +490,12 @@ func (t *Tracer) Wait() (Event, error) {
 		}
 		if err != nil {
 			return Event{}, fmt.Errorf("wait4: %w", err)
+		}
+		if tid == int(t.kickee.Load()) {
+			if ev, ok := t.kickeeEvent(ws); ok {
+				return ev, nil
+			}
+			continue
 		}
 		if ev, ok := t.decode(tid, ws); ok {
 			return ev, nil
@@ -440,12 +512,18 @@ func (t *Tracer) Wait() (Event, error) {
 func (t *Tracer) WaitThread(tid int) (Event, error) {
 	for {
 		var ws unix.WaitStatus
-		got, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD, nil)
+		got, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD|unix.WUNTRACED, nil)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			return Event{}, fmt.Errorf("wait4 for %d: %w", tid, err)
+		}
+		if got == int(t.kickee.Load()) {
+			if ev, ok := t.kickeeEvent(ws); ok {
+				t.queued = append(t.queued, ev)
+			}
+			continue
 		}
 		ev, ok := t.decode(got, ws)
 		if !ok {
@@ -487,6 +565,17 @@ func (t *Tracer) decode(tid int, ws unix.WaitStatus) (Event, bool) {
 	th.Stopped = true
 	sig := ws.StopSignal()
 	ev := Event{Tid: tid, Pid: th.Pid, Sig: int(sig), Status: ws}
+	if sig == unix.SIGTRAP|0x80 {
+		ev.Kind = EventSyscall
+		ev.Sig = 0
+		return ev, true
+	}
+	if sig == unix.SIGTRAP && ws.TrapCause() == unix.PTRACE_EVENT_STOP && th.kicks.Load() > 0 {
+		// the stop of StopThread's PTRACE_INTERRUPT
+		th.kicks.Add(-1)
+		ev.Kind = EventKick
+		return ev, true
+	}
 	if sig == unix.SIGTRAP {
 		switch ws.TrapCause() {
 		case 0, -1:
@@ -652,6 +741,9 @@ func (t *Tracer) execed(th *Thread) {
 
 func (t *Tracer) resume(th *Thread, sig int) error {
 	th.Stopped = false
+	if th.SyscallStops {
+		return unix.PtraceSyscall(th.Tid, sig)
+	}
 	return unix.PtraceCont(th.Tid, sig)
 }
 
@@ -741,7 +833,14 @@ func (t *Tracer) StopThread(tid int) ([]Event, error) {
 		return t.unqueue(tid), nil
 	}
 	th.kicks.Add(1)
-	if err := unix.Tgkill(th.Pid, tid, unix.SIGSTOP); err != nil {
+	// a seized tracee stops for PTRACE_INTERRUPT, which leaves nothing
+	// behind if the tracer dies; one attached otherwise (started by the
+	// tracer: killed with it) for a SIGSTOP
+	stop := func() error { return unix.Tgkill(th.Pid, tid, unix.SIGSTOP) }
+	if t.seized {
+		stop = func() error { return unix.PtraceInterrupt(tid) }
+	}
+	if err := stop(); err != nil {
 		th.kicks.Add(-1)
 		return nil, fmt.Errorf("stop %d: %w", tid, err)
 	}
@@ -930,6 +1029,8 @@ func (t *Tracer) InjectSyscall(tid int, addr uint64, nr uint64, args ...uint64) 
 		restore()
 		return 0, err
 	}
+	var oldMask uint64
+	masked := false
 	for {
 		ev, err := t.WaitThread(tid)
 		if err != nil {
@@ -951,8 +1052,36 @@ func (t *Tracer) InjectSyscall(tid int, addr uint64, nr uint64, args ...uint64) 
 			}
 			continue
 		}
-		// a signal arrived before the syscall ran: send it again once we
-		// are done, and try again
+		// a signal arrived before the syscall ran: it goes back to the
+		// kernel, blocked until we are done (a signal the thread blocks
+		// when resumed with it is requeued, its siginfo kept: a tgkill
+		// would make it SI_TKILL, a queued value lost), and try again
+		if ev.Kind == EventSignal && ev.Sig != 0 && ev.Sig != int(unix.SIGSTOP) {
+			if !masked {
+				if err := sigmask(unix.PTRACE_GETSIGMASK, tid, &oldMask); err != nil {
+					restore()
+					return 0, err
+				}
+				masked = true
+				defer sigmask(unix.PTRACE_SETSIGMASK, tid, &oldMask)
+			}
+			var m uint64
+			if err := sigmask(unix.PTRACE_GETSIGMASK, tid, &m); err != nil {
+				restore()
+				return 0, err
+			}
+			m |= 1 << (uint(ev.Sig) - 1)
+			if err := sigmask(unix.PTRACE_SETSIGMASK, tid, &m); err != nil {
+				restore()
+				return 0, err
+			}
+			th.Stopped = false
+			if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SINGLESTEP, uintptr(tid), 0, uintptr(ev.Sig), 0, 0); errno != 0 {
+				restore()
+				return 0, fmt.Errorf("step %d: %w", tid, errno)
+			}
+			continue
+		}
 		if ev.Sig != 0 {
 			defer unix.Tgkill(th.Pid, tid, unix.Signal(ev.Sig))
 		}
