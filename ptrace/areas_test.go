@@ -86,7 +86,10 @@ func TestJumpAttachCycles(t *testing.T) {
 	pid := cmd.Process.Pid
 	testkit.WaitTrue(t, time.Minute, "the fixture's threads calling", func() bool { return exists(started) })
 	base := mapsOf(t, pid)
-	const cycles = 60
+	cycles := 60
+	if testing.Short() {
+		cycles = 6
+	}
 	for c := 0; c < cycles; c++ {
 		eng, err := engine.Start(ptrace.Attach(pid), engine.Options{Warn: func(m string) { t.Log("engine:", m) }})
 		if err != nil {
@@ -142,6 +145,7 @@ func TestJumpAttachCycles(t *testing.T) {
 // nothing was used again, a new area was mapped whenever one was full,
 // and the probes went to the int3 route once the counters ran out.
 func TestJumpModuleCycles(t *testing.T) {
+	testkit.SkipShort(t, "hundreds of cycles: the full run has them")
 	harm := testkit.CC(t, "harm", "-O1", "-pthread", "../testdata/harm/harm.c", "../testdata/harm/funcs.S")
 	for _, c := range []struct {
 		route  string

@@ -25,7 +25,7 @@ func TestJumpSignalFrames(t *testing.T) {
 	prog := testkit.CC(t, "parked", "-O2", "-pthread", "../testdata/jump/parked.c", "../testdata/jump/parked.S")
 	const n, threads = 2000, 4
 	for _, mode := range []string{"segv", "nested"} {
-		for round := 0; round < 10; round++ {
+		for round := 0; round < rounds(10); round++ {
 			r := startWith(t, startConfig{path: prog}, mode, fmt.Sprint(n), fmt.Sprint(threads))
 			r.release()
 			if l := r.line(); l != "parked" {

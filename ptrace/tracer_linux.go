@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -67,6 +68,9 @@ type Event struct {
 	// Async (EventSignal): the signal was sent to the thread (kill, a
 	// child's exit, a timer), not raised by the instruction at its rip
 	Async bool
+	// Ours (EventSignal): sent by this process with tgkill (a SIGSTOP of
+	// ours whose kick was already counted, a held signal sent again)
+	Ours bool
 }
 
 // ErrNoTracees is returned by Wait when no tracee is left.
@@ -78,6 +82,13 @@ type Process struct {
 	Threads map[int]*Thread
 	mem     *os.File
 	Exec    bool // started by the tracer (killed if the tracer dies)
+	// seized: attached with PTRACE_SEIZE (or followed from one that
+	// was): its group-stops are reported as such, and honoured
+	seized bool
+	// groupStop: the process is stopped by a stop signal (SIGSTOP,
+	// SIGTSTP, SIGTTIN, SIGTTOU) until a SIGCONT: its threads are left
+	// stopped (PTRACE_LISTEN) whenever the tracer does not need them
+	groupStop bool
 }
 
 // Thread is one traced thread.
@@ -90,6 +101,18 @@ type Thread struct {
 	// SyscallStops: resumed with PTRACE_SYSCALL, the thread stops at the
 	// entry and the exit of its system calls (EventSyscall)
 	SyscallStops bool
+	// listening: in its process's group-stop, let go with PTRACE_LISTEN
+	// (stopped, not in a ptrace stop: Kick cannot reach it)
+	listening atomic.Bool
+	// interrupts: PTRACE_INTERRUPTs of the tracer's whose stop has not
+	// come; relisten: the next PTRACE_EVENT_STOP only takes the thread
+	// back to its group-stop; eventStop: its current stop is a
+	// PTRACE_EVENT_STOP (which PTRACE_LISTEN needs)
+	interrupts int
+	relisten   bool
+	eventStop  bool
+	// stepping: last resumed with PTRACE_SINGLESTEP, its trap not come
+	stepping bool
 }
 
 // Tracer follows one process tree. Create it, and call every method, from
@@ -103,15 +126,17 @@ type Tracer struct {
 	// stops seen while the tracer waited for a specific thread (StopAll,
 	// InjectSyscall), handed out by Wait before it blocks again
 	queued []Event
-	// seized: the tracees were attached with PTRACE_SEIZE (Attach), and
-	// can be stopped with PTRACE_INTERRUPT, which leaves nothing in them
-	seized bool
 	// kickee is a child process of the tracer thread that Kick stops
 	// (SIGSTOP): its stop wakes Wait, which lets it go on (SIGCONT). Kick
 	// used to stop a tracee with SIGSTOP, which, when the tracer was
 	// killed before the tracee took it, stopped the whole process for
 	// good once it was no longer traced.
 	kickee atomic.Int32
+	// listeners counts threads let go with PTRACE_LISTEN: while there
+	// are, Wait polls, and a Kick that found its thread listening
+	// (kickReq) interrupts one
+	listeners int
+	kickReq   atomic.Bool
 }
 
 // kickeeEnv makes a gprobes process a kickee (init below).
@@ -221,7 +246,6 @@ func (t *Tracer) Attach(pid int) (*Process, error) {
 	if why := cannotTrace(pid); why != "" {
 		return nil, fmt.Errorf("attach %d: %s", pid, why)
 	}
-	t.seized = true
 	if err := seize(pid); err != nil {
 		if err == unix.EPERM {
 			return nil, fmt.Errorf("attach %d: %s", pid, notPermitted(pid))
@@ -233,6 +257,7 @@ func (t *Tracer) Attach(pid int) (*Process, error) {
 		unix.PtraceDetach(pid)
 		return nil, err
 	}
+	proc.seized = true
 	// then every other thread, again until no new one appeared meanwhile
 	for {
 		tids, err := taskIDs(pid)
@@ -397,6 +422,9 @@ func (t *Tracer) removeThread(tid int) {
 		return
 	}
 	delete(t.threads, tid)
+	if th.listening.Swap(false) {
+		t.listeners--
+	}
 	if p := t.procs[th.Pid]; p != nil {
 		delete(p.Threads, tid)
 	}
@@ -450,10 +478,19 @@ func (t *Tracer) Kick() bool {
 	if th == nil {
 		return false
 	}
+	if th.listening.Load() {
+		// a stopped process: a SIGSTOP would stay pending; Wait, which
+		// polls while threads listen, interrupts one instead
+		t.kickReq.Store(true)
+		return true
+	}
 	th.kicks.Add(1)
 	if err := unix.Tgkill(th.Pid, th.Tid, unix.SIGSTOP); err != nil {
 		th.kicks.Add(-1)
 		return false
+	}
+	if th.listening.Load() {
+		t.kickReq.Store(true) // it entered a group-stop meanwhile
 	}
 	return true
 }
@@ -481,12 +518,26 @@ func (t *Tracer) Wait() (Event, error) {
 			return Event{}, ErrNoTracees
 		}
 		var ws unix.WaitStatus
-		tid, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD|unix.WUNTRACED, nil)
+		flags := unix.WALL | unix.WNOTHREAD | unix.WUNTRACED
+		if t.listeners > 0 && t.kickee.Load() == 0 {
+			// threads left in their group-stop cannot be kicked (with no
+			// kickee, Kick stops a tracee): poll, and interrupt one when
+			// a Kick asks
+			flags |= unix.WNOHANG
+			if (t.kickReq.Swap(false) || t.kickedListener()) && t.interruptListener() {
+				continue
+			}
+		}
+		tid, err := unix.Wait4(-1, &ws, flags, nil)
 		if err == unix.EINTR {
 			continue
 		}
 		if err == unix.ECHILD {
 			return Event{}, ErrNoTracees
+		}
+		if tid == 0 {
+			time.Sleep(2 * time.Millisecond)
+			continue
 		}
 		if err != nil {
 			return Event{}, fmt.Errorf("wait4: %w", err)
@@ -570,12 +621,49 @@ func (t *Tracer) decode(tid int, ws unix.WaitStatus) (Event, bool) {
 		ev.Sig = 0
 		return ev, true
 	}
-	if sig == unix.SIGTRAP && ws.TrapCause() == unix.PTRACE_EVENT_STOP && th.kicks.Load() > 0 {
-		// the stop of StopThread's PTRACE_INTERRUPT
-		th.kicks.Add(-1)
-		ev.Kind = EventKick
-		return ev, true
+	// the ptrace event in the status's bits 16-23: x/sys's TrapCause
+	// reads it only when the stop signal is SIGTRAP, and a group-stop's
+	// PTRACE_EVENT_STOP carries the stop signal
+	if int(ws)>>16&0xff == unix.PTRACE_EVENT_STOP {
+		// a seized tracee's group-stop, or the stop of a PTRACE_INTERRUPT.
+		// While its process is group-stopped every such stop reports the
+		// stop signal; once a SIGCONT ended it, SIGTRAP
+		th.eventStop = true
+		if th.listening.Swap(false) {
+			t.listeners--
+		}
+		if p := t.procs[th.Pid]; p != nil {
+			p.seized = true
+			wasStopped := p.groupStop
+			p.groupStop = isStopSignal(sig)
+			if wasStopped && !p.groupStop && !stopPending(th.Pid, tid) {
+				// a SIGCONT discarded the SIGSTOPs of kicks sent meanwhile
+				th.kicks.Store(0)
+			}
+		}
+		if th.interrupts > 0 {
+			th.interrupts--
+			th.relisten = false
+			ev.Kind = EventKick
+			return ev, true
+		}
+		th.relisten = false
+		if th.stepping {
+			// a single-step (an injected system call, an out-of-line
+			// step) that a group-stop caught before it ran: a seized
+			// tracee of a stopped process reports the stop once more
+			// when resumed, then steps
+			th.eventStop = false
+			if err := unix.PtraceSingleStep(tid); err == nil {
+				th.Stopped = false
+				return Event{}, false
+			}
+		}
+		t.resume(th, 0) // back to the group-stop, or on
+		return Event{}, false
 	}
+	th.stepping = false
+	th.eventStop = false
 	if sig == unix.SIGTRAP {
 		switch ws.TrapCause() {
 		case 0, -1:
@@ -594,26 +682,65 @@ func (t *Tracer) decode(tid int, ws unix.WaitStatus) (Event, bool) {
 			return Event{}, false
 		}
 	}
-	if ws.TrapCause() == unix.PTRACE_EVENT_STOP {
-		// group-stop or PTRACE_INTERRUPT of a seized tracee
-		if th.kicks.Load() > 0 && (sig == unix.SIGSTOP || sig == unix.SIGTRAP) {
-			th.kicks.Add(-1)
-			ev.Kind = EventKick
-			return ev, true
-		}
-		t.resume(th, 0)
-		return Event{}, false
-	}
-	if sig == unix.SIGSTOP && th.kicks.Load() > 0 {
+	info, infoErr := SigInfo(tid)
+	ours := infoErr == nil && info.Code() == -6 /* SI_TKILL */ && info.Pid() == os.Getpid()
+	if sig == unix.SIGSTOP && th.kicks.Load() > 0 && (ours || infoErr != nil) {
 		th.kicks.Add(-1)
 		ev.Kind = EventKick
 		return ev, true
 	}
 	ev.Kind = EventSignal
-	if info, err := SigInfo(tid); err == nil {
+	if infoErr == nil {
 		ev.Async = info.Async()
+		ev.Ours = ours
 	}
 	return ev, true
+}
+
+// isStopSignal reports whether sig stops a process (job control).
+func isStopSignal(sig unix.Signal) bool {
+	switch sig {
+	case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
+		return true
+	}
+	return false
+}
+
+// ptraceInterrupt is PTRACE_INTERRUPT: a seized tracee that runs (or
+// listens) stops with PTRACE_EVENT_STOP; one already stopped does so as
+// soon as it is resumed.
+func ptraceInterrupt(tid int) error {
+	if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// kickedListener reports whether a Kick's SIGSTOP went to a thread that
+// entered its group-stop meanwhile: it stays pending there (harmless
+// while the process is stopped, and the SIGCONT that ends the stop
+// discards it), and no stop comes of it.
+func (t *Tracer) kickedListener() bool {
+	found := false
+	for _, th := range t.threads {
+		if th.listening.Load() && th.kicks.Load() > 0 {
+			th.kicks.Store(0)
+			found = true
+		}
+	}
+	return found
+}
+
+// interruptListener interrupts a thread left in its group-stop, so that
+// Wait reports a stop (a Kick's). It reports whether one was.
+func (t *Tracer) interruptListener() bool {
+	for _, th := range t.threads {
+		if th.listening.Load() && ptraceInterrupt(th.Tid) == nil {
+			th.interrupts++
+			return true
+		}
+	}
+	return false
 }
 
 // Siginfo is a siginfo_t as PTRACE_GETSIGINFO gives it.
@@ -682,6 +809,9 @@ func (t *Tracer) newTracee(tid int, ws unix.WaitStatus) (Event, bool) {
 		unix.PtraceDetach(tid)
 		return Event{}, false
 	}
+	if parent := t.procs[ppid]; parent != nil {
+		p.seized = parent.seized // auto-attached children are attached as their parent
+	}
 	p.Threads[tid].Stopped = true
 	return Event{Kind: EventNewProcess, Tid: tid, Pid: tid, Parent: ppid, Status: ws}, true
 }
@@ -719,8 +849,11 @@ func (t *Tracer) execed(th *Thread) {
 	if p == nil {
 		return
 	}
-	for tid := range p.Threads {
+	for tid, o := range p.Threads {
 		if tid != th.Tid {
+			if o.listening.Swap(false) {
+				t.listeners--
+			}
 			delete(t.threads, tid)
 			delete(p.Threads, tid)
 		}
@@ -739,8 +872,29 @@ func (t *Tracer) execed(th *Thread) {
 	}
 }
 
+// resume lets a stopped thread go on. A thread of a group-stopped
+// process goes back to its group-stop instead: PTRACE_LISTEN from a
+// PTRACE_EVENT_STOP (it stays stopped, and its tracer hears of the
+// SIGCONT that ends the stop), else an interrupt that makes it stop again
+// at once, before it runs an instruction, to be let listen then.
 func (t *Tracer) resume(th *Thread, sig int) error {
+	if p := t.procs[th.Pid]; p != nil && p.seized && p.groupStop {
+		if th.eventStop && sig == 0 {
+			if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_LISTEN, uintptr(th.Tid), 0, 0, 0, 0); errno == 0 {
+				th.Stopped = false
+				th.eventStop = false
+				th.listening.Store(true)
+				t.listeners++
+				return nil
+			}
+		}
+		if ptraceInterrupt(th.Tid) == nil {
+			th.relisten = true
+		}
+	}
 	th.Stopped = false
+	th.eventStop = false
+	th.stepping = false
 	if th.SyscallStops {
 		return unix.PtraceSyscall(th.Tid, sig)
 	}
@@ -767,6 +921,8 @@ func (t *Tracer) Step(tid int) error {
 		return fmt.Errorf("step %d: not traced", tid)
 	}
 	th.Stopped = false
+	th.eventStop = false
+	th.stepping = true
 	if err := unix.PtraceSingleStep(tid); err != nil {
 		return fmt.Errorf("step %d: %w", tid, err)
 	}
@@ -832,17 +988,19 @@ func (t *Tracer) StopThread(tid int) ([]Event, error) {
 		// thread (WaitThread): it is this thread's to report
 		return t.unqueue(tid), nil
 	}
-	th.kicks.Add(1)
-	// a seized tracee stops for PTRACE_INTERRUPT, which leaves nothing
-	// behind if the tracer dies; one attached otherwise (started by the
-	// tracer: killed with it) for a SIGSTOP
-	stop := func() error { return unix.Tgkill(th.Pid, tid, unix.SIGSTOP) }
-	if t.seized {
-		stop = func() error { return unix.PtraceInterrupt(tid) }
-	}
-	if err := stop(); err != nil {
-		th.kicks.Add(-1)
-		return nil, fmt.Errorf("stop %d: %w", tid, err)
+	if p := t.procs[th.Pid]; p != nil && p.seized {
+		// PTRACE_INTERRUPT: no signal, so nothing of ours is left
+		// pending, and it reaches a thread left in its group-stop
+		if err := ptraceInterrupt(tid); err != nil {
+			return nil, fmt.Errorf("stop %d: %w", tid, err)
+		}
+		th.interrupts++
+	} else {
+		th.kicks.Add(1)
+		if err := unix.Tgkill(th.Pid, tid, unix.SIGSTOP); err != nil {
+			th.kicks.Add(-1)
+			return nil, fmt.Errorf("stop %d: %w", tid, err)
+		}
 	}
 	var other []Event
 	for {
@@ -887,6 +1045,11 @@ func (t *Tracer) DrainKick(tid int) ([]int, error) {
 		return nil, fmt.Errorf("drain %d: not traced", tid)
 	}
 	var sigs []int
+	if p := t.procs[th.Pid]; p != nil && p.groupStop {
+		// a stopped process stays stopped: a SIGSTOP pending does
+		// nothing more, and the SIGCONT that ends the stop discards it
+		return nil, nil
+	}
 	for stopPending(th.Pid, tid) {
 		if err := t.resume(th, 0); err != nil {
 			return sigs, err
@@ -898,7 +1061,7 @@ func (t *Tracer) DrainKick(tid int) ([]int, error) {
 		switch ev.Kind {
 		case EventKick:
 		case EventSignal:
-			if ev.Sig != int(unix.SIGSTOP) {
+			if ev.Sig != int(unix.SIGSTOP) || !ev.Ours {
 				sigs = append(sigs, ev.Sig)
 			}
 		case EventProcessExit, EventThreadExit:
@@ -1076,6 +1239,8 @@ func (t *Tracer) InjectSyscall(tid int, addr uint64, nr uint64, args ...uint64) 
 				return 0, err
 			}
 			th.Stopped = false
+			th.eventStop = false
+			th.stepping = true
 			if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SINGLESTEP, uintptr(tid), 0, uintptr(ev.Sig), 0, 0); errno != 0 {
 				restore()
 				return 0, fmt.Errorf("step %d: %w", tid, errno)
