@@ -231,7 +231,13 @@ func (e *Engine) EndReason() string {
 }
 
 func (e *Engine) loop() {
-	defer close(e.done)
+	defer func() {
+		// what the target has of its own goes before Close returns
+		if c, ok := e.tgt.(TargetCloser); ok {
+			c.CloseTarget()
+		}
+		close(e.done)
+	}()
 	for {
 		// commands first: they may change breakpoints before the next hit
 		if e.closing {

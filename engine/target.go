@@ -249,3 +249,10 @@ var ErrNoXOL = errors.New("engine: the target has no out-of-line area")
 
 // ErrNoTracees is what Wait returns when no thread is left to wait for.
 var ErrNoTracees = errors.New("engine: nothing left to trace")
+
+// TargetCloser is a Target with something of its own to end when the
+// engine's loop is over (the process target's helper process), called on
+// the loop's thread.
+type TargetCloser interface {
+	CloseTarget()
+}

@@ -86,6 +86,7 @@ func TestJumpAttachCycles(t *testing.T) {
 	pid := cmd.Process.Pid
 	testkit.WaitTrue(t, time.Minute, "the fixture's threads calling", func() bool { return exists(started) })
 	base := mapsOf(t, pid)
+	procs := childrenOfMine()
 	cycles := 60
 	if testing.Short() {
 		cycles = 6
@@ -116,6 +117,11 @@ func TestJumpAttachCycles(t *testing.T) {
 		}
 		if now := mapsOf(t, pid); !now.same(base) {
 			t.Fatalf("cycle %d: after the detach %d mappings, %d bytes; before the first attach %d, %d:\n%s", c, now.n, now.bytes, base.n, base.bytes, mapsDiff(base, now))
+		}
+		// nor a process of gprobes' (the tracer's kickee) left, zombie
+		// or alive
+		if now := childrenOfMine(); now != procs {
+			t.Fatalf("cycle %d: this process has %d children after the detach, %d before the first attach", c, now, procs)
 		}
 	}
 	os.WriteFile(stop, nil, 0o644)
@@ -212,4 +218,16 @@ func TestJumpModuleCycles(t *testing.T) {
 			t.Logf("%d cycles: %s", cycles, lines[len(lines)-1])
 		})
 	}
+}
+
+// childrenOfMine counts the test process's children, zombies included
+// (/proc/self/task/*/children).
+func childrenOfMine() int {
+	ents, _ := os.ReadDir("/proc/self/task")
+	n := 0
+	for _, e := range ents {
+		b, _ := os.ReadFile("/proc/self/task/" + e.Name() + "/children")
+		n += len(strings.Fields(string(b)))
+	}
+	return n
 }

@@ -156,9 +156,11 @@ func Exec(path string, argv, env []string, dir string, files ...*os.File) func()
 		}
 		tg := newTarget(t)
 		if err := tg.openJournals(0); err != nil {
+			t.endKickee()
 			return nil, err
 		}
 		if _, err := t.Start(path, argv, env, dir, files); err != nil {
+			t.endKickee()
 			return nil, err
 		}
 		return tg, nil
@@ -174,14 +176,19 @@ func Attach(pid int) func() (engine.Target, error) {
 		// before attaching: a dead gprobes's bytes go back first, and a
 		// live one's is named
 		if err := tg.openJournals(pid); err != nil {
+			t.endKickee()
 			return nil, err
 		}
 		if _, err := t.Attach(pid); err != nil {
+			t.endKickee()
 			return nil, err
 		}
 		return tg, nil
 	}
 }
+
+// CloseTarget ends the tracer's kickee as the engine's loop ends.
+func (tg *Target) CloseTarget() { tg.t.endKickee() }
 
 func (tg *Target) Wait() (engine.Event, error) {
 	ev, err := tg.t.Wait()

@@ -166,6 +166,27 @@ func (t *Tracer) startKickee() {
 	}
 }
 
+// endKickee kills the kickee and reaps it (it would stay a zombie of
+// gprobes' once the tracer thread is gone). Under t.mu: no Kick signals
+// its pid once it may be reaped and used again.
+func (t *Tracer) endKickee() {
+	t.mu.Lock()
+	k := int(t.kickee.Swap(0))
+	if k > 0 {
+		unix.Kill(k, unix.SIGKILL)
+	}
+	t.mu.Unlock()
+	if k <= 0 {
+		return
+	}
+	var ws unix.WaitStatus
+	for {
+		if _, err := unix.Wait4(k, &ws, unix.WALL, nil); err != unix.EINTR {
+			return
+		}
+	}
+}
+
 // kickeeEvent handles a wait status of the kickee: its stop is a kick
 // (it goes on at once); its end, no more kicks through it.
 func (t *Tracer) kickeeEvent(ws unix.WaitStatus) (Event, bool) {
@@ -175,7 +196,9 @@ func (t *Tracer) kickeeEvent(ws unix.WaitStatus) (Event, bool) {
 		return Event{Kind: EventKick}, true
 	}
 	if ws.Exited() || ws.Signaled() {
+		t.mu.Lock()
 		t.kickee.Store(0)
+		t.mu.Unlock()
 	}
 	return Event{}, false
 }
@@ -469,10 +492,11 @@ func (t *Tracer) Processes() []*Process {
 // Kick makes Wait return an EventKick soon, from any goroutine: it sends
 // SIGSTOP to one running tracee. It reports false when there is no tracee.
 func (t *Tracer) Kick() bool {
+	t.mu.Lock()
 	if k := t.kickee.Load(); k > 0 && unix.Kill(int(k), unix.SIGSTOP) == nil {
+		t.mu.Unlock()
 		return true
 	}
-	t.mu.Lock()
 	th := t.kickTo
 	t.mu.Unlock()
 	if th == nil {
