@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 
+	dpdfc "github.com/gprobes/gprobes/compiler" // bpf has a type compiler
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -26,7 +27,7 @@ func TestLoadReportsEveryAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := rpn.CompileProgram(f, rpn.CompileOptions{})
+	p, err := dpdfc.CompileProgram(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

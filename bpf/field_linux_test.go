@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gprobes/gprobes/bpf"
+	dpdfc "github.com/gprobes/gprobes/compiler" // bpf has a type compiler
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/rpn"
@@ -47,7 +48,7 @@ func compileProbe(t testing.TB, src string) *rpn.Program {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)
 	}
-	p, err := rpn.CompileProgram(f, rpn.CompileOptions{})
+	p, err := dpdfc.CompileProgram(f, rpn.CompileOptions{})
 	if err != nil {
 		var b strings.Builder
 		dpdf.PrintError(&b, err, false)

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/gprobes/gprobes/bpf"
+	dpdfc "github.com/gprobes/gprobes/compiler" // bpf has a type compiler
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/rpn"
@@ -54,7 +55,7 @@ func compileSrc(t testing.TB, src string) *rpn.Program {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, text)
 	}
-	p, err := rpn.CompileProgram(f, rpn.CompileOptions{})
+	p, err := dpdfc.CompileProgram(f, rpn.CompileOptions{})
 	if err != nil {
 		var b strings.Builder
 		dpdf.PrintError(&b, err, false)

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gprobes/gprobes/bpf"
+	dpdfc "github.com/gprobes/gprobes/compiler" // bpf has a type compiler
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -31,7 +32,7 @@ func TestModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := rpn.CompileProgram(f, rpn.CompileOptions{})
+	p, err := dpdfc.CompileProgram(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	dpdfc "github.com/gprobes/gprobes/compiler" // bpf has a type compiler
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -20,7 +21,7 @@ func TestVerifierErrorMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := rpn.CompileProgram(f, rpn.CompileOptions{})
+	p, err := dpdfc.CompileProgram(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

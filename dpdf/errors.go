@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/alecthomas/participle/v2/lexer"
+
+	"github.com/gprobes/gprobes/internal/escape"
 )
 
 // Error is a positioned error in a DPDF: "file:line:col: message". Text is
@@ -81,8 +83,8 @@ func (e *Error) Detail() string {
 		switch {
 		case r == '\t':
 			b.WriteByte('\t')
-		case n == 1 && r == utf8.RuneError || escaped(r):
-			b.WriteString(strings.Repeat(" ", len(escapeRune(r, text[i]))))
+		case n == 1 && r == utf8.RuneError || escape.Needed(r):
+			b.WriteString(strings.Repeat(" ", len(escape.Rune(r, text[i]))))
 		default:
 			b.WriteByte(' ')
 		}
@@ -92,59 +94,14 @@ func (e *Error) Detail() string {
 	return b.String()
 }
 
-// Escape makes s safe to print on a terminal: control characters (C0 but
-// tab, DEL and C1), bytes that are not UTF-8, the byte order mark and the
-// bidirectional overrides that make text display in another order than it
-// is read are written as Go escapes (\x1b, \u009b, \ufeff). Everything
-// else is kept as is, backslashes included, so an ordinary line prints
-// unchanged. Every message and source line of an Error goes through it,
-// since a DPDF's text is a stranger's input.
-func Escape(s string) string {
-	clean := true
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 || escaped(r) {
-			clean = false
-			break
-		}
-		i += n
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 || escaped(r) {
-			b.WriteString(escapeRune(r, s[i]))
-		} else {
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
-}
-
-// escaped reports whether Escape writes r as an escape.
-func escaped(r rune) bool {
-	switch {
-	case r == '\t':
-		return false
-	case r < 0x20, r >= 0x7f && r <= 0x9f:
-		return true
-	case r == 0xfeff, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
-		return true
-	}
-	return false
-}
-
-// escapeRune spells r (or the invalid byte b) as an escape.
-func escapeRune(r rune, b byte) string {
-	if r == utf8.RuneError || r < 0x80 {
-		return fmt.Sprintf("\\x%02x", b)
-	}
-	return fmt.Sprintf("\\u%04x", r)
-}
+// Escape makes s safe to print on a terminal (escape.String): control
+// characters (C0 but tab, DEL and C1), bytes that are not UTF-8, the byte
+// order mark and the bidirectional overrides that make text display in
+// another order than it is read are written as Go escapes (\x1b, \u009b,
+// \ufeff). Everything else is kept as is, backslashes included, so an
+// ordinary line prints unchanged. Every message and source line of an
+// Error goes through it, since a DPDF's text is a stranger's input.
+func Escape(s string) string { return escape.String(s) }
 
 // ErrorList collects every error of a file. It implements error; Err
 // returns nil for an empty list.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/rpn"
@@ -34,7 +35,7 @@ func TestOpenFIFO(t *testing.T) {
 			r, err := dpdf.Open(path, dpdf.Options{})
 			var p *rpn.Program
 			if err == nil {
-				p, err = rpn.CompileReader(r, rpn.CompileOptions{})
+				p, err = compiler.CompileReader(r, rpn.CompileOptions{})
 			}
 			var b strings.Builder
 			if err != nil {
@@ -83,7 +84,7 @@ func TestOpenFIFO(t *testing.T) {
 	p := fifo(strings.Replace(text, "log 1", "log 1\npush r,rxa", 1))
 	r, err := dpdf.Open(p, dpdf.Options{})
 	if err == nil {
-		_, err = rpn.CompileReader(r, rpn.CompileOptions{})
+		_, err = compiler.CompileReader(r, rpn.CompileOptions{})
 	}
 	var b strings.Builder
 	dpdf.PrintError(&b, err, true)

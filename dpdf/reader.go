@@ -255,7 +255,7 @@ func (r *Reader) Finish(errs *ErrorList) {
 }
 
 // Reader returns a Reader of the parsed file's statements, for code that
-// consumes a DPDF statement by statement (rpn.CompileReader): its items
+// consumes a DPDF statement by statement (compiler.CompileReader): its items
 // are f's, its errors f.Errors.
 func (f *File) Reader() *Reader {
 	r := &Reader{Path: f.Path, Deps: f.Deps, Preprocessed: f.Preprocessed, src: f.src, errs: f.Errors, scanned: true, ended: true}

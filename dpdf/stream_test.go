@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/ppdf"
@@ -29,24 +30,24 @@ func outcome(t *testing.T, m *rpn.Module, err error) string {
 	return "module:\n" + string(data)
 }
 
-// viaTree compiles path as a whole tree (dpdf.Parse, rpn.Compile).
+// viaTree compiles path as a whole tree (dpdf.Parse, compiler.Compile).
 func viaTree(t *testing.T, path string) string {
 	f, err := dpdf.Parse(path, dpdf.Options{})
 	if f == nil {
 		return outcome(t, nil, err)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	return outcome(t, m, err)
 }
 
 // viaReader compiles path a statement at a time (dpdf.Open,
-// rpn.CompileReader), as gprobes does.
+// compiler.CompileReader), as gprobes does.
 func viaReader(t *testing.T, path string) string {
 	r, err := dpdf.Open(path, dpdf.Options{})
 	if err != nil {
 		return outcome(t, nil, err)
 	}
-	p, err := rpn.CompileReader(r, rpn.CompileOptions{})
+	p, err := compiler.CompileReader(r, rpn.CompileOptions{})
 	if err != nil {
 		return outcome(t, nil, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/engine/fake"
@@ -83,7 +84,7 @@ func fakeModule(t *testing.T, src string) *rpn.Module {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)
 	}
@@ -225,7 +226,7 @@ func TestFakeInsertionOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2, err := rpn.Compile(f, rpn.CompileOptions{})
+	m2, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +337,7 @@ func compileKinds(t *testing.T, modtype, src string) *rpn.Module {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/engine/fake"
@@ -45,7 +46,7 @@ func TestFakeModuleLoadUnload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

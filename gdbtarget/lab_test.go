@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/gdbremote"
@@ -85,7 +86,7 @@ func compile(t *testing.T, src string, syms ...string) *rpn.Module {
 		}
 		opts.Symbols = probe.Symbols{Set: set}
 	}
-	m, err := rpn.Compile(f, opts)
+	m, err := compiler.Compile(f, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/jit"
 	"github.com/gprobes/gprobes/rpn"
@@ -50,7 +51,7 @@ func compileSrc(t testing.TB, src string) *rpn.Program {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, text)
 	}
-	p, err := rpn.CompileProgram(f, rpn.CompileOptions{})
+	p, err := compiler.CompileProgram(f, rpn.CompileOptions{})
 	if err != nil {
 		var b strings.Builder
 		dpdf.PrintError(&b, err, false)
@@ -348,7 +349,7 @@ func TestUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err = rpn.CompileProgram(f, rpn.CompileOptions{}); err != nil {
+	if p, err = compiler.CompileProgram(f, rpn.CompileOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = jit.Compile(p, 0, jit.Layout{})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/bpf"
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
@@ -192,7 +193,7 @@ func BenchmarkInsert100Tracepoints(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

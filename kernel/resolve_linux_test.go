@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
@@ -61,7 +62,7 @@ exit 0
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{Symbols: buildTime{"sizeof struct gp_build_only": 24, "gp_build_only_variable": link}})
+	m, err := compiler.Compile(f, rpn.CompileOptions{Symbols: buildTime{"sizeof struct gp_build_only": 24, "gp_build_only_variable": link}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gprobes/gprobes/bpf"
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/probe"
@@ -25,7 +26,7 @@ func compile(t *testing.T, src string) *rpn.Module {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		var b strings.Builder
 		dpdf.PrintError(&b, err, false)

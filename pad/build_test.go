@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/arch/x86/x86asm"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/jit"
@@ -32,7 +33,7 @@ func TestBuildLandmarks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

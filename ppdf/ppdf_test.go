@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -1261,7 +1262,7 @@ func TestProbeKindsRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := rpn.Compile(f, rpn.CompileOptions{})
+		m, err := compiler.Compile(f, rpn.CompileOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

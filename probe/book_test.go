@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
@@ -81,7 +82,7 @@ func module(t *testing.T, src string) *rpn.Module {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

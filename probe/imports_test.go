@@ -87,9 +87,10 @@ func (g *graph) path(p string) string {
 // TestImportGraph keeps the probe contract below every mechanism: what
 // writes records and the eBPF kernel target link neither the stop-based
 // engine nor what it is made of (the x86 decoder, the JIT, the pad
-// builder, ptrace), and package probe links nothing but rpn and symbols
-// (and what they link). A failure names the chain of imports that brings
-// the package in.
+// builder, ptrace), package probe links nothing but rpn and symbols (and
+// what they link), and the bytecode (rpn) and the eBPF compiler (bpf)
+// link neither the DPDF parser nor the DPDF compiler above them. A failure
+// names the chain of imports that brings the package in.
 func TestImportGraph(t *testing.T) {
 	for _, goos := range []string{"linux", "darwin"} {
 		engine := []string{"engine", "engine/x86", "engine/entries", "jit", "pad", "ptrace"}
@@ -101,6 +102,17 @@ func TestImportGraph(t *testing.T) {
 			for _, d := range g.order {
 				if slices.Contains(engine, d) {
 					t.Errorf("GOOS=%s: %s links %s (%s): a record writer or the kernel target needs package probe only", goos, pkg, d, g.path(d))
+				}
+			}
+		}
+		for _, pkg := range []string{"rpn", "bpf"} {
+			g := deps(t, goos, pkg)
+			if !g.has(pkg) {
+				t.Fatalf("GOOS=%s: go list -deps %s does not list %s itself: the test no longer sees what it is about", goos, pkg, pkg)
+			}
+			for _, above := range []string{"dpdf", "compiler"} {
+				if g.has(above) {
+					t.Errorf("GOOS=%s: %s links %s (%s): the bytecode and what runs it sit below the DPDF language", goos, pkg, above, g.path(above))
 				}
 			}
 		}

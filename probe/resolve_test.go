@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
@@ -72,7 +73,7 @@ func compile(t *testing.T, r rpn.Resolver) *rpn.Module {
 	if r != nil {
 		opts.Symbols = r
 	}
-	m, err := rpn.Compile(f, opts)
+	m, err := compiler.Compile(f, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

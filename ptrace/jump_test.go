@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/internal/shm"
@@ -41,7 +42,7 @@ func compileFor(t *testing.T, path, src string, placeholder ...string) *rpn.Modu
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)
 	}

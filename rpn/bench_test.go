@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -49,7 +50,7 @@ func compile(tb testing.TB, src string) *rpn.Program {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		tb.Fatal(err)
 	}

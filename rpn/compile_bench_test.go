@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -40,7 +41,7 @@ func TestGenerated1000Compiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func BenchmarkCompile1000(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := rpn.Compile(f, rpn.CompileOptions{}); err != nil {
+		if _, err := compiler.Compile(f, rpn.CompileOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}

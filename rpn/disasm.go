@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/internal/escape"
 )
 
 // Disasm writes the listing of a whole module: its header, and for each
@@ -22,13 +22,13 @@ func Disasm(w io.Writer, m *Module) {
 	if len(m.Fields) > 0 {
 		fmt.Fprintf(w, "fields")
 		for _, f := range m.Fields {
-			fmt.Fprintf(w, " %s", dpdf.Escape(f))
+			fmt.Fprintf(w, " %s", escape.String(f))
 		}
 		fmt.Fprintln(w)
 	}
 	for i, p := range m.Probes {
 		// the keyword the probe starts with, as a DPDF writes it
-		fmt.Fprintf(w, "\nprobe %d: %s = %s", i, p.Kind, dpdf.Escape(p.Loc.Text))
+		fmt.Fprintf(w, "\nprobe %d: %s = %s", i, p.Kind, escape.String(p.Loc.Text))
 		if p.Kind == ProbeWatch {
 			fmt.Fprintf(w, ",%d,%s", p.WatchLen, p.WatchMode)
 		}
@@ -124,7 +124,7 @@ func formatInsn(m *Module, pc uint32, b []byte, relocs map[uint32]Reloc) string 
 			return fmt.Sprintf("%s,%s", name, Reg(v))
 		case OpPushField:
 			if int(v) < len(m.Fields) {
-				return fmt.Sprintf("%s,%s", name, dpdf.Escape(m.Fields[v]))
+				return fmt.Sprintf("%s,%s", name, escape.String(m.Fields[v]))
 			}
 			return fmt.Sprintf("%s,#%d   ; no such field", name, v)
 		}
@@ -139,9 +139,9 @@ func formatInsn(m *Module, pc uint32, b []byte, relocs map[uint32]Reloc) string 
 		}
 		if r, ok := relocs[pc+1]; ok {
 			if r.Resolved {
-				s += fmt.Sprintf("   ; %s", dpdf.Escape(r.Expr))
+				s += fmt.Sprintf("   ; %s", escape.String(r.Expr))
 			} else {
-				s = fmt.Sprintf("%s,%s   ; resolved at insert", name, dpdf.Escape(r.Expr))
+				s = fmt.Sprintf("%s,%s   ; resolved at insert", name, escape.String(r.Expr))
 			}
 		}
 		return s

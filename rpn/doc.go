@@ -1,6 +1,7 @@
-// Package rpn is the probe machine: the opcode set, the compiler from a
-// parsed DPDF to bytecode, the verifier, the disassembler and the virtual
-// machine that runs a probe's program on every hit. The machine reaches the
+// Package rpn is the probe machine: the opcode set, the verifier, the
+// disassembler and the virtual machine that runs a probe's program on
+// every hit. The compiler from a parsed DPDF to this bytecode is package
+// compiler, above rpn: rpn does not link the DPDF parser. The machine reaches the
 // outside world only through the Env interface (registers, memory that can
 // fault, system values, IO), so the same machine serves gprobes sim, the
 // engine and every target. A tracepoint probe's push field asks the Env

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -25,7 +26,7 @@ func TestErrorsGolden(t *testing.T) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			f, err := dpdf.Parse(path, dpdf.Options{})
 			if f != nil {
-				_, err = rpn.Compile(f, rpn.CompileOptions{})
+				_, err = compiler.Compile(f, rpn.CompileOptions{})
 			}
 			if err == nil {
 				t.Fatal("compiled without errors")

@@ -5,9 +5,12 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/gprobes/gprobes/dpdf"
 )
+
+// CompileSource compiles a DPDF's text for FuzzVM's seeds. The DPDF
+// compiler (package compiler) is above rpn, so this package's own tests
+// cannot import it; fuzzhook_test.go, in package rpn_test, sets it.
+var CompileSource func(name, text string) (*Module, error)
 
 // fuzzEnv is a target that answers from a seed: registers hold
 // seed-derived values, memory is readable on some pages and not others,
@@ -118,6 +121,9 @@ func fuzzHeader(m *Module) []byte {
 // FuzzVM: every program that passes verification runs without panicking
 // against any environment, and its results keep the machine's promises.
 func FuzzVM(f *testing.F) {
+	if CompileSource == nil {
+		f.Fatal("CompileSource is not set: fuzzhook_test.go (package rpn_test) sets it")
+	}
 	// seed with every program of the semantics table
 	data, err := os.ReadFile("testdata/vm.txt")
 	if err != nil {
@@ -133,11 +139,7 @@ func FuzzVM(f *testing.F) {
 			src = append(src, l)
 		}
 		text := "name = fuzz\nmodtype = kernel\nvars = 4\ngvars = 4\noffset = 0\n" + strings.Join(src, "\n") + "\n"
-		file, err := dpdf.ParseSource("seed", []byte(text), dpdf.Options{NoPreprocessor: true})
-		if err != nil {
-			continue
-		}
-		m, err := Compile(file, CompileOptions{})
+		m, err := CompileSource("seed", text)
 		if err != nil || len(m.Probes) == 0 {
 			continue
 		}

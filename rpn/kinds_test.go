@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -16,7 +17,7 @@ func compileFile(t *testing.T, path string, opts rpn.CompileOptions) *rpn.Module
 	f, err := dpdf.Parse(path, dpdf.Options{NoPreprocessor: true})
 	if err == nil {
 		var m *rpn.Module
-		if m, err = rpn.Compile(f, opts); err == nil {
+		if m, err = compiler.Compile(f, opts); err == nil {
 			return m
 		}
 	}

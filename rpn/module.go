@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/internal/escape"
 )
 
 // Arch is the architecture of the probed code; it fixes the word width of
@@ -188,16 +188,16 @@ const (
 // ':'. Every tracepoint location that passed the verifier has it, so a
 // target may use the names in paths (tracefs's events/SUBSYS/EVENT).
 func SplitTracepoint(text string) (subsys, event string, ok bool) {
-	if _, msg := checkTracepoint(text); msg != "" {
+	if _, msg := CheckTracepoint(text); msg != "" {
 		return "", "", false
 	}
 	subsys, event, _ = strings.Cut(text, ":")
 	return subsys, event, true
 }
 
-// checkTracepoint says what is wrong with a tracepoint location, and at
+// CheckTracepoint says what is wrong with a tracepoint location, and at
 // which byte of text, or "" when it is SUBSYS:EVENT.
-func checkTracepoint(text string) (at int, msg string) {
+func CheckTracepoint(text string) (at int, msg string) {
 	colon := strings.IndexByte(text, ':')
 	if colon < 0 {
 		return 0, "no ':' between the subsystem and the event"
@@ -359,11 +359,11 @@ type Module struct {
 }
 
 // PosString formats p as file:line:col using the module's file table,
-// with the file name escaped for a terminal (dpdf.Escape).
+// with the file name escaped for a terminal (escape.String).
 func (m *Module) PosString(p Pos) string {
 	f := "?"
 	if int(p.File) < len(m.Files) {
-		f = dpdf.Escape(m.Files[p.File])
+		f = escape.String(m.Files[p.File])
 	}
 	if p.Col == 0 {
 		return fmt.Sprintf("%s:%d", f, p.Line)

@@ -61,8 +61,8 @@ type SumEnv interface {
 	Offsetof(typ, field string) (uint64, error)
 }
 
-// isSymbol reports whether s is one symbol's address and nothing else.
-func (s Sum) isSymbol() bool {
+// IsSymbol reports whether s is one symbol's address and nothing else.
+func (s Sum) IsSymbol() bool {
 	return s.Addend == 0 && len(s.Terms) == 1 && s.Terms[0].Kind == TermSymbol && s.Terms[0].Factor == 1
 }
 
@@ -165,8 +165,8 @@ func (s *Sum) add(t Term, f uint64) {
 	}
 }
 
-// plus returns s + f*o.
-func (s Sum) plus(o Sum, f uint64) Sum {
+// Plus returns s + f*o.
+func (s Sum) Plus(o Sum, f uint64) Sum {
 	r := Sum{Terms: append([]Term(nil), s.Terms...), Addend: s.Addend + f*o.Addend}
 	for _, t := range o.Terms {
 		r.add(t, f)
@@ -174,7 +174,7 @@ func (s Sum) plus(o Sum, f uint64) Sum {
 	return r
 }
 
-// scaled returns f*s.
-func (s Sum) scaled(f uint64) Sum {
-	return Sum{}.plus(s, f)
+// Scaled returns f*s.
+func (s Sum) Scaled(f uint64) Sum {
+	return Sum{}.Plus(s, f)
 }

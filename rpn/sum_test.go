@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -47,7 +48,7 @@ func compileWith(t *testing.T, src string, r rpn.Resolver) (*rpn.Module, error) 
 	if r != nil {
 		opts.Symbols = r
 	}
-	return rpn.Compile(f, opts)
+	return compiler.Compile(f, opts)
 }
 
 // TestSumsEvaluateAsTheExpression: for every push d and offset

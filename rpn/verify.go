@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/internal/escape"
 )
 
 // insn is a decoded, verified instruction: the form the machine runs.
@@ -54,7 +54,7 @@ func (e *VerifyError) Error() string {
 	}
 	where := fmt.Sprintf("probe %d", e.Probe)
 	if e.Probe < len(e.m.Probes) {
-		where += " (" + dpdf.Escape(e.m.Probes[e.Probe].Loc.Text) + ")"
+		where += " (" + escape.String(e.m.Probes[e.Probe].Loc.Text) + ")"
 	}
 	if pos, ok := e.m.LineFor(e.PC); ok {
 		where += " at " + e.m.PosString(pos)
@@ -164,13 +164,13 @@ func checkKind(pr *Probe, h *Header) string {
 	case pr.Loc.Kind > LocTracepoint:
 		return fmt.Sprintf("unknown location kind %d", pr.Loc.Kind)
 	case (pr.Kind == ProbeTracepoint) != (pr.Loc.Kind == LocTracepoint):
-		return fmt.Sprintf("%s with %s location: a tracepoint location goes with a tracepoint probe, and only there", kindNames[pr.Kind], article(pr.Loc.Kind.String()))
+		return fmt.Sprintf("%s with %s location: a tracepoint location goes with a tracepoint probe, and only there", pr.Kind.Phrase(), article(pr.Loc.Kind.String()))
 	case pr.Kind == ProbeRetprobe && pr.Loc.Kind == LocLine:
 		return "retprobe on a source line: it goes on a function"
 	case pr.Kind == ProbeWatch && pr.Loc.Kind == LocLine:
 		return "watch probe on a source line: it watches an address"
 	case pr.Kind != ProbeWatch && (pr.WatchLen != 0 || pr.WatchMode != 0):
-		return fmt.Sprintf("watch length %d and mode %d on %s: only a watch probe has them", pr.WatchLen, pr.WatchMode, kindNames[pr.Kind])
+		return fmt.Sprintf("watch length %d and mode %d on %s: only a watch probe has them", pr.WatchLen, pr.WatchMode, pr.Kind.Phrase())
 	case pr.Kind == ProbeWatch && pr.WatchLen != 1 && pr.WatchLen != 2 && pr.WatchLen != 4 && pr.WatchLen != 8:
 		return fmt.Sprintf("watch length %d: must be 1, 2, 4 or 8", pr.WatchLen)
 	case pr.Kind == ProbeWatch && pr.WatchLen == 8 && h.Arch == ArchI386:
@@ -180,11 +180,11 @@ func checkKind(pr *Probe, h *Header) string {
 	case pr.Kind == ProbeWatch && pr.Loc.Kind == LocAbsolute && pr.Loc.Addr%uint64(pr.WatchLen) != 0:
 		return fmt.Sprintf("watch address %#x is not a multiple of its length %d", pr.Loc.Addr, pr.WatchLen)
 	case pr.MaxActive != 0 && pr.Kind != ProbeRetprobe:
-		return fmt.Sprintf("maxactive %d on %s: only a retprobe has one", pr.MaxActive, kindNames[pr.Kind])
+		return fmt.Sprintf("maxactive %d on %s: only a retprobe has one", pr.MaxActive, pr.Kind.Phrase())
 	case pr.MaxActive > MaxMaxActive:
 		return fmt.Sprintf("maxactive %d outside 1..%d", pr.MaxActive, MaxMaxActive)
 	case pr.HasOpcode && pr.Kind != ProbeOffset:
-		return fmt.Sprintf("opcode check on %s: only an offset probe has one", kindNames[pr.Kind])
+		return fmt.Sprintf("opcode check on %s: only an offset probe has one", pr.Kind.Phrase())
 	case pr.LogOnFault && pr.Kind == ProbeTracepoint:
 		return "logonfault on a tracepoint probe: no probed instruction runs after its program"
 	case pr.LogOnFault && pr.Kind == ProbeWatch:
@@ -192,7 +192,7 @@ func checkKind(pr *Probe, h *Header) string {
 	case pr.Kind == ProbeTracepoint && h.ModType != ModKernel:
 		return "tracepoint probe in a user module"
 	case pr.Kind == ProbeTracepoint:
-		if _, msg := checkTracepoint(pr.Loc.Text); msg != "" {
+		if _, msg := CheckTracepoint(pr.Loc.Text); msg != "" {
 			return fmt.Sprintf("tracepoint %q: %s", pr.Loc.Text, msg)
 		}
 	}
@@ -344,7 +344,7 @@ func (v *verifier) decode(pi int, pc uint32, b []byte) (insn, error) {
 		if user && h.ModType != ModKernel {
 			return bad("%s in a user module: use push r", op)
 		}
-		if msg := checkReg(Reg(in.b), *h, op == OpPopR || op == OpPopU, user); msg != "" {
+		if msg := CheckReg(Reg(in.b), *h, op == OpPopR || op == OpPopU, user); msg != "" {
 			return bad("%s", msg)
 		}
 	case OpPushD:
@@ -352,11 +352,11 @@ func (v *verifier) decode(pi int, pc uint32, b []byte) (insn, error) {
 			return bad("push d %#x does not fit a 32-bit word", in.imm)
 		}
 	case OpPushMrf, OpPopMrf:
-		if msg := checkSize(in.a, h.Arch, false); msg != "" {
+		if msg := CheckSize(in.a, h.Arch, false); msg != "" {
 			return bad("%s", msg)
 		}
 	case OpPushIO, OpPopIO:
-		if msg := checkSize(in.a, h.Arch, true); msg != "" {
+		if msg := CheckSize(in.a, h.Arch, true); msg != "" {
 			return bad("%s", msg)
 		}
 	case OpPushTask:
@@ -365,7 +365,7 @@ func (v *verifier) decode(pi int, pc uint32, b []byte) (insn, error) {
 		}
 	case OpPushField:
 		if k := v.m.Probes[pi].Kind; k != ProbeTracepoint {
-			return bad("push field in %s: only a tracepoint probe has an event to read", kindNames[k])
+			return bad("push field in %s: only a tracepoint probe has an event to read", k.Phrase())
 		}
 		if int(in.b) >= len(v.m.Fields) {
 			return bad("push field %d: the module has %d field names", in.b, len(v.m.Fields))
@@ -375,7 +375,7 @@ func (v *verifier) decode(pi int, pc uint32, b []byte) (insn, error) {
 			return bad("%s,%d: index outside 0..%d", op, in.a, MaxIV-1)
 		}
 		if k := v.m.Probes[pi].Kind; k == ProbeTracepoint || k == ProbeWatch {
-			return bad("%s in %s: only a probe in a call (an offset probe, a retprobe) has instance variables", op, kindNames[k])
+			return bad("%s in %s: only a probe in a call (an offset probe, a retprobe) has instance variables", op, k.Phrase())
 		}
 	}
 	return in, nil
@@ -476,7 +476,7 @@ func (v *verifier) relocs() error {
 		}
 		prev = int64(r.Off)
 		if !v.pushImm[r.Off] {
-			return &VerifyError{Probe: -1, Msg: fmt.Sprintf("relocation at %#x (%s) does not point at a push d immediate", r.Off, dpdf.Escape(r.Expr)), m: v.m}
+			return &VerifyError{Probe: -1, Msg: fmt.Sprintf("relocation at %#x (%s) does not point at a push d immediate", r.Off, escape.String(r.Expr)), m: v.m}
 		}
 	}
 	return nil

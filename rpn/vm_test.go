@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/sim"
@@ -148,7 +149,7 @@ func TestVMCases(t *testing.T) {
 			f, err := dpdf.ParseSource(fmt.Sprintf("vm.txt:%d", c.line), []byte(src), dpdf.Options{})
 			var m *rpn.Module
 			if err == nil {
-				m, err = rpn.Compile(f, rpn.CompileOptions{})
+				m, err = compiler.Compile(f, rpn.CompileOptions{})
 			}
 			if len(c.want) > 0 && strings.HasPrefix(c.want[0], "error ") {
 				if err == nil {

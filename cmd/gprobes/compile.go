@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gprobes/gprobes/bpf"
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/internal/outfile"
 	"github.com/gprobes/gprobes/packsign"
@@ -239,7 +240,7 @@ func compileSource(c *cli.Context, in *input, set *symbols.Set) (*loaded, error)
 	if set != nil {
 		copts.Symbols = resolver{probe.Symbols{Set: set}}
 	}
-	prog, err := rpn.CompileReader(r, copts)
+	prog, err := compiler.CompileReader(r, copts)
 	if err != nil {
 		return nil, reportErrors(c, err)
 	}

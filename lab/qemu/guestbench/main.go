@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/engine/x86"
@@ -223,7 +224,7 @@ func probed(vm *qemulab.VM, syms []string, src string, minRecs int, work func() 
 	if err != nil {
 		return 0, err
 	}
-	m, err := rpn.Compile(f, rpn.CompileOptions{})
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
 	if err != nil {
 		return 0, err
 	}

@@ -104,6 +104,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gprobes/gprobes/bpf"
+	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/rpn"
 )
@@ -501,7 +502,7 @@ func gprobesProgs(path string, pid uint32) ([]attachment, *bpf.Maps) {
 	if err != nil {
 		fail(err)
 	}
-	p, err := rpn.CompileProgram(f, rpn.CompileOptions{})
+	p, err := compiler.CompileProgram(f, rpn.CompileOptions{})
 	if err != nil {
 		fail(err)
 	}

@@ -1,4 +1,4 @@
-package rpn
+package compiler
 
 import (
 	"encoding/binary"
@@ -12,54 +12,22 @@ import (
 	"github.com/alecthomas/participle/v2/lexer"
 
 	"github.com/gprobes/gprobes/dpdf"
+	"github.com/gprobes/gprobes/rpn"
 )
-
-// Resolver answers the compiler's questions about the probed module:
-// symbol addresses, source lines and type layouts. symbols.Set implements
-// it. Addresses are link-time addresses of the module.
-type Resolver interface {
-	Symbol(name string) (uint64, error)
-	Sizeof(typ string) (uint64, error)
-	Offsetof(typ, field string) (uint64, error)
-	LineAddr(file string, line int) (addr uint64, actualLine int, err error)
-	BuildID() []byte
-}
-
-// ModuleBuildIDer is a Resolver that picks, among the files it was given,
-// the build ID of the module a DPDF names (a kernel module's .ko rather
-// than the vmlinux given for its types).
-type ModuleBuildIDer interface {
-	ModuleBuildID(name string, modtype ModType) []byte
-}
-
-// ErrAtInsertion is what a Resolver's Symbol wraps when the symbol exists
-// but has no address yet (a kernel module's .ko: its symbols are placed
-// when it is loaded). The compiler then leaves the location or constant
-// symbolic, unresolved, to be resolved when the module is inserted, as
-// without a Resolver; any other error is a compile error.
-var ErrAtInsertion = errors.New("known only when the module is inserted")
-
-// CompileOptions controls Compile.
-type CompileOptions struct {
-	// Symbols resolves locations and symbolic constants at build time.
-	// Without it they stay symbolic and are resolved when the module is
-	// inserted.
-	Symbols Resolver
-}
 
 // Compile turns a parsed DPDF into a verified module. Every error found is
 // reported, as a dpdf.ErrorList positioned in the user's files.
-func Compile(f *dpdf.File, opts CompileOptions) (*Module, error) {
+func Compile(f *dpdf.File, opts rpn.CompileOptions) (*rpn.Module, error) {
 	p, err := CompileProgram(f, opts)
 	if err != nil {
 		return nil, err
 	}
-	return p.m, nil
+	return p.Module(), nil
 }
 
 // CompileProgram is Compile returning the loaded program, which saves
 // verifying the module a second time when it is run at once.
-func CompileProgram(f *dpdf.File, opts CompileOptions) (*Program, error) {
+func CompileProgram(f *dpdf.File, opts rpn.CompileOptions) (*rpn.Program, error) {
 	return CompileReader(f.Reader(), opts)
 }
 
@@ -69,7 +37,7 @@ func CompileProgram(f *dpdf.File, opts CompileOptions) (*Program, error) {
 // and CompileReader read a DPDF of any size in memory proportional to its
 // bytecode; dpdf.Parse and Compile hold the whole file's tree). Errors are
 // reported as Compile's.
-func CompileReader(r *dpdf.Reader, opts CompileOptions) (*Program, error) {
+func CompileReader(r *dpdf.Reader, opts rpn.CompileOptions) (*rpn.Program, error) {
 	c := &compiler{path: r.Path, opts: opts, fileIdx: map[string]uint16{}, fields: map[string]uint16{}}
 	c.fileIndex(lexer.Position{Filename: r.Path})
 	var header []*dpdf.KeyValue
@@ -133,11 +101,11 @@ func CompileReader(r *dpdf.Reader, opts CompileOptions) (*Program, error) {
 	c.checkSwitches()
 	if opts.Symbols != nil {
 		c.m.BuildID = opts.Symbols.BuildID()
-		if mb, ok := opts.Symbols.(ModuleBuildIDer); ok {
+		if mb, ok := opts.Symbols.(rpn.ModuleBuildIDer); ok {
 			c.m.BuildID = mb.ModuleBuildID(c.m.Name, c.m.ModType)
 		}
-		if len(c.m.BuildID) > MaxBuildID {
-			c.errorf(lexer.Position{Filename: r.Path}, "the build ID of the symbols is %d bytes, at most %d: give symbols of another module", len(c.m.BuildID), MaxBuildID)
+		if len(c.m.BuildID) > rpn.MaxBuildID {
+			c.errorf(lexer.Position{Filename: r.Path}, "the build ID of the symbols is %d bytes, at most %d: give symbols of another module", len(c.m.BuildID), rpn.MaxBuildID)
 		}
 	}
 	syntax := r.Errors()
@@ -164,9 +132,9 @@ func CompileReader(r *dpdf.Reader, opts CompileOptions) (*Program, error) {
 		r.Finish(&c.errs)
 		return nil, c.errs
 	}
-	prog, err := Load(c.m)
+	prog, err := rpn.Load(c.m)
 	if err != nil {
-		var ve *VerifyError
+		var ve *rpn.VerifyError
 		if !errors.As(err, &ve) || ve.Probe < 0 {
 			return nil, fmt.Errorf("internal error: compiled code fails verification: %w", err)
 		}
@@ -221,14 +189,14 @@ func (c *compiler) verifyProbes(probes []int) {
 		for end < len(c.m.Relocs) && c.m.Relocs[end].Off < p.End {
 			end++
 		}
-		one := &Module{Header: h, Probes: []Probe{p}, Code: c.m.Code, Lines: c.m.Lines, Files: c.m.Files, Relocs: c.m.Relocs[r:end], Fields: c.m.Fields}
+		one := &rpn.Module{Header: h, Probes: []rpn.Probe{p}, Code: c.m.Code, Lines: c.m.Lines, Files: c.m.Files, Relocs: c.m.Relocs[r:end], Fields: c.m.Fields}
 		r = end
-		_, err := Load(one)
+		_, err := rpn.Load(one)
 		if err == nil {
 			continue
 		}
 		pos := c.position(p.Pos)
-		var ve *VerifyError
+		var ve *rpn.VerifyError
 		if !errors.As(err, &ve) || ve.Probe < 0 {
 			c.errorf(pos, "internal error: compiled code fails verification: %v", err)
 			continue
@@ -242,8 +210,8 @@ func (c *compiler) verifyProbes(probes []int) {
 
 type compiler struct {
 	path    string // the DPDF's
-	opts    CompileOptions
-	m       *Module
+	opts    rpn.CompileOptions
+	m       *rpn.Module
 	errs    dpdf.ErrorList
 	fileIdx map[string]uint16
 	fields  map[string]uint16 // index of each name in Module.Fields
@@ -260,14 +228,14 @@ type compiler struct {
 	enabledAt map[int]lexer.Position
 
 	// per probe
-	cur      Probe // the probe being compiled
-	lastEnds bool  // its last instruction ends the flow
+	cur      rpn.Probe // the probe being compiled
+	lastEnds bool      // its last instruction ends the flow
 	last     lexer.Position
-	kind     ProbeKind
+	kind     rpn.ProbeKind
 	labels   map[string]uint32
 	labelAt  map[string]lexer.Position
 	fixups   []fixup
-	lastPos  Pos
+	lastPos  rpn.Pos
 }
 
 // switchUse is one enable or disable instruction: its operand, where.
@@ -295,13 +263,13 @@ func (c *compiler) fileIndex(p lexer.Position) uint16 {
 		return i
 	}
 	if c.m == nil {
-		c.m = &Module{}
+		c.m = &rpn.Module{}
 	}
-	if len(name) > MaxText || len(c.m.Files) >= MaxFiles {
-		if len(name) > MaxText {
-			c.errorf(p, "source file name is %d bytes, at most %d", len(name), MaxText)
+	if len(name) > rpn.MaxText || len(c.m.Files) >= rpn.MaxFiles {
+		if len(name) > rpn.MaxText {
+			c.errorf(p, "source file name is %d bytes, at most %d", len(name), rpn.MaxText)
 		} else {
-			c.errorf(p, "more than %d source files: include fewer files", MaxFiles)
+			c.errorf(p, "more than %d source files: include fewer files", rpn.MaxFiles)
 		}
 		c.fileIdx[name] = 0
 		return 0
@@ -312,12 +280,12 @@ func (c *compiler) fileIndex(p lexer.Position) uint16 {
 	return i
 }
 
-func (c *compiler) pos(p lexer.Position) Pos {
-	return Pos{File: c.fileIndex(p), Line: uint32(p.Line), Col: uint32(max(p.Column, 0))}
+func (c *compiler) pos(p lexer.Position) rpn.Pos {
+	return rpn.Pos{File: c.fileIndex(p), Line: uint32(p.Line), Col: uint32(max(p.Column, 0))}
 }
 
 // position is the source position p stands for.
-func (c *compiler) position(p Pos) lexer.Position {
+func (c *compiler) position(p rpn.Pos) lexer.Position {
 	file := c.path
 	if int(p.File) < len(c.m.Files) {
 		file = c.m.Files[p.File]
@@ -327,8 +295,8 @@ func (c *compiler) position(p Pos) lexer.Position {
 
 // text checks that a string the module keeps fits in it.
 func (c *compiler) text(pos lexer.Position, what, s string) bool {
-	if len(s) > MaxText {
-		c.errorf(pos, "%s is %d bytes, at most %d", what, len(s), MaxText)
+	if len(s) > rpn.MaxText {
+		c.errorf(pos, "%s is %d bytes, at most %d", what, len(s), rpn.MaxText)
 		return false
 	}
 	return true
@@ -435,7 +403,7 @@ func (c *compiler) number(kv *dpdf.KeyValue, lo, hi uint64) (uint64, bool) {
 }
 
 func (c *compiler) header(kvs []*dpdf.KeyValue) {
-	h := Header{JmpMax: DefaultJmpMax, LogMax: DefaultLogMax, DfltExit: DefaultDfltExit, Arch: ArchX86_64}
+	h := rpn.Header{JmpMax: rpn.DefaultJmpMax, LogMax: rpn.DefaultLogMax, DfltExit: rpn.DefaultDfltExit, Arch: rpn.ArchX86_64}
 	var haveName, haveType bool
 	// arch first: it decides what the rest means
 	for _, kv := range kvs {
@@ -444,7 +412,7 @@ func (c *compiler) header(kvs []*dpdf.KeyValue) {
 		}
 		if kv.Norm() == "arch" {
 			if w, ok := c.word(kv, "x86_64", "i386"); ok && w == "i386" {
-				h.Arch = ArchI386
+				h.Arch = rpn.ArchI386
 			}
 		}
 	}
@@ -458,11 +426,11 @@ func (c *compiler) header(kvs []*dpdf.KeyValue) {
 				haveName = true
 			case "modtype":
 				haveType = true
-				h.ModType = ModKernel
+				h.ModType = rpn.ModKernel
 			case "vars":
-				h.Vars = MaxVars
+				h.Vars = rpn.MaxVars
 			case "gvars":
-				h.GVars = MaxGVars
+				h.GVars = rpn.MaxGVars
 			}
 			continue
 		}
@@ -485,34 +453,34 @@ func (c *compiler) header(kvs []*dpdf.KeyValue) {
 			if w == "kernel" || !ok {
 				// after a bad modtype, check the probes as kernel ones,
 				// which allow the most, so that one mistake is one error
-				h.ModType = ModKernel
+				h.ModType = rpn.ModKernel
 			}
 		case "major":
 			if v, ok := c.number(kv, 0, math.MaxUint16); ok {
 				h.Major = uint16(v)
 			}
 		case "jmpmax":
-			if v, ok := c.number(kv, 1, MaxJmpMax); ok {
+			if v, ok := c.number(kv, 1, rpn.MaxJmpMax); ok {
 				h.JmpMax = uint32(v)
 			}
 		case "logmax":
-			if v, ok := c.number(kv, 1, MaxLogMax); ok {
+			if v, ok := c.number(kv, 1, rpn.MaxLogMax); ok {
 				h.LogMax = uint32(v)
 			}
 		case "dfltexit":
-			if v, ok := c.number(kv, 0, MaxFacility); ok {
+			if v, ok := c.number(kv, 0, rpn.MaxFacility); ok {
 				h.DfltExit = uint8(v)
 			}
 		case "vars":
-			v, ok := c.number(kv, 0, MaxVars)
+			v, ok := c.number(kv, 0, rpn.MaxVars)
 			if !ok {
-				v = MaxVars // so the probes do not report every lv as out of range
+				v = rpn.MaxVars // so the probes do not report every lv as out of range
 			}
 			h.Vars = uint16(v)
 		case "gvars":
-			v, ok := c.number(kv, 0, MaxGVars)
+			v, ok := c.number(kv, 0, rpn.MaxGVars)
 			if !ok {
-				v = MaxGVars
+				v = rpn.MaxGVars
 			}
 			h.GVars = uint16(v)
 		}
@@ -528,24 +496,20 @@ func (c *compiler) header(kvs []*dpdf.KeyValue) {
 }
 
 // probeKinds maps the keyword that starts a probe to its kind.
-var probeKinds = map[string]ProbeKind{"offset": ProbeOffset, "retprobe": ProbeRetprobe, "tracepoint": ProbeTracepoint, "watch": ProbeWatch}
-
-// kindNames says "an offset probe", "a retprobe", "a tracepoint probe", "a
-// watch probe" in messages.
-var kindNames = [...]string{ProbeOffset: "an offset probe", ProbeRetprobe: "a retprobe", ProbeTracepoint: "a tracepoint probe", ProbeWatch: "a watch probe"}
+var probeKinds = map[string]rpn.ProbeKind{"offset": rpn.ProbeOffset, "retprobe": rpn.ProbeRetprobe, "tracepoint": rpn.ProbeTracepoint, "watch": rpn.ProbeWatch}
 
 // probeKeys starts compiling the probe pd, number index, with its
 // keywords: the probe is complete (probeEnd) once its program's statements
 // are compiled (stmt).
 func (c *compiler) probeKeys(index int, pd *dpdf.ProbeDef, keys []*dpdf.KeyValue) {
-	p := Probe{Pos: c.pos(pd.Pos), Kind: probeKinds[pd.Offset.Norm()]}
+	p := rpn.Probe{Pos: c.pos(pd.Pos), Kind: probeKinds[pd.Offset.Norm()]}
 	c.kind = p.Kind
 	switch p.Kind {
-	case ProbeTracepoint:
+	case rpn.ProbeTracepoint:
 		p.Loc = c.tracepoint(pd.Offset)
-	case ProbeRetprobe:
+	case rpn.ProbeRetprobe:
 		p.Loc = c.retprobe(pd.Offset)
-	case ProbeWatch:
+	case rpn.ProbeWatch:
 		p.Loc, p.WatchLen, p.WatchMode = c.watch(pd.Offset)
 	default:
 		p.Loc = c.location(pd.Offset.Value, "")
@@ -559,8 +523,8 @@ func (c *compiler) probeKeys(index int, pd *dpdf.ProbeDef, keys []*dpdf.KeyValue
 		}
 		switch kv.Norm() {
 		case "opcode":
-			if p.Kind != ProbeOffset {
-				c.errorf(kv.Pos, "opcode does not apply to %s: only an offset probe is placed on an instruction whose first byte can be checked", kindNames[p.Kind])
+			if p.Kind != rpn.ProbeOffset {
+				c.errorf(kv.Pos, "opcode does not apply to %s: only an offset probe is placed on an instruction whose first byte can be checked", p.Kind.Phrase())
 				continue
 			}
 			if v, ok := c.number(kv, 0, 0xff); ok {
@@ -572,21 +536,21 @@ func (c *compiler) probeKeys(index int, pd *dpdf.ProbeDef, keys []*dpdf.KeyValue
 				continue
 			}
 			f := unquote(*kv.Value.Str)
-			if len(f) > MaxText {
-				c.errorf(kv.Pos, "format is %d bytes, at most %d", len(f), MaxText)
+			if len(f) > rpn.MaxText {
+				c.errorf(kv.Pos, "format is %d bytes, at most %d", len(f), rpn.MaxText)
 				continue
 			}
-			if err := CheckFormat(f); err != nil {
+			if err := rpn.CheckFormat(f); err != nil {
 				c.errorf(kv.Pos, "format: %v", err)
 				continue
 			}
 			p.Format = f
 		case "maxactive":
-			if p.Kind != ProbeRetprobe {
-				c.errorf(kv.Pos, "maxactive applies only to a retprobe (it bounds the calls of the function tracked at once per thread), not to %s", kindNames[p.Kind])
+			if p.Kind != rpn.ProbeRetprobe {
+				c.errorf(kv.Pos, "maxactive applies only to a retprobe (it bounds the calls of the function tracked at once per thread), not to %s", p.Kind.Phrase())
 				continue
 			}
-			if v, ok := c.number(kv, 1, MaxMaxActive); ok {
+			if v, ok := c.number(kv, 1, rpn.MaxMaxActive); ok {
 				p.MaxActive = uint32(v)
 			}
 		case "minor":
@@ -607,10 +571,10 @@ func (c *compiler) probeKeys(index int, pd *dpdf.ProbeDef, keys []*dpdf.KeyValue
 			if w, ok := c.word(kv, "yes", "no"); ok {
 				p.LogOnFault = w == "yes"
 				switch {
-				case p.LogOnFault && p.Kind == ProbeTracepoint:
+				case p.LogOnFault && p.Kind == rpn.ProbeTracepoint:
 					c.errorf(kv.Pos, "logonfault = yes does not apply to a tracepoint probe: no probed instruction runs after its program, so none can fault")
 					p.LogOnFault = false
-				case p.LogOnFault && p.Kind == ProbeWatch:
+				case p.LogOnFault && p.Kind == rpn.ProbeWatch:
 					c.errorf(kv.Pos, "logonfault = yes does not apply to a watch probe: its program runs once the accessing instruction has completed, so none can fault after it")
 					p.LogOnFault = false
 				}
@@ -630,7 +594,7 @@ func (c *compiler) probeKeys(index int, pd *dpdf.ProbeDef, keys []*dpdf.KeyValue
 	c.labels = map[string]uint32{}
 	c.labelAt = map[string]lexer.Position{}
 	c.fixups = c.fixups[:0]
-	c.lastPos = Pos{}
+	c.lastPos = rpn.Pos{}
 	c.lastEnds = false
 	c.last = pd.Pos
 }
@@ -659,7 +623,7 @@ func (c *compiler) probeEnd(pd *dpdf.ProbeDef) {
 	if !c.lastEnds {
 		// falling off the end of a program is a bare exit
 		c.line(c.last)
-		c.emit8(OpExit, c.m.DfltExit)
+		c.emit8(rpn.OpExit, c.m.DfltExit)
 	}
 	// A label on a line that failed to parse is still defined (the
 	// parser keeps it), so every undefined label here is a real one.
@@ -684,15 +648,15 @@ func (c *compiler) probeEnd(pd *dpdf.ProbeDef) {
 }
 
 // tracepoint reads a tracepoint value, "SUBSYS:EVENT", in a kernel module.
-func (c *compiler) tracepoint(kv *dpdf.KeyValue) Location {
-	if c.m.ModType != ModKernel {
+func (c *compiler) tracepoint(kv *dpdf.KeyValue) rpn.Location {
+	if c.m.ModType != rpn.ModKernel {
 		c.errorf(kv.Pos, "a tracepoint probe needs \"modtype = kernel\": tracepoints are in the kernel (this module is modtype = user)")
 	}
 	v := kv.Value
 	if v == nil {
-		return Location{Kind: LocTracepoint} // a line that failed to parse, already reported
+		return rpn.Location{Kind: rpn.LocTracepoint} // a line that failed to parse, already reported
 	}
-	loc := Location{Text: v.Text, Kind: LocTracepoint}
+	loc := rpn.Location{Text: v.Text, Kind: rpn.LocTracepoint}
 	if v.Event == nil {
 		c.errorf(v.Pos, "tracepoint must be SUBSYS:EVENT, such as sched:sched_switch, not %s", v.Text)
 		return loc
@@ -700,7 +664,7 @@ func (c *compiler) tracepoint(kv *dpdf.KeyValue) Location {
 	if !c.text(v.Pos, "the tracepoint", v.Text) {
 		return loc
 	}
-	if at, msg := checkTracepoint(*v.Event); msg != "" {
+	if at, msg := rpn.CheckTracepoint(*v.Event); msg != "" {
 		pos := v.Pos
 		pos.Column += at
 		pos.Offset += at
@@ -712,19 +676,19 @@ func (c *compiler) tracepoint(kv *dpdf.KeyValue) Location {
 // retprobe reads a retprobe value: the function, as an offset's symbolic
 // expression (or an address); a source line or a place inside a function
 // is refused.
-func (c *compiler) retprobe(kv *dpdf.KeyValue) Location {
+func (c *compiler) retprobe(kv *dpdf.KeyValue) rpn.Location {
 	v := kv.Value
 	if v != nil && v.Line != nil {
 		c.errorf(v.Pos, "retprobe goes on a function, not a source line: name its symbol (retprobe = do_sys_open)")
-		return Location{Text: v.Text}
+		return rpn.Location{Text: v.Text}
 	}
 	if v != nil && v.Expr == nil {
 		c.errorf(v.Pos, "retprobe must name a function, a symbol such as do_sys_open, not %s", v.Text)
-		return Location{Text: v.Text}
+		return rpn.Location{Text: v.Text}
 	}
 	before := len(c.errs)
 	loc := c.location(v, "")
-	if len(c.errs) == before && loc.Kind == LocExpr && !loc.Sum.isSymbol() {
+	if len(c.errs) == before && loc.Kind == rpn.LocExpr && !loc.Sum.IsSymbol() {
 		c.errorf(v.Pos, "retprobe goes on a function's entry: name the function's symbol alone (retprobe = do_sys_open), not %s", v.Text)
 	}
 	return loc
@@ -734,20 +698,20 @@ func (c *compiler) retprobe(kv *dpdf.KeyValue) Location {
 // offset's expression (not a source line), the length 1, 2, 4 or 8 (4 at
 // most on i386), the mode w or rw. A constant address must be a multiple
 // of the length; a symbolic one is checked when it is resolved, at insert.
-func (c *compiler) watch(kv *dpdf.KeyValue) (loc Location, n uint8, mode WatchMode) {
+func (c *compiler) watch(kv *dpdf.KeyValue) (loc rpn.Location, n uint8, mode rpn.WatchMode) {
 	v := kv.Value
 	if v == nil {
-		return Location{}, 0, 0 // a line that failed to parse, already reported
+		return rpn.Location{}, 0, 0 // a line that failed to parse, already reported
 	}
 	switch {
 	case v.Line != nil:
 		c.errorf(v.Pos, "watch takes an address, not a source line: name a variable (watch = jiffies,8,w)")
-		return Location{Text: v.Head}, 0, 0
+		return rpn.Location{Text: v.Head}, 0, 0
 	case v.Expr == nil:
 		c.errorf(v.Pos, "watch must be ADDRESS,LEN,MODE, such as jiffies,8,w, not %s", v.Text)
-		return Location{Text: v.Head}, 0, 0
+		return rpn.Location{Text: v.Head}, 0, 0
 	}
-	c.taskAtInsert = c.m.ModType == ModKernel
+	c.taskAtInsert = c.m.ModType == rpn.ModKernel
 	loc = c.location(v, v.Head)
 	c.taskAtInsert = false
 	if len(v.Args) != 2 {
@@ -763,7 +727,7 @@ func (c *compiler) watch(kv *dpdf.KeyValue) (loc Location, n uint8, mode WatchMo
 		switch {
 		case x != 1 && x != 2 && x != 4 && x != 8:
 			c.errorf(lenArg.Pos, "watch length must be 1, 2, 4 or 8, not %d", x)
-		case x == 8 && c.m.Arch == ArchI386:
+		case x == 8 && c.m.Arch == rpn.ArchI386:
 			c.errorf(lenArg.Pos, "watch length 8 needs arch x86_64: an i386 debug register watches 1, 2 or 4 bytes")
 		default:
 			n = uint8(x)
@@ -773,15 +737,15 @@ func (c *compiler) watch(kv *dpdf.KeyValue) (loc Location, n uint8, mode WatchMo
 	w, _ := dpdf.Word(modeArg.Tree(&errs))
 	switch strings.ToLower(w) {
 	case "w":
-		mode = WatchWrite
+		mode = rpn.WatchWrite
 	case "rw":
-		mode = WatchReadWrite
+		mode = rpn.WatchReadWrite
 	case "r":
 		c.errorf(modeArg.Pos, "watch mode r: x86 debug registers cannot watch reads alone; use rw (reads and writes)")
 	default:
 		c.errorf(modeArg.Pos, "watch mode must be \"w\" (writes) or \"rw\" (reads and writes), not %s", modeArg.Text())
 	}
-	if n != 0 && loc.Kind == LocAbsolute && loc.Addr%uint64(n) != 0 {
+	if n != 0 && loc.Kind == rpn.LocAbsolute && loc.Addr%uint64(n) != 0 {
 		c.errorf(v.Pos, "watch address %#x is not a multiple of its length %d: a debug register watches an aligned range (the aligned %d bytes around it start at %#x)", loc.Addr, n, n, loc.Addr&^uint64(n-1))
 	}
 	return loc, n, mode
@@ -789,20 +753,20 @@ func (c *compiler) watch(kv *dpdf.KeyValue) (loc Location, n uint8, mode WatchMo
 
 // location evaluates a location value: an offset's, a retprobe's, or
 // the address of a watch (text, its part as written; "" for v.Text).
-func (c *compiler) location(v *dpdf.Value, text string) Location {
+func (c *compiler) location(v *dpdf.Value, text string) rpn.Location {
 	if v == nil {
-		return Location{} // a line that failed to parse, already reported
+		return rpn.Location{} // a line that failed to parse, already reported
 	}
 	if text == "" {
 		text = v.Text
 	}
-	loc := Location{Text: text}
+	loc := rpn.Location{Text: text}
 	if !c.text(v.Pos, "the location", text) {
 		return loc
 	}
 	switch {
 	case v.Line != nil:
-		loc.Kind = LocLine
+		loc.Kind = rpn.LocLine
 		i := strings.LastIndexByte(*v.Line, ':')
 		file := (*v.Line)[:i]
 		line, err := strconv.Atoi((*v.Line)[i+1:])
@@ -827,7 +791,7 @@ func (c *compiler) location(v *dpdf.Value, text string) Location {
 			return loc
 		}
 		if !dpdf.External(n) {
-			loc.Kind = LocAbsolute
+			loc.Kind = rpn.LocAbsolute
 			a, err := dpdf.Eval(n, nil)
 			if err != nil {
 				c.evalError(v.Pos, err)
@@ -836,7 +800,7 @@ func (c *compiler) location(v *dpdf.Value, text string) Location {
 			loc.Addr, loc.Resolved = a, true
 			return loc
 		}
-		loc.Kind = LocExpr
+		loc.Kind = rpn.LocExpr
 		var ok bool
 		if loc.Sum, ok = c.sum(v.Pos, n, "offset"); !ok {
 			return loc
@@ -851,7 +815,7 @@ func (c *compiler) location(v *dpdf.Value, text string) Location {
 			if err == nil && te.used {
 				return loc // the rest checked, task at insertion
 			}
-			if errors.Is(err, ErrAtInsertion) {
+			if errors.Is(err, rpn.ErrAtInsertion) {
 				return loc
 			}
 			if err != nil {
@@ -891,24 +855,24 @@ func (c *compiler) line(p lexer.Position) {
 		return
 	}
 	c.lastPos = pos
-	c.m.Lines = append(c.m.Lines, LineEntry{PC: uint32(len(c.m.Code)), Pos: pos})
+	c.m.Lines = append(c.m.Lines, rpn.LineEntry{PC: uint32(len(c.m.Code)), Pos: pos})
 }
 
 // emit appends an instruction without operands; emit8, emit16, emit16x2
 // and emit64 append one with operands of the opcode's format.
-func (c *compiler) emit(op Opcode) { c.m.Code = append(c.m.Code, byte(op)) }
+func (c *compiler) emit(op rpn.Opcode) { c.m.Code = append(c.m.Code, byte(op)) }
 
-func (c *compiler) emit8(op Opcode, a uint8) { c.m.Code = append(c.m.Code, byte(op), a) }
+func (c *compiler) emit8(op rpn.Opcode, a uint8) { c.m.Code = append(c.m.Code, byte(op), a) }
 
-func (c *compiler) emit16(op Opcode, a uint16) {
+func (c *compiler) emit16(op rpn.Opcode, a uint16) {
 	c.m.Code = binary.LittleEndian.AppendUint16(append(c.m.Code, byte(op)), a)
 }
 
-func (c *compiler) emit16x2(op Opcode, a, b uint16) {
+func (c *compiler) emit16x2(op rpn.Opcode, a, b uint16) {
 	c.m.Code = binary.LittleEndian.AppendUint16(binary.LittleEndian.AppendUint16(append(c.m.Code, byte(op)), a), b)
 }
 
-func (c *compiler) emit64(op Opcode, a uint64) {
+func (c *compiler) emit64(op rpn.Opcode, a uint64) {
 	c.m.Code = binary.LittleEndian.AppendUint64(append(c.m.Code, byte(op)), a)
 }
 
@@ -925,26 +889,26 @@ func (c *compiler) instr(in *dpdf.Instr) bool {
 	case in.VarOp != "":
 		c.varOp(strings.ToLower(in.VarOp), in.VarRef)
 	case in.Jump != nil:
-		op := map[string]Opcode{"jmp": OpJmp, "jz": OpJz, "jnz": OpJnz, "jlt": OpJlt, "jle": OpJle,
-			"jgt": OpJgt, "jge": OpJge, "loop": OpLoop, "call": OpCall}[strings.ToLower(in.Jump.Op)]
+		op := map[string]rpn.Opcode{"jmp": rpn.OpJmp, "jz": rpn.OpJz, "jnz": rpn.OpJnz, "jlt": rpn.OpJlt, "jle": rpn.OpJle,
+			"jgt": rpn.OpJgt, "jge": rpn.OpJge, "loop": rpn.OpLoop, "call": rpn.OpCall}[strings.ToLower(in.Jump.Op)]
 		c.emit(op)
 		// the target is patched once the probe's labels are known
 		c.fixups = append(c.fixups, fixup{at: uint32(len(c.m.Code)), label: in.Jump.Label})
 		c.m.Code = append(c.m.Code, 0, 0, 0, 0)
-		return op == OpJmp
+		return op == rpn.OpJmp
 	case in.ExitKw:
 		fac := c.m.DfltExit
 		if in.Exit != nil {
-			if v, ok := c.constant(in.Exit, "exit facility", 0, MaxFacility); ok {
+			if v, ok := c.constant(in.Exit, "exit facility", 0, rpn.MaxFacility); ok {
 				fac = uint8(v)
 			}
 		}
-		c.emit8(OpExit, fac)
+		c.emit8(rpn.OpExit, fac)
 		return true
 	case in.SetOp != "":
-		imm, stack := OpSetMajI, OpSetMaj
+		imm, stack := rpn.OpSetMajI, rpn.OpSetMaj
 		if strings.EqualFold(in.SetOp, "setmin") {
-			imm, stack = OpSetMinI, OpSetMin
+			imm, stack = rpn.OpSetMinI, rpn.OpSetMin
 		}
 		if in.SetArg == nil {
 			c.emit(stack)
@@ -955,9 +919,9 @@ func (c *compiler) instr(in *dpdf.Instr) bool {
 		}
 	case in.Shift != "":
 		s := strings.ToLower(in.Shift)
-		imm := map[string]Opcode{"shl": OpShlI, "shr": OpShrI, "sar": OpSarI, "rol": OpRolI, "ror": OpRorI}[s]
+		imm := map[string]rpn.Opcode{"shl": rpn.OpShlI, "shr": rpn.OpShrI, "sar": rpn.OpSarI, "rol": rpn.OpRolI, "ror": rpn.OpRorI}[s]
 		if in.Count == nil {
-			c.emit(imm + (OpShl - OpShlI))
+			c.emit(imm + (rpn.OpShl - rpn.OpShlI))
 			break
 		}
 		bits := uint64(c.m.Arch.WordSize() * 8)
@@ -965,15 +929,15 @@ func (c *compiler) instr(in *dpdf.Instr) bool {
 			c.emit8(imm, uint8(v))
 		}
 	case in.Ros != nil:
-		if v, ok := c.constant(in.Ros, "ros count", 1, StackSize); ok {
-			c.emit8(OpRos, uint8(v))
+		if v, ok := c.constant(in.Ros, "ros count", 1, rpn.StackSize); ok {
+			c.emit8(rpn.OpRos, uint8(v))
 		}
 	case in.Switch != "":
 		word := strings.ToLower(in.Switch)
 		if v, ok := c.constant(in.Minor, word+" minor", 0, math.MaxUint16); ok {
-			op := OpEnable
+			op := rpn.OpEnable
 			if word == "disable" {
-				op = OpDisable
+				op = rpn.OpDisable
 			}
 			c.emit16(op, uint16(v))
 			c.switches = append(c.switches, switchUse{pos: in.Minor.Pos, op: word, minor: uint16(v)})
@@ -982,73 +946,33 @@ func (c *compiler) instr(in *dpdf.Instr) bool {
 		s := strings.ToLower(in.Simple)
 		op := simpleOps[s]
 		c.emit(op)
-		return op.ends()
+		return op.Ends()
 	}
 	return false
 }
 
-var simpleOps = map[string]Opcode{
-	"nop": OpNop, "ret": OpRet, "abort": OpAbort, "rem": OpRem, "add": OpAdd, "sub": OpSub, "mul": OpMul,
-	"div": OpDiv, "idiv": OpIDiv, "and": OpAnd, "or": OpOr, "xor": OpXor, "not": OpNot, "neg": OpNeg,
-	"vfy_r": OpVfyR, "vfy_rw": OpVfyRW, "dup": OpDup, "xchg": OpXchg,
+var simpleOps = map[string]rpn.Opcode{
+	"nop": rpn.OpNop, "ret": rpn.OpRet, "abort": rpn.OpAbort, "rem": rpn.OpRem, "add": rpn.OpAdd, "sub": rpn.OpSub, "mul": rpn.OpMul,
+	"div": rpn.OpDiv, "idiv": rpn.OpIDiv, "and": rpn.OpAnd, "or": rpn.OpOr, "xor": rpn.OpXor, "not": rpn.OpNot, "neg": rpn.OpNeg,
+	"vfy_r": rpn.OpVfyR, "vfy_rw": rpn.OpVfyRW, "dup": rpn.OpDup, "xchg": rpn.OpXchg,
 }
 
 // reg resolves a register operand and checks it may be used here.
-func (c *compiler) reg(r *dpdf.RegRef, write bool) (Reg, bool) {
-	reg, ok := LookupReg(c.m.Arch, r.Name.Value)
+func (c *compiler) reg(r *dpdf.RegRef, write bool) (rpn.Reg, bool) {
+	reg, ok := rpn.LookupReg(c.m.Arch, r.Name.Value)
 	if !ok {
 		msg := fmt.Sprintf("unknown register %q for arch %s", r.Name.Value, c.m.Arch)
-		if s := dpdf.Suggest(strings.ToLower(r.Name.Value), RegNames(c.m.Arch)); s != "" {
+		if s := dpdf.Suggest(strings.ToLower(r.Name.Value), rpn.RegNames(c.m.Arch)); s != "" {
 			msg += fmt.Sprintf(" (did you mean %q?)", s)
 		}
 		c.errorf(r.Name.Pos, "%s", msg)
 		return 0, false
 	}
-	if msg := checkReg(reg, c.m.Header, write, strings.EqualFold(r.Set, "u")); msg != "" {
+	if msg := rpn.CheckReg(reg, c.m.Header, write, strings.EqualFold(r.Set, "u")); msg != "" {
 		c.errorf(r.Name.Pos, "%s", msg)
 		return 0, false
 	}
 	return reg, true
-}
-
-// checkReg says why a register cannot be used, or "". Shared by the
-// compiler and the verifier.
-func checkReg(reg Reg, h Header, write, user bool) string {
-	if reg.Canonical() >= NumRegs {
-		return fmt.Sprintf("register number %d does not exist", reg.Canonical())
-	}
-	if reg&^(Reg32|0xff) != 0 || (reg.Is32() && reg.Canonical() > RegRFLAGS) {
-		return fmt.Sprintf("register encoding %#x is invalid", uint16(reg))
-	}
-	if h.Arch == ArchI386 && !reg.Is32() && reg.class() == regGeneral {
-		return fmt.Sprintf("register %s does not exist on i386", reg)
-	}
-	if h.Arch == ArchI386 && (reg.class() == regBase || reg.Canonical() >= RegR8 && reg.Canonical() <= RegR15) {
-		return fmt.Sprintf("register %s does not exist on i386", reg)
-	}
-	switch reg.class() {
-	case regControl:
-		if h.ModType != ModKernel {
-			return fmt.Sprintf("%s can only be read in a kernel probe (this module is modtype = user)", reg)
-		}
-		if user {
-			return fmt.Sprintf("%s is not a user-mode register", reg)
-		}
-		if write {
-			return fmt.Sprintf("%s is read-only", reg)
-		}
-	case regSegment:
-		if write {
-			return fmt.Sprintf("%s is read-only", reg)
-		}
-	case regBase:
-		if user && write {
-			// a task's user fs_base and gs_base live in its thread
-			// state, not in the pt_regs that pop u writes
-			return fmt.Sprintf("pop u,%s: the user-mode %s is not among the registers a task saves on entry (pt_regs); pop u writes the general registers, rip and rflags", reg, reg)
-		}
-	}
-	return ""
 }
 
 // varIndex evaluates an immediate variable index.
@@ -1077,72 +1001,57 @@ func (c *compiler) size(e *dpdf.Expr, io bool) (uint8, bool) {
 	if !ok {
 		return 0, false
 	}
-	if msg := checkSize(uint8(v), c.m.Arch, io); msg != "" {
+	if msg := rpn.CheckSize(uint8(v), c.m.Arch, io); msg != "" {
 		c.errorf(e.Pos, "%s", msg)
 		return 0, false
 	}
 	return uint8(v), true
 }
 
-// checkSize says why a memory or port access size is invalid, or "".
-func checkSize(s uint8, arch Arch, io bool) string {
-	switch {
-	case io && (s == 1 || s == 2 || s == 4):
-		return ""
-	case io:
-		return fmt.Sprintf("port IO size must be 1, 2 or 4, not %d", s)
-	case s == 1 || s == 2 || s == 4 || s == 8 && arch == ArchX86_64:
-		return ""
-	case s == 8:
-		return "size 8 does not fit a 32-bit i386 stack word: use 1, 2 or 4"
-	}
-	return fmt.Sprintf("size must be 1, 2, 4 or 8, not %d", s)
-}
-
 func (c *compiler) push(p *dpdf.PushOperand) {
 	switch {
 	case p.Reg != nil:
 		if r, ok := c.reg(p.Reg, false); ok {
-			op := OpPushR
-			if strings.EqualFold(p.Reg.Set, "u") && c.m.ModType == ModKernel {
-				op = OpPushU
+			op := rpn.OpPushR
+			if strings.EqualFold(p.Reg.Set, "u") && c.m.ModType == rpn.ModKernel {
+				op = rpn.OpPushU
 			}
 			c.emit16(op, uint16(r))
 		}
 	case p.Const != nil:
 		c.pushConst(p.Const)
 	case p.Var != nil:
-		c.varInstr("push", p.Var, OpPushLVI, OpPushLV)
+		c.varInstr("push", p.Var, rpn.OpPushLVI, rpn.OpPushLV)
 	case p.MrfKw:
 		if s, ok := c.size(p.Size, false); ok {
-			c.emit8(OpPushMrf, s)
+			c.emit8(rpn.OpPushMrf, s)
 		}
 	case p.IO != nil:
 		if s, ok := c.size(p.IO, true); ok {
-			c.emit8(OpPushIO, s)
+			c.emit8(rpn.OpPushIO, s)
 		}
 	case p.Field != nil:
 		c.pushField(p)
 	case p.IV != nil:
-		c.iv(p.Pos, "push", p.IV, OpPushIV)
+		c.iv(p.Pos, "push", p.IV, rpn.OpPushIV)
 	case p.Sys != "":
 		switch strings.ToLower(p.Sys) {
 		case "pid":
-			c.emit(OpPushPID)
+			c.emit(rpn.OpPushPID)
 		case "tid":
-			c.emit(OpPushTID)
+			c.emit(rpn.OpPushTID)
 		case "procid":
-			c.emit(OpPushProcID)
+			c.emit(rpn.OpPushProcID)
 		case "task":
-			if c.m.ModType != ModKernel {
+			if c.m.ModType != rpn.ModKernel {
 				c.errorf(p.Pos, "push task reads the current task of a kernel: this module is modtype = user")
 				return
 			}
-			c.emit(OpPushTask)
+			c.emit(rpn.OpPushTask)
 		case "ts":
-			c.emit(OpPushTS)
+			c.emit(rpn.OpPushTS)
 		case "lp":
-			c.emit(OpPushLP)
+			c.emit(rpn.OpPushLP)
 		}
 	}
 }
@@ -1151,11 +1060,11 @@ func (c *compiler) push(p *dpdf.PushOperand) {
 // once, and the instruction refers to it by index.
 func (c *compiler) pushField(p *dpdf.PushOperand) {
 	name := p.Field.Value
-	if c.kind != ProbeTracepoint {
-		c.errorf(p.Pos, "push field reads the event of a tracepoint probe (\"tracepoint = SUBSYS:EVENT\"): this is %s", kindNames[c.kind])
+	if c.kind != rpn.ProbeTracepoint {
+		c.errorf(p.Pos, "push field reads the event of a tracepoint probe (\"tracepoint = SUBSYS:EVENT\"): this is %s", c.kind.Phrase())
 		return
 	}
-	if !ValidFieldName(name) {
+	if !rpn.ValidFieldName(name) {
 		c.errorf(p.Field.Pos, "field name %s is not an identifier: tracepoint fields are named like C variables (prev_pid)", name)
 		return
 	}
@@ -1164,25 +1073,25 @@ func (c *compiler) pushField(p *dpdf.PushOperand) {
 		if !c.text(p.Field.Pos, "the field name", name) {
 			return
 		}
-		if len(c.m.Fields) >= MaxFields {
-			c.errorf(p.Field.Pos, "more than %d distinct field names in one module", MaxFields)
+		if len(c.m.Fields) >= rpn.MaxFields {
+			c.errorf(p.Field.Pos, "more than %d distinct field names in one module", rpn.MaxFields)
 			return
 		}
 		i = uint16(len(c.m.Fields))
 		c.m.Fields = append(c.m.Fields, name)
 		c.fields[name] = i
 	}
-	c.emit16(OpPushField, i)
+	c.emit16(rpn.OpPushField, i)
 }
 
 // iv compiles push iv,I and pop iv,I: the instance variables of the call
 // the hit belongs to, which tracepoint and watch probes have none of.
-func (c *compiler) iv(pos lexer.Position, what string, e *dpdf.Expr, op Opcode) {
-	if c.kind == ProbeTracepoint || c.kind == ProbeWatch {
-		c.errorf(pos, "%s iv: instance variables belong to a call of a function, and %s runs in none: use them in an offset probe at the function's entry and its retprobe", what, kindNames[c.kind])
+func (c *compiler) iv(pos lexer.Position, what string, e *dpdf.Expr, op rpn.Opcode) {
+	if c.kind == rpn.ProbeTracepoint || c.kind == rpn.ProbeWatch {
+		c.errorf(pos, "%s iv: instance variables belong to a call of a function, and %s runs in none: use them in an offset probe at the function's entry and its retprobe", what, c.kind.Phrase())
 		return
 	}
-	if v, ok := c.constant(e, "iv index", 0, MaxIV-1); ok {
+	if v, ok := c.constant(e, "iv index", 0, rpn.MaxIV-1); ok {
 		c.emit8(op, uint8(v))
 	}
 }
@@ -1196,7 +1105,7 @@ func (c *compiler) checkSwitches() {
 	if c.minorUnknown {
 		return
 	}
-	if i, j, ok := SwitchConflict(c.m.Probes); ok {
+	if i, j, ok := rpn.SwitchConflict(c.m.Probes); ok {
 		// said at the enabled = no, naming the other probe's line
 		off, on := i, j
 		if !c.m.Probes[off].Disabled {
@@ -1247,7 +1156,7 @@ func (c *compiler) pushConst(e *dpdf.Expr) {
 		return
 	}
 	ext := dpdf.External(n)
-	var sum Sum
+	var sum rpn.Sum
 	if ext {
 		var ok bool
 		if sum, ok = c.sum(e.Pos, n, "push d"); !ok {
@@ -1265,19 +1174,19 @@ func (c *compiler) pushConst(e *dpdf.Expr) {
 		}
 		var err error
 		v, err = dpdf.Eval(n, env)
-		if errors.Is(err, ErrAtInsertion) {
+		if errors.Is(err, rpn.ErrAtInsertion) {
 			v, resolved = 0, false
 		} else if err != nil {
 			c.evalError(e.Pos, err)
 			return
 		}
 	}
-	if c.m.Arch == ArchI386 && resolved && v > math.MaxUint32 && int64(v) < math.MinInt32 ||
-		c.m.Arch == ArchI386 && resolved && v > math.MaxUint32 && int64(v) > math.MaxInt32 {
+	if c.m.Arch == rpn.ArchI386 && resolved && v > math.MaxUint32 && int64(v) < math.MinInt32 ||
+		c.m.Arch == rpn.ArchI386 && resolved && v > math.MaxUint32 && int64(v) > math.MaxInt32 {
 		c.errorf(e.Pos, "constant %s does not fit in a 32-bit word", signedText(v, e))
 		return
 	}
-	if c.m.Arch == ArchI386 {
+	if c.m.Arch == rpn.ArchI386 {
 		v &= math.MaxUint32
 	}
 	if ext {
@@ -1285,37 +1194,37 @@ func (c *compiler) pushConst(e *dpdf.Expr) {
 		if !c.text(e.Pos, "an expression with symbols", text) {
 			return
 		}
-		c.m.Relocs = append(c.m.Relocs, Reloc{Off: uint32(len(c.m.Code) + 1), Expr: text, Sum: sum, Value: v, Resolved: resolved})
+		c.m.Relocs = append(c.m.Relocs, rpn.Reloc{Off: uint32(len(c.m.Code) + 1), Expr: text, Sum: sum, Value: v, Resolved: resolved})
 	}
-	c.emit64(OpPushD, v)
+	c.emit64(rpn.OpPushD, v)
 }
 
 func (c *compiler) pop(pos lexer.Position, p *dpdf.PopOperand) {
 	switch {
 	case p == nil:
-		c.emit(OpPop)
+		c.emit(rpn.OpPop)
 	case p.Reg != nil:
 		if r, ok := c.reg(p.Reg, true); ok {
-			op := OpPopR
-			if strings.EqualFold(p.Reg.Set, "u") && c.m.ModType == ModKernel {
-				op = OpPopU
+			op := rpn.OpPopR
+			if strings.EqualFold(p.Reg.Set, "u") && c.m.ModType == rpn.ModKernel {
+				op = rpn.OpPopU
 			}
 			c.emit16(op, uint16(r))
 		}
 	case p.Var != nil:
-		c.varInstr("pop", p.Var, OpPopLVI, OpPopLV)
+		c.varInstr("pop", p.Var, rpn.OpPopLVI, rpn.OpPopLV)
 	case p.MrfKw:
 		if s, ok := c.size(p.Size, false); ok {
-			c.emit8(OpPopMrf, s)
+			c.emit8(rpn.OpPopMrf, s)
 		}
 	case p.IO != nil:
 		if s, ok := c.size(p.IO, true); ok {
-			c.emit8(OpPopIO, s)
+			c.emit8(rpn.OpPopIO, s)
 		}
 	case p.IV != nil:
-		c.iv(p.Pos, "pop", p.IV, OpPopIV)
+		c.iv(p.Pos, "pop", p.IV, rpn.OpPopIV)
 	case p.LP:
-		c.emit(OpPopLP)
+		c.emit(rpn.OpPopLP)
 	default:
 		c.errorf(pos, "malformed pop")
 	}
@@ -1323,11 +1232,11 @@ func (c *compiler) pop(pos lexer.Position, p *dpdf.PopOperand) {
 
 // varInstr compiles an lv/gv instruction; the gv opcodes follow the lv
 // ones in the same order, 10 apart.
-func (c *compiler) varInstr(what string, v *dpdf.VarRef, imm, stack Opcode) {
+func (c *compiler) varInstr(what string, v *dpdf.VarRef, imm, stack rpn.Opcode) {
 	space := strings.ToLower(v.Space)
-	delta := Opcode(0)
+	delta := rpn.Opcode(0)
 	if space == "gv" {
-		delta = OpPushGVI - OpPushLVI
+		delta = rpn.OpPushGVI - rpn.OpPushLVI
 	}
 	if v.Index == nil {
 		if (space == "lv" && c.m.Vars == 0) || (space == "gv" && c.m.GVars == 0) {
@@ -1345,20 +1254,20 @@ func (c *compiler) varInstr(what string, v *dpdf.VarRef, imm, stack Opcode) {
 func (c *compiler) varOp(op string, v *dpdf.VarRef) {
 	switch op {
 	case "move":
-		c.varInstr(op, v, OpMoveLVI, OpMoveLV)
+		c.varInstr(op, v, rpn.OpMoveLVI, rpn.OpMoveLV)
 	case "inc":
-		c.varInstr(op, v, OpIncLVI, OpIncLV)
+		c.varInstr(op, v, rpn.OpIncLVI, rpn.OpIncLV)
 	case "dec":
-		c.varInstr(op, v, OpDecLVI, OpDecLV)
+		c.varInstr(op, v, rpn.OpDecLVI, rpn.OpDecLV)
 	}
 }
 
 func (c *compiler) log(l *dpdf.LogOperand) {
 	switch {
 	case l.Str:
-		c.emit(OpLogStr)
+		c.emit(rpn.OpLogStr)
 	case l.Mrf:
-		c.emit(OpLogMrf)
+		c.emit(rpn.OpLogMrf)
 	case l.Space != "":
 		space := strings.ToLower(l.Space)
 		i, ok := c.varIndex(space, l.Index)
@@ -1369,7 +1278,7 @@ func (c *compiler) log(l *dpdf.LogOperand) {
 		if space == "gv" {
 			total = c.m.GVars
 		}
-		n, ok := c.constant(l.Count, "log "+space+" count", 1, StackSize*8)
+		n, ok := c.constant(l.Count, "log "+space+" count", 1, rpn.StackSize*8)
 		if !ok {
 			return
 		}
@@ -1378,14 +1287,14 @@ func (c *compiler) log(l *dpdf.LogOperand) {
 			c.errorf(l.Count.Pos, "log %s,%d,%d reaches past the last variable (%s = %d)", space, i, n, key, total)
 			return
 		}
-		op := OpLogLV
+		op := rpn.OpLogLV
 		if space == "gv" {
-			op = OpLogGV
+			op = rpn.OpLogGV
 		}
 		c.emit16x2(op, i, uint16(n))
 	case l.Words != nil:
-		if n, ok := c.constant(l.Words, "log word count", 1, StackSize); ok {
-			c.emit8(OpLogN, uint8(n))
+		if n, ok := c.constant(l.Words, "log word count", 1, rpn.StackSize); ok {
+			c.emit8(rpn.OpLogN, uint8(n))
 		}
 	}
 }
@@ -1394,21 +1303,21 @@ func (c *compiler) log(l *dpdf.LogOperand) {
 // Sum the engine evaluates at insert time. An operation a Sum cannot hold
 // is reported at its operator; what tells the user what was being
 // compiled ("push d", "offset") and pos where it is written.
-func (c *compiler) sum(pos lexer.Position, n dpdf.Node, what string) (Sum, bool) {
+func (c *compiler) sum(pos lexer.Position, n dpdf.Node, what string) (rpn.Sum, bool) {
 	s, bad, err := reduce(n)
 	switch {
 	case err != nil:
 		c.evalError(n.Position(), err)
-		return Sum{}, false
+		return rpn.Sum{}, false
 	case bad != nil && what == "offset":
 		c.errorf(bad.Pos, "%s %s: a location adds and subtracts symbols and constants (do_fork+0x1c), possibly times constants", shown(bad), operation[bad.Op])
-		return Sum{}, false
+		return rpn.Sum{}, false
 	case bad != nil:
 		c.errorf(bad.Pos, "%s %s: only sums of symbols, sizeof and offsetof times constants can be resolved at insert time; push the operands separately and combine them with %s", shown(bad), operation[bad.Op], instruction[bad.Op])
-		return Sum{}, false
-	case len(s.Terms) > MaxTerms:
-		c.errorf(pos, "%s uses %d distinct symbols and types, at most %d", what, len(s.Terms), MaxTerms)
-		return Sum{}, false
+		return rpn.Sum{}, false
+	case len(s.Terms) > rpn.MaxTerms:
+		c.errorf(pos, "%s uses %d distinct symbols and types, at most %d", what, len(s.Terms), rpn.MaxTerms)
+		return rpn.Sum{}, false
 	}
 	return s, true
 }
@@ -1440,26 +1349,26 @@ func shown(n *dpdf.BinaryNode) string {
 // evaluates to what dpdf.Eval computes from the same symbols. It returns
 // the first operation a Sum cannot express in bad, or the error of a
 // constant operation (division by zero).
-func reduce(n dpdf.Node) (s Sum, bad *dpdf.BinaryNode, err error) {
+func reduce(n dpdf.Node) (s rpn.Sum, bad *dpdf.BinaryNode, err error) {
 	switch n := n.(type) {
 	case *dpdf.Num:
-		return Sum{Addend: n.Value}, nil, nil
+		return rpn.Sum{Addend: n.Value}, nil, nil
 	case *dpdf.Sym:
-		return Sum{Terms: []Term{{Kind: TermSymbol, Factor: 1, Name: n.Name}}}, nil, nil
+		return rpn.Sum{Terms: []rpn.Term{{Kind: rpn.TermSymbol, Factor: 1, Name: n.Name}}}, nil, nil
 	case *dpdf.SizeofNode:
-		return Sum{Terms: []Term{{Kind: TermSizeof, Factor: 1, Name: n.Type}}}, nil, nil
+		return rpn.Sum{Terms: []rpn.Term{{Kind: rpn.TermSizeof, Factor: 1, Name: n.Type}}}, nil, nil
 	case *dpdf.OffsetofNode:
-		return Sum{Terms: []Term{{Kind: TermOffsetof, Factor: 1, Name: n.Type, Field: n.Field}}}, nil, nil
+		return rpn.Sum{Terms: []rpn.Term{{Kind: rpn.TermOffsetof, Factor: 1, Name: n.Type, Field: n.Field}}}, nil, nil
 	case *dpdf.UnaryNode:
 		x, bad, err := reduce(n.X)
 		if bad != nil || err != nil {
-			return Sum{}, bad, err
+			return rpn.Sum{}, bad, err
 		}
 		switch n.Op {
 		case "-":
-			return x.scaled(^uint64(0)), nil, nil
+			return x.Scaled(^uint64(0)), nil, nil
 		case "~": // ~x == -x - 1
-			x = x.scaled(^uint64(0))
+			x = x.Scaled(^uint64(0))
 			x.Addend--
 			return x, nil, nil
 		}
@@ -1467,32 +1376,32 @@ func reduce(n dpdf.Node) (s Sum, bad *dpdf.BinaryNode, err error) {
 	case *dpdf.BinaryNode:
 		x, bad, err := reduce(n.X)
 		if bad != nil || err != nil {
-			return Sum{}, bad, err
+			return rpn.Sum{}, bad, err
 		}
 		y, bad, err := reduce(n.Y)
 		if bad != nil || err != nil {
-			return Sum{}, bad, err
+			return rpn.Sum{}, bad, err
 		}
 		xc, yc := len(x.Terms) == 0, len(y.Terms) == 0
 		switch {
 		case n.Op == "+":
-			return x.plus(y, 1), nil, nil
+			return x.Plus(y, 1), nil, nil
 		case n.Op == "-":
-			return x.plus(y, ^uint64(0)), nil, nil
+			return x.Plus(y, ^uint64(0)), nil, nil
 		case xc && yc:
 			v, err := dpdf.Eval(&dpdf.BinaryNode{Pos: n.Pos, Op: n.Op, X: &dpdf.Num{Value: x.Addend}, Y: &dpdf.Num{Value: y.Addend}}, nil)
-			return Sum{Addend: v}, nil, err
+			return rpn.Sum{Addend: v}, nil, err
 		case n.Op == "*" && yc:
-			return x.scaled(y.Addend), nil, nil
+			return x.Scaled(y.Addend), nil, nil
 		case n.Op == "*" && xc:
-			return y.scaled(x.Addend), nil, nil
+			return y.Scaled(x.Addend), nil, nil
 		case n.Op == "<<" && yc:
 			if y.Addend >= 64 {
-				return Sum{}, nil, nil
+				return rpn.Sum{}, nil, nil
 			}
-			return x.scaled(1 << y.Addend), nil, nil
+			return x.Scaled(1 << y.Addend), nil, nil
 		}
-		return Sum{}, n, nil
+		return rpn.Sum{}, n, nil
 	}
-	return Sum{}, nil, &dpdf.EvalError{Pos: n.Position(), Msg: "unknown expression"}
+	return rpn.Sum{}, nil, &dpdf.EvalError{Pos: n.Position(), Msg: "unknown expression"}
 }
