@@ -3,7 +3,6 @@
 package bpf
 
 import (
-	"errors"
 	"runtime"
 
 	"github.com/cilium/ebpf"
@@ -15,10 +14,6 @@ import (
 // On systems other than Linux the compiler works (Compile, CompileProbe:
 // a program can be checked anywhere) and everything that needs the
 // running kernel fails with ErrNotSupported.
-
-// ErrNotSupported is what the kernel target's loaders return on systems
-// other than Linux.
-var ErrNotSupported = errors.New("the kernel target (eBPF) is not supported on this OS: it needs Linux")
 
 // Available returns ErrNotSupported.
 func Available() error { return ErrNotSupported }

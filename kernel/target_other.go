@@ -3,14 +3,10 @@
 package kernel
 
 import (
-	"errors"
 	"time"
 
 	"github.com/gprobes/gprobes/probe"
 )
-
-// ErrNotSupported: the kernel target is Linux's eBPF.
-var ErrNotSupported = errors.New("not supported on this OS: the kernel target runs probes through Linux's eBPF")
 
 // Options configure the kernel target (see the Linux build).
 type Options struct {

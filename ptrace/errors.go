@@ -1,8 +1,9 @@
 package ptrace
 
-import "errors"
+import "github.com/gprobes/gprobes/internal/platform"
 
 // ErrNotSupported is returned by every entry point of the package when
 // gprobes was built for another system than Linux (ptrace_other.go): the
-// offline commands work there, live tracing does not.
-var ErrNotSupported = errors.New("ptrace: not supported on this OS: gprobes traces processes and guests from Linux")
+// offline commands work there, live tracing does not. It is
+// platform.ErrNotSupported, the one value every backend returns.
+var ErrNotSupported = platform.ErrNotSupported
