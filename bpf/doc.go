@@ -1,5 +1,5 @@
 // Package bpf compiles verified RPN programs (rpn.Program) to eBPF for the
-// kernel target (SPEC §7, issue 12) with cilium/ebpf's asm package (no
+// kernel target (docs/kernel.md) with cilium/ebpf's asm package (no
 // clang, no LLVM, no headers), and loads, attaches and reads them. It is
 // groundwork: the engine, the daemon and the command line do not use it
 // yet.
@@ -354,7 +354,7 @@
 // field the event lacks or of common_flags and common_preempt_count, and
 // any opcode added to the machine after this compiler.
 //
-// # What differs from the machine (SPEC §3)
+// # What differs from the machine (docs/language.md, "The RPN machine")
 //
 // The record is committed when the program ends, before the probed
 // instruction runs: eBPF cannot wait for it or know whether it faulted

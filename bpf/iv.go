@@ -7,7 +7,7 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// Instance variables (SPEC §6, docs/kernel.md "Instance variables"): the
+// Instance variables (docs/kernel.md, "Instance variables"): the
 // 8 words a call of a function carries from the probe at its entry to its
 // return probe. A call is known by the task, its stack pointer at the
 // entry (pointing at the return address) and the function:

@@ -6,7 +6,7 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// Switching (SPEC §6, docs/kernel.md "Switching"): the switches of a
+// Switching (docs/kernel.md, "Switching"): the switches of a
 // module are one byte per minor, 0 on and 1 off, in a one-entry array of
 // SwitchSize bytes (Maps.Switch, NewSwitch), byte m for minor m. The
 // sources of one module inserted with --merge share it (MapOptions.Switch,

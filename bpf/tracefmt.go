@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// FieldKind is how push field,NAME pushes a tracepoint field (SPEC §6:
+// FieldKind is how push field,NAME pushes a tracepoint field (docs/language.md, tracepoint:
 // integers by value, arrays and strings by address).
 type FieldKind uint8
 

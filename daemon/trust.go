@@ -10,7 +10,7 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// Trust is what the daemon accepts (SPEC §8): signed packs only, from
+// Trust is what the daemon accepts (docs/ppdf.md, "The customer"): signed packs only, from
 // whom, and whether modules may write their targets. Set before Listen.
 type Trust struct {
 	// RequireSigned refuses a pack without a good signature by a key of

@@ -630,7 +630,7 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 // as stepDone would (rip and a call's return address taken back to the
 // original code) and its records committed. Rewinding a thread that had
 // run its instruction made it run twice: a lock add on a counter counted
-// 1-3 too many after remove, SIGTERM or Ctrl-C (issue 9.2). It reports
+// 1-3 too many after remove, SIGTERM or Ctrl-C. It reports
 // whether the registers changed.
 func (e *Engine) detachStep(th *thread, r *Regs, sigOf map[int][]Event) bool {
 	st := th.step

@@ -587,8 +587,8 @@ func (e *Engine) checkBoundary(sp *space, set *symbols.Set, bias, link, addr uin
 // rendezvous), one held until Go, one whose event waits in the queue;
 // whoever stopped it resumes it. Resuming it here let a new program run
 // from its exec stop while its probes were still going in, and a thread
-// in the middle of a hit run on from after its int3 (issue 9: a program
-// exec'd with a pending probe died of SIGSEGV). Only a thread the engine
+// in the middle of a hit run on from after its int3 (a program exec'd
+// with a pending probe died of SIGSEGV). Only a thread the engine
 // stops for f is resumed after it.
 func (e *Engine) withStoppedThread(spID int, f func(tid int) error) error {
 	tids := e.tgt.Threads(spID)

@@ -8,7 +8,7 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// Switching (SPEC §6; docs/engine.md, "Switching"): enabled = no, enable
+// Switching (docs/engine.md, "Switching"): enabled = no, enable
 // MINOR and disable MINOR in programs, gprobes enable and disable.
 //
 // A switch belongs to a minor of a module: every probe of the module with

@@ -10,7 +10,7 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// Watch probes (SPEC §6, `watch = EXPR,LEN,MODE`): the program runs right
+// Watch probes (`watch = EXPR,LEN,MODE`, docs/language.md): the program runs right
 // after an instruction wrote (w) or read or wrote (rw) any of the LEN
 // bytes at EXPR. They are x86's data breakpoints: debug registers DR0-DR3
 // hold the addresses, DR7 their lengths and kinds of access, and a hit is

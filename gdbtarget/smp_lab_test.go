@@ -45,7 +45,7 @@ log str
 exit 1
 `
 
-// TestGuestSMP (issue 14, SMP guests): a guest with two vCPUs, two
+// TestGuestSMP (docs/guest.md, "SMP guests"): a guest with two vCPUs, two
 // workloads pinned one to each (taskset) making their calls at the same
 // time. Every hit is counted exactly, per process and so per vCPU; each
 // record's procid is the vCPU the guest's kernel says the task was on,

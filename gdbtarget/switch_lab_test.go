@@ -47,7 +47,7 @@ disable 2
 out: exit 0
 `
 
-// Switching on a guest kernel through QEMU's stub (SPEC §6): gpwork's
+// Switching on a guest kernel through QEMU's stub (docs/language.md, "Switching"): gpwork's
 // rounds are N getppid, N reads of /dev/zero (A: on), N writes to
 // /dev/null (B), 2N opens (C: off); its lines to the console are written
 // after an open, so B records exactly N writes a round, every one to

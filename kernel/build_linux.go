@@ -8,7 +8,8 @@ import (
 	"github.com/gprobes/gprobes/symbols"
 )
 
-// The kernel target binds a module to the build it runs (SPEC §8): the
+// The kernel target binds a module to the build it runs (docs/ppdf.md,
+// "Packs for customers"): the
 // kernel image's build ID is in /sys/kernel/notes, a loaded kernel
 // module's in /sys/module/NAME/notes/.note.gnu.build-id (the note the
 // kernel keeps of the .ko's). Both are read at each placement, so a

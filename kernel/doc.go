@@ -1,4 +1,4 @@
-// Package kernel is the `kernel` target (SPEC §7, issue 12): the running
+// Package kernel is the `kernel` target (docs/kernel.md): the running
 // kernel of this machine and its loaded modules, probed through eBPF.
 // docs/kernel.md is the user's page; this is how it is built.
 //

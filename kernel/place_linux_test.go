@@ -155,7 +155,8 @@ func TestReloadedSince(t *testing.T) {
 // BenchmarkInsert100Tracepoints: a module of 100 tracepoint probes (the
 // sys_enter events of 100 system calls, each counting) inserted and
 // removed; insert-ms and remove-ms are one insert's and one remove's
-// wall time (issue 12: a module of 100 probes inserts in under a second).
+// wall time (the aim: a module of 100 probes inserts in under a second;
+// docs/kernel.md, "Where probes go").
 // This machine has no kprobes or fentry: the lab guest's TestKernelLab
 // times 100 function probes.
 //

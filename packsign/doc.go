@@ -1,5 +1,5 @@
 // Package packsign signs PPDF probe packs and checks their signatures with
-// the SSH keys a vendor already has (SPEC §8, issue 15): the SSHSIG format
+// the SSH keys a vendor already has (docs/ppdf.md, "Packs for customers"): the SSHSIG format
 // of `ssh-keygen -Y sign`, namespace "gprobes", in a detached PACK.sig
 // beside the pack, exactly the file ssh-keygen writes, so that
 // `ssh-keygen -Y verify -n gprobes` checks a pack gprobes signed and

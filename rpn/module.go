@@ -147,7 +147,8 @@ func (l Location) String() string {
 	return l.Text
 }
 
-// ProbeKind is what makes a probe's program run (SPEC §6): the keyword its
+// ProbeKind is what makes a probe's program run (docs/language.md, "Probe
+// kinds"): the keyword its
 // definition starts with.
 type ProbeKind uint8
 
@@ -173,7 +174,7 @@ func (k ProbeKind) String() string {
 }
 
 // DefaultMaxActive is a retprobe's maxactive when not given: the calls
-// tracked at once per thread (SPEC §6).
+// tracked at once per thread (docs/language.md, retprobe).
 const DefaultMaxActive = 64
 
 // Limits of the probe kinds' data (docs/language.md, "Probe kinds").

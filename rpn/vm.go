@@ -59,7 +59,7 @@ type Switcher interface {
 // IVEnv is an Env that gives the instance variables of the call a hit
 // belongs to (push iv,I and pop iv,I): the MaxIV words that an offset
 // probe at a function's entry and the retprobe of the same call share
-// (SPEC §6). IV returns that call's words, which the machine reads and
+// (docs/language.md, "Instance variables"). IV returns that call's words, which the machine reads and
 // writes in place during the hit, or nil when the hit belongs to no call.
 // The machine asks once per hit, at the first push iv or pop iv. Without
 // IVEnv, or for nil, the hit gets MaxIV zero words of its own, dropped

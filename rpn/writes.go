@@ -5,7 +5,7 @@ import "strings"
 // A module that writes its target can change what the probed code does:
 // pop r and pop u set registers (the interrupted context's, or a kernel
 // task's saved user-mode ones), pop mrf stores to memory, pop io writes
-// an IO port. SPEC §8 wants that said plainly (check, disasm, query) and
+// an IO port. gprobes says that plainly (check, disasm, query; docs/ppdf.md) and
 // a daemon started with --read-only refuses such modules.
 
 // Write is an instruction that writes the target.

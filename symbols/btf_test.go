@@ -117,7 +117,7 @@ func optionalTool(t testing.TB, tool, pkg string) string {
 
 // multiDim says why a layout line about the two-dimensional grid member
 // cannot agree with C in BTF: pahole writes int grid[2][3] as int grid[6]
-// (dwarves issue 33), GCC before the fix of PR debug/114186 as int
+// (https://github.com/acmel/dwarves/issues/33), GCC before the fix of PR debug/114186 as int
 // grid[3][2]. The outer size and offset are right; indexes are not.
 func multiDim(kind, typ, field string) string {
 	if strings.HasPrefix(field, "grid[") {

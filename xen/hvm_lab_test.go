@@ -17,7 +17,7 @@ import (
 
 // TestXenPVH boots the Xen lab (QEMU TCG, -cpu qemu64,+npt: AMD SVM with
 // nested paging) and finds out what reaches dom0 from a PVH domU, an HVM
-// container (issue 14.3; docs/xen.md, "HVM and PVH domains"):
+// container (docs/xen.md, "HVM and PVH domains"):
 //
 //   - Xen sees SVM and HAP (xl info's virt_caps) and boots a PVH domU;
 //   - xenrecord reads vCPU 0's context and walks its page tables to

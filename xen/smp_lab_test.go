@@ -42,7 +42,8 @@ log str
 exit 1
 `
 
-// TestXenSMP (issue 14, SMP guests, and issue 14.6): a PV domU with two
+// TestXenSMP (SMP guests; docs/xen.md counts the hypercalls of a
+// hit): a PV domU with two
 // vCPUs, probed from dom0 by the native backend (debug registers, VIRQ_
 // DEBUGGER) while two gpwork processes, pinned one to each vCPU
 // (taskset), make their calls at the same time. Every hit is counted

@@ -8,8 +8,8 @@ import (
 	"testing"
 )
 
-// Hostile DPDFs through every command that reads one (issue 9, items 9 to
-// 11): nothing crashes, every error is positioned, check and build say the
+// Hostile DPDFs through every command that reads one (docs/language.md,
+// "File structure": errors are made safe for a terminal): nothing crashes, every error is positioned, check and build say the
 // same, and no byte of the file that a terminal acts on is echoed raw.
 
 const hostileHeader = "name = x\nmodtype = user\noffset = 1\n"

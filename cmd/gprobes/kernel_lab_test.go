@@ -285,7 +285,7 @@ func getppidBoundary(t *testing.T) (off, n int, text string) {
 }
 
 // TestKernelLab: gprobes run --target kernel and the daemon in the lab
-// guest, on function probes (docs/kernel.md, issue 12), with the exact
+// guest, on function probes (docs/kernel.md), with the exact
 // counts of gpwork:
 //
 //   - entry: offset = __x64_sys_getppid goes in as fentry; hits, lv and
@@ -894,7 +894,7 @@ func rmd160OtherBuild(t *testing.T) otherBuild {
 	return otherBuild{data: data, id: id, other: other}
 }
 
-// testKernelLabModulePack (issue 15): packs bound to a kernel module's
+// testKernelLabModulePack (docs/ppdf.md, "Packs for customers"): packs bound to a kernel module's
 // build. In the guest, gprobes builds rmd160.dpdf for the module's .ko (its
 // .note.gnu.build-id; its symbols have no addresses before it loads, so
 // the location stays symbolic; its types are split BTF on the kernel's),

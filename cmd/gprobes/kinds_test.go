@@ -122,7 +122,7 @@ func TestCheckKinds(t *testing.T) {
 	}
 }
 
-// sim of the latency pair (SPEC §6): the entry stores push ts in iv 0, the
+// sim of the latency pair (docs/language.md, "Instance variables"): the entry stores push ts in iv 0, the
 // return of the same call logs the time taken; --iv presets the call's
 // words and the report shows them, on the DPDF and the PPDF.
 func TestSimIV(t *testing.T) {

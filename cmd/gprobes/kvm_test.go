@@ -20,7 +20,7 @@ import (
 	"github.com/gprobes/gprobes/internal/testkit"
 )
 
-// The seed 003 scenario of issue 12 on a real vCPU: testdata/kvm/vmm.c,
+// A stateful kernel trace of a VMM's port IO on a real vCPU: testdata/kvm/vmm.c,
 // a minimal VMM, and testdata/examples/kvm_pio.dpdf, a stateful trace over
 // the kvm:kvm_pio and kvm:kvm_userspace_exit tracepoints.
 

@@ -315,7 +315,8 @@ func printProbes(w io.Writer, probes []daemon.TargetProbe) {
 			fmt.Fprintf(w, "file: %s %s is %s\n", p.Target, p.Module, p.File)
 		}
 	}
-	// what the probes write in their targets, said plainly (SPEC §8)
+	// what the probes write in their targets, said plainly (docs/ppdf.md,
+	// "Packs for customers": a customer sees what a module may change)
 	for _, p := range probes {
 		if p.Writes != "" {
 			fmt.Fprintf(w, "writes: %s %s minor %d %s: %s\n", p.Target, p.Module, p.Minor, p.Location, p.Writes)

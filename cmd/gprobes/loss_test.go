@@ -177,7 +177,8 @@ func lv0(t *testing.T, sock string, pid int) int {
 	return 0
 }
 
-// The daemon on a full disk (issue 9.5): a 64 KiB tmpfs holds its state.
+// The daemon on a full disk (docs/api.md, "Lost records"): a 64 KiB tmpfs
+// holds its state.
 // 20,000 records are committed; those the file cannot take are counted,
 // exactly, and shown by query, log and /v1/status with the error; the file
 // has only whole lines; the daemon answers other clients all along; once

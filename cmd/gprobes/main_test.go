@@ -175,7 +175,7 @@ func TestCheckReportsEveryError(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, errs)
 		}
 	}
-	// issue 9.10: an unknown instruction, a bad variable index and a jump
+	// every error of a file at once: an unknown instruction, a bad variable index and a jump
 	// to an undefined label (the syntax error hid the third), with a
 	// duplicate label and a static call chain too deep for the verifier
 	// in the next probe: all of them, sorted, in one run

@@ -15,7 +15,7 @@ import (
 	"github.com/gprobes/gprobes/symbols"
 )
 
-// TestPackGuestKernel (issue 15.1, 15.2, the QEMU lab): a pack bound to a
+// TestPackGuestKernel (the QEMU lab; docs/ppdf.md, "Packs for customers"): a pack bound to a
 // guest kernel's build, its build ID read from guest memory. The guest
 // boots with KASLR; the daemon is given System.map alone at insert (no file
 // with a build ID), so the ID it compares can only come from the guest's

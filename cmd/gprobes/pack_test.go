@@ -58,7 +58,8 @@ func customer(t *testing.T, gp, pack, allowed string, program ...string) (string
 
 var greetRecord = regexp.MustCompile(`(?m)log libgreet\.so\(0,0\) greet 0x[0-9a-f]+ pid \d+ tid \d+ exit 1 data ([1-9])$`)
 
-// TestPackExample: the vendor's flow end to end on processes (issue 15.5):
+// TestPackExample: the vendor's flow end to end on processes (docs/ppdf.md,
+// "The vendor"):
 // make builds two variants of a library and one signed pack for both;
 // rebuilt, the pack and its signature are the same bytes; ssh-keygen
 // verifies the signature; customer.sh (a daemon that requires packs
@@ -234,7 +235,7 @@ func TestPackRefusals(t *testing.T) {
 	}
 }
 
-// TestWritesShown (issue 15.4): check, disasm and query say what a module
+// TestWritesShown: check, disasm and query say what a module
 // writes in its target, and nothing of the kind for one that only reads.
 func TestWritesShown(t *testing.T) {
 	dir := t.TempDir()
@@ -262,7 +263,7 @@ func TestWritesShown(t *testing.T) {
 	}
 }
 
-// TestPackRunningKernel (issue 15.1, 15.2): on the kernel target a pack is
+// TestPackRunningKernel: on the kernel target a pack is
 // bound to the running kernel's build ID (/sys/kernel/notes): one built
 // for it (its symbols a copy of the notes) goes in, one built for another
 // kernel is refused naming both IDs, and a pack of both builds takes this

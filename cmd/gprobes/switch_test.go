@@ -17,7 +17,7 @@ import (
 	"github.com/gprobes/gprobes/internal/testkit"
 )
 
-// Switching (SPEC §6, docs/language.md "Switching") on real targets: the
+// Switching (docs/language.md, "Switching") on real targets: the
 // stateful trace "B recorded only between A and C" with exact counts on
 // a process (int3 route and jump pads, 4 threads) and on the kernel
 // target (tracepoints, the pid filter of run --target kernel -- CMD), and

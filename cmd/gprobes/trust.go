@@ -9,7 +9,7 @@ import (
 	"github.com/gprobes/gprobes/packsign"
 )
 
-// Signed packs (SPEC §8, package packsign): insert, run, check and disasm
+// Signed packs (docs/ppdf.md, "Packs for customers"; package packsign): insert, run, check and disasm
 // verify a pack's signature when given --allowed-signers, before the pack
 // is decoded and before anything of a target is touched; the daemon does
 // the same with its own flags (daemonTrust).

@@ -17,7 +17,7 @@ import (
 	"github.com/gprobes/gprobes/internal/testkit"
 )
 
-// TestJumpUnprivileged is issue 11's "Unprivileged use": a user who may
+// TestJumpUnprivileged: a user who may
 // ptrace their own process probes it without root, on the jump route.
 // Under root (CI) gprobes and the fixture run as nobody (uid and gid
 // 65534, no groups, no capabilities: setpriv); otherwise as the user

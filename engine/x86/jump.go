@@ -1,7 +1,6 @@
 package x86
 
-// Jump placement, for jump pads (issue 11, groundwork: nothing calls this
-// yet).
+// Jump placement, for jump pads (docs/engine.md, "Jump pads: probes that run inside the process").
 //
 // A fast probe replaces the instruction at a probe address with a 5-byte
 // `jmp rel32` (e9 + rel32) to a pad in the process. When that instruction

@@ -7,7 +7,8 @@ import (
 	"golang.org/x/arch/x86/x86asm"
 )
 
-// Relocation of the instructions a jump covers into a jump pad (issue 11).
+// Relocation of the instructions a jump covers into a jump pad
+// (docs/engine.md, "Jump pads: probes that run inside the process").
 // PlanJump decided the instructions may move; RelocateForPad writes each
 // one at its new address and StackDelta says how it moves rsp, so the pad
 // finds its own state again after running them (docs/engine.md, "Jump
