@@ -1,8 +1,7 @@
 // Package bpf compiles verified RPN programs (rpn.Program) to eBPF for the
 // kernel target (docs/kernel.md) with cilium/ebpf's asm package (no
-// clang, no LLVM, no headers), and loads, attaches and reads them. It is
-// groundwork: the engine, the daemon and the command line do not use it
-// yet.
+// clang, no LLVM, no headers), and loads, attaches and reads them. The
+// kernel target (package kernel) uses it for every probe it places.
 //
 // # One probe, one program
 //
