@@ -18,7 +18,8 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// Jump pads (issue 11; docs/engine.md, "Jump pads"): on a process, a probe
+// Jump pads (docs/engine.md, "Jump pads: probes that run inside the
+// process"): on a process, a probe
 // whose instructions a 5-byte jump may cover runs in the thread that hits
 // it, in a pad gprobes writes into the process, with no trap. The engine
 // keeps everything else: it places pads (threads stopped), turns a fault

@@ -1,6 +1,6 @@
 // Package pad builds jump pads: the code gprobes writes into a process
-// so that a probe runs in the thread that hits it, with no trap (issue 11;
-// docs/engine.md, "Jump pads"), and the data region the pads share with
+// so that a probe runs in the thread that hits it, with no trap
+// (docs/engine.md, "Jump pads: probes that run inside the process"), and the data region the pads share with
 // gprobes: counters, local variables, the clock, the thread table and the
 // ring of committed records.
 package pad

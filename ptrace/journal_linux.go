@@ -33,7 +33,8 @@ const DefaultJournalDir = "/run/gprobes/proc"
 
 // JournalDir is the folder of the process journals: GPROBES_PROC_JOURNAL,
 // else root's DefaultJournalDir; another user (who may probe their own
-// processes: issue 11) cannot write /run, and keeps them in
+// processes, docs/engine.md "Never harm the target": unprivileged use)
+// cannot write /run, and keeps them in
 // $XDG_RUNTIME_DIR/gprobes/proc (also cleared at boot), else in
 // /tmp/gprobes-UID/proc. `gprobes recover` run by that user finds them.
 func JournalDir() string {
@@ -79,7 +80,7 @@ type savedByte struct {
 	// address may hold another program's code, which is left alone
 	Dev   string `json:"dev"`
 	Inode uint64 `json:"inode"`
-	// a jump pad's jump (issue 11): Code was written over Was
+	// a jump pad's jump: Code was written over Was
 	Code []byte `json:"code,omitempty"`
 	Was  []byte `json:"was,omitempty"`
 }

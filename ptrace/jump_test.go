@@ -20,7 +20,7 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-// Jump pads (issue 11) against real processes: testdata/bench/kinds.c,
+// Jump pads (docs/engine.md) against real processes: testdata/bench/kinds.c,
 // whose functions start with the common first instructions, checks its
 // own results; the probes count and log two registers.
 

@@ -159,7 +159,7 @@ type mapped struct {
 // otherwise (the file was rebuilt, replaced or deleted since the process
 // mapped it) the mapping itself is opened through /proc/PID/map_files.
 // Reading the path regardless gave a rebuilt program the old program's
-// offsets: an int3 in the middle of an instruction (issue 9.3).
+// offsets: an int3 in the middle of an instruction.
 func mappedFile(pid int, path string, maps []Mapping) (mapped, error) {
 	var m *Mapping
 	for i := range maps {

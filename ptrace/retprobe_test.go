@@ -328,7 +328,9 @@ exit 1
 	}
 }
 
-// Latency with instance variables, the four instructions of SPEC §6:
+// Latency with instance variables, the four instructions of
+// docs/language.md's "Instance variables" (push ts; pop iv,0 at the
+// entry, push ts; push iv,0; sub at the return):
 // each call's duration as the probes measure it agrees with the
 // program's own clock_gettime around the call. The probes' two
 // timestamps are taken inside the program's interval, so a probe's

@@ -20,7 +20,7 @@ import (
 )
 
 // TestNeverHarm is docs/engine.md's "Never harm the target" tried as a
-// user would (issues 9 and 11): a 4-thread program whose first probed
+// user would, on both routes (int3 and jump pads): a 4-thread program whose first probed
 // instruction is a lock add on a global (a jump pad's covered
 // instruction, or stepped out of line on the int3 route), with exec,
 // detach under load, a rebuilt binary and a daemon killed with SIGKILL
@@ -112,7 +112,7 @@ func lvs(out, module string) (lock, push int, ok bool) {
 	return 0, 0, false
 }
 
-// exec (issue 9.1): the probes' module is the program a traced process
+// exec: the probes' module is the program a traced process
 // is about to exec, by every way of starting it: run -- launcher, and a
 // daemon attached to the launcher before it execs.
 func harmExec(t *testing.T, fx harmFixture) {
@@ -148,7 +148,7 @@ func harmExec(t *testing.T, fx harmFixture) {
 	}
 }
 
-// detach (issue 9.2): probes taken out while 4 threads run through them:
+// detach: probes taken out while 4 threads run through them:
 // remove, SIGTERM to the daemon, Ctrl-C of run --target pid:N. On the jump
 // route a thread goes through a pad in tens of nanoseconds, so a fixture
 // with a fixed count would be over before the detach: this one runs until
@@ -217,7 +217,7 @@ func harmDetach(t *testing.T, fx harmFixture) {
 	times.log(t)
 }
 
-// rebuild (issue 9.3): one daemon, the program rebuilt at the same path
+// rebuild: one daemon, the program rebuilt at the same path
 // before every round with its functions moved.
 func harmRebuild(t *testing.T, fx harmFixture) {
 	dir := t.TempDir()
@@ -244,10 +244,10 @@ func harmRebuild(t *testing.T, fx harmFixture) {
 	}
 }
 
-// sigkill (issue 9.4): the daemon killed with SIGKILL with its probes in
+// sigkill: the daemon killed with SIGKILL with its probes in
 // a process; put back by the guard, by gprobes recover (the guard killed
 // too), or by the next daemon as it starts. First with the probes not yet
-// hit, then (issue 11) with the 4 threads running through the pads: the
+// hit, then on the jump route with the 4 threads running through the pads: the
 // jumps go back while the threads run (recovery stops every thread
 // first), the pads meanwhile run with nobody draining them, and the
 // program must finish with its own totals exact and exit 0.
