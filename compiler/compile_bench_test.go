@@ -1,4 +1,4 @@
-package rpn_test
+package compiler_test
 
 import (
 	"flag"
