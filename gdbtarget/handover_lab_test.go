@@ -41,20 +41,19 @@ func bootSmall(t *testing.T) *guest {
 // waitRec waits for a record of the module's probe minor.
 func (g *guest) waitRec(minor uint16, timeout time.Duration) engine.Record {
 	g.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	var rec engine.Record
+	testkit.Wait(g.t, timeout, fmt.Sprintf("a record of probe %d", minor), func() (bool, string) {
 		g.mu.Lock()
+		defer g.mu.Unlock()
 		for _, r := range g.recs {
 			if r.Minor == minor {
-				g.mu.Unlock()
-				return r
+				rec = r
+				return true, ""
 			}
 		}
-		g.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-	}
-	g.t.Fatalf("no record of probe %d in %v", minor, timeout)
-	return engine.Record{}
+		return false, fmt.Sprintf("%d records of other probes", len(g.recs))
+	})
+	return rec
 }
 
 // TestGuestPopU: push io and pop io reach the guest's IO space through
@@ -214,9 +213,21 @@ func TestGuestHandover(t *testing.T) {
 	g := bootSmall(t)
 	g.attach(gdbtarget.Options{})
 	infos := g.insert(compile(t, handover))
-	if err := g.vm.Start("sleep 2; sync; echo synced"); err != nil {
+	// sync waits for a file the host makes once Start has returned: the
+	// hand-over stops the whole guest, and Start's answer must be out by
+	// then. The answer of the command that makes the file may come after
+	// gdb's detach: it is waited for in the background
+	if err := g.vm.Start("waitfor -t 300 'the host to start it' 'test -e /tmp/go' && sync && echo synced"); err != nil {
 		t.Fatal(err)
 	}
+	touched := make(chan error, 1)
+	go func() {
+		_, rc, err := g.vm.Run("touch /tmp/go", 5*time.Minute)
+		if err == nil && rc != 0 {
+			err = fmt.Errorf("touch /tmp/go: status %d", rc)
+		}
+		touched <- err
+	}()
 	rec := g.waitRec(1, 2*time.Minute)
 	t.Logf("exit 4: %s", rec.Debugger)
 	if !strings.Contains(rec.Debugger, "target remote "+g.vm.GDBAddr()) {
@@ -245,8 +256,11 @@ func TestGuestHandover(t *testing.T) {
 	if a := infos[0].Address; word(rec, 0) != a || pc != next {
 		t.Errorf("gdb's pc %#x, want %#x: the instruction after the probe at %#x (rip logged %#x)", pc, next, a, word(rec, 0))
 	}
-	if _, err := g.vm.WaitFor(regexp.MustCompile(`synced`), time.Minute); err != nil {
+	if _, err := g.vm.WaitFor(regexp.MustCompile(`synced`), 3*time.Minute); err != nil {
 		t.Errorf("the guest did not run on after gdb detached: %v", err)
+	}
+	if err := <-touched; err != nil {
+		t.Error(err)
 	}
 }
 

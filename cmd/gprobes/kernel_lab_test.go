@@ -24,6 +24,7 @@ import (
 	"golang.org/x/arch/x86/x86asm"
 
 	"github.com/gprobes/gprobes/daemon"
+	"github.com/gprobes/gprobes/lab/labkit"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 )
 
@@ -402,7 +403,7 @@ func TestKernelLab(t *testing.T) {
 	})
 
 	// the daemon for what follows
-	daemonPid := strings.TrimSpace(mustGuest(t, vm, "gprobes daemon </dev/null >/tmp/daemon.log 2>&1 & echo $!; i=0; until [ -S /run/gprobes/gprobes.sock ]; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done"))
+	daemonPid := strings.TrimSpace(mustGuest(t, vm, "gprobes daemon </dev/null >/tmp/daemon.log 2>&1 & echo $!; "+daemonServing))
 	t.Logf("daemon pid %s", daemonPid)
 
 	t.Run("iv4", func(t *testing.T) {
@@ -479,8 +480,10 @@ func TestKernelLab(t *testing.T) {
 		if want := fmt.Sprintf("gpprogs gp_ %d\n", 5+others+1); !strings.Contains(before, want) { // 5 probes, the others, and kmem's
 			t.Errorf("want %q:\n%s", want, before)
 		}
-		mustGuest(t, vm, "kill -9 "+daemonPid+"; i=0; while kill -0 "+daemonPid+" 2>/dev/null; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done")
-		after := mustGuest(t, vm, "i=0; until gpprogs | grep -q ' 0$'; do i=$((i+1)); [ $i -gt 50 ] && break; sleep 0.1; done; gpprogs; cat /sys/kernel/debug/kprobes/list; cat /sys/kernel/tracing/kprobe_events")
+		mustGuest(t, vm, "kill -9 "+daemonPid+"; "+labkit.Wait{What: "the daemon to die", Cond: "! kill -0 " + daemonPid, Show: "ps"}.Cmd())
+		// (the kernel frees them as it closes the dead daemon's files;
+		// the wait's failure, if any, is the start of what is checked)
+		after := mustGuest(t, vm, labkit.Wait{What: "the kernel to free the dead daemon's programs", Cond: "gpprogs | grep -q ' 0$'", Show: "gpprogs"}.Cmd()+"; gpprogs; cat /sys/kernel/debug/kprobes/list; cat /sys/kernel/tracing/kprobe_events")
 		t.Logf("after SIGKILL:\n%s", after)
 		if !strings.HasPrefix(after, "gpprogs gp_ 0\n") {
 			t.Errorf("programs left:\n%s", after)
@@ -545,12 +548,16 @@ func queryDaemon(t testing.TB, vm *qemulab.VM) []daemon.TargetProbe {
 }
 
 // waitState waits in the guest until query shows module's probes in
-// state (at most 30 s) and returns how long that took, in seconds.
+// state and returns how long that took, in seconds.
 func waitState(t *testing.T, vm *qemulab.VM, module, state, before string) float64 {
 	t.Helper()
-	d := timed(t, vm, before+"; i=0; until gprobes query "+module+" | grep -q ' "+state+" '; do i=$((i+1)); [ $i -gt 150 ] && exit 1; sleep 0.2; done")
+	d := timed(t, vm, before+"; "+labkit.Wait{What: module + "'s probes " + state, Cond: "gprobes query " + module + " | grep -q ' " + state + " '", Show: "gprobes query " + module}.Cmd())
 	return d
 }
+
+// daemonServing waits in the guest until the daemon just started (pid $!,
+// output in /tmp/daemon.log) serves.
+var daemonServing = labkit.Wait{What: "gprobes daemon", Cond: "grep -q 'serving /run/gprobes/gprobes.sock' /tmp/daemon.log", Show: "cat /tmp/daemon.log", Pid: "$!"}.Cmd()
 
 // The probes of a kernel module, through the daemon: pending, active at
 // the module's load, pending at its unload, and so on.
@@ -624,7 +631,7 @@ func testKernelLabModules(t *testing.T, vm *qemulab.VM) {
 
 	// unloaded and loaded again within one poll: the kernel drops the
 	// kprobe ([GONE] in its list); gprobes places it again
-	d = timed(t, vm, "rmmod rmd160 && modprobe rmd160; i=0; until grep rmd160_final /sys/kernel/debug/kprobes/list | grep -vq GONE; do i=$((i+1)); [ $i -gt 150 ] && exit 1; sleep 0.2; done")
+	d = timed(t, vm, "rmmod rmd160 && modprobe rmd160; "+labkit.Wait{What: "rmd160_final's kprobe placed again", Cond: "grep rmd160_final /sys/kernel/debug/kprobes/list | grep -vq GONE", Show: "cat /sys/kernel/debug/kprobes/list"}.Cmd())
 	t.Logf("rmmod and modprobe at once: the kprobe placed again after %.2f s", d)
 	hash(5)
 	check("reloaded at once, 5 hashes", "active", "kprobe", 32, "")
@@ -702,7 +709,7 @@ func BenchmarkKernelLabTable1(b *testing.B) {
 		}
 	}
 	vm := bootKernelLab(b, extra...)
-	mustGuest(b, vm, "gprobes daemon </dev/null >/tmp/daemon.log 2>&1 & i=0; until [ -S /run/gprobes/gprobes.sock ]; do i=$((i+1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done")
+	mustGuest(b, vm, "gprobes daemon </dev/null >/tmp/daemon.log 2>&1 & "+daemonServing)
 	load := func() string { b, _ := os.ReadFile("/proc/loadavg"); return strings.TrimSpace(string(b)) }
 	loadBefore := load()
 	latRe := regexp.MustCompile(`(?m)^GPWORK lat \w+ ([0-9.]+)$`)

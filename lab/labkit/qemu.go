@@ -35,6 +35,9 @@ type QEMU struct {
 	exitErr  error
 	waitNext int // first line WaitFor has not looked at
 	logFile  *os.File
+	marks    []Milestone
+	reached  []time.Duration // when each of marks was first seen; 0: not yet
+	lastLine time.Duration   // when the last complete line came
 
 	killOnce sync.Once
 	done     chan struct{} // closed when QEMU has exited and been reaped
@@ -54,12 +57,22 @@ type QEMUConfig struct {
 	TmpDir     string     // the VM's temporary files: removed by Kill and Cleanup
 	// a line matching Panic ends a boot wait (WaitLine with boot) at once
 	Panic *regexp.Regexp
+	// Milestones of the boot, in order: the first line matching each is
+	// timed, and a wait that fails says which were seen when (Progress)
+	Milestones []Milestone
+}
+
+// Milestone is a step of a boot, recognised by the first line matching Re.
+type Milestone struct {
+	Name string
+	Re   *regexp.Regexp
 }
 
 // StartQEMU runs cfg.Binary (qemu-system-x86_64). Cancelling ctx kills it,
 // and it gets SIGKILL if this process dies first.
 func StartQEMU(ctx context.Context, cfg QEMUConfig) (*QEMU, error) {
-	q := &QEMU{panicRe: cfg.Panic, tmpDir: cfg.TmpDir, changed: make(chan struct{}), done: make(chan struct{})}
+	q := &QEMU{panicRe: cfg.Panic, tmpDir: cfg.TmpDir, changed: make(chan struct{}), done: make(chan struct{}),
+		marks: cfg.Milestones, reached: make([]time.Duration, len(cfg.Milestones))}
 	bin := cfg.Binary
 	if bin == "" {
 		bin = "qemu-system-x86_64"
@@ -150,7 +163,14 @@ func (q *QEMU) readSerial(r io.Reader, done chan struct{}) {
 					break
 				}
 				q.partial = append(q.partial, chunk[:i]...)
-				q.lines = append(q.lines, strings.ReplaceAll(string(q.partial), "\r", ""))
+				line := strings.ReplaceAll(string(q.partial), "\r", "")
+				q.lines = append(q.lines, line)
+				q.lastLine = time.Since(q.started)
+				for j, m := range q.marks {
+					if q.reached[j] == 0 && m.Re.MatchString(line) {
+						q.reached[j] = q.lastLine
+					}
+				}
 				q.partial = q.partial[:0]
 				chunk = chunk[i+1:]
 			}
@@ -184,26 +204,81 @@ func (q *QEMU) WaitLine(ctx context.Context, from int, timeout time.Duration, ma
 			}
 			if boot && q.panicRe != nil && q.panicRe.MatchString(l) {
 				q.mu.Unlock()
-				time.Sleep(time.Second) // let the rest of the message arrive
-				return "", -1, fmt.Errorf("panic\n%s", q.LogTail(60))
+				q.panicEnd()
+				return "", -1, fmt.Errorf("panic (%s)\n%s", q.Progress(), q.LogTail(60))
 			}
 		}
 		from = len(q.lines)
 		if q.exited {
 			err := q.exitErr
 			q.mu.Unlock()
-			return "", -1, fmt.Errorf("%s exited (%v)\n%s", q.bin, err, q.LogTail(60))
+			return "", -1, fmt.Errorf("%s exited (%v; %s)\n%s", q.bin, err, q.progressLocked(), q.LogTail(60))
 		}
 		ch := q.changed
 		q.mu.Unlock()
 		select {
 		case <-ch:
 		case <-timer.C:
-			return "", -1, fmt.Errorf("timeout after %v\n%s", timeout, q.LogTail(60))
+			return "", -1, fmt.Errorf("timeout after %v (%s)\n%s", timeout, q.Progress(), q.LogTail(60))
 		case <-ctx.Done():
 			return "", -1, fmt.Errorf("%w\n%s", ctx.Err(), q.LogTail(60))
 		}
 	}
+}
+
+// panicEnd waits for the rest of a panic's message, for the error: the
+// end of Linux's ("---[ end Kernel panic"), or QEMU's exit (a panic powers
+// off or reboots, which -no-reboot makes an exit), up to 30 s.
+func (q *QEMU) panicEnd() {
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for from := 0; ; {
+		q.mu.Lock()
+		for ; from < len(q.lines); from++ {
+			if strings.Contains(q.lines[from], "---[ end Kernel panic") {
+				q.mu.Unlock()
+				return
+			}
+		}
+		ch, exited := q.changed, q.exited
+		q.mu.Unlock()
+		if exited {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return
+		}
+	}
+}
+
+// Progress says how far the guest got: the milestones seen, with their
+// times from QEMU's start, the first not seen, and how many lines came,
+// the last when. It tells a slow boot (lines still coming) from a stuck
+// one.
+func (q *QEMU) Progress() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.progressLocked()
+}
+
+func (q *QEMU) progressLocked() string {
+	var b strings.Builder
+	for i, m := range q.marks {
+		if q.reached[i] == 0 {
+			fmt.Fprintf(&b, "%s not seen; ", m.Name)
+			break
+		}
+		fmt.Fprintf(&b, "%s at %.1f s; ", m.Name, q.reached[i].Seconds())
+	}
+	now := time.Since(q.started)
+	if len(q.lines) == 0 {
+		fmt.Fprintf(&b, "no serial line in %.0f s", now.Seconds())
+	} else {
+		fmt.Fprintf(&b, "%d serial lines, the last at %.1f s, %.0f s ago", len(q.lines), q.lastLine.Seconds(), (now - q.lastLine).Seconds())
+	}
+	return b.String()
 }
 
 // WaitFor waits for a line matching re and not skipped, after the previous

@@ -86,6 +86,7 @@ make_initramfs() { # make_initramfs ROOTDIR OUTFILE [gpwork [modules-dir minix.i
 	rm -rf "$R" && mkdir -p "$R"/{bin,sbin,etc,proc,sys,dev,tmp,root,run,mnt}
 	cp "$BB/bin/busybox" "$R/bin/busybox"
 	install -m 755 "$HERE/src/init" "$R/init"
+	install -m 755 "$HERE/../labkit/waitfor" "$R/bin/waitfor"
 	[ -n "${3:-}" ] && install -m 755 "$3" "$R/bin/gpwork"
 	if [ -n "${4:-}" ]; then
 		mkdir -p "$R/lib/modules/$KVER" "$R/lib/gplab"
@@ -181,7 +182,7 @@ fi
 HASH=$( {
 	echo "$KVER"
 	cat "$BB/.done"
-	cat "$HERE/build.sh" "$HERE/extract-vmlinux.sh" "$HERE/src/init" "$HERE/src/gpwork.c"
+	cat "$HERE/build.sh" "$HERE/extract-vmlinux.sh" "$HERE/src/init" "$HERE/src/gpwork.c" "$HERE/../labkit/waitfor"
 	gcc --version | head -1
 } | sha256sum | cut -c1-12)
 O=$LAB/out-$HASH

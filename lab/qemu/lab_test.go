@@ -369,11 +369,24 @@ func TestLab(t *testing.T) {
 			err  error
 		}
 		res := make(chan served, 1)
+		hit := make(chan struct{})
 		go func() {
-			h, last, err := c.serveBreakpoint(addr, func(int) bool { return false })
+			h, last, err := c.serveBreakpoint(addr, func(n int) bool {
+				if n == 1 {
+					close(hit)
+				}
+				return false
+			})
 			res <- served{h, last, err}
 		}()
-		time.Sleep(500 * time.Millisecond)
+		// the breakpoint is being hit once its first hit is served
+		select {
+		case <-hit:
+		case s := <-res:
+			t.Fatalf("the stub connection ended before a hit: %d hits, last %q: %v", s.hits, s.last, s.err)
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("no hit of the breakpoint in 3 minutes\n%s", vm.QEMU.LogTail(30))
+		}
 		t0 := time.Now()
 		// every getppid of the loop is a stub round trip now: on a loaded host
 		// the guest needs a while to read "poweroff"

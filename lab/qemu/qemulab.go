@@ -42,7 +42,7 @@ type Options struct {
 	ExtraCmdline string        // appended to the kernel command line
 	ExtraArgs    []string      // appended to the QEMU command line
 	LogPath      string        // if set, the serial log is also written to this file
-	BootTimeout  time.Duration // until "GPLAB READY"; default 180s
+	BootTimeout  time.Duration // until "GPLAB READY"; default 10 minutes (a few seconds idle; a timeout says how far it got)
 	Files        []File        // added to the guest's root at boot (see File), e.g. a static gprobes
 }
 
@@ -129,7 +129,7 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 		opts.CPU = "qemu64"
 	}
 	if opts.BootTimeout <= 0 {
-		opts.BootTimeout = 180 * time.Second
+		opts.BootTimeout = 10 * time.Minute
 	}
 	cmdline := BaseCmdline
 	if !opts.KASLR {
@@ -194,7 +194,11 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 	}
 	args = append(args, opts.ExtraArgs...)
 	vm.QEMU, err = labkit.StartQEMU(ctx, labkit.QEMUConfig{Args: args, ExtraFiles: []*os.File{lnFile}, LogPath: opts.LogPath, TmpDir: tmp,
-		Panic: regexp.MustCompile(`Kernel panic - not syncing`)})
+		Panic: regexp.MustCompile(`Kernel panic - not syncing`),
+		Milestones: []labkit.Milestone{
+			{Name: "the init ran", Re: regexp.MustCompile(`^GPLAB KERNEL`)},
+			{Name: "the command loop", Re: regexp.MustCompile(`^GPLAB READY`)},
+		}})
 	if err != nil {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("qemulab: %w", err)

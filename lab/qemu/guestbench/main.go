@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gprobes/gprobes/compiler"
@@ -266,7 +267,9 @@ func probed(vm *qemulab.VM, syms []string, src string, minRecs int, work func() 
 // gdbLoop measures work under gdb on the same stub: break + commands
 // silent; continue.
 func gdbLoop(vm *qemulab.VM, addr uint64, work func() (float64, error)) (float64, error) {
-	script := fmt.Sprintf("set pagination off\nset confirm off\ntarget remote %s\nbreak *%#x\ncommands 1\nsilent\ncontinue\nend\ncontinue\n", vm.GDBAddr(), addr)
+	// GPBENCH READY: connected (the guest stopped), the breakpoint set,
+	// the continue next; the work can start then
+	script := fmt.Sprintf("set pagination off\nset confirm off\ntarget remote %s\nbreak *%#x\ncommands 1\nsilent\ncontinue\nend\necho GPBENCH READY\\n\ncontinue\n", vm.GDBAddr(), addr)
 	dir, err := os.MkdirTemp("", "guestbench-")
 	if err != nil {
 		return 0, err
@@ -275,12 +278,18 @@ func gdbLoop(vm *qemulab.VM, addr uint64, work func() (float64, error)) (float64
 	path := filepath.Join(dir, "gdb.cmd")
 	os.WriteFile(path, []byte(script), 0o644)
 	cmd := exec.Command("gdb", "-batch", "-nx", "-x", path)
-	var gout strings.Builder
+	var gout lockedBuilder
 	cmd.Stdout, cmd.Stderr = &gout, &gout
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
-	time.Sleep(2 * time.Second) // gdb connects, sets the breakpoint and continues
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(gout.String(), "GPBENCH READY"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return 0, fmt.Errorf("gdb not ready after 2 minutes:\n%s", gout.String())
+		}
+	}
 	v, err := work()
 	cmd.Process.Kill()
 	cmd.Wait()
@@ -294,6 +303,25 @@ func gdbLoop(vm *qemulab.VM, addr uint64, work func() (float64, error)) (float64
 		err = derr
 	}
 	return v, err
+}
+
+// lockedBuilder is a strings.Builder that gdb's output goroutines write
+// while this one reads it.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func detachStub(vm *qemulab.VM) error {
