@@ -671,6 +671,16 @@ func (t *Tracer) decode(tid int, ws unix.WaitStatus) (Event, bool) {
 			ev.Kind = EventKick
 			return ev, true
 		}
+		if p := t.procs[th.Pid]; p != nil && p.groupStop && th.kicks.Load() > 0 {
+			// a SIGSTOP of ours (StopThread, Kick) sent before the
+			// process was known to be stopped: it stays pending there
+			// (the SIGCONT that ends the stop discards it), and this
+			// stop is the one it asked for
+			th.kicks.Add(-1)
+			th.relisten = false
+			ev.Kind = EventKick
+			return ev, true
+		}
 		th.relisten = false
 		if th.stepping {
 			// a single-step (an injected system call, an out-of-line
@@ -1012,9 +1022,13 @@ func (t *Tracer) StopThread(tid int) ([]Event, error) {
 		// thread (WaitThread): it is this thread's to report
 		return t.unqueue(tid), nil
 	}
-	if p := t.procs[th.Pid]; p != nil && p.seized {
-		// PTRACE_INTERRUPT: no signal, so nothing of ours is left
-		// pending, and it reaches a thread left in its group-stop
+	if p := t.procs[th.Pid]; p != nil && p.seized && p.groupStop {
+		// PTRACE_INTERRUPT: a SIGSTOP would stay pending in a stopped
+		// process, and it reaches a thread left in its group-stop. Not
+		// for a running one: any other ptrace stop the thread meets
+		// first (a watch's SIGTRAP) consumes the interrupt, and with it
+		// TestWatchDetach failed (threads taken for stopped ran on); a
+		// SIGSTOP that comes after another stop is taken as a kick
 		if err := ptraceInterrupt(tid); err != nil {
 			return nil, fmt.Errorf("stop %d: %w", tid, err)
 		}
