@@ -15,6 +15,7 @@ import (
 
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/lab/corecheck"
+	"github.com/gprobes/gprobes/lab/labkit"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
@@ -67,15 +68,15 @@ func TestXenGuestExits(t *testing.T) {
 		return a
 	}
 
-	l := startLab(t, labSetup{opts: xenlab.Options{Extra: extra, DomUs: 1}, timeout: 15 * time.Minute, dump: dumpOf("/tmp/daemon.log"),
+	l := startLab(t, labSetup{opts: xenlab.Options{Extra: extra, DomUs: 1}, timeout: 25 * time.Minute, dump: dumpOf("/tmp/daemon.log"),
 		files: map[string]string{"/etc/gprobes/io.dpdf": portIO, "/etc/gprobes/popu.dpdf": popU, "/etc/gprobes/dump.dpdf": dumpOnce, "/etc/gprobes/handover.dpdf": handover}})
 	vm := l.vm
 	d := vm.DomID("domu1")
 	run := func(cmd string) string {
 		t.Helper()
-		return l.runFor(cmd, 3*time.Minute)
+		return l.runFor(cmd, xenlab.RunBound)
 	}
-	run("gprobes daemon --socket /tmp/g.sock --state /tmp/gstate >/tmp/daemon.log 2>&1 & sleep 1")
+	run(xenlab.DaemonUp("", "/tmp/g.sock", "--state /tmp/gstate", "/tmp/daemon.log"))
 	syms := guestSyms
 	insert := func(file string) {
 		t.Helper()
@@ -92,22 +93,22 @@ func TestXenGuestExits(t *testing.T) {
 		Dump     string
 		Debugger string
 	}
-	// records waits for the records of the domain's probes
-	records := func(want func(logLine) bool) logLine {
+	// records waits for a record of the domain's probes that want takes
+	records := func(what string, want func(logLine) bool) logLine {
 		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for time.Now().Before(deadline) {
+		var found logLine
+		testkit.Wait(t, 3*time.Minute, "a record in the daemon's log: "+what, func() (bool, string) {
 			out := run("gprobes log --socket /tmp/g.sock --json")
 			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 				var rec logLine
 				if json.Unmarshal([]byte(l), &rec) == nil && rec.Target == fmt.Sprintf("xen:%d", d) && want(rec) {
-					return rec
+					found = rec
+					return true, ""
 				}
 			}
-			time.Sleep(time.Second)
-		}
-		t.Fatal("no such record in the log")
-		return logLine{}
+			return false, labkit.Tail(out, 10)
+		})
+		return found
 	}
 	words := func(rec logLine) []uint64 {
 		b, _ := hex.DecodeString(rec.Data)
@@ -120,24 +121,24 @@ func TestXenGuestExits(t *testing.T) {
 
 	// pop u
 	insert("popu.dpdf")
-	out, _, err := vm.RunDomU("domu1", "sh -c 'exit 7'; echo status=$?", time.Minute)
+	out, _, err := vm.RunDomU("domu1", "sh -c 'exit 7'; echo status=$?", 5*time.Minute)
 	if err != nil || !strings.Contains(out, "status=42") {
 		t.Errorf("domu1 saw %q (%v), want status=42 (pop u,rdi at exit_group)", out, err)
 	}
-	rec := records(func(l logLine) bool { return l.Minor == 1 && l.Data != "" })
+	rec := records("pop u's", func(l logLine) bool { return l.Minor == 1 && l.Data != "" })
 	if w := words(rec); len(w) != 3 || w[0] != 7 || w[1] == 0 || w[1] >= 1<<47 || w[2] < 1<<63 {
 		t.Errorf("push u,rdi / u,rip / r,rip: %#x, want 7, a user address, a kernel address", w)
 	}
-	if out, _, _ := vm.RunDomU("domu1", "sh -c 'exit 5'; echo status=$?", time.Minute); !strings.Contains(out, "status=5") {
+	if out, _, _ := vm.RunDomU("domu1", "sh -c 'exit 5'; echo status=$?", 5*time.Minute); !strings.Contains(out, "status=5") {
 		t.Errorf("exit 5: domu1 saw %q", out)
 	}
 	remove()
 	// port IO: refused at insert, the reason named
-	out, rc, _ := vm.Run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/io.dpdf 2>&1", d, syms), time.Minute)
+	out, rc, _ := vm.Run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/io.dpdf 2>&1", d, syms), xenlab.RunBound)
 	if rc == 0 || !strings.Contains(out, "IO space") {
 		t.Errorf("push io on a PV domain: rc %d: %s", rc, out)
 	}
-	if out, _, _ := vm.Run("gprobes query --socket /tmp/g.sock --all", time.Minute); strings.Contains(out, "vmlinux") {
+	if out, _, _ := vm.Run("gprobes query --socket /tmp/g.sock --all", xenlab.RunBound); strings.Contains(out, "vmlinux") {
 		t.Logf("the refused module is left in the daemon:\n%s", out)
 		remove()
 	}
@@ -147,7 +148,7 @@ func TestXenGuestExits(t *testing.T) {
 	if out, rc, err := vm.RunDomU("domu1", "gpwork counts 1 /etc/gp-a /etc/gp-b", 2*time.Minute); err != nil || rc != 0 {
 		t.Fatalf("gpwork: rc %d %v\n%s", rc, err, out)
 	}
-	rec = records(func(l logLine) bool { return l.Dump != "" })
+	rec = records("exit 3's, with its dump", func(l logLine) bool { return l.Dump != "" })
 	if !strings.HasPrefix(rec.Dump, "/tmp/gstate/dumps/") {
 		t.Fatalf("exit 3: dump %q", rec.Dump)
 	}
@@ -164,14 +165,14 @@ func TestXenGuestExits(t *testing.T) {
 	}
 	run("rm " + rec.Dump)
 	remove()
-	if out, rc, err := vm.RunDomU("domu1", "echo alive", time.Minute); err != nil || rc != 0 || !strings.Contains(out, "alive") {
+	if out, rc, err := vm.RunDomU("domu1", "echo alive", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(out, "alive") {
 		t.Errorf("domu1 after the dump: rc %d %v %q", rc, err, out)
 	}
 
 	// exit 4
 	insert("handover.dpdf")
-	run(fmt.Sprintf("(domu-run -t 170 %d 'sleep 1; sync; echo synced' >/tmp/sync.out 2>&1 &)", d))
-	rec = records(func(l logLine) bool { return l.Debugger != "" })
+	run(fmt.Sprintf("(domu-run -t 170 %d 'sync; echo synced' >/tmp/sync.out 2>&1 &)", d))
+	rec = records("exit 4's, with its debugger command", func(l logLine) bool { return l.Debugger != "" })
 	t.Logf("exit 4: %s", rec.Debugger)
 	remote := regexp.MustCompile(`-ex '(target remote [^']+)'`).FindStringSubmatch(rec.Debugger)
 	if remote == nil || !strings.HasPrefix(rec.Debugger, fmt.Sprintf("gdbsx -a %d 64 ", d)) {
@@ -194,14 +195,10 @@ func TestXenGuestExits(t *testing.T) {
 	if w := words(rec); pc != next || len(w) != 1 || w[0] != sync {
 		t.Errorf("gdb's pc %#x, want %#x, the instruction after the probe at %#x (rip logged %#x)", pc, next, sync, w)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for !strings.Contains(run("cat /tmp/sync.out"), "synced") {
-		if time.Now().After(deadline) {
-			t.Fatalf("domu1 did not run on after the debugger: %s", run("cat /tmp/sync.out; xl list"))
-		}
-		time.Sleep(time.Second)
+	if out, _, err := vm.Run(labkit.Wait{What: "domu1 to run on after the debugger", Cond: "grep -q synced /tmp/sync.out", Show: "cat /tmp/sync.out; xl list", Secs: 180}.Cmd(), xenlab.RunBound); err != nil || out != "" {
+		t.Fatalf("%v\n%s", err, out)
 	}
-	if out, rc, err := vm.RunDomU("domu1", "echo alive", time.Minute); err != nil || rc != 0 || !strings.Contains(out, "alive") {
+	if out, rc, err := vm.RunDomU("domu1", "echo alive", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(out, "alive") {
 		t.Errorf("domu1 after the debugger: rc %d %v %q", rc, err, out)
 	}
 }

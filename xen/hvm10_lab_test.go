@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/lab/labkit"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
 
@@ -109,7 +110,7 @@ func TestXenPVHProbes(t *testing.T) {
 	// per hit, removes the probes and stops the daemon
 	probe := func(l *labEnv, name string, d int, env string) {
 		l.t.Helper()
-		l.run(env + " gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1")
+		l.run(xenlab.DaemonUp(env+" ", "/tmp/g.sock", "", "/tmp/daemon.log"))
 		l.run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/writes.dpdf", d, guestSyms))
 		q := l.run("gprobes query --socket /tmp/g.sock --all")
 		if strings.Count(q, fmt.Sprintf("xen:%d ", d)) != 2 || strings.Count(q, " active ") != 2 {
@@ -128,7 +129,7 @@ func TestXenPVHProbes(t *testing.T) {
 		if after := l.run("gprobes query --socket /tmp/g.sock --all"); strings.Contains(after, fmt.Sprintf("xen:%d ", d)) {
 			l.t.Errorf("%s, %s: probes still listed after remove:\n%s", name, env, after)
 		}
-		l.run("kill $(pidof gprobes); sleep 1; ! pidof gprobes")
+		l.run("kill $(pidof gprobes); " + xenlab.Gone("gprobes"))
 		dlog := l.run("grep -v 'xen: walk' /tmp/daemon.log")
 		stops := 0
 		for _, m := range summaryRe.FindAllStringSubmatch(dlog, -1) {
@@ -162,7 +163,10 @@ func TestXenPVHProbes(t *testing.T) {
 		// hvm_hlt takes the last vCPU down as a power-off (reason 0),
 		// silently in a release build
 		l.run(`sed -i 's/^type .*/type    = "pvh"/' /etc/xen/domU.cfg.in`)
-		out := l.run("xlab-domu create pvh0 || true; sleep 5; xl list; cat /var/log/xen/xl-pvh0.log; echo CONSOLE; cat /var/log/xen/console/guest-pvh0.log")
+		// (until it is gone, or up against expectation)
+		out := l.run("xlab-domu create pvh0 || true; " + labkit.Wait{What: "pvh0 to power off", Show: "xl list",
+			Cond: "(grep -q 'has shut down' /var/log/xen/xl-pvh0.log && ! xl list pvh0 >/dev/null 2>&1) || grep -q 'XLAB READY' /var/log/xen/console/guest-pvh0.log"}.Cmd() +
+			"; xl list; cat /var/log/xen/xl-pvh0.log; echo CONSOLE; cat /var/log/xen/console/guest-pvh0.log")
 		if !strings.Contains(out, "has shut down, reason code 0 ") || regexp.MustCompile(`(?m)^pvh0 `).MatchString(out) || strings.Contains(out, "XLAB READY") {
 			t.Errorf("a PVH domU on the plain hypervisor under QEMU 10.0 was to power off at once (has QEMU fixed its CR-read intercept? docs/xen.md):\n%s", out)
 		}
@@ -192,11 +196,16 @@ func TestXenPVHProbes(t *testing.T) {
 		// int3 bytes: not intercepted under QEMU 10.0 either; the guest's
 		// own #BP handler takes the byte and the kernel oopses (last: pvh1
 		// is dead after it)
-		l.run(fmt.Sprintf("GPROBES_XEN_ROUTE=debug GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock >/tmp/daemon3.log 2>&1 & sleep 1; gprobes insert --socket /tmp/g3.sock --target xen:%d %s /etc/gprobes/fd4.dpdf", d, guestSyms))
+		l.run(xenlab.DaemonUp("GPROBES_XEN_ROUTE=debug GPROBES_XEN_BREAKPOINTS=int3 ", "/tmp/g3.sock", "", "/tmp/daemon3.log") +
+			fmt.Sprintf("; gprobes insert --socket /tmp/g3.sock --target xen:%d %s /etc/gprobes/fd4.dpdf", d, guestSyms))
 		out, rc, _ := l.vm.RunDomU("pvh1", "gpwork counts 1 /etc/gp-a", 30*time.Second)
-		console := l.run("sleep 2; grep -e 'int3: ' -e 'RIP: .*ksys_write' -e 'Kernel panic' /var/log/xen/console/guest-pvh1.log; xl list")
+		// the oops, on the guest's console; the wait's failure goes into
+		// the log the checks below read
+		const log = "/var/log/xen/console/guest-pvh1.log"
+		console := l.run(labkit.Wait{What: "the int3 oops on pvh1's console", Cond: "grep -q -e 'RIP: .*ksys_write' -e 'Kernel panic' " + log, Show: "tail -20 " + log}.Cmd() +
+			"; grep -e 'int3: ' -e 'RIP: .*ksys_write' -e 'Kernel panic' " + log + "; xl list")
 		recs := l.run("gprobes log --socket /tmp/g3.sock --json | grep -c '\"location\":\"ksys_write\".*\"data\":\"0400000000000000\"' || true")
-		query := l.run("gprobes query --socket /tmp/g3.sock --all; kill $(pidof gprobes); sleep 1")
+		query := l.run("gprobes query --socket /tmp/g3.sock --all; kill $(pidof gprobes); " + xenlab.Gone("gprobes"))
 		t.Logf("int3 at ksys_write under QEMU 10.0: workload rc %d %q; records %s; guest console:\n%s\nquery:\n%s", rc, out, strings.TrimSpace(recs), console, query)
 		if strings.TrimSpace(recs) != "0" || !strings.Contains(console, "int3: ") || !strings.Contains(console, "ksys_write+0x1/") {
 			t.Errorf("int3 under QEMU 10.0: %s records, and no int3 oops in the guest (has TCG learnt the #BP intercept? docs/xen.md)", strings.TrimSpace(recs))

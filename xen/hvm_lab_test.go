@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/lab/labkit"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
 
@@ -37,7 +38,7 @@ import (
 // The findings about TCG are asserted: a QEMU that delivers these events
 // fails the test, and the docs are to be updated then.
 func TestXenPVH(t *testing.T) {
-	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: -1}, timeout: 12 * time.Minute,
+	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: -1}, timeout: 30 * time.Minute,
 		bins: map[string]string{"/bin/xenrecord": "lab/xen/xenrecord"},
 		files: map[string]string{
 			"/etc/gprobes/writes.dpdf": "name = vmlinux\nmodtype = kernel\nvars = 2\n" +
@@ -89,7 +90,7 @@ func TestXenPVH(t *testing.T) {
 	pidRe := regexp.MustCompile(`GPWORK pid (\d+)`)
 	work := func(name string, n int) int {
 		t.Helper()
-		out, rc, err := vm.RunDomU(name, fmt.Sprintf("gpwork counts %d /etc/gp-a", n), 3*time.Minute)
+		out, rc, err := vm.RunDomU(name, fmt.Sprintf("gpwork counts %d /etc/gp-a", n), 10*time.Minute)
 		if err != nil || rc != 0 || !strings.Contains(out, fmt.Sprintf("write %d ", n)) {
 			t.Fatalf("%s: gpwork: rc %d %v\n%s", name, rc, err, out)
 		}
@@ -129,7 +130,7 @@ func TestXenPVH(t *testing.T) {
 	// the single-step's #DB comes back by both routes (xen.StepEvent)
 	step := func(route string) string {
 		t.Helper()
-		out, rc, err := vm.Run(fmt.Sprintf("xenrecord step %d %s", d, route), time.Minute)
+		out, rc, err := vm.Run(fmt.Sprintf("xenrecord step %d %s", d, route), xenlab.RunBound)
 		var res struct {
 			RIPBefore, RIPAfter, DR6 uint64
 			Request                  string
@@ -154,7 +155,7 @@ func TestXenPVH(t *testing.T) {
 	}
 
 	// without a route named, refused
-	if out, rc, _ := vm.Run(fmt.Sprintf("gprobes run --target xen:%d %s /etc/gprobes/fd4.dpdf", d, syms), time.Minute); rc == 0 || !strings.Contains(out, "GPROBES_XEN_ROUTE") {
+	if out, rc, _ := vm.Run(fmt.Sprintf("gprobes run --target xen:%d %s /etc/gprobes/fd4.dpdf", d, syms), xenlab.RunBound); rc == 0 || !strings.Contains(out, "GPROBES_XEN_ROUTE") {
 		t.Errorf("gprobes on a PVH domain with no route: rc %d\n%s", rc, out)
 	}
 
@@ -162,7 +163,7 @@ func TestXenPVH(t *testing.T) {
 	// route (VMRUN loads the guest's %dr7 without arming TCG's
 	// breakpoints); the probes go in and out, the guest runs on
 	for _, route := range []string{"debug", "vmevent"} {
-		run("GPROBES_XEN_ROUTE=" + route + " gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1")
+		run(xenlab.DaemonUp("GPROBES_XEN_ROUTE="+route+" ", "/tmp/g.sock", "", "/tmp/daemon.log"))
 		run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/writes.dpdf", d, syms))
 		p := work("pvh1", 4)
 		w, o := count(p)
@@ -171,13 +172,13 @@ func TestXenPVH(t *testing.T) {
 			t.Errorf("route %s: %d writes and %d opens logged: has TCG learnt to arm an HVM guest's debug registers? (docs/xen.md)", route, w, o)
 		}
 		run(fmt.Sprintf("gprobes remove --socket /tmp/g.sock --target xen:%d vmlinux", d))
-		run("kill $(pidof gprobes); sleep 1; ! pidof gprobes")
+		run("kill $(pidof gprobes); " + xenlab.Gone("gprobes"))
 		dlog := run("cat /tmp/daemon.log")
 		t.Logf("daemon, route %s:\n%.1500s", route, dlog)
 		if strings.Contains(dlog, "vm_event: close") || strings.Contains(dlog, "rror") {
 			t.Errorf("route %s: daemon:\n%s", route, dlog)
 		}
-		if out, rc, err := vm.RunDomU("pvh1", "gpwork counts 1 >/dev/null; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:' -e 'debug')", time.Minute); err != nil || rc != 0 || !strings.Contains(out, "OOPS=0") {
+		if out, rc, err := vm.RunDomU("pvh1", "gpwork counts 1 >/dev/null; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:' -e 'debug')", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(out, "OOPS=0") {
 			t.Errorf("pvh1 after route %s: rc %d %v\n%s", route, rc, err, out)
 		}
 	}
@@ -190,8 +191,11 @@ func TestXenPVH(t *testing.T) {
 		run(setup)
 		run(fmt.Sprintf("gprobes insert --socket /tmp/g3.sock --target %s %s /etc/gprobes/fd4.dpdf", target, syms))
 		out, rc, _ := vm.RunDomU(name, "gpwork counts 1 /etc/gp-a", 30*time.Second)
-		time.Sleep(2 * time.Second)
-		log := run("grep -e 'int3: ' -e 'RIP: .*ksys_write' -e 'Kernel panic' /var/log/xen/console/guest-" + name + ".log; xl list")
+		// the oops, on the guest's console (its RIP line is the last the
+		// checks below need); the wait's failure goes into the log
+		console := "/var/log/xen/console/guest-" + name + ".log"
+		log := run(labkit.Wait{What: "the int3 oops on " + name + "'s console", Cond: "grep -q -e 'RIP: .*ksys_write' -e 'Kernel panic' " + console, Show: "tail -20 " + console}.Cmd() +
+			"; grep -e 'int3: ' -e 'RIP: .*ksys_write' -e 'Kernel panic' " + console + "; xl list")
 		recs := run("gprobes log --socket /tmp/g3.sock --json | grep -c '\"Minor\"' || true")
 		t.Logf("%s, int3 at ksys_write under TCG: workload rc %d %q; records %s; guest console:\n%s", target, rc, out, recs, log)
 		// the oops: "int3: 0000 [#1]", the kernel stopped one byte into
@@ -199,9 +203,11 @@ func TestXenPVH(t *testing.T) {
 		if strings.TrimSpace(recs) != "0" || !strings.Contains(log, "int3: ") || !strings.Contains(log, "ksys_write+0x1/") {
 			t.Errorf("%s: int3 under TCG: %s records, and no int3 oops in the guest (has TCG learnt the #BP intercept?)", target, strings.TrimSpace(recs))
 		}
-		vm.Run("kill $(pidof gprobes) $(pidof gdbsx) 2>/dev/null; sleep 1", time.Minute)
+		// gdbsx first: a daemon's removal through it would wait for a stop
+		// of the oopsed guest
+		vm.Run("kill $(pidof gdbsx) 2>/dev/null; kill $(pidof gprobes); "+xenlab.Gone("gprobes gdbsx"), xenlab.RunBound)
 	}
-	int3("pvh1", fmt.Sprintf("xen:%d", d), "GPROBES_XEN_ROUTE=debug GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock >/tmp/daemon3.log 2>&1 & sleep 1")
+	int3("pvh1", fmt.Sprintf("xen:%d", d), xenlab.DaemonUp("GPROBES_XEN_ROUTE=debug GPROBES_XEN_BREAKPOINTS=int3 ", "/tmp/g3.sock", "", "/tmp/daemon3.log"))
 	d2, err := vm.CreateDomU("pvh2", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -211,5 +217,5 @@ func TestXenPVH(t *testing.T) {
 	if out, _, err := vm.Run(fmt.Sprintf("timeout 5 xen-access %d breakpoint 2>&1 | head -20", d2), time.Minute); err == nil {
 		t.Logf("xen-access %d breakpoint:\n%s", d2, out)
 	}
-	int3("pvh2", "gdb:127.0.0.1:9999", fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes daemon --socket /tmp/g3.sock >/tmp/daemon3.log 2>&1 & sleep 1", d2))
+	int3("pvh2", "gdb:127.0.0.1:9999", xenlab.GdbsxUp(d2)+"; "+xenlab.DaemonUp("", "/tmp/g3.sock", "", "/tmp/daemon3.log"))
 }

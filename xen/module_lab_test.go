@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gprobes/gprobes/daemon"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
@@ -115,7 +114,7 @@ func TestXenKernelModule(t *testing.T) {
 		if route == "int3" {
 			env = "GPROBES_XEN_BREAKPOINTS=int3 "
 		}
-		run(fmt.Sprintf("%sgprobes daemon --socket /tmp/g.sock --state /tmp/state-%s >/tmp/daemon-%s.log 2>&1 & sleep 1", env, route, route))
+		run(xenlab.DaemonUp(env, "/tmp/g.sock", "--state /tmp/state-"+route, "/tmp/daemon-"+route+".log"))
 		run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/rmd160.dpdf", d, syms))
 		check(route+": inserted, rmd160 not loaded", "pending", 0, "kernel module rmd160 is not loaded")
 
@@ -142,7 +141,7 @@ func TestXenKernelModule(t *testing.T) {
 		hash(7)
 		check(route+": loaded again, 7 hashes", "active", 2*selfTests+27, "")
 		domU("rmmod rmd160")
-		run(fmt.Sprintf("gprobes remove --socket /tmp/g.sock --target xen:%d rmd160; kill $(pidof gprobes); sleep 1; ! pidof gprobes", d))
+		run(fmt.Sprintf("gprobes remove --socket /tmp/g.sock --target xen:%d rmd160; kill $(pidof gprobes); %s", d, xenlab.Gone("gprobes")))
 		if st := strings.TrimSpace(run("xl list domu1 | awk 'NR==2{print $5}'")); strings.Contains(st, "p") {
 			t.Errorf("%s: domu1 left paused (%s)", route, st)
 		}
@@ -150,12 +149,12 @@ func TestXenKernelModule(t *testing.T) {
 	// bound to another build of rmd160 (the module's build ID is read
 	// from its notes in the domU's memory): refused, naming both
 	domU("modprobe rmd160")
-	run("gprobes daemon --socket /tmp/g.sock --state /tmp/state-build >/tmp/daemon-build.log 2>&1 & sleep 1")
-	out, _, _ := vm.Run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/rmd160.dpdf 2>&1", d, strings.Replace(syms, "rmd160.ko", "rmd160-other.ko", 1)), 2*time.Minute)
+	run(xenlab.DaemonUp("", "/tmp/g.sock", "--state /tmp/state-build", "/tmp/daemon-build.log"))
+	out, _, _ := vm.Run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d %s /etc/gprobes/rmd160.dpdf 2>&1", d, strings.Replace(syms, "rmd160.ko", "rmd160-other.ko", 1)), xenlab.RunBound)
 	if p := query("another build"); p.State != "refused" || !strings.Contains(p.Reason, fmt.Sprintf("%x", id)) || !strings.Contains(p.Reason, fmt.Sprintf("%x", other)) {
 		t.Errorf("a probe built for another build of rmd160: %s (%s), want refused naming %x and %x\n%s", p.State, p.Reason, id, other, out)
 	}
-	run(fmt.Sprintf("gprobes remove --socket /tmp/g.sock --target xen:%d rmd160; kill $(pidof gprobes); sleep 1", d))
+	run(fmt.Sprintf("gprobes remove --socket /tmp/g.sock --target xen:%d rmd160; kill $(pidof gprobes); %s", d, xenlab.Gone("gprobes")))
 	hash(2)
 	if w := domU("rmmod rmd160; modprobe rmd160; gpwork hash rmd160 1 >/dev/null; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:' -e 'BUG' -e 'general protection' -e 'multicall(s) failed')"); !strings.Contains(w, "OOPS=0") {
 		t.Errorf("domu1's kernel log after the module probes:\n%s\n%s", w, domU("dmesg | tail -40"))

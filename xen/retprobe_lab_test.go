@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/lab/labkit"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
 
@@ -41,7 +42,7 @@ func TestXenRetprobe(t *testing.T) {
 	// shell that runs the line execs gpwork: its PPid is gpwork's)
 	work := func() (pid, ppid uint64) {
 		t.Helper()
-		out, rc, err := vm.RunDomU("domu1", fmt.Sprintf("grep PPid /proc/$$/status; exec gpwork counts %d /etc/gp-a", n), 3*time.Minute)
+		out, rc, err := vm.RunDomU("domu1", fmt.Sprintf("grep PPid /proc/$$/status; exec gpwork counts %d /etc/gp-a", n), 10*time.Minute)
 		m := regexp.MustCompile(`(?s)PPid:\s+(\d+).*GPWORK pid (\d+)`).FindStringSubmatch(out)
 		if err != nil || rc != 0 || m == nil || !strings.Contains(out, fmt.Sprintf("getppid %d ", n)) {
 			t.Fatalf("domu1: gpwork: rc %d %v\n%s", rc, err, out)
@@ -100,16 +101,18 @@ func TestXenRetprobe(t *testing.T) {
 			out = run("gprobes query --json --all --socket " + sock)
 		} else {
 			// the query waits for the target to stop: through gdbsx,
-			// at the next hit
-			run("rm -f /tmp/q.json; (gprobes query --json --all --socket " + sock + " >/tmp/q.json.part; mv /tmp/q.json.part /tmp/q.json) & sleep 1")
+			// at the next hit. A kick before the query reached the
+			// daemon serves nothing: kick until the answer is there
+			run("rm -f /tmp/q.json; (gprobes query --json --all --socket " + sock + " >/tmp/q.json.part; mv /tmp/q.json.part /tmp/q.json) &")
 			for i := 0; ; i++ {
 				kick()
-				if o, rc, _ := vm.Run("cat /tmp/q.json", time.Minute); rc == 0 {
+				o, rc, _ := vm.Run(labkit.Wait{What: "the query's answer after a hit", Cond: "test -e /tmp/q.json", Show: "ps", Secs: 30}.Cmd()+" && cat /tmp/q.json", 2*time.Minute)
+				if rc == 0 {
 					out = o
 					break
 				}
 				if i == 5 {
-					t.Fatalf("%s: query did not answer", what)
+					t.Fatalf("%s: query did not answer after %d hits:\n%s", what, i+1, o)
 				}
 			}
 		}
@@ -134,7 +137,7 @@ func TestXenRetprobe(t *testing.T) {
 
 	// the native backend: debug registers (the entry and the return take
 	// two of the four), then int3 bytes (a daemon of their own)
-	run("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1; GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock --state /tmp/g3 >/tmp/daemon3.log 2>&1 & sleep 1")
+	run(xenlab.DaemonUp("", "/tmp/g.sock", "", "/tmp/daemon.log") + "; " + xenlab.DaemonUp("GPROBES_XEN_BREAKPOINTS=int3 ", "/tmp/g3.sock", "--state /tmp/g3", "/tmp/daemon3.log"))
 	target := fmt.Sprintf("xen:%d", d)
 	for _, sock := range []string{"/tmp/g.sock", "/tmp/g3.sock"} {
 		run(fmt.Sprintf("gprobes insert --socket %s --target %s %s /etc/gprobes/getppid.dpdf", sock, target, syms))
@@ -150,23 +153,30 @@ func TestXenRetprobe(t *testing.T) {
 	// when the domain is paused (xl pause: gdbsx reports it as a stop and
 	// unpauses the domain as gprobes detaches)
 	gdb := "gdb:127.0.0.1:9999"
-	run(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes insert --socket /tmp/g.sock --target %s %s /etc/gprobes/getppid-gdbsx.dpdf", d, gdb, syms))
+	run(xenlab.GdbsxUp(d) + fmt.Sprintf("; gprobes insert --socket /tmp/g.sock --target %s %s /etc/gprobes/getppid-gdbsx.dpdf", gdb, syms))
 	pid, ppid := work()
 	check("gdbsx", "/tmp/g.sock", gdb, pid, ppid, false, func() { vm.RunDomU("domu1", "true", time.Minute) })
-	run("(gprobes remove --socket /tmp/g.sock --all >/tmp/remove.out 2>&1; echo rc=$? >>/tmp/remove.out) & sleep 1")
-	vm.RunDomU("domu1", "true", time.Minute) // a hit: the remove
+	// the remove: its breakpoints come out at a hit, and the detach,
+	// once they are out, at a stop: the domain paused. A pause or a hit
+	// before the daemon waits for it serves nothing: again until the
+	// remove has ended (never a pause after it: no gprobes would let the
+	// domain go)
+	run("rm -f /tmp/remove.out; (gprobes remove --socket /tmp/g.sock --all >/tmp/remove.out 2>&1; echo rc=$? >>/tmp/remove.out) &")
 	for i := 0; ; i++ {
-		out := run(fmt.Sprintf("sleep 1; xl pause %d 2>/dev/null; sleep 2; cat /tmp/remove.out; xl list %d", d, d))
+		vm.RunDomU("domu1", "true", time.Minute) // a hit
+		out := run(fmt.Sprintf("grep -q rc= /tmp/remove.out || xl pause %d; ", d) +
+			labkit.Wait{What: "the remove through gdbsx to end", Cond: "grep -q rc= /tmp/remove.out", Show: fmt.Sprintf("xl list %d", d), Secs: 30}.Cmd() +
+			fmt.Sprintf("; cat /tmp/remove.out; xl list %d", d))
 		if strings.Contains(out, "rc=0") {
 			break
 		} else if i == 5 {
 			t.Fatalf("remove through gdbsx did not end:\n%s", out)
 		}
 	}
-	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 1; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
+	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 1; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
 		t.Errorf("domu1 after gdbsx: rc %d %v\n%s", rc, err, w)
 	}
-	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 2; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
+	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 2; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
 		t.Errorf("domu1 at the end: rc %d %v\n%s", rc, err, w)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/lab/labkit"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
 
@@ -35,13 +36,13 @@ func TestXenWatch(t *testing.T) {
 		"/etc/gprobes/watch2.dpdf": "name = vmlinux\nmodtype = kernel\nvars = 5\n" +
 			"watch = lease_break_time,4,rw\nminor = 12\ninc lv,4\nexit 0\n" +
 			"watch = lease_break_time,4,w\nminor = 11\ninc lv,3\npush pid\nlog 1\nexit 1\n"},
-		dump: dumpOf("/tmp/wd.log"), timeout: 15 * time.Minute})
+		dump: dumpOf("/tmp/wd.log"), timeout: 25 * time.Minute})
 	vm, run := l.vm, l.run
 	d := vm.DomID("domu1")
 	loop := func(n int) {
 		t.Helper()
 		cmd := fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo 45 >/proc/sys/fs/lease-break-time; read x </proc/sys/fs/lease-break-time; i=$((i+1)); done; echo x=$x", n)
-		if out, rc, err := vm.RunDomU("domu1", cmd, 3*time.Minute); err != nil || rc != 0 || !strings.Contains(out, "x=4") {
+		if out, rc, err := vm.RunDomU("domu1", cmd, 10*time.Minute); err != nil || rc != 0 || !strings.Contains(out, "x=4") {
 			t.Fatalf("domu1: the loop: rc %d %v\n%s", rc, err, out)
 		}
 	}
@@ -50,17 +51,19 @@ func TestXenWatch(t *testing.T) {
 
 	// gdbsx: no watchpoints, the watch refused by name (gprobes takes a
 	// while to read the vmlinux in dom0 under TCG before it asks)
-	out, rc, err := vm.Run(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes run --target gdb:127.0.0.1:9999 %s /etc/gprobes/watch.dpdf >/tmp/run.out 2>&1 & "+
-		"for i in $(seq 240); do grep -q 'no watchpoints' /tmp/run.out && break; sleep 1; done; "+
-		"kill -INT $(pidof gprobes); sleep 2; xl pause %d; sleep 3; pidof gprobes || echo GPROBES-GONE; cat /tmp/run.out; cat /tmp/gdbsx.log; xl list %d", d, syms, d, d), 6*time.Minute)
+	// (both watches refused, gprobes run has no probe in, and the stub
+	// ignores ^C: the domain paused is the stop it waits for)
+	out, rc, err := vm.Run(xenlab.GdbsxUp(d)+"; "+xenlab.RunUp("", fmt.Sprintf("--target gdb:127.0.0.1:9999 %s /etc/gprobes/watch.dpdf", syms), "/tmp/run.out")+
+		"; "+xenlab.StopWaiting("/tmp/run.out")+
+		fmt.Sprintf("; xl pause %d; %s; pidof gprobes || echo GPROBES-GONE; cat /tmp/run.out; cat /tmp/gdbsx.log; xl list %d", d, xenlab.Gone("gprobes"), d), xenlab.RunBound)
 	if err != nil || rc != 0 || !strings.Contains(out, "the stub has no watchpoints") || !strings.Contains(out, "GPROBES-GONE") {
 		t.Errorf("gdbsx: the watch should be refused by name and gprobes end: rc %d %v\n%s", rc, err, out)
-		vm.Run(fmt.Sprintf("kill -9 $(pidof gprobes) $(pidof gdbsx); sleep 1; xl unpause %d; xl list", d), time.Minute)
+		vm.Run(fmt.Sprintf("kill -9 $(pidof gprobes) $(pidof gdbsx); %s; xl unpause %d; xl list", xenlab.Gone("gprobes gdbsx"), d), xenlab.RunBound)
 	}
 	t.Logf("gdbsx:\n%s", out)
 	loop(5)
 
-	run("gprobes daemon --socket /tmp/w.sock --state /tmp/w >/tmp/wd.log 2>&1 & sleep 1")
+	run(xenlab.DaemonUp("", "/tmp/w.sock", "--state /tmp/w", "/tmp/wd.log"))
 	lv := func() []int {
 		t.Helper()
 		out := run(fmt.Sprintf("gprobes getvars %s vmlinux", sock))
@@ -79,7 +82,7 @@ func TestXenWatch(t *testing.T) {
 	// the second is refused, naming the four
 	run(fmt.Sprintf("gprobes insert %s --target xen:%d %s /etc/gprobes/code.dpdf", sock, d, syms))
 	// (insert exits 1 when a probe is refused, the others in)
-	if out, rc, err := vm.Run(fmt.Sprintf("gprobes insert %s --merge --target xen:%d %s /etc/gprobes/watch.dpdf", sock, d, syms), 2*time.Minute); err != nil || rc != 1 || !strings.Contains(out, "1 probe of 2 refused") {
+	if out, rc, err := vm.Run(fmt.Sprintf("gprobes insert %s --merge --target xen:%d %s /etc/gprobes/watch.dpdf", sock, d, syms), xenlab.RunBound); err != nil || rc != 1 || !strings.Contains(out, "1 probe of 2 refused") {
 		t.Fatalf("insert of the watches: rc %d %v\n%s", rc, err, out)
 	}
 	q := run(fmt.Sprintf("gprobes query %s --json vmlinux", sock))
@@ -110,12 +113,13 @@ func TestXenWatch(t *testing.T) {
 	// the daemon and its guard killed with the watches in: the next
 	// write pauses domu1 (a #DB with no debugger); gprobes recover clears
 	// the registers and lets it go
-	run("for p in $(pidof gprobes); do grep -q -- --guard /proc/$p/cmdline && kill -9 $p; done; for p in $(pidof gprobes); do kill -9 $p; done; sleep 1")
-	run(fmt.Sprintf("(domu-run -t 150 %d 'echo 45 >/proc/sys/fs/lease-break-time; echo wrote' >/tmp/ww.out 2>&1; echo rc=$? >>/tmp/ww.out) & sleep 4", d))
-	if out := run(fmt.Sprintf("xl list %d; cat /tmp/ww.out", d)); !regexp.MustCompile(`domu1\s+\d+\s+\d+\s+\d+\s+[-rb]*p`).MatchString(out) || strings.Contains(out, "rc=") {
+	run("for p in $(pidof gprobes); do grep -q -- --guard /proc/$p/cmdline && kill -9 $p; done; for p in $(pidof gprobes); do kill -9 $p; done; " + xenlab.Gone("gprobes"))
+	run(fmt.Sprintf("rm -f /tmp/ww.out; (domu-run -t 150 %d 'echo 45 >/proc/sys/fs/lease-break-time; echo wrote' >/tmp/ww.out 2>&1; echo rc=$? >>/tmp/ww.out) &", d))
+	if out, _, _ := vm.Run(xenlab.WaitPaused(d)+fmt.Sprintf("; xl list %d; cat /tmp/ww.out", d), xenlab.RunBound); !regexp.MustCompile(`domu1\s+\d+\s+\d+\s+\d+\s+[-rb]*p`).MatchString(out) || strings.Contains(out, "rc=") {
 		t.Errorf("domu1 should be paused at the watch of the dead daemon:\n%s", out)
 	}
-	out = run("gprobes recover; sleep 4; cat /tmp/ww.out; ls /run/gprobes/xen; xl list " + fmt.Sprint(d))
+	out = run("gprobes recover; " + labkit.Wait{What: "the write in domu1 to end", Cond: "grep -q rc= /tmp/ww.out", Show: fmt.Sprintf("cat /tmp/ww.out; xl list %d", d), Secs: 200}.Cmd() +
+		"; cat /tmp/ww.out; ls /run/gprobes/xen; xl list " + fmt.Sprint(d))
 	if !strings.Contains(out, "put back after gprobes") || !strings.Contains(out, "wrote") || !strings.Contains(out, "rc=0") || strings.Contains(out, ".json") {
 		t.Errorf("domu1 not put back:\n%s", out)
 	}

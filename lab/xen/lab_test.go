@@ -169,9 +169,10 @@ func TestXenLab(t *testing.T) {
 	step(t, "gdbsx attach to domu2", func() {
 		// gdbsx's stdout is a file here, so block-buffered: judge by the
 		// listening socket, and by its errors (stderr).
-		cmd := fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & p=$!; sleep 2; "+
-			"netstat -ltn | grep ':9999 '; kill -INT $p; sleep 0.5; kill $p 2>/dev/null; cat /tmp/gdbsx.log; true", ids["domu2"])
-		out, _, err := vm.Run(cmd, 60*time.Second)
+		cmd := fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & p=$!; ", ids["domu2"]) +
+			labkit.Wait{What: "gdbsx to listen on port 9999", Cond: "netstat -ltn | grep -q ':9999 '", Show: "cat /tmp/gdbsx.log", Pid: "$p"}.Cmd() +
+			"; netstat -ltn | grep ':9999 '; kill $p; wait $p; cat /tmp/gdbsx.log; true"
+		out, _, err := vm.Run(cmd, 4*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}

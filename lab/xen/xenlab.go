@@ -66,7 +66,8 @@ type Options struct {
 	// BootTimeout bounds the boot up to dom0's command loop; default 10
 	// minutes: about 35 s on an idle 2-CPU host under TCG, several times
 	// that on a loaded one. Each domU then gets DomUTimeout (default 5
-	// minutes) to come up.
+	// minutes) to come up. A boot that times out says how far it got
+	// (bootMilestones) and shows the serial log's end.
 	BootTimeout, DomUTimeout time.Duration
 }
 
@@ -224,7 +225,7 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 		"-serial", "stdio",
 	}
 	args = append(args, opts.ExtraArgs...)
-	cfg := labkit.QEMUConfig{Args: args, LogPath: opts.LogPath, TmpDir: tmp, Panic: panicRe}
+	cfg := labkit.QEMUConfig{Args: args, LogPath: opts.LogPath, TmpDir: tmp, Panic: panicRe, Milestones: bootMilestones}
 	if q := opts.QEMU; q != nil {
 		cfg.Binary, cfg.Env = q.Path, q.Env
 		cfg.Args = append(append([]string(nil), q.Args...), args...)
@@ -388,6 +389,16 @@ func (c *cpioWriter) entry(name string, mode uint32, data []byte) error {
 		return err
 	}
 	return c.pad()
+}
+
+// bootMilestones are the steps of a boot, which a boot that fails names.
+var bootMilestones = []labkit.Milestone{
+	{Name: "Xen started", Re: regexp.MustCompile(`^\(XEN\) Xen version`)},
+	{Name: "Xen handed over to dom0", Re: regexp.MustCompile(`^\(XEN\) Freed \d+kB init memory`)},
+	{Name: "dom0's kernel started", Re: regexp.MustCompile(`Linux version `)},
+	{Name: "dom0's init ran", Re: regexp.MustCompile(`^XLAB DOM0 BOOTED`)},
+	{Name: "the toolstack came up", Re: regexp.MustCompile(`^XLAB TOOLSTACK UP`)},
+	{Name: "dom0's command loop", Re: regexp.MustCompile(`^XLAB READY dom0`)},
 }
 
 var panicRe = regexp.MustCompile(`Kernel panic - not syncing|\(XEN\) Panic on CPU|\(XEN\) \*\*\*\*\*\*\*\*\*\*\*\*`)

@@ -109,7 +109,7 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 	dom := vm.DomID("domu1")
 	dom0 := func(cmd string) error {
 		fmt.Fprintf(os.Stderr, "xenbench: %s dom0: %.100s\n", time.Now().Format("15:04:05"), cmd)
-		out, rc, err := vm.Run(cmd, 2*time.Minute)
+		out, rc, err := vm.Run(cmd, 5*time.Minute)
 		if err != nil || rc != 0 {
 			dlog, _, _ := vm.Run("tail -40 /tmp/daemon.log", time.Minute)
 			return fmt.Errorf("dom0: %s: rc %d %v\n%s\n--- the daemon's log ends:\n%s", cmd, rc, err, out, dlog)
@@ -125,11 +125,12 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 		return qemulab.ParseLatency(out)
 	}
 	// the first daemon binds VIRQ_DEBUGGER, which its debug-register
-	// probes are reported by; the int3 one, started after it, finds its
-	// stops by the 1 ms state check. Started together, either could bind
-	// it first, and the debug-register rows then measured the 50 ms state
-	// check instead (a run had them at 10-40 ms a call)
-	if err := dom0("gprobes daemon --socket /tmp/g.sock >/tmp/daemon.log 2>&1 & sleep 1; GPROBES_XEN_BREAKPOINTS=int3 gprobes daemon --socket /tmp/g3.sock --state /tmp/g3 >/tmp/daemon3.log 2>&1 & sleep 1"); err != nil {
+	// probes are reported by; the int3 one, started once the first
+	// serves, finds its stops by the 1 ms state check. Started together,
+	// either could bind it first, and the debug-register rows then
+	// measured the 50 ms state check instead (a run had them at 10-40 ms
+	// a call)
+	if err := dom0(xenlab.DaemonUp("", "/tmp/g.sock", "", "/tmp/daemon.log") + "; " + xenlab.DaemonUp("GPROBES_XEN_BREAKPOINTS=int3 ", "/tmp/g3.sock", "--state /tmp/g3", "/tmp/daemon3.log")); err != nil {
 		return err
 	}
 	syms := "--symbols /guest/System.map --symbols /guest/vmlinux"
@@ -195,7 +196,7 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 			return err
 		}
 		// gdbsx serves one connection: a fresh gdbsx for each measurement
-		if err := dom0(fmt.Sprintf("gdbsx -a %d 64 9999 >/tmp/gdbsx.log 2>&1 & sleep 1; gprobes run --target gdb:127.0.0.1:9999 %s /etc/gprobes/%s-gdbsx.dpdf >/tmp/run.out 2>&1 & echo $! >/tmp/run.pid; sleep 5", dom, syms, c.Kind)); err != nil {
+		if err := dom0(xenlab.Gone("gdbsx") + "; " + xenlab.GdbsxUp(dom) + "; " + xenlab.RunUp("", fmt.Sprintf("--target gdb:127.0.0.1:9999 %s /etc/gprobes/%s-gdbsx.dpdf", syms, c.Kind), "/tmp/run.out")); err != nil {
 			return err
 		}
 		gdbsx, err := lat(c.Kind, gdbsxN)
@@ -205,7 +206,9 @@ func run(n, nativeN, gdbsxN, rounds int) error {
 		// gdbsx ignores ^C (its c waits for the domain to pause): after
 		// the ^C, pausing the domain is what stops it, and gdbsx
 		// unpauses it as gprobes detaches
-		if err := dom0(fmt.Sprintf("kill -INT $(cat /tmp/run.pid); sleep 1; xl pause %d; for i in $(seq 20); do kill -0 $(cat /tmp/run.pid) 2>/dev/null || exit 0; sleep 0.5; done; echo gprobes run did not end; exit 1", dom)); err != nil {
+		// (a hit may come first and end it: then no pause, which nobody
+		// would undo)
+		if err := dom0(xenlab.StopWaiting("/tmp/run.out") + fmt.Sprintf("; kill -0 $(cat /tmp/run.out.pid) 2>/dev/null && xl pause %d; ", dom) + xenlab.RunEnded("/tmp/run.out")); err != nil {
 			return err
 		}
 		us := func(ns float64) string { return fmt.Sprintf("%.2f", ns/1000) }
