@@ -316,6 +316,11 @@ func (e *Engine) handle(ev Event) {
 			return
 		}
 		if th.step != nil {
+			if ev.Async && e.inert(ev) {
+				// delivered or not, nothing comes of it: the step goes on
+				e.resume(ev.Tid, 0)
+				return
+			}
 			if ev.Async && th.heldSigs < maxHeldSigs && e.holdSignal(th) {
 				// the instruction has not run yet: step it, then let
 				// the signal in

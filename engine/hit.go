@@ -372,6 +372,14 @@ func (e *Engine) holdSignal(th *thread) bool {
 	return true
 }
 
+// inert reports whether the signal a thread stopped for runs none of its
+// code and changes nothing when delivered (SignalHolder.Inert): it is
+// delivered where the thread is, never held and sent again.
+func (e *Engine) inert(ev Event) bool {
+	h, ok := e.tgt.(SignalHolder)
+	return ok && h.Inert(ev.Tid, ev.Sig)
+}
+
 // releaseSignals lets the signals held during a step in.
 func (e *Engine) releaseSignals(th *thread) {
 	if th.heldSigs == 0 {

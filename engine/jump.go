@@ -1088,7 +1088,10 @@ func (e *Engine) padSignal(th *thread, ev Event) bool {
 	// with its own siginfo (resumed with a signal it blocks, the thread
 	// has it requeued); the held flag makes the thread stop for gprobes
 	// at the pad's exit, at a system call it now stops at.
-	if th.heldPad {
+	if th.heldPad || e.inert(ev) {
+		// already held: it joins the others; inert: delivered here, it
+		// runs nothing (sent again, a SIGCONT would discard the stop
+		// signals pending in the process)
 		e.resume(th.tid, ev.Sig)
 		return true
 	}

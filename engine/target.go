@@ -230,6 +230,14 @@ type SignalHolder interface {
 	// Release makes the signals held for a stopped thread pending again:
 	// they are reported (EvSignal) and delivered as usual once it runs.
 	Release(tid int) error
+	// Inert reports whether delivering sig to thread tid runs none of
+	// its code and changes nothing: the signal is ignored, or its
+	// default action is to ignore it (SIGCHLD, SIGCONT, SIGURG,
+	// SIGWINCH) and no handler is set. Such a signal is never held:
+	// making it pending again is sending it again, and a SIGCONT sent
+	// again discards every stop signal pending in the process (a
+	// debugger's SIGSTOP, the tracer's own) and wakes a stopped one.
+	Inert(tid, sig int) bool
 }
 
 // SignalBlocker is a target that can block a thread's signals for the

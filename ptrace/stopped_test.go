@@ -73,7 +73,16 @@ func (h *stoppedFixture) total() uint64 {
 	h.t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", h.pid))
 	if err != nil {
-		h.t.Fatal(err)
+		// gone: say how it ended and what it printed
+		ended := make(chan error, 1)
+		go func() { ended <- h.cmd.Wait() }()
+		select {
+		case werr := <-ended:
+			h.terminated = true
+			h.t.Fatalf("the fixture is gone (%v): %v, %v; its output: %q", err, werr, h.cmd.ProcessState, h.out.String())
+		case <-time.After(10 * time.Second):
+			h.t.Fatalf("the fixture's memory: %v (and it has not ended); its output so far: %q", err, h.out.String())
+		}
 	}
 	defer f.Close()
 	var b [8]byte

@@ -102,6 +102,47 @@ func sigmask(req int, tid int, m *uint64) error {
 	return nil
 }
 
+// Inert reports whether delivering sig to thread tid runs none of its code
+// and changes nothing: ignored (SigIgn), or not caught (SigCgt) with a
+// default action of ignoring it, read from /proc/TID/status (one set of
+// dispositions per process). Unreadable: not inert.
+func (tg *Target) Inert(tid, sig int) bool {
+	if sig <= 0 || sig > 64 {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tid))
+	if err != nil {
+		return false
+	}
+	var ign, cgt uint64
+	var haveIgn, haveCgt bool
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			ign, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			haveIgn = err == nil
+		}
+		if v, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+			cgt, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			haveCgt = err == nil
+		}
+	}
+	if !haveIgn || !haveCgt {
+		return false
+	}
+	bit := uint64(1) << (uint(sig) - 1)
+	if ign&bit != 0 {
+		return true
+	}
+	if cgt&bit != 0 {
+		return false
+	}
+	switch unix.Signal(sig) {
+	case unix.SIGCHLD, unix.SIGCONT, unix.SIGURG, unix.SIGWINCH:
+		return true
+	}
+	return false
+}
+
 // Release sends the held signals to the thread again (tgkill). The
 // kernel gives such a signal a siginfo of its own (SI_TKILL, our pid):
 // when its stop comes, the original siginfo is put back (convert), so

@@ -2,6 +2,7 @@ package ptrace
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -113,6 +114,9 @@ type Thread struct {
 	eventStop  bool
 	// stepping: last resumed with PTRACE_SINGLESTEP, its trap not come
 	stepping bool
+	// reraised: a SIGSTOP that came during an injected system call was
+	// sent again by the tracer (tgkill): its stop is the program's
+	reraised bool
 }
 
 // Tracer follows one process tree. Create it, and call every method, from
@@ -584,16 +588,34 @@ func (t *Tracer) Wait() (Event, error) {
 // process is killed (a seccomp filter's verdict on a system call gprobes
 // made it run, a SIGKILL from elsewhere) is reported only once the other
 // threads are reaped, and waiting for the leader alone waited for good.
-func (t *Tracer) WaitThread(tid int) (Event, error) {
+func (t *Tracer) WaitThread(tid int) (Event, error) { return t.waitThread(tid, nil) }
+
+// waitThread is WaitThread; with idle non-nil it polls, and calls idle
+// after each stretch of idleEvery with nothing to report.
+func (t *Tracer) waitThread(tid int, idle func()) (Event, error) {
+	flags := unix.WALL | unix.WNOTHREAD | unix.WUNTRACED
+	if idle != nil {
+		flags |= unix.WNOHANG
+	}
+	var quiet time.Duration
 	for {
 		var ws unix.WaitStatus
-		got, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD|unix.WUNTRACED, nil)
+		got, err := unix.Wait4(-1, &ws, flags, nil)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			return Event{}, fmt.Errorf("wait4 for %d: %w", tid, err)
 		}
+		if got == 0 {
+			time.Sleep(time.Millisecond)
+			if quiet += time.Millisecond; quiet >= idleEvery {
+				quiet = 0
+				idle()
+			}
+			continue
+		}
+		quiet = 0
 		if got == int(t.kickee.Load()) {
 			if ev, ok := t.kickeeEvent(ws); ok {
 				t.queued = append(t.queued, ev)
@@ -718,8 +740,23 @@ func (t *Tracer) decode(tid int, ws unix.WaitStatus) (Event, bool) {
 	}
 	info, infoErr := SigInfo(tid)
 	ours := infoErr == nil && info.Code() == -6 /* SI_TKILL */ && info.Pid() == os.Getpid()
-	if sig == unix.SIGSTOP && th.kicks.Load() > 0 && (ours || infoErr != nil) {
-		th.kicks.Add(-1)
+	if sig == unix.SIGSTOP && (ours || infoErr != nil && th.kicks.Load() > 0) {
+		if th.reraised {
+			// a SIGSTOP that came during an injected system call, sent
+			// again by us when it was done: the user's (a kick of ours
+			// pending with it merged into it, and this is its stop too)
+			th.reraised = false
+			th.kicks.Store(0)
+			ev.Kind = EventSignal
+			ev.Async = true
+			return ev, true
+		}
+		// ours, whatever the count says: a SIGSTOP of the tracer's is
+		// never the program's to receive (a count can be short when
+		// StopThread sent it again after a SIGCONT discarded it)
+		if th.kicks.Load() > 0 {
+			th.kicks.Add(-1)
+		}
 		ev.Kind = EventKick
 		return ev, true
 	}
@@ -1042,7 +1079,7 @@ func (t *Tracer) StopThread(tid int) ([]Event, error) {
 	}
 	var other []Event
 	for {
-		ev, err := t.WaitThread(tid)
+		ev, err := t.waitThread(tid, func() { t.restop(th) })
 		if err != nil {
 			return other, err
 		}
@@ -1063,6 +1100,41 @@ func (t *Tracer) StopThread(tid int) ([]Event, error) {
 			return other, nil
 		}
 	}
+}
+
+// idleEvery is how long StopThread waits with nothing reported before it
+// looks whether its SIGSTOP is still on its way.
+const idleEvery = 20 * time.Millisecond
+
+// restop sends StopThread's SIGSTOP again when it is gone without a
+// stop: a SIGCONT sent to the process after it (by a user, or requeued by
+// the kernel when gprobes resumed a thread with a SIGCONT it blocks)
+// discards every stop signal pending in the process, and waiting for the
+// stop would wait for good. Neither pending nor taken (the thread is not
+// in a stop the tracer has yet to collect): sent again. A SIGSTOP too
+// many comes as a kick, which the engine takes as one.
+func (t *Tracer) restop(th *Thread) {
+	if th.Stopped || stopPending(th.Pid, th.Tid) || traceStopped(th.Pid, th.Tid) {
+		return
+	}
+	if p := t.procs[th.Pid]; p != nil && p.seized && p.groupStop {
+		return // interrupted, not signalled
+	}
+	th.kicks.Add(1)
+	if unix.Tgkill(th.Pid, th.Tid, unix.SIGSTOP) != nil {
+		th.kicks.Add(-1)
+	}
+}
+
+// traceStopped reports whether a thread is in a ptrace stop ('t' in
+// /proc/PID/task/TID/stat), one its tracer may not have collected yet.
+func traceStopped(pid, tid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 't'
 }
 
 func (t *Tracer) stopThread(th *Thread) error {
@@ -1286,6 +1358,9 @@ func (t *Tracer) InjectSyscall(tid int, addr uint64, nr uint64, args ...uint64) 
 			continue
 		}
 		if ev.Sig != 0 {
+			if ev.Sig == int(unix.SIGSTOP) {
+				th.reraised = true
+			}
 			defer unix.Tgkill(th.Pid, tid, unix.Signal(ev.Sig))
 		}
 		if err := t.Step(tid); err != nil {
