@@ -1268,6 +1268,23 @@ func (c *compiler) log(l *dpdf.LogOperand) {
 		c.emit(rpn.OpLogStr)
 	case l.Mrf:
 		c.emit(rpn.OpLogMrf)
+	case l.Stack != "":
+		op := rpn.OpLogUStack
+		if strings.EqualFold(l.Stack, "kstack") {
+			op = rpn.OpLogKStack
+		}
+		if c.m.Arch != rpn.ArchX86_64 {
+			c.errorf(l.Pos, "log %s: stacks are unwound on x86_64 only", strings.ToLower(l.Stack))
+			return
+		}
+		n := uint64(rpn.DefaultStackFrames)
+		if l.Frames != nil {
+			var ok bool
+			if n, ok = c.constant(l.Frames, "log "+strings.ToLower(l.Stack)+" frames", 1, rpn.MaxStackFrames); !ok {
+				return
+			}
+		}
+		c.emit8(op, uint8(n))
 	case l.Space != "":
 		space := strings.ToLower(l.Space)
 		i, ok := c.varIndex(space, l.Index)

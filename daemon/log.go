@@ -46,6 +46,9 @@ type LogLine struct {
 	Line      string    `json:"line,omitempty"`
 	Dump      string    `json:"dump,omitempty"`
 	Debugger  string    `json:"debugger,omitempty"`
+	// Stacks: the frames of the stacks the program logged (log ustack,
+	// log kstack), named
+	Stacks []probe.Stack `json:"stacks,omitempty"`
 }
 
 // FromRecord converts an engine record.
@@ -53,7 +56,7 @@ func FromRecord(target string, r *probe.Record) LogLine {
 	return LogLine{Time: r.Time, Kind: string(r.Kind), Target: target, Module: r.Module, Major: r.Major, Minor: r.Minor,
 		Location: r.Location, Probe: r.Probe, Address: "0x" + strconv.FormatUint(r.Address, 16), Pid: r.Pid, Tid: r.Tid, CPU: r.CPU,
 		Exit: r.Exit, Data: hex.EncodeToString(r.Data), Truncated: r.Truncated, Exception: r.Exception,
-		PC: r.PC, Line: r.Line, Dump: r.Dump, Debugger: r.Debugger}
+		PC: r.PC, Line: r.Line, Dump: r.Dump, Debugger: r.Debugger, Stacks: r.Stacks}
 }
 
 // Text formats a record for a person: one line.
@@ -66,6 +69,11 @@ func (l *LogLine) Text() string { return l.TextWith(nil, "") }
 //
 // With the probe's format (format = "..."), the values are shown through
 // it after a colon: "exit 1: wrote 6 bytes: hello".
+//
+// The frames of the stacks the program logged (log ustack, log kstack)
+// follow, one per line, indented: "    fact+0x1c (/tmp/fact)". They are
+// the record's Stacks (named when it was committed), or, for a record
+// without them, the addresses its layout finds in the data.
 func (l *LogLine) TextWith(layouts []rpn.Layout, format string) string {
 	loc := l.Location
 	if l.Probe != "" {
@@ -88,8 +96,14 @@ func (l *LogLine) TextWith(layouts []rpn.Layout, format string) string {
 		} else if ok && err == nil && len(vals) > 0 && !l.Truncated {
 			s += " data"
 			for _, v := range vals {
+				if v.Item.Stack() {
+					s += " " + stackKind(v.Item.Kind)
+					continue
+				}
 				s += " " + v.String()
 			}
+		} else if l.Data != "" && len(l.Stacks) > 0 && !ok {
+			s += " data " + l.Data
 		} else if l.Data != "" {
 			s += " data " + l.Data
 			if err == nil {
@@ -108,7 +122,56 @@ func (l *LogLine) TextWith(layouts []rpn.Layout, format string) string {
 	if l.Debugger != "" {
 		s += " stopped for a debugger: " + l.Debugger
 	}
+	if l.Exception == "" {
+		s += framesText(l.Stacks, layouts, l)
+	}
 	return s
+}
+
+// framesText is the lines of a record's stacks: each frame on its own
+// line after a newline, indented by 4; a stack with no frame says so.
+func framesText(named []probe.Stack, layouts []rpn.Layout, l *LogLine) string {
+	stacks := named
+	if len(stacks) == 0 && !l.Truncated {
+		if b, err := hex.DecodeString(l.Data); err == nil {
+			if vals, ok := rpn.Split(layouts, b); ok {
+				for _, v := range vals {
+					if v.Item.Stack() {
+						stacks = append(stacks, stackOf(v))
+					}
+				}
+			}
+		}
+	}
+	var sb strings.Builder
+	for _, st := range stacks {
+		if len(st.Frames) == 0 {
+			sb.WriteString("\n    (" + st.Kind + " stack: no frames)")
+		}
+		for _, f := range st.Frames {
+			sb.WriteString("\n    " + oneLine(f.String()))
+		}
+	}
+	return sb.String()
+}
+
+// stackOf is a logged stack without names: its addresses.
+func stackOf(v rpn.Value) probe.Stack {
+	st := probe.Stack{Kind: "user"}
+	if v.Item.Kind == 'k' {
+		st.Kind = "kernel"
+	}
+	for _, a := range v.Frames() {
+		st.Frames = append(st.Frames, probe.Frame{Address: probe.Hex(a)})
+	}
+	return st
+}
+
+func stackKind(k byte) string {
+	if k == 'k' {
+		return "kstack"
+	}
+	return "ustack"
 }
 
 // printable returns b as text when it is mostly a string.
@@ -785,6 +848,40 @@ func (l *LogLine) AppendJSON(b []byte) []byte {
 	if l.Debugger != "" {
 		b = append(b, `,"debugger":`...)
 		b = appendString(b, l.Debugger)
+	}
+	if len(l.Stacks) > 0 {
+		b = append(b, `,"stacks":[`...)
+		for i, st := range l.Stacks {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"kind":`...)
+			b = appendString(b, st.Kind)
+			b = append(b, `,"frames":[`...)
+			for j, f := range st.Frames {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, `{"address":"0x`...)
+				b = strconv.AppendUint(b, uint64(f.Address), 16)
+				b = append(b, '"')
+				if f.Function != "" {
+					b = append(b, `,"function":`...)
+					b = appendString(b, f.Function)
+				}
+				if f.Offset != 0 {
+					b = append(b, `,"offset":`...)
+					b = strconv.AppendUint(b, f.Offset, 10)
+				}
+				if f.Module != "" {
+					b = append(b, `,"module":`...)
+					b = appendString(b, f.Module)
+				}
+				b = append(b, '}')
+			}
+			b = append(b, "]}"...)
+		}
+		b = append(b, ']')
 	}
 	return append(b, '}')
 }

@@ -257,7 +257,8 @@ func fastPop(toks []lexer.Token) (*PopOperand, bool) {
 	return parseProd(popProd, toks)
 }
 
-// fastLog handles "log str", "log mrf" and "log N" with a one-token N.
+// fastLog handles "log str", "log mrf", "log ustack", "log kstack" and
+// "log N" with a one-token N.
 func fastLog(toks []lexer.Token) (*LogOperand, bool) {
 	if len(toks) == 1 {
 		switch t := toks[0]; {
@@ -265,6 +266,8 @@ func fastLog(toks []lexer.Token) (*LogOperand, bool) {
 			return &LogOperand{Pos: t.Pos, Str: true}, true
 		case isWord(t, "mrf"):
 			return &LogOperand{Pos: t.Pos, Mrf: true}, true
+		case isWord(t, "ustack") || isWord(t, "kstack"):
+			return &LogOperand{Pos: t.Pos, Stack: t.Value}, true
 		case !isWord(t, "lv") && !isWord(t, "gv"):
 			if e, ok := trivialExpr(toks); ok {
 				return &LogOperand{Pos: t.Pos, Words: e}, true

@@ -132,13 +132,16 @@ type VarRef struct {
 
 // LogOperand is what follows "log".
 type LogOperand struct {
-	Pos   lexer.Position
-	Str   bool   `parser:"  @\"str\""`
-	Mrf   bool   `parser:"| @\"mrf\""`
-	Space string `parser:"| @( \"lv\" | \"gv\" ) \",\""`
-	Index *Expr  `parser:"  @@ \",\""`
-	Count *Expr  `parser:"  @@"`
-	Words *Expr  `parser:"| @@"`
+	Pos lexer.Position
+	Str bool `parser:"  @\"str\""`
+	Mrf bool `parser:"| @\"mrf\""`
+	// Stack is "ustack" or "kstack" (log ustack[,N]), Frames its N
+	Stack  string `parser:"| @( \"ustack\" | \"kstack\" )"`
+	Frames *Expr  `parser:"  ( \",\" @@ )?"`
+	Space  string `parser:"| @( \"lv\" | \"gv\" ) \",\""`
+	Index  *Expr  `parser:"  @@ \",\""`
+	Count  *Expr  `parser:"  @@"`
+	Words  *Expr  `parser:"| @@"`
 }
 
 // Jump is a jump, loop or call to a label.

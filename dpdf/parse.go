@@ -459,7 +459,7 @@ func expectedAfter(line []lexer.Token, at lexer.Token) string {
 var syntax = map[string]string{
 	"push":   "push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | iv,I | mrf[,SIZE] | io,SIZE | field,NAME | pid | tid | procid | task | ts | lp",
 	"pop":    "pop | pop r,REG | u,REG | lv[,I] | gv[,I] | iv,I | mrf[,SIZE] | io,SIZE | lp",
-	"log":    "log N | log str | log mrf | log lv,I,N | log gv,I,N",
+	"log":    "log N | log str | log mrf | log lv,I,N | log gv,I,N | log ustack[,N] | log kstack[,N]",
 	"move":   "move lv[,I] | move gv[,I]",
 	"inc":    "inc lv[,I] | inc gv[,I]",
 	"dec":    "dec lv[,I] | dec gv[,I]",

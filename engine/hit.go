@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/engine/x86"
+	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -53,6 +54,47 @@ type hitEnv struct {
 	// mod is the running probe's module: whose probes enable and
 	// disable switch (switch.go)
 	mod *Module
+	// stacks the running program logged (log ustack, log kstack), named
+	// in its record
+	stacks []hitStack
+}
+
+// hitStack is one stack a program logged.
+type hitStack struct {
+	kernel bool
+	pcs    []uint64
+}
+
+// Stack unwinds the thread's stack (rpn.StackEnv) through the OS.
+func (h *hitEnv) Stack(kernel bool, pcs []uint64) (int, bool) {
+	u, ok := h.e.os.(StackUnwinder)
+	if !ok {
+		return 0, false
+	}
+	n, ok := u.Unwind(h.th.space, h.th.tid, &h.th.regs, kernel, pcs)
+	if ok {
+		h.stacks = append(h.stacks, hitStack{kernel: kernel, pcs: append([]uint64(nil), pcs[:n]...)})
+	}
+	return n, ok
+}
+
+// namedStacks names the stacks the hit's program logged, for its record,
+// and forgets them.
+func (e *Engine) namedStacks(th *thread) []pb.Stack {
+	if len(th.env.stacks) == 0 {
+		return nil
+	}
+	u := e.os.(StackUnwinder)
+	out := make([]pb.Stack, 0, len(th.env.stacks))
+	for _, st := range th.env.stacks {
+		kind := "user"
+		if st.kernel {
+			kind = "kernel"
+		}
+		out = append(out, pb.Stack{Kind: kind, Frames: u.NameFrames(th.space, st.kernel, st.pcs)})
+	}
+	th.env.stacks = th.env.stacks[:0]
+	return out
 }
 
 func (h *hitEnv) Reg(r rpn.Reg, user bool) (uint64, bool) {
@@ -472,7 +514,11 @@ func (e *Engine) record(th *thread, p *eprobe, addr uint64, r *rpn.Result) Recor
 			rec.Kind = "trace"
 		}
 		rec.Data = append([]byte(nil), r.Log...)
+		if r.Commits() {
+			rec.Stacks = e.namedStacks(th)
+		}
 	}
+	th.env.stacks = th.env.stacks[:0]
 	if e.os.Kernel() && (r.Outcome == rpn.OutcomeException || r.Commits()) {
 		// a kernel's records name the task that was running on the
 		// vCPU (Tid stays the vCPU's thread when it is not known)

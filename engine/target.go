@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 
+	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -263,4 +264,18 @@ var ErrNoTracees = errors.New("engine: nothing left to trace")
 // the loop's thread.
 type TargetCloser interface {
 	CloseTarget()
+}
+
+// StackUnwinder is an OS that can unwind a stopped thread's stack (log
+// ustack, log kstack) and name the frames. Without it a program's log
+// ustack and log kstack raise invalid-operand.
+type StackUnwinder interface {
+	// Unwind writes the frames' addresses of thread tid of space, stopped
+	// with regs, into pcs, innermost first (regs' rip first, then return
+	// addresses), and returns how many; ok false when this OS has no
+	// such stack (a process has no kernel stack to read).
+	Unwind(space, tid int, regs *Regs, kernel bool, pcs []uint64) (n int, ok bool)
+	// NameFrames names frames Unwind found (in order: the first is the
+	// thread's address, the others return addresses).
+	NameFrames(space int, kernel bool, pcs []uint64) []pb.Frame
 }

@@ -251,6 +251,10 @@ func (c *compiler) check() error {
 			// a call's instance variables live in the engine, with the
 			// return probe that reads them (engine/retprobe.go)
 			return &Unsupported{Reason: "push iv/pop iv: instance variables are the int3 route's"}
+		case rpn.OpLogUStack, rpn.OpLogKStack:
+			// unwinding needs the modules' CFI and the tracer's reads of
+			// the stack: the int3 route's (docs/engine.md, "Stacks")
+			return &Unsupported{Reason: fmt.Sprintf("%s: stacks are unwound on the int3 route", in.Op)}
 		case rpn.OpPushField:
 			// only tracepoint probes have one, and they run on the
 			// kernel target (package bpf), never in a process's pad

@@ -15,6 +15,7 @@ import (
 	"github.com/gprobes/gprobes/coredump"
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/unwind"
 )
 
 // Target is the engine's view of a traced process tree.
@@ -33,6 +34,10 @@ type Target struct {
 	watches map[int]*procWatches
 	// the tracer's liveness page (live_linux.go), nil until a pad needs it
 	live *live
+	// the executable mappings of each process, and the files' CFI and
+	// symbols, for log ustack (stack_linux.go)
+	stackMaps map[int]unwind.Modules
+	unwinder  *unwind.Unwinder
 }
 
 var (
@@ -267,6 +272,7 @@ func (tg *Target) convert(ev Event) engine.Event {
 		tg.journalDrop(ev.Pid) // a new image: none of our bytes
 		tg.liveForget(ev.Pid)
 		tg.watchDrop(ev.Pid) // nor debug registers (the kernel cleared them)
+		tg.stackForget(ev.Pid)
 	case EventThreadExit:
 		out.Kind = engine.EvThreadExit
 		tg.forget(ev.Tid)
@@ -278,6 +284,7 @@ func (tg *Target) convert(ev Event) engine.Event {
 		tg.journalDrop(ev.Pid)
 		tg.liveForget(ev.Pid)
 		tg.watchDrop(ev.Pid)
+		tg.stackForget(ev.Pid)
 		switch {
 		case ev.Status.Exited():
 			out.Exit = fmt.Sprintf("exited %d", ev.Status.ExitStatus())

@@ -13,7 +13,9 @@ import (
 // (log str, log mrf) as text, or a word as a number; %% a percent sign.
 // Flags, width and precision are C's (-, +, space, 0, #). A directive
 // without a value left shows %!d(missing); values left over follow the
-// text in brackets, so nothing logged is hidden.
+// text in brackets, so nothing logged is hidden. Stacks (log ustack, log
+// kstack) take no directive: their frames are shown after the text, one
+// per line.
 
 // formatVerbs are the conversions a format may use.
 const formatVerbs = "diuxXocps"
@@ -79,6 +81,15 @@ func FormatValues(f string, vals []Value) string {
 	if err != nil {
 		return fmt.Sprintf("%%!(bad format: %v)", err)
 	}
+	// stacks take no directive: whoever shows the record shows their
+	// frames after the text, one per line
+	var flat []Value
+	for _, v := range vals {
+		if !v.Item.Stack() {
+			flat = append(flat, v)
+		}
+	}
+	vals = flat
 	var b strings.Builder
 	k := 0
 	for _, d := range ds {

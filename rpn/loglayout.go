@@ -17,10 +17,32 @@ import (
 
 // LogItem is one log instruction's part of a record: Size bytes of a
 // word (Kind 'w'), or a string (Kind 's', log str) or memory (Kind 'm',
-// log mrf) of a length the program knows only at run time (Size 0).
+// log mrf) of a length the program knows only at run time (Size 0), or a
+// stack (Kind 'u', log ustack,N; Kind 'k', log kstack,N): N 8-byte
+// addresses, Size 8N bytes, zeros after the last frame.
 type LogItem struct {
 	Kind byte
 	Size int
+}
+
+// Stack reports whether the item is a stack (log ustack, log kstack).
+func (it LogItem) Stack() bool { return it.Kind == 'u' || it.Kind == 'k' }
+
+// Fixed reports whether the item's size is known from the code.
+func (it LogItem) Fixed() bool { return it.Kind == 'w' || it.Stack() }
+
+// Frames are the addresses of a stack item's bytes, without the zeros
+// after the last frame.
+func (v Value) Frames() []uint64 {
+	var out []uint64
+	for i := 0; i+8 <= len(v.Bytes); i += 8 {
+		a := binary.LittleEndian.Uint64(v.Bytes[i:])
+		if a == 0 {
+			break
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // Layout is one sequence of log items a hit may commit.
@@ -32,6 +54,8 @@ func (l Layout) String() string {
 	for _, it := range l {
 		if it.Kind == 'w' {
 			parts = append(parts, "w"+strconv.Itoa(it.Size))
+		} else if it.Stack() {
+			parts = append(parts, string(it.Kind)+strconv.Itoa(it.Size/8))
 		} else {
 			parts = append(parts, string(it.Kind))
 		}
@@ -51,6 +75,12 @@ func ParseLayouts(s string) ([]Layout, error) {
 			switch {
 			case f == "s" || f == "m":
 				l = append(l, LogItem{Kind: f[0]})
+			case strings.HasPrefix(f, "u") || strings.HasPrefix(f, "k"):
+				n, err := strconv.Atoi(f[1:])
+				if err != nil || n < 1 || n > MaxStackFrames {
+					return nil, fmt.Errorf("log layout %q: bad item %q", s, f)
+				}
+				l = append(l, LogItem{Kind: f[0], Size: 8 * n})
 			case strings.HasPrefix(f, "w"):
 				n, err := strconv.Atoi(f[1:])
 				if err != nil || (n != 4 && n != 8) {
@@ -139,6 +169,12 @@ func LogLayouts(m *Module, probe int) []Layout {
 				for i := 0; i < int(binary.LittleEndian.Uint16(b[3:])); i++ {
 					st.items = append(slicesClone(st.items), LogItem{Kind: 'w', Size: w})
 				}
+			case OpLogUStack, OpLogKStack:
+				k := byte('u')
+				if op == OpLogKStack {
+					k = 'k'
+				}
+				st.items = append(slicesClone(st.items), LogItem{Kind: k, Size: 8 * int(b[1])})
 			case OpLogStr:
 				st.items = append(slicesClone(st.items), LogItem{Kind: 's'})
 			case OpLogMrf:
@@ -208,6 +244,12 @@ func (v Value) String() string {
 		return "0x" + strconv.FormatUint(uint64(x), 16)
 	case 's':
 		return strconv.Quote(string(v.Bytes))
+	case 'u', 'k':
+		var parts []string
+		for _, a := range v.Frames() {
+			parts = append(parts, "0x"+strconv.FormatUint(a, 16))
+		}
+		return "[" + strings.Join(parts, " ") + "]"
 	}
 	if isText(v.Bytes) {
 		return strconv.Quote(string(v.Bytes))
@@ -240,7 +282,7 @@ func Split(layouts []Layout, data []byte) ([]Value, bool) {
 	for _, l := range layouts {
 		fixed, vars := 0, 0
 		for _, it := range l {
-			if it.Kind == 'w' {
+			if it.Fixed() {
 				fixed += it.Size
 			} else {
 				vars++
@@ -253,7 +295,7 @@ func Split(layouts []Layout, data []byte) ([]Value, bool) {
 		off := 0
 		for _, it := range l {
 			n := it.Size
-			if it.Kind != 'w' {
+			if !it.Fixed() {
 				n = len(data) - fixed
 			}
 			vals = append(vals, Value{Item: it, Bytes: data[off : off+n]})

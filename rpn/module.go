@@ -265,6 +265,15 @@ func (m WatchMode) String() string {
 // iv,I with I in 0..MaxIV-1).
 const MaxIV = 8
 
+// MaxStackFrames bounds log ustack,N and log kstack,N (N in
+// 1..MaxStackFrames); DefaultStackFrames is N when it is not given. A
+// stack is logged as N 8-byte words, the frames' addresses innermost
+// first, zeros after the last frame found.
+const (
+	MaxStackFrames     = 64
+	DefaultStackFrames = 16
+)
+
 // Probe is one probe definition: its kind, location, identity, limits and
 // the entry point of its program in Module.Code.
 type Probe struct {

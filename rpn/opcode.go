@@ -113,6 +113,9 @@ const (
 	OpPushIV  // -  PUSH IV,i  v                    instance variable i (0..MaxIV-1) of this call (IVEnv)
 	OpPopIV   // v  POP IV,i  -
 
+	OpLogUStack // -  LOG USTACK,n  -                 n return addresses of the user stack at the hit, zero-padded (StackEnv)
+	OpLogKStack // -  LOG KSTACK,n  -                 the same of the kernel stack
+
 	numOpcodes
 )
 
@@ -241,6 +244,9 @@ var opTable = [numOpcodes]opInfo{
 	OpDisable: {"disable", fmtU16, 0, 0},
 	OpPushIV:  {"push iv", fmtU8, 0, 1},
 	OpPopIV:   {"pop iv", fmtU8, 1, 0},
+
+	OpLogUStack: {"log ustack", fmtU8, 0, 0},
+	OpLogKStack: {"log kstack", fmtU8, 0, 0},
 }
 
 // String returns the mnemonic of op.

@@ -370,6 +370,13 @@ func (v *verifier) decode(pi int, pc uint32, b []byte) (insn, error) {
 		if int(in.b) >= len(v.m.Fields) {
 			return bad("push field %d: the module has %d field names", in.b, len(v.m.Fields))
 		}
+	case OpLogUStack, OpLogKStack:
+		if in.a < 1 || in.a > MaxStackFrames {
+			return bad("%s,%d: frames outside 1..%d", op, in.a, MaxStackFrames)
+		}
+		if h.Arch != ArchX86_64 {
+			return bad("%s: stacks are unwound on x86_64 only", op)
+		}
 	case OpPushIV, OpPopIV:
 		if in.a >= MaxIV {
 			return bad("%s,%d: index outside 0..%d", op, in.a, MaxIV-1)

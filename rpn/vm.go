@@ -69,6 +69,18 @@ type IVEnv interface {
 	IV() *[MaxIV]uint64
 }
 
+// StackEnv is an Env that can unwind the stack at a hit (log ustack,N and
+// log kstack,N): Stack writes the addresses of the user (kernel false)
+// or kernel stack's frames into pcs, innermost first (the hit's address,
+// then the return addresses), at most len(pcs), and returns how many.
+// ok false (no such stack on this target: a kernel stack in a process, a
+// user stack in a kernel thread) raises invalid-operand, as does an Env
+// without StackEnv; a stack that cannot be unwound past some frame is
+// not a failure, it has fewer frames.
+type StackEnv interface {
+	Stack(kernel bool, pcs []uint64) (n int, ok bool)
+}
+
 // Outcome is how a hit ended.
 type Outcome uint8
 
@@ -151,6 +163,7 @@ type Machine struct {
 	chunk [64]byte
 	res   Result
 	iv    [MaxIV]uint64 // a hit's own instance variables, when its Env has none (IVEnv)
+	pcs   [MaxStackFrames]uint64
 }
 
 // Run executes probe pi of p for one hit: it applies the probe's pass count
@@ -381,6 +394,27 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 					goto fault
 				}
 				logn += int(n)
+			}
+		case OpLogUStack, OpLogKStack:
+			// the verifier keeps in.a in 1..MaxStackFrames
+			se, ok := env.(StackEnv)
+			pcs := m.pcs[:in.a]
+			n := 0
+			if ok {
+				n, ok = se.Stack(in.op == OpLogKStack, pcs)
+			}
+			if !ok {
+				ex = ExInvalidOperand
+				goto fault
+			}
+			var word [8]byte
+			for i := range pcs {
+				v := uint64(0)
+				if i < n {
+					v = pcs[i]
+				}
+				binary.LittleEndian.PutUint64(word[:], v)
+				appendLog(word[:])
 			}
 		case OpLogLV, OpLogGV:
 			vars := lv

@@ -1,0 +1,233 @@
+//go:build linux
+
+package ptrace_test
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/probe"
+)
+
+// stackFixture builds testdata/stacks/fact.c with the flags given.
+func stackFixture(t *testing.T, name string, flags ...string) string {
+	return testkit.CC(t, name, append(flags, "../testdata/stacks/fact.c")...)
+}
+
+// elfSyms are a fixture's function symbols by name.
+func elfSyms(t *testing.T, path string) map[string]elf.Symbol {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]elf.Symbol{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+			out[s.Name] = s
+		}
+	}
+	return out
+}
+
+// callTarget is where the call instruction just before a return address
+// (a file address) goes: the 5-byte call rel32 gcc emits for a direct
+// call. ok false when the bytes there are no such call.
+func callTarget(t *testing.T, path string, ret uint64) (uint64, bool) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && ret-5 >= p.Vaddr && ret <= p.Vaddr+p.Filesz {
+			b := make([]byte, 5)
+			if _, err := p.ReadAt(b, int64(ret-5-p.Vaddr)); err != nil || b[0] != 0xe8 {
+				return 0, false
+			}
+			return ret + uint64(int64(int32(binary.LittleEndian.Uint32(b[1:])))), true
+		}
+	}
+	return 0, false
+}
+
+// The user stack of a hit (log ustack) on the int3 route, in a binary
+// built with gcc -O2 (no frame pointers: the CFI of .eh_frame unwinds it)
+// and one with -fno-omit-frame-pointer, through recursion: at leaf, the
+// frames are leaf, fact N+1 times, run, main, then libc's start and
+// _start, as gdb's bt has them. Each return address in the fixture is
+// checked against the code: the bytes before it are a call of the frame
+// below it. The names are function+offset of the fixture's symbols.
+// log ustack,3 keeps 3 frames and zeros; log kstack in a process is an
+// invalid-operand exception. A probe with log ustack is refused a jump
+// pad (route auto) with the reason in HOW.
+func TestUstack(t *testing.T) {
+	const depth = 4
+	for _, b := range []struct {
+		name  string
+		flags []string
+	}{
+		{"fact-O2", []string{"-O2"}},
+		{"fact-fp", []string{"-O2", "-fno-omit-frame-pointer"}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			prog := stackFixture(t, b.name, b.flags...)
+			syms := elfSyms(t, prog)
+			r := startWith(t, startConfig{path: prog}, fmt.Sprint(depth), "2")
+			infos := r.insert(compileFor(t, prog, `name = PROGRAM
+modtype = user
+offset = leaf
+minor = 1
+log ustack
+exit 1
+offset = leaf
+minor = 2
+push d,7
+log 1
+log ustack,3
+exit 1
+offset = run
+minor = 3
+log kstack
+exit 1
+`))
+			for _, p := range infos {
+				if p.Minor == 1 && (!strings.HasPrefix(p.How, "int3") || !strings.Contains(p.How, "stacks are unwound on the int3 route")) {
+					t.Errorf("probe %d: how %q: want the int3 route, for its stack", p.Minor, p.How)
+				}
+			}
+			r.release()
+			r.finish()
+
+			recs := r.records(1)
+			if len(recs) != 2 {
+				t.Fatalf("%d records of leaf, want 2: %+v", len(recs), recs)
+			}
+			for _, rec := range recs {
+				bias := rec.Address - syms["leaf"].Value
+				if len(rec.Stacks) != 1 || rec.Stacks[0].Kind != "user" {
+					t.Fatalf("stacks %+v: want one user stack", rec.Stacks)
+				}
+				fr := rec.Stacks[0].Frames
+				var names []string
+				for _, f := range fr {
+					names = append(names, f.Function)
+				}
+				want := []string{"leaf"}
+				for i := 0; i <= depth; i++ {
+					want = append(want, "fact")
+				}
+				want = append(want, "run", "main")
+				if len(names) < len(want)+1 || strings.Join(names[:len(want)], " ") != strings.Join(want, " ") {
+					t.Fatalf("frames %v, want %v then libc's", fr, want)
+				}
+				if last := fr[len(fr)-1]; last.Function != "_start" || last.Module != prog {
+					t.Errorf("outermost frame %v, want _start in %s", last, prog)
+				}
+				if fr[0].Address != probe.Hex(rec.Address) || fr[0].Offset != 0 {
+					t.Errorf("frame 0 %v, want leaf+0x0 at %#x", fr[0], rec.Address)
+				}
+				// each return address follows a call of the frame below
+				for i := 1; i < len(want); i++ {
+					ret := uint64(fr[i].Address) - bias
+					to, ok := callTarget(t, prog, ret)
+					if !ok || to != syms[want[i-1]].Value {
+						t.Errorf("frame %d %v: the instruction before %#x calls %#x (%v), want %s at %#x", i, fr[i], ret, to, ok, want[i-1], syms[want[i-1]].Value)
+					}
+					if fr[i].Module != prog || uint64(fr[i].Address)-bias-syms[want[i]].Value != fr[i].Offset {
+						t.Errorf("frame %d %v: want %s+%#x (%s)", i, fr[i], want[i], uint64(fr[i].Address)-bias-syms[want[i]].Value, prog)
+					}
+				}
+				// the data holds the addresses, 16 words, zeros after the last
+				if len(rec.Data) != 16*8 {
+					t.Fatalf("data %d bytes, want 128", len(rec.Data))
+				}
+				for i := 0; i < 16; i++ {
+					w := binary.LittleEndian.Uint64(rec.Data[8*i:])
+					if i < len(fr) && w != uint64(fr[i].Address) || i >= len(fr) && w != 0 {
+						t.Errorf("data word %d %#x, frames %v", i, w, fr)
+					}
+				}
+				if testing.Verbose() {
+					t.Logf("frames %v", fr)
+				}
+				if g := gdbFrames(t, prog, depth); g != nil {
+					ours := relFrames(fr, prog, bias)
+					if strings.Join(ours, " ") != strings.Join(g, " ") {
+						t.Errorf("frames in %s: ours %v, gdb's bt %v", prog, ours, g)
+					}
+				}
+			}
+
+			for _, rec := range r.records(2) {
+				if len(rec.Data) != 8+3*8 || binary.LittleEndian.Uint64(rec.Data) != 7 {
+					t.Fatalf("log ustack,3: data %x", rec.Data)
+				}
+				fr := rec.Stacks[0].Frames
+				if len(fr) != 3 || fr[0].Function != "leaf" || fr[1].Function != "fact" || fr[2].Function != "fact" {
+					t.Errorf("log ustack,3: frames %v", fr)
+				}
+			}
+			ks := r.records(3)
+			if len(ks) != 2 || ks[0].Kind != "exception" || ks[0].Exception != "invalid-operand" || len(ks[0].Stacks) != 0 {
+				t.Errorf("log kstack in a process: %+v, want invalid-operand exceptions", ks)
+			}
+		})
+	}
+}
+
+// relFrames are the frames in the fixture as file addresses.
+func relFrames(fr []probe.Frame, prog string, bias uint64) []string {
+	var out []string
+	for _, f := range fr {
+		if f.Module == prog {
+			out = append(out, fmt.Sprintf("%#x", uint64(f.Address)-bias))
+		}
+	}
+	return out
+}
+
+// gdbFrames runs the fixture under gdb to leaf and returns the frames of
+// gdb's bt (past main, to _start) that are in the fixture, as file
+// addresses (nil without gdb: the call checks above stand alone).
+func gdbFrames(t *testing.T, prog string, depth int) []string {
+	t.Helper()
+	if _, err := exec.LookPath("gdb"); err != nil {
+		return nil
+	}
+	out, err := exec.Command("gdb", "-nx", "-batch", "-ex", "set debuginfod enabled off", "-ex", "set backtrace past-main on", "-ex", "break leaf", "-ex", "run",
+		"-ex", "info symbol leaf", "-ex", "p/x $pc", "-ex", "bt", "-ex", "kill", "--args", prog, fmt.Sprint(depth), "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("gdb: %v\n%s", err, out)
+	}
+	pc := regexp.MustCompile(`(?m)^\$1 = (0x[0-9a-f]+)`).FindSubmatch(out)
+	if pc == nil {
+		t.Fatalf("gdb printed no pc:\n%s", out)
+	}
+	leafAt, _ := strconv.ParseUint(string(pc[1]), 0, 64)
+	bias := leafAt - elfSyms(t, prog)["leaf"].Value
+	var rel []string
+	for _, m := range regexp.MustCompile(`(?m)^#\d+\s+(0x[0-9a-f]+) in (\S+)`).FindAllSubmatch(out, -1) {
+		a, _ := strconv.ParseUint(string(m[1]), 0, 64)
+		if _, ok := elfSyms(t, prog)[string(m[2])]; ok {
+			rel = append(rel, fmt.Sprintf("%#x", a-bias))
+		}
+	}
+	if len(rel) == 0 {
+		t.Fatalf("gdb's bt has no frame in the fixture:\n%s", out)
+	}
+	return rel
+}

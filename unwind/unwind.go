@@ -1,0 +1,367 @@
+// Package unwind walks the user stack of a stopped x86_64 thread (log
+// ustack): with the DWARF call frame information of each mapped module
+// (.eh_frame, else .debug_frame), parsed with delve's pkg/dwarf/frame,
+// so code built without frame pointers (gcc -O2's default) unwinds; with
+// the frame-pointer chain only where a module has no CFI for the address.
+// It names the frames it found as function+offset (module) from the
+// modules' symbol tables (package symbols).
+//
+// It reads the target only through a Memory function, and knows the
+// process's modules only through a Modules list (a process's
+// /proc/PID/maps), so it runs the same on a live process and in tests.
+package unwind
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/go-delve/delve/pkg/dwarf/frame"
+	"github.com/gprobes/gprobes/symbols"
+)
+
+// DWARF register numbers of x86_64 (System V psABI, figure 3.36).
+const (
+	RAX = 0
+	RDX = 1
+	RCX = 2
+	RBX = 3
+	RSI = 4
+	RDI = 5
+	RBP = 6
+	RSP = 7
+	R8  = 8
+	R15 = 15
+	RIP = 16 // the return address column
+
+	NumRegs = 17
+)
+
+// Regs are a thread's registers by DWARF number (RAX ... R15, RIP).
+type Regs [NumRegs]uint64
+
+// Memory reads len(p) bytes of the target at addr; false when it cannot.
+type Memory func(addr uint64, p []byte) bool
+
+// Mapping is one executable file mapping of the process: the runtime
+// range [Start, End) of its code and the file offset mapped at Start.
+type Mapping struct {
+	Start, End uint64
+	Offset     uint64
+	Path       string
+}
+
+// Frame is one frame found: its address, and its name where the module
+// has one.
+type Frame struct {
+	PC       uint64
+	Function string
+	Offset   uint64 // PC - the function's start
+	Module   string // the file mapped there
+}
+
+// Unwinder keeps the parsed CFI and symbol tables of the files it has
+// met, for every process it unwinds. Safe for concurrent use.
+type Unwinder struct {
+	mu    sync.Mutex
+	files map[string]*file
+}
+
+// New returns an empty Unwinder.
+func New() *Unwinder { return &Unwinder{files: map[string]*file{}} }
+
+// file is what one ELF file gives: its loadable segments (to turn a
+// runtime address into the file's own), its CFI and its symbols.
+type file struct {
+	loads []elf.ProgHeader
+	fdes  frame.FrameDescriptionEntries
+	syms  *symbols.Set
+	err   error
+}
+
+func (u *Unwinder) file(path string) *file {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if f, ok := u.files[path]; ok {
+		return f
+	}
+	f := loadFile(path)
+	u.files[path] = f
+	return f
+}
+
+func loadFile(path string) *file {
+	f := &file{}
+	ef, err := elf.Open(path)
+	if err != nil {
+		f.err = err
+		return f
+	}
+	defer ef.Close()
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			f.loads = append(f.loads, p.ProgHeader)
+		}
+	}
+	// .eh_frame is what the runtime unwinds C++ exceptions with: every
+	// gcc and clang object has it unless built with
+	// -fno-asynchronous-unwind-tables; .debug_frame where it does not
+	if s := ef.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
+		if b, err := s.Data(); err == nil {
+			f.fdes, err = parseFrames(b, s.Addr, true)
+			if err != nil {
+				f.err = fmt.Errorf("%s: .eh_frame: %w", path, err)
+			}
+		}
+	}
+	if len(f.fdes) == 0 {
+		if s := ef.Section(".debug_frame"); s != nil && s.Type != elf.SHT_NOBITS {
+			if b, err := s.Data(); err == nil {
+				f.fdes, _ = parseFrames(b, 0, false)
+			}
+		}
+	}
+	if t, err := symbols.Open(path); err == nil {
+		f.syms = symbols.NewSet(t)
+	}
+	return f
+}
+
+// parseFrames parses CFI, turning a panic of the parser on a malformed
+// section into an error: a module's bad CFI must not take gprobes down.
+// The FDEs come sorted by address (FDEForPC searches them; the parser
+// keeps the section's order, which the linker need not sort).
+func parseFrames(b []byte, addr uint64, eh bool) (fdes frame.FrameDescriptionEntries, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fdes, err = nil, fmt.Errorf("malformed: %v", r)
+		}
+		sort.SliceStable(fdes, func(i, j int) bool { return fdes[i].Begin() < fdes[j].Begin() })
+	}()
+	if eh {
+		if addr == 0 {
+			addr = 1 // delve tells .eh_frame from .debug_frame by a non-zero address
+		}
+		return frame.Parse(b, binary.LittleEndian, 0, 8, addr)
+	}
+	return frame.Parse(b, binary.LittleEndian, 0, 8, 0)
+}
+
+// bias is what to subtract from a runtime address of mapping m to get the
+// file's own (link-time) address.
+func (f *file) bias(m *Mapping) (uint64, bool) {
+	for _, p := range f.loads {
+		if m.Offset >= p.Off && m.Offset < p.Off+p.Filesz {
+			vaddr := p.Vaddr + (m.Offset - p.Off)
+			return m.Start - vaddr, true
+		}
+	}
+	return 0, false
+}
+
+// Modules is the executable mappings of a process, sorted by Start.
+type Modules []Mapping
+
+// Sort sorts the mappings by start.
+func (ms Modules) Sort() { sort.Slice(ms, func(i, j int) bool { return ms[i].Start < ms[j].Start }) }
+
+// At finds the mapping holding addr.
+func (ms Modules) At(addr uint64) (*Mapping, bool) {
+	i := sort.Search(len(ms), func(i int) bool { return ms[i].End > addr })
+	if i < len(ms) && ms[i].Start <= addr {
+		return &ms[i], true
+	}
+	return nil, false
+}
+
+// errStop ends a walk.
+var errStop = errors.New("end of the stack")
+
+// Unwind walks the stack of a thread stopped with registers regs (rip the
+// address it is at) in a process with the mappings mods, writing the
+// frames' addresses into pcs, innermost first: rip, then each caller's
+// return address. It returns how many it found: it stops at the end of
+// the stack (a frame whose CFI says the return address is undefined, as
+// _start's and clone's do), at an address in no module, at a stack that
+// does not grow towards the caller, at memory it cannot read, or when
+// pcs is full. missing reports that some address was in no mapping of
+// mods (the frame-pointer chain was tried there): the caller may read
+// the maps again and retry.
+func (u *Unwinder) Unwind(regs Regs, mem Memory, mods Modules, pcs []uint64) (n int, missing bool) {
+	var valid [NumRegs]bool
+	for i := range valid {
+		valid[i] = true
+	}
+	for n < len(pcs) {
+		pc := regs[RIP]
+		if pc == 0 {
+			break
+		}
+		pcs[n] = pc
+		n++
+		if n == len(pcs) {
+			break
+		}
+		// a caller's return address may be just past its function (a
+		// call to a noreturn function): look the caller up at the call
+		look := pc
+		if n > 1 {
+			look--
+		}
+		next, nvalid, inMod, err := u.step(regs, valid, look, mem, mods)
+		if !inMod {
+			missing = true
+		}
+		if err != nil {
+			break
+		}
+		if next[RSP] <= regs[RSP] {
+			break // the stack grows down: a caller's frame is above
+		}
+		regs, valid = next, nvalid
+	}
+	return n, missing
+}
+
+// step computes the caller's registers from the frame at look.
+// inMod is false when look is in no mapping: code in no file (a JIT's),
+// where only the frame-pointer chain can be followed.
+func (u *Unwinder) step(regs Regs, valid [NumRegs]bool, look uint64, mem Memory, mods Modules) (out Regs, ovalid [NumRegs]bool, inMod bool, err error) {
+	m, ok := mods.At(look)
+	if !ok {
+		out, ovalid, err = fpStep(regs, valid, mem)
+		return out, ovalid, false, err
+	}
+	f := u.file(m.Path)
+	if bias, ok := f.bias(m); ok && len(f.fdes) > 0 {
+		if fde, err := f.fdes.FDEForPC(look - bias); err == nil {
+			out, ovalid, err = cfiStep(fde, look-bias, regs, valid, mem)
+			return out, ovalid, true, err
+		}
+	}
+	out, ovalid, err = fpStep(regs, valid, mem)
+	return out, ovalid, true, err
+}
+
+func read64(mem Memory, addr uint64) (uint64, bool) {
+	var b [8]byte
+	if !mem(addr, b[:]) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(b[:]), true
+}
+
+// cfiStep applies the CFI row of pc (the file's address).
+func cfiStep(fde *frame.FrameDescriptionEntry, pc uint64, regs Regs, valid [NumRegs]bool, mem Memory) (out Regs, ovalid [NumRegs]bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("CFI of %#x: %v", pc, r)
+		}
+	}()
+	ctx, err := fde.EstablishFrame(pc)
+	if err != nil {
+		return regs, valid, err
+	}
+	if ctx.CFA.Rule != frame.RuleCFA || ctx.CFA.Reg >= NumRegs || !valid[ctx.CFA.Reg] {
+		// a CFA by expression (a PLT entry's): not followed
+		return regs, valid, errStop
+	}
+	cfa := regs[ctx.CFA.Reg] + uint64(ctx.CFA.Offset)
+	out, ovalid = regs, valid
+	for r, rule := range ctx.Regs {
+		if r >= NumRegs {
+			continue
+		}
+		switch rule.Rule {
+		case frame.RuleUndefined:
+			if r == ctx.RetAddrReg {
+				return regs, valid, errStop // the outermost frame
+			}
+			// delve's DW_CFA_restore of a register the CIE leaves alone:
+			// the same value (the psABI's rule for callee-saved ones)
+		case frame.RuleSameVal:
+		case frame.RuleOffset:
+			v, ok := read64(mem, cfa+uint64(rule.Offset))
+			if !ok {
+				return regs, valid, errStop
+			}
+			out[r], ovalid[r] = v, true
+		case frame.RuleValOffset:
+			out[r], ovalid[r] = cfa+uint64(rule.Offset), true
+		case frame.RuleRegister:
+			if rule.Reg < NumRegs {
+				out[r], ovalid[r] = regs[rule.Reg], valid[rule.Reg]
+			}
+		default:
+			ovalid[r] = false
+		}
+	}
+	ra := ctx.RetAddrReg
+	if ra >= NumRegs {
+		return regs, valid, errStop
+	}
+	if _, ok := ctx.Regs[ra]; !ok {
+		return regs, valid, errStop
+	}
+	out[RIP], ovalid[RIP] = out[ra], ovalid[ra]
+	out[RSP], ovalid[RSP] = cfa, true
+	if !ovalid[RIP] {
+		return regs, valid, errStop
+	}
+	return out, ovalid, nil
+}
+
+// fpStep follows the frame-pointer chain one frame: rbp points at the
+// saved rbp, the return address above it. Used where a module has no CFI
+// for the address.
+func fpStep(regs Regs, valid [NumRegs]bool, mem Memory) (Regs, [NumRegs]bool, error) {
+	fp := regs[RBP]
+	if !valid[RBP] || fp < regs[RSP] || fp&7 != 0 {
+		return regs, valid, errStop
+	}
+	saved, ok1 := read64(mem, fp)
+	ra, ok2 := read64(mem, fp+8)
+	if !ok1 || !ok2 || ra == 0 {
+		return regs, valid, errStop
+	}
+	out := regs
+	out[RBP], out[RIP], out[RSP] = saved, ra, fp+16
+	return out, valid, nil
+}
+
+// Name names the frames at pcs (as Unwind found them: the first the
+// thread's address, the others return addresses, looked up at the call
+// before them) in a process with the mappings mods: function+offset and
+// module, or only the module, or nothing.
+func (u *Unwinder) Name(pcs []uint64, mods Modules) []Frame {
+	out := make([]Frame, len(pcs))
+	for i, pc := range pcs {
+		out[i].PC = pc
+		look := pc
+		if i > 0 {
+			look--
+		}
+		m, ok := mods.At(look)
+		if !ok {
+			continue
+		}
+		out[i].Module = m.Path
+		f := u.file(m.Path)
+		bias, ok := f.bias(m)
+		if !ok || f.syms == nil {
+			continue
+		}
+		if s, ok := f.syms.SymbolAt(look - bias); ok {
+			out[i].Function = s.Name
+			if at := strings.IndexByte(s.Name, '@'); at > 0 {
+				out[i].Function = s.Name[:at] // __libc_start_main@GLIBC_2.2.5
+			}
+			out[i].Offset = pc - bias - s.Addr
+		}
+	}
+	return out
+}
