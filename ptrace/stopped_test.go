@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -34,21 +35,31 @@ type stoppedFixture struct {
 	terminated bool
 }
 
-func startStoppedFixture(t *testing.T) *stoppedFixture {
+// stoppedProgram builds the fixture and finds its count's address.
+func stoppedProgram(t *testing.T) (prog string, totalAt uint64) {
 	t.Helper()
-	prog := testkit.CC(t, "harm-nopie", "-O1", "-no-pie", "-pthread", "../testdata/harm/harm.c", "../testdata/harm/funcs.S")
+	prog = testkit.CC(t, "harm-nopie", "-O1", "-no-pie", "-pthread", "../testdata/harm/harm.c", "../testdata/harm/funcs.S")
 	f, err := elf.Open(prog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	syms, _ := f.Symbols()
 	f.Close()
-	h := &stoppedFixture{t: t, prog: prog, out: &bytes.Buffer{}}
 	for _, s := range syms {
 		if s.Name == "total" {
-			h.totalAt = s.Value
+			totalAt = s.Value
 		}
 	}
+	if totalAt == 0 {
+		t.Fatalf("%s has no symbol total", prog)
+	}
+	return prog, totalAt
+}
+
+func startStoppedFixture(t *testing.T) *stoppedFixture {
+	t.Helper()
+	prog, totalAt := stoppedProgram(t)
+	h := &stoppedFixture{t: t, prog: prog, out: &bytes.Buffer{}, totalAt: totalAt}
 	dir := t.TempDir()
 	started := filepath.Join(dir, "started")
 	h.stop = filepath.Join(dir, "stop")
@@ -72,6 +83,9 @@ func startStoppedFixture(t *testing.T) *stoppedFixture {
 func (h *stoppedFixture) total() uint64 {
 	h.t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/mem", h.pid))
+	if err != nil && h.cmd == nil {
+		h.t.Fatalf("the fixture's memory: %v", err)
+	}
 	if err != nil {
 		// gone: say how it ended and what it printed
 		ended := make(chan error, 1)
@@ -252,6 +266,101 @@ func TestStoppedWhileAttached(t *testing.T) {
 			t.Fatalf("round %d: detach: %v", round, err)
 		}
 		h.finish()
+	}
+}
+
+// A program gprobes starts itself (`run -- CMD`, `exec:`) keeps its
+// job-control stops as an attached one does: probes in, SIGSTOP stops it
+// (its count and the probes' hits stay put, through the insert of
+// another probe), SIGCONT lets it run on, and it ends with exact totals,
+// exit 0. 20 rounds, 4 threads. Before: it was traced with
+// PTRACE_TRACEME, whose group-stops look like signals, and the engine
+// resumed it at once (the count went on moving after SIGSTOP).
+func TestStoppedStarted(t *testing.T) {
+	prog, totalAt := stoppedProgram(t)
+	for round := 0; round < rounds(20); round++ {
+		dir := t.TempDir()
+		started, stop := filepath.Join(dir, "started"), filepath.Join(dir, "stop")
+		outf, err := os.Create(filepath.Join(dir, "out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		exit := make(chan int, 1)
+		var pid atomic.Int64
+		argv := []string{prog, "-t", "4", "-n", "1000000000000", "-s", started, "-e", stop}
+		eng, err := engine.Start(ptrace.Exec(prog, argv, os.Environ(), "", nil, outf, outf), engine.Options{
+			OnExit: func(space int, how string, code int) {
+				if int64(space) == pid.Load() {
+					exit <- code
+				}
+			},
+			Warn: func(m string) { t.Log("engine:", m) },
+		})
+		outf.Close()
+		if err != nil {
+			t.Fatalf("round %d: start: %v", round, err)
+		}
+		pid.Store(int64(eng.Pid()))
+		h := &stoppedFixture{t: t, prog: prog, pid: eng.Pid(), totalAt: totalAt}
+		if infos, err := eng.Insert(compileFor(t, prog, stoppedProbes), engine.InsertNew); err != nil || infos[0].State != engine.StateActive {
+			eng.Close()
+			t.Fatalf("round %d: insert: %v %+v", round, err, infos)
+		}
+		eng.Release()
+		testkit.WaitTrue(t, time.Minute, "the fixture's threads calling", func() bool { return exists(started) })
+		hits := func() uint64 {
+			var n uint64
+			for _, p := range eng.Query() {
+				n += p.Hits
+			}
+			return n
+		}
+		testkit.Wait(t, time.Minute, "hits", func() (bool, string) { return hits() > 0, "" })
+		syscall.Kill(h.pid, syscall.SIGSTOP)
+		var last uint64
+		testkit.Wait(t, time.Minute, "the fixture stopped by SIGSTOP", func() (bool, string) {
+			a := h.total()
+			time.Sleep(20 * time.Millisecond)
+			b := h.total()
+			last = b
+			st := h.states()
+			return a == b && len(st) == 5 && strings.Trim(st, "tT") == "", fmt.Sprintf("count %d then %d, thread states %s", a, b, st)
+		})
+		hitsStopped := hits()
+		more := strings.Replace(stoppedProbes, "minor = 1\n", "minor = 3\n", 1)
+		more = strings.Replace(more, "offset = f_push\nminor = 2\ninc lv,1\nexit 0\n", "", 1)
+		if infos, err := eng.Insert(compileFor(t, prog, more), engine.InsertMerge); err != nil || len(infos) == 0 || infos[0].State != engine.StateActive {
+			eng.Close()
+			t.Fatalf("round %d: insert while stopped: %v %+v", round, err, infos)
+		}
+		if now, hn := h.total(), hits(); now != last || hn != hitsStopped {
+			eng.Close()
+			t.Fatalf("round %d: the stopped process ran: count %d -> %d, hits %d -> %d", round, last, now, hitsStopped, hn)
+		}
+		syscall.Kill(h.pid, syscall.SIGCONT)
+		testkit.Wait(t, time.Minute, "hits again after SIGCONT", func() (bool, string) {
+			n := hits()
+			return n > hitsStopped && h.total() > last, fmt.Sprint(n)
+		})
+		// it ends while traced: gprobes' child dies with the thread that
+		// started it
+		os.WriteFile(stop, nil, 0o644)
+		var code int
+		select {
+		case code = <-exit:
+		case <-time.After(2 * time.Minute):
+			eng.Close()
+			t.Fatalf("round %d: the fixture did not end within 2 minutes of its stop file", round)
+		}
+		eng.Close()
+		out, _ := os.ReadFile(filepath.Join(dir, "out"))
+		var total, want int
+		if i := strings.LastIndex(string(out), "total"); i >= 0 {
+			fmt.Sscanf(string(out[i:]), "total %d want %d", &total, &want)
+		}
+		if code != 0 || total != want || want == 0 {
+			t.Fatalf("round %d: the fixture: exit %d: %q", round, code, out)
+		}
 	}
 }
 

@@ -246,16 +246,69 @@ func (t *Tracer) Start(path string, argv []string, env []string, dir string, fil
 	if !ws.Stopped() {
 		return nil, fmt.Errorf("start %s: the process did not stop after exec (%v)", path, ws)
 	}
-	if err := unix.PtraceSetOptions(pid, options|unix.PTRACE_O_EXITKILL); err != nil {
-		return nil, fmt.Errorf("start %s: set ptrace options: %w", path, err)
+	if err := reseize(pid); err != nil {
+		unix.Kill(pid, unix.SIGKILL)
+		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
 	proc, err := t.addProcess(pid)
 	if err != nil {
 		return nil, err
 	}
 	proc.Exec = true
-	proc.Threads[pid].Stopped = true
+	proc.seized = true
+	th := proc.Threads[pid]
+	th.Stopped = true
+	th.eventStop = true
 	return proc, nil
+}
+
+// reseize turns the PTRACE_TRACEME of a process just started (stopped at
+// the SIGTRAP of its exec, before its first instruction) into
+// PTRACE_SEIZE, which tells a job-control stop from a signal
+// (PTRACE_EVENT_STOP, PTRACE_LISTEN): Ctrl-Z or a SIGSTOP stops a program
+// gprobes started as it stops one gprobes attached to. The process is let
+// go into a stop of its own (detached with SIGSTOP, seen with WUNTRACED),
+// seized with the options, interrupted, and continued (SIGCONT) while it
+// sits in that ptrace stop: it has still run nothing of its own. The
+// SIGCONT stays pending for it and is delivered once it runs: exec reset
+// every handler, so nothing runs for it.
+func reseize(pid int) error {
+	if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(pid), 0, uintptr(unix.SIGSTOP), 0, 0); errno != 0 {
+		return fmt.Errorf("detach after exec: %w", errno)
+	}
+	var ws unix.WaitStatus
+	if err := wait4Retry(pid, &ws, unix.WALL|unix.WNOTHREAD|unix.WUNTRACED); err != nil {
+		return fmt.Errorf("wait for its stop: %w", err)
+	}
+	if !ws.Stopped() || ws.StopSignal() != unix.SIGSTOP {
+		return fmt.Errorf("it did not stop for SIGSTOP after exec (%v)", ws)
+	}
+	if _, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(pid), 0, uintptr(options|unix.PTRACE_O_EXITKILL), 0, 0); errno != 0 {
+		return fmt.Errorf("seize: %w", errno)
+	}
+	if err := ptraceInterrupt(pid); err != nil {
+		return fmt.Errorf("interrupt: %w", err)
+	}
+	if err := wait4Retry(pid, &ws, unix.WALL|unix.WNOTHREAD); err != nil {
+		return fmt.Errorf("wait for its ptrace stop: %w", err)
+	}
+	if !ws.Stopped() || int(ws)>>16&0xff != unix.PTRACE_EVENT_STOP {
+		return fmt.Errorf("it did not report its stop once seized (%v)", ws)
+	}
+	if err := unix.Kill(pid, unix.SIGCONT); err != nil {
+		return fmt.Errorf("continue: %w", err)
+	}
+	return nil
+}
+
+// wait4Retry is wait4 for one pid, again after EINTR.
+func wait4Retry(pid int, ws *unix.WaitStatus, flags int) error {
+	for {
+		_, err := unix.Wait4(pid, ws, flags, nil)
+		if err != unix.EINTR {
+			return err
+		}
+	}
 }
 
 // Attach follows every thread of a running process and leaves it stopped

@@ -148,23 +148,27 @@ exit 0
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	out = mustRun(t, "log", "--socket", sock, "--json")
+	// the pads count a hit at once; its record reaches the log when the
+	// daemon drains the pads' rings (within about a millisecond): wait
+	// for the 1,200 records the counts promise
 	n := 0
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(l), &rec); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		for _, k := range []string{"time", "module", "major", "minor", "location", "address", "pid", "tid", "cpu", "exit", "data", "truncated"} {
-			if _, ok := rec[k]; !ok {
-				t.Fatalf("log record without %s: %s", k, l)
+	testkit.Wait(t, time.Minute, "1,200 log records", func() (bool, string) {
+		out = mustRun(t, "log", "--socket", sock, "--json")
+		n = 0
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(l), &rec); err != nil {
+				t.Fatalf("log line %q: %v", l, err)
 			}
+			for _, k := range []string{"time", "module", "major", "minor", "location", "address", "pid", "tid", "cpu", "exit", "data", "truncated"} {
+				if _, ok := rec[k]; !ok {
+					t.Fatalf("log record without %s: %s", k, l)
+				}
+			}
+			n++
 		}
-		n++
-	}
-	if n < 1200 {
-		t.Errorf("%d log records, want at least 1200", n)
-	}
+		return n >= 1200, fmt.Sprintf("%d records", n)
+	})
 	logFile, _ := os.ReadFile(filepath.Join(state, "log.jsonl"))
 	if strings.Count(string(logFile), "\n") < n {
 		t.Errorf("the log file has fewer records than gprobes log printed")
