@@ -232,6 +232,7 @@ type compiler struct {
 	logMoves                   bool           // an instruction changes the log's length
 	ctxLog                     map[int]*Field // log mrf of a constant length of a tracepoint's array field: copied from the context (ctxlog.go)
 	usesIDs                    bool           // push pid or push tid: bpf_get_current_pid_tgid once, in the header
+	stackN                     [2]int         // the most frames log kstack (0) and log ustack (1) log: bpf_get_stack once each, in the prologue
 	regs                       []rpn.Reg      // ctx registers push r reads, canonical
 	fields                     []*Field       // tracepoint fields push field reads, copied at the hit
 	fieldAt                    map[uint16]int // push field's operand -> index in fields
@@ -586,8 +587,16 @@ func (c *compiler) check() error {
 			}
 		case rpn.OpPushIV, rpn.OpPopIV:
 			c.usesIV = true
+		case rpn.OpLogUStack, rpn.OpLogKStack:
+			c.logMoves = true
+			k := 0
+			if in.Op == rpn.OpLogUStack {
+				k = 1
+			}
+			c.stackN[k] = max(c.stackN[k], int(in.A))
 		}
-		if (in.Op > rpn.OpPushField && in.Op != rpn.OpEnable && in.Op != rpn.OpDisable && in.Op != rpn.OpPushIV && in.Op != rpn.OpPopIV) || in.Op == rpn.OpInvalid {
+		if (in.Op > rpn.OpPushField && in.Op != rpn.OpEnable && in.Op != rpn.OpDisable && in.Op != rpn.OpPushIV && in.Op != rpn.OpPopIV &&
+			in.Op != rpn.OpLogUStack && in.Op != rpn.OpLogKStack) || in.Op == rpn.OpInvalid {
 			return c.unsupported(i, "%s: not compiled to eBPF yet", in.Op)
 		}
 		switch in.Op {
@@ -1236,6 +1245,7 @@ func (c *compiler) mainFunc() {
 			c.copyField(fd, int16(offFields+k*8))
 		}
 		c.ivScratch()
+		c.getStacks()
 		if c.usesTS {
 			c.timestamp()
 		}
@@ -1871,6 +1881,8 @@ func (c *compiler) insnBody(i int) {
 		} else {
 			c.logMrf(i)
 		}
+	case rpn.OpLogUStack, rpn.OpLogKStack:
+		c.logStack(in.Op == rpn.OpLogUStack, int(in.A))
 	case rpn.OpLogLV, rpn.OpLogGV:
 		n := int(in.C)
 		c.varsBase(r2, in.Op == rpn.OpLogGV, int(in.B)*8)

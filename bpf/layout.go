@@ -82,9 +82,18 @@ func logArea(logmax int) int {
 	return (2*logmax + 2048 + 8 + 7) &^ 7
 }
 
+// stackArea is the room after the log for the stacks a program logs
+// (log kstack, then log ustack): bpf_get_stack writes each once, in the
+// prologue, rpn.MaxStackFrames addresses at most.
+const stackArea = 2 * rpn.MaxStackFrames * 8
+
+// offStacks is where the kernel stack is in the scratch value (the user
+// stack follows it, stackArea/2 further).
+func offStacks(logmax int) int { return offLog + logArea(logmax) }
+
 // ScratchSize is the size of the per-CPU scratch value for a module's
 // logmax.
-func ScratchSize(logmax int) int { return offLog + logArea(logmax) }
+func ScratchSize(logmax int) int { return offLog + logArea(logmax) + stackArea }
 
 // PerCPULimit is the largest value a per-CPU array holds (the kernel's
 // PCPU_MIN_UNIT_SIZE). A larger scratch value is an array with one entry

@@ -70,6 +70,8 @@ type Target struct {
 	// starts, kept in the kernel (bpf.Follow); nil when it could not be
 	// made (then the probes count Options.PID's hits alone)
 	follow *bpf.Follow
+	// names names the stacks records carry (stacks_linux.go)
+	names stackNamer
 }
 
 // kmodules are the kernel target's parts of its modules.
@@ -538,6 +540,9 @@ func (t *Target) record(s *source, r *bpf.Record) *probe.Record {
 		rec.Kind = probe.RecordTrace
 	}
 	rec.Data = append([]byte(nil), r.Log...)
+	if int(r.Probe) < len(s.All) && !r.Truncated {
+		rec.Stacks = t.names.stacks(s.src, s.All[r.Probe].Index, rec.Pid, rec.Data)
+	}
 	return rec
 }
 

@@ -189,10 +189,10 @@ exit 1
 	}
 }
 
-// relFrames are the frames in the fixture as file addresses.
+// relFrames are the callers' frames in the fixture as file addresses.
 func relFrames(fr []probe.Frame, prog string, bias uint64) []string {
 	var out []string
-	for _, f := range fr {
+	for _, f := range fr[1:] {
 		if f.Module == prog {
 			out = append(out, fmt.Sprintf("%#x", uint64(f.Address)-bias))
 		}
@@ -200,16 +200,16 @@ func relFrames(fr []probe.Frame, prog string, bias uint64) []string {
 	return out
 }
 
-// gdbFrames runs the fixture under gdb to leaf and returns the frames of
-// gdb's bt (past main, to _start) that are in the fixture, as file
-// addresses (nil without gdb: the call checks above stand alone).
+// gdbFrames runs the fixture under gdb to leaf and returns the callers'
+// frames of gdb's bt (past main, to _start) that are in the fixture, as
+// file addresses (gdb stops past leaf's prologue: frame 0 differs) (nil without gdb: the call checks above stand alone).
 func gdbFrames(t *testing.T, prog string, depth int) []string {
 	t.Helper()
 	if _, err := exec.LookPath("gdb"); err != nil {
 		return nil
 	}
 	out, err := exec.Command("gdb", "-nx", "-batch", "-ex", "set debuginfod enabled off", "-ex", "set backtrace past-main on", "-ex", "break leaf", "-ex", "run",
-		"-ex", "info symbol leaf", "-ex", "p/x $pc", "-ex", "bt", "-ex", "kill", "--args", prog, fmt.Sprint(depth), "1").CombinedOutput()
+		"-ex", "p/x $pc", "-ex", "info symbol $pc", "-ex", "bt", "-ex", "kill", "--args", prog, fmt.Sprint(depth), "1").CombinedOutput()
 	if err != nil {
 		t.Fatalf("gdb: %v\n%s", err, out)
 	}
@@ -218,9 +218,16 @@ func gdbFrames(t *testing.T, prog string, depth int) []string {
 		t.Fatalf("gdb printed no pc:\n%s", out)
 	}
 	leafAt, _ := strconv.ParseUint(string(pc[1]), 0, 64)
-	bias := leafAt - elfSyms(t, prog)["leaf"].Value
+	// gdb stops past leaf's prologue: "leaf + 4 in section .text"
+	var skip uint64
+	if m := regexp.MustCompile(`(?m)^leaf \+ (\d+) in section`).FindSubmatch(out); m != nil {
+		skip, _ = strconv.ParseUint(string(m[1]), 10, 64)
+	} else if !regexp.MustCompile(`(?m)^leaf in section`).Match(out) {
+		t.Fatalf("gdb stopped elsewhere than in leaf:\n%s", out)
+	}
+	bias := leafAt - skip - elfSyms(t, prog)["leaf"].Value
 	var rel []string
-	for _, m := range regexp.MustCompile(`(?m)^#\d+\s+(0x[0-9a-f]+) in (\S+)`).FindAllSubmatch(out, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^#[1-9]\d*\s+(0x[0-9a-f]+) in (\S+)`).FindAllSubmatch(out, -1) {
 		a, _ := strconv.ParseUint(string(m[1]), 0, 64)
 		if _, ok := elfSyms(t, prog)[string(m[2])]; ok {
 			rel = append(rel, fmt.Sprintf("%#x", a-bias))

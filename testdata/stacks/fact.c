@@ -3,14 +3,22 @@
 // leaf. Built with -O2 (gcc's default: no frame pointers, CFI only) and
 // with -O2 -fno-omit-frame-pointer; noinline and the volatile reads after
 // each call keep every call a real call, never a jump or a loop.
-// Usage: fact N ROUNDS [wait]: runs the chain ROUNDS times (with wait,
-// once a line is read from stdin), then prints "done SUM".
+// Usage: fact N ROUNDS [wait|getppid]: runs the chain ROUNDS times, then
+// prints "done SUM". With wait, once a line is read from stdin; with
+// getppid, leaf also calls getppid(2) (a tracepoint's hit, for the kernel
+// target), and the program reads a line before the chain and another
+// before it exits (the test reads the records meanwhile).
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 volatile long sink;
+static int use_getppid;
 
 __attribute__((noinline)) long leaf(long n) {
+	if (use_getppid)
+		sink += getppid();
 	sink += n;
 	return sink;
 }
@@ -35,13 +43,15 @@ int main(int argc, char **argv) {
 	long n = argc > 1 ? atol(argv[1]) : 5;
 	long rounds = argc > 2 ? atol(argv[2]) : 1;
 	long sum = 0;
-	if (argc > 3) {
-		char line[16];
-		if (!fgets(line, sizeof line, stdin))
-			return 1;
-	}
+	char line[16];
+	use_getppid = argc > 3 && strcmp(argv[3], "getppid") == 0;
+	if (argc > 3 && !fgets(line, sizeof line, stdin))
+		return 1;
 	for (long i = 0; i < rounds; i++)
 		sum += run(n);
 	printf("done %ld\n", sum);
+	fflush(stdout);
+	if (use_getppid && !fgets(line, sizeof line, stdin))
+		return 1;
 	return 0;
 }
