@@ -18,14 +18,14 @@ import (
 // returns the load runs again where it faulted. segv: the frame is on
 // the thread's stack; nested: the thread is in a second handler on its
 // alternate signal stack, and the SIGSEGV frame is found through that
-// handler's frame. 10 rounds each, 4 threads, exact hits, exit 0. Before
+// handler's frame. 20 rounds each, 4 threads, exact hits, exit 0. Before
 // the check, the jump went in and the returning thread died of SIGSEGV
 // or SIGTRAP.
 func TestJumpSignalFrames(t *testing.T) {
 	prog := testkit.CC(t, "parked", "-O2", "-pthread", "../testdata/jump/parked.c", "../testdata/jump/parked.S")
 	const n, threads = 2000, 4
 	for _, mode := range []string{"segv", "nested"} {
-		for round := 0; round < rounds(10); round++ {
+		for round := 0; round < rounds(20); round++ {
 			r := startWith(t, startConfig{path: prog}, mode, fmt.Sprint(n), fmt.Sprint(threads))
 			r.release()
 			if l := r.line(); l != "parked" {

@@ -156,16 +156,23 @@ func TestPadCallSignals(t *testing.T) {
 
 // In a pid namespace the records and push pid/push tid carry the ids
 // gprobes reports everywhere else (the root namespace's), not the
-// namespace's own (pid 1). Before: every record said pid 0.
+// namespace's own (pid 1). 20 rounds, 4 threads, each under a 20 kHz
+// timer. Before: every record said pid 0.
 func TestPadPidNamespace(t *testing.T) {
 	prog := stormFixture(t)
 	unshare := testkit.Tool(t, "unshare")
 	if out, err := exec.Command(unshare, "--pid", "--fork", "true").CombinedOutput(); err != nil {
 		testkit.SkipOrFail(t, "unshare --pid: %v: %s", err, out)
 	}
+	for round := 0; round < rounds(20); round++ {
+		padPidNamespace(t, prog, unshare)
+	}
+}
+
+func padPidNamespace(t *testing.T, prog, unshare string) {
 	dir := t.TempDir()
 	started, stop := dir+"/started", dir+"/stop"
-	r := startWith(t, startConfig{path: unshare}, "--pid", "--fork", prog, "-t", "4", "-n", "1000000000", "-s", started, "-e", stop)
+	r := startWith(t, startConfig{path: unshare}, "--pid", "--fork", prog, "-t", "4", "-n", "1000000000", "-r", "20000", "-s", started, "-e", stop)
 	infos := r.insert(compileFor(t, prog, `name = PROGRAM
 modtype = user
 offset = f_call
@@ -218,20 +225,26 @@ exit 1
 	}
 	os.WriteFile(stop, nil, 0o644)
 	lines := r.finish()
-	if s, ok := parseStorm(lines); !ok || s.bad != 0 {
-		t.Fatalf("the program's own check: %q", lines)
+	if s, ok := parseStorm(lines); !ok || s.bad != 0 || s.alarms == 0 {
+		t.Fatalf("the program's own check (and alarms taken): %q", lines)
 	}
-	t.Logf("records from pids %v; the program: %q", pids, lines)
 }
 
 // A pad's state is not on the thread's stack: a thread with a 16 KiB
 // stack calls a probed function with about 1 KiB left, and from a
 // handler on a 4 KiB alternate stack; the bytes below the alternate stack
 // stay as they were, and nothing is written below the probed function's
-// rsp further than its red zone and a few words. Before: SIGSEGV (a pad
-// took 2.7 KiB below the rsp).
+// rsp further than its red zone and a few words. 20 rounds (one thread:
+// a timer's signal frames would not fit its stack, probed or not).
+// Before: SIGSEGV (a pad took 2.7 KiB below the rsp).
 func TestPadStack(t *testing.T) {
 	prog := stormFixture(t)
+	for round := 0; round < rounds(20); round++ {
+		padStack(t, prog)
+	}
+}
+
+func padStack(t *testing.T, prog string) {
 	r := startWith(t, startConfig{path: prog}, "-t", "1", "-n", "20000", "-S")
 	checkStormProbes(t, r.insert(compileFor(t, prog, stormProbes)))
 	r.eng.Release()
@@ -250,7 +263,6 @@ func TestPadStack(t *testing.T) {
 	if want := uint64(s.calls + 1 + 20000 + 1000*100); lv[2] != want {
 		t.Errorf("f_leaf counted %d, want %d", lv[2], want)
 	}
-	t.Logf("%s", s.line)
 }
 
 // A process that traps rdtsc (PR_SET_TSC, PR_TSC_SIGSEGV, as record and
@@ -258,37 +270,43 @@ func TestPadStack(t *testing.T) {
 // its own faults: the first pad rdtsc to fault (the pad's own, for a
 // record's time; or push ts's, in the compiled program) is turned into a
 // clock_gettime system call by gprobes, and no pad of the process runs
-// rdtsc again; the records and push ts still carry the time. Before: the
-// pad's rdtsc reached the program's handler as a fault it did not make.
+// rdtsc again; the records and push ts still carry the time. 20 rounds
+// of each, 4 threads, each under a 20 kHz timer. Before: the pad's rdtsc
+// reached the program's handler as a fault it did not make.
 func TestPadTrappedTSC(t *testing.T) {
 	prog := stormFixture(t)
-	for _, probe := range []string{"push r,rdi", "push ts"} {
-		before := time.Now()
-		r := startWith(t, startConfig{path: prog}, "-t", "4", "-n", "5000", "-T")
-		checkStormProbes(t, r.insert(compileFor(t, prog, "name = PROGRAM\nmodtype = user\nvars = 1\noffset = f_call\ninc lv,0\n"+probe+"\nlog 1\nexit 1\n")))
-		r.eng.Release()
-		lines := r.finish()
-		after := time.Now()
-		s, ok := parseStorm(lines)
-		if !ok || s.bad != 0 || s.foreign != 0 || s.tscOwn == 0 || s.tscOwn != s.tscFaults {
-			t.Fatalf("%s: the program's own check: %q", probe, lines)
+	for round := 0; round < rounds(20); round++ {
+		for _, probe := range []string{"push r,rdi", "push ts"} {
+			padTrappedTSC(t, prog, probe)
 		}
-		recs := r.records(0)
-		q := r.eng.Query()[0]
-		if uint64(len(recs))+q.Lost != uint64(s.calls) {
-			t.Fatalf("%s: %d records + %d lost, want %d", probe, len(recs), q.Lost, s.calls)
+	}
+}
+
+func padTrappedTSC(t *testing.T, prog, probe string) {
+	before := time.Now()
+	r := startWith(t, startConfig{path: prog}, "-t", "4", "-n", "5000", "-r", "20000", "-T")
+	checkStormProbes(t, r.insert(compileFor(t, prog, "name = PROGRAM\nmodtype = user\nvars = 1\noffset = f_call\ninc lv,0\n"+probe+"\nlog 1\nexit 1\n")))
+	r.eng.Release()
+	lines := r.finish()
+	after := time.Now()
+	s, ok := parseStorm(lines)
+	if !ok || s.bad != 0 || s.foreign != 0 || s.tscOwn == 0 || s.tscOwn != s.tscFaults || s.alarms == 0 {
+		t.Fatalf("%s: the program's own check: %q", probe, lines)
+	}
+	recs := r.records(0)
+	q := r.eng.Query()[0]
+	if uint64(len(recs))+q.Lost != uint64(s.calls) {
+		t.Fatalf("%s: %d records + %d lost, want %d", probe, len(recs), q.Lost, s.calls)
+	}
+	for _, rec := range recs {
+		if rec.Time.Before(before) || rec.Time.After(after) {
+			t.Fatalf("%s: record time %v: not within the run (%v to %v)", probe, rec.Time, before, after)
 		}
-		for _, rec := range recs {
-			if rec.Time.Before(before) || rec.Time.After(after) {
-				t.Fatalf("%s: record time %v: not within the run (%v to %v)", probe, rec.Time, before, after)
-			}
-			if probe != "push ts" {
-				continue
-			}
-			if ts := time.Unix(0, int64(binary.LittleEndian.Uint64(rec.Data))); !ts.Equal(rec.Time) {
-				t.Fatalf("push ts %v, record time %v: the hit's time read twice", ts, rec.Time)
-			}
+		if probe != "push ts" {
+			continue
 		}
-		t.Logf("%s: %s; %d records", probe, s.line, len(recs))
+		if ts := time.Unix(0, int64(binary.LittleEndian.Uint64(rec.Data))); !ts.Equal(rec.Time) {
+			t.Fatalf("push ts %v, record time %v: the hit's time read twice", ts, rec.Time)
+		}
 	}
 }
