@@ -137,6 +137,19 @@ exit 1
 				if last := fr[len(fr)-1]; last.Function != "_start" || last.Module != prog {
 					t.Errorf("outermost frame %v, want _start in %s", last, prog)
 				}
+				// between main and _start: libc's start, unwound with libc's
+				// own CFI at its load address (named from .dynsym, or its
+				// debug file's local symbols where installed)
+				libc := false
+				for _, f := range fr[len(want) : len(fr)-1] {
+					if !strings.Contains(f.Module, "libc") {
+						t.Errorf("frame %v between main and _start is not libc's", f)
+					}
+					libc = libc || f.Function == "__libc_start_main"
+				}
+				if !libc {
+					t.Errorf("frames %v: no __libc_start_main", fr)
+				}
 				if fr[0].Address != probe.Hex(rec.Address) || fr[0].Offset != 0 {
 					t.Errorf("frame 0 %v, want leaf+0x0 at %#x", fr[0], rec.Address)
 				}

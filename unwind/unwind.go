@@ -77,6 +77,8 @@ func New() *Unwinder { return &Unwinder{files: map[string]*file{}} }
 // file is what one ELF file gives: its loadable segments (to turn a
 // runtime address into the file's own), its CFI and its symbols.
 type file struct {
+	mu    sync.Mutex // rows
+	rows  map[uint64]*row
 	loads []elf.ProgHeader
 	fdes  frame.FrameDescriptionEntries
 	syms  *symbols.Set
@@ -127,9 +129,21 @@ func loadFile(path string) *file {
 	}
 	if t, err := symbols.Open(path); err == nil {
 		f.syms = symbols.NewSet(t)
+		// a distribution's separate debug file has the local functions a
+		// stripped library's .dynsym lacks (libc's
+		// __libc_start_call_main); its addresses are the same
+		if id := t.BuildID(); len(id) > 1 {
+			dbg := fmt.Sprintf("%s/.build-id/%02x/%x.debug", DebugDir, id[0], id[1:])
+			if d, err := symbols.Open(dbg); err == nil {
+				f.syms.Add(d)
+			}
+		}
 	}
 	return f
 }
+
+// DebugDir is where separate debug files are looked up by build ID.
+var DebugDir = "/usr/lib/debug"
 
 // parseFrames parses CFI, turning a panic of the parser on a malformed
 // section into an error: a module's bad CFI must not take gprobes down.
@@ -192,6 +206,7 @@ var errStop = errors.New("end of the stack")
 // mods (the frame-pointer chain was tried there): the caller may read
 // the maps again and retry.
 func (u *Unwinder) Unwind(regs Regs, mem Memory, mods Modules, pcs []uint64) (n int, missing bool) {
+	mem = pages(mem)
 	var valid [NumRegs]bool
 	for i := range valid {
 		valid[i] = true
@@ -239,12 +254,45 @@ func (u *Unwinder) step(regs Regs, valid [NumRegs]bool, look uint64, mem Memory,
 	f := u.file(m.Path)
 	if bias, ok := f.bias(m); ok && len(f.fdes) > 0 {
 		if fde, err := f.fdes.FDEForPC(look - bias); err == nil {
-			out, ovalid, err = cfiStep(fde, look-bias, regs, valid, mem)
+			out, ovalid, err = f.cfiStep(fde, look-bias, regs, valid, mem)
 			return out, ovalid, true, err
 		}
 	}
 	out, ovalid, err = fpStep(regs, valid, mem)
 	return out, ovalid, true, err
+}
+
+// pages reads through mem a page at a time and keeps the pages of one
+// walk: a stack's frames are close together, and each read of a traced
+// process is a system call. A page that cannot be read whole is read
+// word by word.
+func pages(mem Memory) Memory {
+	const size = 4096
+	cache := map[uint64]*[size]byte{}
+	return func(addr uint64, p []byte) bool {
+		for len(p) > 0 {
+			base := addr &^ (size - 1)
+			pg, ok := cache[base]
+			if !ok {
+				pg = new([size]byte)
+				if !mem(base, pg[:]) {
+					pg = nil
+				}
+				cache[base] = pg
+			}
+			off := addr - base
+			n := min(uint64(len(p)), size-off)
+			if pg == nil {
+				if !mem(addr, p[:n]) {
+					return false
+				}
+			} else {
+				copy(p[:n], pg[off:])
+			}
+			p, addr = p[n:], addr+n
+		}
+		return true
+	}
 }
 
 func read64(mem Memory, addr uint64) (uint64, bool) {
@@ -255,30 +303,85 @@ func read64(mem Memory, addr uint64) (uint64, bool) {
 	return binary.LittleEndian.Uint64(b[:]), true
 }
 
-// cfiStep applies the CFI row of pc (the file's address).
-func cfiStep(fde *frame.FrameDescriptionEntry, pc uint64, regs Regs, valid [NumRegs]bool, mem Memory) (out Regs, ovalid [NumRegs]bool, err error) {
+// row is the CFI of one address, as EstablishFrame computes it, kept per
+// file: the rules of a function's instructions do not change, and
+// computing them (delve runs the CIE's and FDE's programs) costs more
+// than the rest of a step.
+type row struct {
+	expr   bool // the CFA is given by an expression (not followed)
+	cfaReg uint64
+	cfaOff int64
+	ra     uint64 // the return address column
+	raSet  bool   // the column has a rule
+	regs   [NumRegs]frame.DWRule
+	has    [NumRegs]bool
+}
+
+// maxRows bounds the rows kept per file.
+const maxRows = 1 << 16
+
+// rowAt is the row of pc (the file's address) in fde.
+func (f *file) rowAt(fde *frame.FrameDescriptionEntry, pc uint64) (rw *row, err error) {
+	f.mu.Lock()
+	rw = f.rows[pc]
+	f.mu.Unlock()
+	if rw != nil {
+		return rw, nil
+	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("CFI of %#x: %v", pc, r)
+			rw, err = nil, fmt.Errorf("CFI of %#x: %v", pc, r)
 		}
 	}()
 	ctx, err := fde.EstablishFrame(pc)
 	if err != nil {
+		return nil, err
+	}
+	rw = &row{cfaReg: ctx.CFA.Reg, cfaOff: ctx.CFA.Offset, ra: ctx.RetAddrReg}
+	rw.expr = ctx.CFA.Rule != frame.RuleCFA
+	for r, rule := range ctx.Regs {
+		if r < NumRegs {
+			rw.regs[r], rw.has[r] = rule, true
+		}
+	}
+	if rw.ra < NumRegs {
+		rw.raSet = rw.has[rw.ra]
+	}
+	f.mu.Lock()
+	if f.rows == nil {
+		f.rows = map[uint64]*row{}
+	}
+	if len(f.rows) < maxRows {
+		f.rows[pc] = rw
+	}
+	f.mu.Unlock()
+	return rw, nil
+}
+
+// cfiStep applies the CFI row of pc (the file's address).
+func (f *file) cfiStep(fde *frame.FrameDescriptionEntry, pc uint64, regs Regs, valid [NumRegs]bool, mem Memory) (out Regs, ovalid [NumRegs]bool, err error) {
+	rw, err := f.rowAt(fde, pc)
+	if err != nil {
 		return regs, valid, err
 	}
-	if ctx.CFA.Rule != frame.RuleCFA || ctx.CFA.Reg >= NumRegs || !valid[ctx.CFA.Reg] {
-		// a CFA by expression (a PLT entry's): not followed
+	if rw.expr || rw.cfaReg >= NumRegs || !valid[rw.cfaReg] {
+		// a CFA by expression (a PLT entry's, a signal frame's): not
+		// followed
 		return regs, valid, errStop
 	}
-	cfa := regs[ctx.CFA.Reg] + uint64(ctx.CFA.Offset)
+	if rw.ra >= NumRegs || !rw.raSet {
+		return regs, valid, errStop
+	}
+	cfa := regs[rw.cfaReg] + uint64(rw.cfaOff)
 	out, ovalid = regs, valid
-	for r, rule := range ctx.Regs {
-		if r >= NumRegs {
+	for r := range rw.regs {
+		if !rw.has[r] {
 			continue
 		}
+		rule := rw.regs[r]
 		switch rule.Rule {
 		case frame.RuleUndefined:
-			if r == ctx.RetAddrReg {
+			if uint64(r) == rw.ra {
 				return regs, valid, errStop // the outermost frame
 			}
 			// delve's DW_CFA_restore of a register the CIE leaves alone:
@@ -300,14 +403,7 @@ func cfiStep(fde *frame.FrameDescriptionEntry, pc uint64, regs Regs, valid [NumR
 			ovalid[r] = false
 		}
 	}
-	ra := ctx.RetAddrReg
-	if ra >= NumRegs {
-		return regs, valid, errStop
-	}
-	if _, ok := ctx.Regs[ra]; !ok {
-		return regs, valid, errStop
-	}
-	out[RIP], ovalid[RIP] = out[ra], ovalid[ra]
+	out[RIP], ovalid[RIP] = out[rw.ra], ovalid[rw.ra]
 	out[RSP], ovalid[RSP] = cfa, true
 	if !ovalid[RIP] {
 		return regs, valid, errStop
