@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // The engine's breakpoints, in one place (delve's BreakpointMap is the

@@ -8,10 +8,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/internal/shm"
 	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // Options configure an engine.

@@ -6,9 +6,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gprobes/gprobes/engine/x86"
 	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // thread is the engine's state of one thread: its machine (the RPN

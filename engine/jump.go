@@ -10,12 +10,12 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/internal/shm"
 	"github.com/gprobes/gprobes/internal/tsc"
 	"github.com/gprobes/gprobes/jit"
 	"github.com/gprobes/gprobes/pad"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // Jump pads (docs/engine.md, "Jump pads: probes that run inside the

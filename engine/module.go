@@ -5,10 +5,10 @@ import (
 	"fmt"
 
 	"github.com/gprobes/gprobes/engine/entries"
-	"github.com/gprobes/gprobes/engine/x86"
 	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // The engine keeps its modules and logical probes in a probe.Book, as

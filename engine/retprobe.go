@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // Return probes (retprobe = SYMBOL) and instance variables (push iv, pop

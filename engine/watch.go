@@ -5,9 +5,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gprobes/gprobes/engine/x86"
 	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // Watch probes (`watch = EXPR,LEN,MODE`, docs/language.md): the program runs right

@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/jit"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // A pad, from its first byte (the probe's jump lands there). R is the

@@ -10,9 +10,9 @@ import (
 
 	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
-	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/jit"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // A pad decodes instruction by instruction from its first byte to its

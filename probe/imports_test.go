@@ -93,7 +93,7 @@ func (g *graph) path(p string) string {
 // names the chain of imports that brings the package in.
 func TestImportGraph(t *testing.T) {
 	for _, goos := range []string{"linux", "darwin"} {
-		engine := []string{"engine", "engine/x86", "engine/entries", "jit", "pad", "ptrace"}
+		engine := []string{"engine", "x86", "engine/entries", "jit", "pad", "ptrace"}
 		for _, pkg := range []string{"kernel", "timeline", "ctf", "perfetto", "internal/tracecheck", "hist"} {
 			g := deps(t, goos, pkg)
 			if !g.has(pkg) {
@@ -114,6 +114,17 @@ func TestImportGraph(t *testing.T) {
 				if g.has(above) {
 					t.Errorf("GOOS=%s: %s links %s (%s): the bytecode and what runs it sit below the DPDF language", goos, pkg, above, g.path(above))
 				}
+			}
+		}
+		// the pad builder sits below the engine: it links the x86
+		// decoder, the JIT and the bytecode, nothing under engine/
+		pg := deps(t, goos, "pad")
+		if !pg.has("x86") {
+			t.Errorf("GOOS=%s: pad links %v: the test no longer sees what it is about", goos, pg.order)
+		}
+		for _, d := range pg.order {
+			if d == "engine" || strings.HasPrefix(d, "engine/") {
+				t.Errorf("GOOS=%s: pad links %s (%s): the pads sit below the engine", goos, d, pg.path(d))
 			}
 		}
 		allowed := map[string]bool{"probe": true}

@@ -7,7 +7,7 @@
 // A jump pad's 5-byte jump covers more than the probed instruction when
 // that is shorter; a thread that enters the covered bytes past their first
 // byte runs the middle of the jump (docs/engine.md, "Never harm the
-// target"). engine/x86.PlanJump checks the probed function's own
+// target"). x86.PlanJump checks the probed function's own
 // branches; this package checks the rest of the file, once per file.
 package entries
 
@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/arch/x86/x86asm"
 
-	"github.com/gprobes/gprobes/engine/x86"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // Kind says how code may be entered at an address.

@@ -34,13 +34,13 @@ import (
 	"github.com/gprobes/gprobes/compiler"
 	"github.com/gprobes/gprobes/dpdf"
 	"github.com/gprobes/gprobes/engine"
-	"github.com/gprobes/gprobes/engine/x86"
 	"github.com/gprobes/gprobes/gdbremote"
 	"github.com/gprobes/gprobes/gdbtarget"
 	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/x86"
 )
 
 // the probed function of each system call: the entry of its handler
