@@ -4,8 +4,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gprobes/gprobes/internal/procmaps"
 	"github.com/gprobes/gprobes/probe"
-	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 	"github.com/gprobes/gprobes/unwind"
@@ -116,7 +116,7 @@ func (n *stackNamer) userFrames(pid int, pcs []uint64) []probe.Frame {
 		n.unw = unwind.New()
 	}
 	var mods unwind.Modules
-	if maps, err := ptrace.Maps(pid); err == nil {
+	if maps, err := procmaps.Read(pid); err == nil {
 		for _, m := range maps {
 			if m.Exec() && strings.HasPrefix(m.Path, "/") {
 				mods = append(mods, unwind.Mapping{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path})
