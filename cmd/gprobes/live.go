@@ -648,33 +648,9 @@ func runCommand() *cli.Command {
 func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan os.Signal) error {
 	mod := builds[0]
 	target := c.String("target")
-	spec := targets.ExecArgv(command)
-	if target != "" {
-		var err error
-		if spec, err = targets.Parse(target); err != nil {
-			return cli.Exit("run: --target: "+err.Error(), 2)
-		}
-	}
-	topts := targets.Options{}
-	if spec.Guest() {
-		topts.Symbols = c.StringSlice("symbols")
-		if s := c.String("kaslr-offset"); s != "" {
-			v, err := parseValue(s)
-			if err != nil {
-				return cli.Exit("run: --kaslr-offset: "+err.Error(), 2)
-			}
-			off := int64(v)
-			topts.KASLROffset = &off
-		}
-	}
-	var open func() (engine.Target, error)
-	if spec.Kind == targets.Kernel {
-		topts.Symbols = c.StringSlice("symbols")
-	} else {
-		var err error
-		if open, err = spec.Open(topts); err != nil {
-			return cli.Exit("run: "+err.Error(), 1)
-		}
+	spec, topts, open, err := runTarget(c, command)
+	if err != nil {
+		return err
 	}
 	// interrupted while the DPDF was read: nothing is attached, started
 	// or changed, and run ends as an interrupted shell command does
@@ -693,37 +669,12 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 		// attached to, or a domain, is put back by the guard if we die
 		startGuard(c.App.ErrWriter)
 	}
-	out := c.App.Writer
-	recOut := &recordOutput{w: out, name: "standard output"}
-	if path := c.String("output"); path != "" && c.String("format") == "" {
-		// a file appended to (links followed), or a device or FIFO
-		// written through; a directory, block device or socket refused
-		f, err := outfile.OpenAppend(path, 0o600)
-		if err != nil {
-			return cli.Exit("run: "+err.Error(), 1)
-		}
-		defer f.Close()
-		recOut = &recordOutput{w: f, name: path}
+	r := &runState{c: c, spec: spec, exitCode: -1}
+	sink, closeOut, err := r.outputs(target, mod)
+	if err != nil {
+		return err
 	}
-	asJSON := c.Bool("json") || c.String("output") != ""
-	quiet := c.Bool("quiet") && c.String("output") == ""
-	var mu sync.Mutex
-	lay := daemon.NewProbeLogs("")
-	lay.AddModule(target, mod)
-	var sink probe.Sink = &runSink{target: target, quiet: quiet, asJSON: asJSON, out: recOut, mu: &mu, layouts: lay}
-	var trace *traceSink
-	if format := c.String("format"); format != "" {
-		if c.String("output") == "" {
-			return cli.Exit("run: --format writes a trace: give -o OUT", 2)
-		}
-		var err error
-		recOut = &recordOutput{name: c.String("output")}
-		if trace, err = newTraceSink(format, c.String("output"), mod, &mu, recOut); err != nil {
-			return cli.Exit("run: "+err.Error(), 1)
-		}
-		sink = trace
-	}
-	exitCode := -1
+	defer closeOut()
 	var mainPid int
 	route, ring, err := padOptionsOf(c)
 	if err != nil {
@@ -736,7 +687,7 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 		DumpDir:  c.String("dumps"),
 		OnExit: func(space int, how string, code int) {
 			if space == mainPid {
-				exitCode = code
+				r.exitCode = code
 			}
 		},
 		Warn: func(msg string) { fmt.Fprintln(c.App.ErrWriter, "gprobes:", msg) },
@@ -763,12 +714,12 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 		return cli.Exit("run: "+err.Error(), 1)
 	}
 	mainPid = eng.Pid()
-	label := spec.String() // what the summary names the target by
+	r.label = spec.String() // what the summary names the target by
 	if !spec.NamedBySpec() {
-		label = fmt.Sprintf("pid:%d", mainPid)
+		r.label = fmt.Sprintf("pid:%d", mainPid)
 	}
-	if trace != nil {
-		trace.setTarget(label)
+	if r.trace != nil {
+		r.trace.setTarget(r.label)
 	}
 	probes, err := probe.InsertPack(eng, builds, probe.InsertNew)
 	if err != nil {
@@ -792,34 +743,123 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 		// attached to a running target: say when the probes are in, so
 		// that whoever drives the target (a person, a script, a test)
 		// starts the workload then and not after a guessed time
-		fmt.Fprintf(c.App.ErrWriter, "gprobes: ready on %s (probes: %s); Ctrl-C (SIGINT) or SIGTERM takes them out and ends\n", label, stateCounts(probes))
+		fmt.Fprintf(c.App.ErrWriter, "gprobes: ready on %s (probes: %s); Ctrl-C (SIGINT) or SIGTERM takes them out and ends\n", r.label, stateCounts(probes))
 	}
 	ended := eng.Ended()
 	if held != nil {
-		if ended, err = held.run(func(code int) { mu.Lock(); exitCode = code; mu.Unlock() }); err != nil {
+		if ended, err = held.run(func(code int) { r.mu.Lock(); r.exitCode = code; r.mu.Unlock() }); err != nil {
 			eng.Close()
 			return cli.Exit("run: "+err.Error(), 1)
 		}
 	}
-	interrupted := false
-	var caught os.Signal
 	select {
 	case <-ended:
-	case caught = <-sigs:
-		interrupted = true
+	case r.caught = <-sigs:
+		r.interrupted = true
 	}
 	// the summary: variables and probes, read in the same engine command
 	// as the detach (through gdbsx, each command waits for a hit)
 	slow := time.AfterFunc(time.Second, func() {
-		if interrupted && spec.Kind == targets.GDB {
+		if r.interrupted && spec.Kind == targets.GDB {
 			fmt.Fprintln(c.App.ErrWriter, "gprobes: waiting for the guest to stop: a stub that ignores ^C (gdbsx) stops only at a hit, or when the domain is paused (xl pause DOMID: gdbsx unpauses it as gprobes detaches); killing gprobes now would leave its int3 bytes in the guest")
 		}
 	})
 	final, err := eng.Close()
-	vars, probes := final.Vars, final.Probes
 	slow.Stop()
-	if trace != nil {
-		if terr := trace.finish(probes); terr != nil {
+	return r.report(final, err)
+}
+
+// runTarget reads run's target (--target, or the command to start) and
+// what the backend needs to open it; open is nil for the kernel target,
+// which starts differently.
+func runTarget(c *cli.Context, command []string) (targets.Spec, targets.Options, func() (engine.Target, error), error) {
+	spec := targets.ExecArgv(command)
+	if target := c.String("target"); target != "" {
+		var err error
+		if spec, err = targets.Parse(target); err != nil {
+			return spec, targets.Options{}, nil, cli.Exit("run: --target: "+err.Error(), 2)
+		}
+	}
+	topts := targets.Options{}
+	if spec.Guest() {
+		topts.Symbols = c.StringSlice("symbols")
+		if s := c.String("kaslr-offset"); s != "" {
+			v, err := parseValue(s)
+			if err != nil {
+				return spec, topts, nil, cli.Exit("run: --kaslr-offset: "+err.Error(), 2)
+			}
+			off := int64(v)
+			topts.KASLROffset = &off
+		}
+	}
+	if spec.Kind == targets.Kernel {
+		topts.Symbols = c.StringSlice("symbols")
+		return spec, topts, nil, nil
+	}
+	open, err := spec.Open(topts)
+	if err != nil {
+		return spec, topts, nil, cli.Exit("run: "+err.Error(), 1)
+	}
+	return spec, topts, open, nil
+}
+
+// runState is what one run keeps from its start to its summary.
+type runState struct {
+	c           *cli.Context
+	spec        targets.Spec
+	label       string // the target as the summary names it
+	recOut      *recordOutput
+	trace       *traceSink // --format: the trace written instead of records
+	mu          sync.Mutex // the sink's, and exitCode's from a held command
+	exitCode    int        // the command's exit status, -1 while unknown
+	interrupted bool
+	caught      os.Signal
+}
+
+// outputs opens where run's records go (standard output, -o FILE, or a
+// trace with --format) and returns the sink that writes them, and what
+// closes the file.
+func (r *runState) outputs(target string, mod *rpn.Module) (probe.Sink, func(), error) {
+	c := r.c
+	closeOut := func() {}
+	r.recOut = &recordOutput{w: c.App.Writer, name: "standard output"}
+	if path := c.String("output"); path != "" && c.String("format") == "" {
+		// a file appended to (links followed), or a device or FIFO
+		// written through; a directory, block device or socket refused
+		f, err := outfile.OpenAppend(path, 0o600)
+		if err != nil {
+			return nil, closeOut, cli.Exit("run: "+err.Error(), 1)
+		}
+		closeOut = func() { f.Close() }
+		r.recOut = &recordOutput{w: f, name: path}
+	}
+	asJSON := c.Bool("json") || c.String("output") != ""
+	quiet := c.Bool("quiet") && c.String("output") == ""
+	lay := daemon.NewProbeLogs("")
+	lay.AddModule(target, mod)
+	var sink probe.Sink = &runSink{target: target, quiet: quiet, asJSON: asJSON, out: r.recOut, mu: &r.mu, layouts: lay}
+	if format := c.String("format"); format != "" {
+		if c.String("output") == "" {
+			return nil, closeOut, cli.Exit("run: --format writes a trace: give -o OUT", 2)
+		}
+		var err error
+		r.recOut = &recordOutput{name: c.String("output")}
+		if r.trace, err = newTraceSink(format, c.String("output"), mod, &r.mu, r.recOut); err != nil {
+			return nil, closeOut, cli.Exit("run: "+err.Error(), 1)
+		}
+		sink = r.trace
+	}
+	return sink, closeOut, nil
+}
+
+// report prints run's summary once the engine is closed (variables,
+// probes, records lost) and returns how run ends: the command's exit
+// status, or exitLost when records could not be written.
+func (r *runState) report(final engine.Final, closeErr error) error {
+	c, out := r.c, r.c.App.Writer
+	vars, probes := final.Vars, final.Probes
+	if r.trace != nil {
+		if terr := r.trace.finish(probes); terr != nil {
 			fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: %v\n", c.String("output"), terr)
 		}
 	}
@@ -827,22 +867,22 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 	// target runs on, and what was in is out. (A run that ends with its
 	// command shows the states the probes had for all of its life: gone
 	// with the process, or, on the kernel target, active.)
-	if interrupted {
-		why := "taken out at " + signalName(caught)
-		if spec.Kind != targets.Kernel {
-			why += "; " + label + " runs on without it"
+	if r.interrupted {
+		why := "taken out at " + signalName(r.caught)
+		if r.spec.Kind != targets.Kernel {
+			why += "; " + r.label + " runs on without it"
 		}
 		takenOut(probes, why)
 	}
 	for _, v := range vars {
-		printVars(out, &daemon.VarsResponse{Modules: []daemon.VarsModule{{Target: label, Module: v.Name, LV: decimalStrings(v.LV)}}, GV: decimalStrings(v.GV)})
+		printVars(out, &daemon.VarsResponse{Modules: []daemon.VarsModule{{Target: r.label, Module: v.Name, LV: decimalStrings(v.LV)}}, GV: decimalStrings(v.GV)})
 	}
 	var tps []daemon.TargetProbe
 	for _, p := range probes {
-		tps = append(tps, daemon.TargetProbe{Target: label, Info: p, Lost: recOut.lost.Of("", p.Module, p.Minor) + p.Lost})
+		tps = append(tps, daemon.TargetProbe{Target: r.label, Info: p, Lost: r.recOut.lost.Of("", p.Module, p.Minor) + p.Lost})
 		if p.Lost > 0 {
 			where := "in the process (its jump pads' ring was full)"
-			if spec.Kind == targets.Kernel {
+			if r.spec.Kind == targets.Kernel {
 				where = "in the kernel (the module's eBPF ring buffer was full: --ring SIZE)"
 			}
 			fmt.Fprintf(c.App.ErrWriter, "gprobes: probe %s (minor %d): %d records lost %s\n", p.Location, p.Minor, p.Lost, where)
@@ -853,24 +893,24 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 	} else {
 		printProbes(out, tps)
 	}
-	if err != nil && !errors.Is(err, os.ErrProcessDone) {
-		fmt.Fprintln(c.App.ErrWriter, "gprobes:", err)
+	if closeErr != nil && !errors.Is(closeErr, os.ErrProcessDone) {
+		fmt.Fprintln(c.App.ErrWriter, "gprobes:", closeErr)
 	}
-	mu.Lock() // the sink is done: Close has returned
-	lost, written := recOut.lost.Summary(), recOut.written
-	mu.Unlock()
+	r.mu.Lock() // the sink is done: Close has returned
+	lost, written, exitCode := r.recOut.lost.Summary(), r.recOut.written, r.exitCode
+	r.mu.Unlock()
 	if lost.Records > 0 {
 		how := "was interrupted"
 		switch {
-		case !interrupted && exitCode >= 0:
+		case !r.interrupted && exitCode >= 0:
 			how = fmt.Sprintf("exited with status %d", exitCode)
-		case !interrupted:
+		case !r.interrupted:
 			how = "was let go"
 		}
 		return cli.Exit(fmt.Sprintf("run: %d of %d records could not be written to %s and are lost (first error: %s; last: %s); %s %s",
-			lost.Records, lost.Records+written, recOut.name, lost.FirstError, lost.LastError, label, how), exitLost)
+			lost.Records, lost.Records+written, r.recOut.name, lost.FirstError, lost.LastError, r.label, how), exitLost)
 	}
-	if interrupted || exitCode < 0 {
+	if r.interrupted || exitCode < 0 {
 		return nil
 	}
 	if exitCode != 0 {

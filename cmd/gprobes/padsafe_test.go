@@ -69,7 +69,10 @@ exit 0
 		mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", pid), probe)
 		what := fmt.Sprintf("round %d", round)
 		os.WriteFile(gate, nil, 0o644)
-		if err := testkit.Until(time.Minute, "the fixture's threads all calling", func() (bool, string) {
+		// generous: every signal of the storm (100,000 a second) stops a
+		// thread for gprobes until the threads reach their pads, and a
+		// loaded 2-CPU machine once took over a minute for it
+		if err := testkit.Until(3*time.Minute, "the fixture's threads all calling", func() (bool, string) {
 			_, err := os.Stat(started)
 			return err == nil, "threads:" + stormStates(pid)
 		}); err != nil {
