@@ -283,7 +283,8 @@ func appendEvent(b []byte, ev timeline.Event, ts uint64) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(r.Data)))
 	b = append(b, r.Data...)
 	b = appendOptional(b, r.Dump)
-	return appendOptional(b, r.Debugger)
+	b = appendOptional(b, r.Debugger)
+	return appendOptional(b, probe.StacksText(r.Stacks))
 }
 
 func appendLost(b []byte, l timeline.Loss, ts uint64) []byte {
@@ -343,6 +344,8 @@ const recordFields = `		string kind;
 		string dump[has_dump];
 		uint8_t has_debugger;
 		string debugger[has_debugger];
+		uint8_t has_stacks;
+		string stacks[has_stacks];
 `
 
 // tsdlString escapes s for a TSDL string literal.

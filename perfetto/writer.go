@@ -194,6 +194,9 @@ func (w *Writer) annotations(te, interned []byte, s *sequence, prefix string, r 
 	if r.Debugger != "" {
 		str("debugger", r.Debugger)
 	}
+	for i, st := range r.Stacks {
+		str(probe.StackName(r.Stacks, i), st.Text())
+	}
 	return te, interned
 }
 

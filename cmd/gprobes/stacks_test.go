@@ -5,13 +5,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/perfetto"
 )
 
 // framesOf picks the frame lines that follow the first record line of
@@ -136,5 +139,46 @@ func TestRunUstack(t *testing.T) {
 	lj := mustRun(t, "log", "--socket", sock, "--json")
 	if !strings.Contains(lj, `"stacks":[{"kind":"user","frames":[{"address":"0x`) || !strings.Contains(lj, `"function":"fact","offset":`) {
 		t.Errorf("log --json: %s", lj)
+	}
+
+	// Perfetto: the stack as an annotation "ustack", a frame a line
+	// (address, function+0xOFF, module), from run and from the log
+	out1, out2 := filepath.Join(t.TempDir(), "run.pftrace"), filepath.Join(t.TempDir(), "log.pftrace")
+	for _, args := range [][]string{
+		{"run", "--format", "perfetto", "-o", out1, "-e", text, "--", prog, "3", "1"},
+		{"log", "--socket", sock, "--format", "perfetto", "-o", out2},
+	} {
+		mustRun(t, args...)
+		path := out1
+		if args[0] == "log" {
+			path = out2
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		packets, err := perfetto.Read(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, _, err := perfetto.Resolve(packets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range evs {
+			if a, ok := e.Annotations["ustack"]; ok {
+				got = strings.Split(a.String, "\n")
+			}
+		}
+		if len(got) != len(runLines) {
+			t.Fatalf("%s --format perfetto: ustack %q, want %d frames", args[0], got, len(runLines))
+		}
+		for i, l := range got {
+			addr, rest, _ := strings.Cut(l, " ")
+			if !strings.HasPrefix(addr, "0x") || "    "+rest != runLines[i] && (i >= 7 || !strings.HasPrefix(rest, strings.Fields(want)[i]+"+0x")) {
+				t.Errorf("%s --format perfetto: frame %d %q, run showed %q", args[0], i, l, runLines[i])
+			}
+		}
 	}
 }

@@ -99,7 +99,7 @@ func recordOf(l *daemon.LogLine) (*timeline.Record, error) {
 	}
 	return &timeline.Record{Target: l.Target, Record: probe.Record{Time: l.Time, Kind: probe.RecordKind(l.Kind), Module: l.Module, Major: l.Major,
 		Minor: l.Minor, Location: l.Location, Probe: l.Probe, Address: addr, Pid: l.Pid, Tid: l.Tid, CPU: l.CPU, Exit: l.Exit,
-		Data: data, Truncated: l.Truncated, Exception: l.Exception, PC: l.PC, Line: l.Line, Dump: l.Dump, Debugger: l.Debugger}}, nil
+		Data: data, Truncated: l.Truncated, Exception: l.Exception, PC: l.PC, Line: l.Line, Dump: l.Dump, Debugger: l.Debugger, Stacks: l.Stacks}}, nil
 }
 
 // lossesOf turns the log's "lost" line into the trace's counts.

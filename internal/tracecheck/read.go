@@ -47,6 +47,10 @@ func ReadCTF(t testing.TB, dir string) ([]timeline.Event, []timeline.Loss) {
 			}
 			r.Kind, r.Exit, r.Truncated = probe.RecordKind(str(f["kind"])), uint8(num(t, f["exit"])), num(t, f["truncated"]) != 0
 			r.Dump, r.Debugger = opt(f, "dump"), opt(f, "debugger")
+			var err error
+			if r.Stacks, err = probe.ParseStacksText(opt(f, "stacks")); err != nil {
+				t.Fatal(err)
+			}
 			data, _ := f["data"].([]any)
 			r.Data = []byte{}
 			for _, b := range data {
@@ -114,6 +118,22 @@ func ReadPerfetto(t testing.TB, path string) ([]timeline.Event, []timeline.Loss)
 		} else {
 			r.Exit, r.Truncated = uint8(a[p+"exit"].Uint), a[p+"truncated"].Uint != 0
 			r.Dump, r.Debugger = a[p+"dump"].String, a[p+"debugger"].String
+			// the stacks: annotations ustack, kstack, ustack.2 ... in order
+			for _, name := range e.Order {
+				n := strings.TrimPrefix(name, p)
+				if n == name && p != "" || !strings.HasPrefix(n, "ustack") && !strings.HasPrefix(n, "kstack") {
+					continue
+				}
+				kind := "user"
+				if strings.HasPrefix(n, "kstack") {
+					kind = "kernel"
+				}
+				st, err := probe.ParseStackText(kind, a[name].String)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Stacks = append(r.Stacks, st)
+			}
 			r.Data, _ = hex.DecodeString(a[p+"data"].String)
 			if r.Data == nil {
 				r.Data = []byte{}

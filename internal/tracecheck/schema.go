@@ -493,6 +493,9 @@ func schemaEventIs(g schemaEvent, w timeline.Event) error {
 		if r.Debugger != "" {
 			want[p+"debugger"] = fmt.Sprintf("string %q", r.Debugger)
 		}
+		for i, st := range r.Stacks {
+			want[p+probe.StackName(r.Stacks, i)] = fmt.Sprintf("string %q", st.Text())
+		}
 	}
 	if !mapsEqual(g.ann, want) {
 		return fmt.Errorf("annotations %v, want %v", g.ann, want)

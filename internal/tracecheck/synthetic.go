@@ -45,6 +45,15 @@ func Synthetic(w timeline.Writer) *Tee {
 			recs = append(recs, d)
 			e := app(tid, ns+7, "", "work", "log", nil) // never returns
 			recs = append(recs, e)
+			// log ustack twice: named frames, a frame with its module
+			// only, one with its address only; a stack with no frame
+			st := app(tid, ns+8, "", "stacked", "log", make([]byte, 2*4*8))
+			st.Stacks = []probe.Stack{
+				{Kind: "user", Frames: []probe.Frame{{Address: 0x401000, Function: "leaf", Module: "/bin/app"}, {Address: 0x40104c, Function: "fact", Offset: 0x4c, Module: "/bin/app"},
+					{Address: 0x7f0000001234, Module: "/lib/x86_64-linux-gnu/libc.so.6 (deleted)"}, {Address: 0x7ffff000}}},
+				{Kind: "user", Frames: []probe.Frame{}},
+			}
+			recs = append(recs, st)
 		}
 	}
 	// commit order is not time order: swap neighbours here and there
@@ -58,6 +67,14 @@ func Synthetic(w timeline.Writer) *Tee {
 				Location: loc, Probe: kindName, Address: 0xffffffff81000000, Pid: 200 + i%3, Tid: 300 + i%3, CPU: i % 4, Exit: 1, Data: []byte{byte(i), 0, 0, 0, 0, 0, 0, 0}}}
 		}
 		recs = append(recs, k(i*7, "tracepoint", "syscalls:sys_enter_getppid"), k(i*7+1, "", "__x64_sys_getppid"), k(i*7+2, "retprobe", "__x64_sys_getppid"))
+		if i%10 == 0 {
+			ks := k(i*7+3, "tracepoint", "syscalls:sys_enter_getppid")
+			ks.Stacks = []probe.Stack{
+				{Kind: "kernel", Frames: []probe.Frame{{Address: 0xffffffff81001234, Function: "do_syscall_64", Offset: 0x8f, Module: "vmlinux"}, {Address: 0xffffffffc0001000, Function: "mod_fn", Offset: 1, Module: "ext4"}}},
+				{Kind: "user", Frames: []probe.Frame{{Address: 0x7f00000004f7, Function: "getppid", Offset: 7, Module: "/usr/lib/x86_64-linux-gnu/libc.so.6"}}},
+			}
+			recs = append(recs, ks)
+		}
 	}
 	// a guest whose tasks are not known: its vCPUs' threads
 	g := &timeline.Record{Target: "gdb:127.0.0.1:1234", Record: probe.Record{Time: at(5), Kind: probe.RecordTrace, Module: "vmlinux", Location: "schedule",

@@ -163,7 +163,7 @@ func ctfEvent(g babeltrace.Event, w timeline.Event) error {
 		want["exception"], opts["line"] = r.Exception, r.Line
 		nums["pc"] = uint64(r.PC)
 	} else {
-		want["kind"], opts["dump"], opts["debugger"] = string(r.Kind), r.Dump, r.Debugger
+		want["kind"], opts["dump"], opts["debugger"], opts["stacks"] = string(r.Kind), r.Dump, r.Debugger, probe.StacksText(r.Stacks)
 		nums["exit"], nums["data_len"] = uint64(r.Exit), uint64(len(r.Data))
 		nums["truncated"] = 0
 		if r.Truncated {
@@ -403,6 +403,9 @@ func perfettoEvent(g perfetto.Event, w timeline.Event) error {
 		}
 		if r.Debugger != "" {
 			want["debugger"] = av{"string", 0, r.Debugger}
+		}
+		for i, st := range r.Stacks {
+			want[probe.StackName(r.Stacks, i)] = av{"string", 0, st.Text()}
 		}
 	}
 	if len(g.Annotations) != len(want) {
