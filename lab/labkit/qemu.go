@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // QEMU is a running qemu-system-x86_64 (QEMUConfig.Binary) whose serial
@@ -60,6 +62,9 @@ type QEMUConfig struct {
 	// Milestones of the boot, in order: the first line matching each is
 	// timed, and a wait that fails says which were seen when (Progress)
 	Milestones []Milestone
+	// NoLabLock: this is no lab (a fake guest in labkit's own tests), and
+	// takes no lab lock
+	NoLabLock bool
 }
 
 // Milestone is a step of a boot, recognised by the first line matching Re.
@@ -70,7 +75,37 @@ type Milestone struct {
 
 // StartQEMU runs cfg.Binary (qemu-system-x86_64). Cancelling ctx kills it,
 // and it gets SIGKILL if this process dies first.
-func StartQEMU(ctx context.Context, cfg QEMUConfig) (*QEMU, error) {
+//
+// It first takes the lab lock (testkit.LockLab: GPROBES_LAB_LOCK, default
+// /tmp/lab.lock), waiting while another process's lab runs, and holds it
+// until QEMU has exited: two TCG labs at once slow each other 10-30
+// times. A test that boots a lab is thereby serialized with every other
+// lab on the machine, whoever started it, and a guest shared by several
+// tests holds the lock for as long as it runs.
+func StartQEMU(ctx context.Context, cfg QEMUConfig) (q *QEMU, err error) {
+	unlock := func() {}
+	if !cfg.NoLabLock {
+		if unlock, err = testkit.LockLab(); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				unlock()
+			}
+		}()
+	}
+	q, err = startQEMU(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		<-q.done
+		unlock()
+	}()
+	return q, nil
+}
+
+func startQEMU(ctx context.Context, cfg QEMUConfig) (*QEMU, error) {
 	q := &QEMU{panicRe: cfg.Panic, tmpDir: cfg.TmpDir, changed: make(chan struct{}), done: make(chan struct{}),
 		marks: cfg.Milestones, reached: make([]time.Duration, len(cfg.Milestones))}
 	bin := cfg.Binary

@@ -2,17 +2,22 @@ package labkit
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
 )
 
 // fakeGuest runs script with sh as the "QEMU": its stdout is the serial
 // line.
 func fakeGuest(t *testing.T, script string) *QEMU {
 	t.Helper()
-	q, err := StartQEMU(context.Background(), QEMUConfig{Binary: "sh", Args: []string{"-c", script}, TmpDir: t.TempDir(),
+	q, err := StartQEMU(context.Background(), QEMUConfig{NoLabLock: true, Binary: "sh", Args: []string{"-c", script}, TmpDir: t.TempDir(),
 		Panic: regexp.MustCompile(`Kernel panic - not syncing`),
 		Milestones: []Milestone{
 			{Name: "the kernel", Re: regexp.MustCompile(`^Linux version`)},
@@ -56,4 +61,30 @@ func TestPanicMessage(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "panic (") || !strings.Contains(err.Error(), " dump_stack") {
 		t.Errorf("%v", err)
 	}
+}
+
+// A lab holds the lab lock from before QEMU starts until it has exited:
+// another process cannot take it meanwhile (flock -n fails), and can
+// after.
+func TestLabLockHeldWhileQEMURuns(t *testing.T) {
+	flock := testkit.Tool(t, "flock")
+	lock := filepath.Join(t.TempDir(), "lab.lock")
+	t.Setenv("GPROBES_LAB_LOCK", lock)
+	free := func() bool { return exec.Command(flock, "-n", lock, "true").Run() == nil }
+	stop := filepath.Join(t.TempDir(), "stop")
+	q, err := StartQEMU(context.Background(), QEMUConfig{Binary: "sh", TmpDir: t.TempDir(),
+		Args: []string{"-c", `echo READY; while [ ! -e "$0" ]; do sleep 0.05; done`, stop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(q.Kill)
+	if _, _, err := q.WaitLine(context.Background(), 0, time.Minute, func(l string) bool { return l == "READY" }, false); err != nil {
+		t.Fatal(err)
+	}
+	if free() {
+		t.Fatal("another process took the lab lock while a lab runs")
+	}
+	os.WriteFile(stop, nil, 0o644)
+	<-q.Done()
+	testkit.WaitTrue(t, time.Minute, "the lab lock given back after QEMU's exit", free)
 }

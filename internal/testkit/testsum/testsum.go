@@ -20,7 +20,10 @@
 // the full run.
 //
 // The command is internal/testkit/cmd/testsum; scripts/test pipes every
-// go test through it.
+// go test through it. Given files (or named pipes) instead of its standard
+// input, it reads them all at once, a line at a time, and reports them as
+// one run: scripts/test runs the lab packages and the others as two go
+// test streams side by side.
 package testsum
 
 import (
@@ -403,11 +406,72 @@ func summary(w io.Writer, o Options, res *Result) {
 	fmt.Fprintf(w, "\n%s: %d passed, %d failed, %d skipped\n", label, res.Total.Passed, res.Total.Failed, res.Total.Skipped)
 }
 
-// Main is the command: testsum [-ci] [-short] [-allow FILE] [-label L] [-slowest N]
-// reads go test -json from stdin; exit status 1 when the run failed.
+// Merge reads every reader at once and yields their lines, each whole, in
+// the order they come: two go test -json streams read as one run.
+func Merge(rs ...io.Reader) io.Reader {
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	pr, pw := io.Pipe()
+	lines := make(chan string, 256)
+	errs := make(chan error, len(rs))
+	for _, r := range rs {
+		go func() {
+			br := bufio.NewReaderSize(r, 1<<20)
+			for {
+				l, err := br.ReadString('\n')
+				if l != "" {
+					if !strings.HasSuffix(l, "\n") {
+						l += "\n" // a stream cut off mid-line: keep the line whole
+					}
+					lines <- l
+				}
+				if err != nil {
+					if err == io.EOF {
+						err = nil
+					}
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		var first error
+		for left := len(rs); left > 0; {
+			select {
+			case l := <-lines:
+				if _, err := io.WriteString(pw, l); err != nil {
+					first = err
+				}
+			case err := <-errs:
+				left--
+				if first == nil {
+					first = err
+				}
+			}
+		}
+		for { // lines sent before their reader's end
+			select {
+			case l := <-lines:
+				io.WriteString(pw, l)
+				continue
+			default:
+			}
+			break
+		}
+		pw.CloseWithError(first)
+	}()
+	return pr
+}
+
+// Main is the command: testsum [-ci] [-short] [-allow FILE] [-label L] [-slowest N] [FILE...]
+// reads go test -json from stdin, or from every FILE at once (Merge);
+// exit status 1 when the run failed.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	o := Options{CI: os.Getenv("CI") == "true"}
 	allowFile := ""
+	var inputs []string
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; a {
 		case "-ci":
@@ -434,9 +498,26 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				o.Label = args[i]
 			}
 		default:
-			fmt.Fprintf(stderr, "testsum: unknown argument %q\nusage: go test -json ... | testsum [-ci] [-short] [-allow FILE] [-label NAME] [-slowest N]\n", a)
-			return 2
+			if strings.HasPrefix(a, "-") {
+				fmt.Fprintf(stderr, "testsum: unknown argument %q\nusage: go test -json ... | testsum [-ci] [-short] [-allow FILE] [-label NAME] [-slowest N] [FILE...]\n", a)
+				return 2
+			}
+			inputs = append(inputs, a)
 		}
+	}
+	in := stdin
+	if len(inputs) > 0 {
+		var rs []io.Reader
+		for _, name := range inputs {
+			f, err := os.Open(name)
+			if err != nil {
+				fmt.Fprintf(stderr, "testsum: %v\n", err)
+				return 2
+			}
+			defer f.Close()
+			rs = append(rs, f)
+		}
+		in = Merge(rs...)
 	}
 	if allowFile != "" {
 		f, err := os.Open(allowFile)
@@ -451,7 +532,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	res, err := Run(stdin, stdout, o)
+	res, err := Run(in, stdout, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "testsum: %v\n", err)
 		return 1

@@ -2,6 +2,7 @@ package testsum
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,5 +264,63 @@ func TestSlowest(t *testing.T) {
 	out.Reset()
 	if res, _ := Run(strings.NewReader(in), &out, Options{}); len(res.Slowest) != 0 || strings.Contains(out.String(), "slowest") {
 		t.Errorf("without Slowest the report names none:\n%s", out.String())
+	}
+}
+
+// Two streams read at once (the lab packages and the others, side by
+// side) are one run: every package, the failures in full, the skips and a
+// closing count of the whole.
+func TestMainMergesStreams(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
+	if err := os.WriteFile(a, goTestJSON(t, "./a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b, goTestJSON(t, "./b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	t.Setenv("CI", "")
+	if code := Main([]string{"-slowest", "3", a, b}, nil, &out, &errb); code != 1 {
+		t.Errorf("exit %d, want 1 (b fails)\n%s%s", code, out.String(), errb.String())
+	}
+	r := out.String()
+	for _, w := range []string{"ok  \texample.com/fx/a\t", "FAIL\texample.com/fx/b\t", "got 1, want 2",
+		"skip TestSkipTool: a_test.go:7: frobnicate is missing", "the 3 slowest tests:",
+		"\ntests: 5 passed, 1 failed, 2 skipped\n"} {
+		if !strings.Contains(r, w) {
+			t.Errorf("the report lacks %q:\n%s", w, r)
+		}
+	}
+	if code := Main([]string{filepath.Join(dir, "none")}, nil, &out, &errb); code != 2 {
+		t.Errorf("a missing input: exit %d", code)
+	}
+}
+
+// Merge keeps each line whole however the writers interleave.
+func TestMergeWholeLines(t *testing.T) {
+	ra, wa := io.Pipe()
+	rb, wb := io.Pipe()
+	long := strings.Repeat("x", 3<<20)
+	done := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(Merge(ra, rb))
+		done <- b
+	}()
+	io.WriteString(wa, "a1 "+long[:1<<20])
+	io.WriteString(wb, "b1\nb2\n")
+	io.WriteString(wa, long[1<<20:]+"\na2\n")
+	io.WriteString(wb, "b3") // no newline at its end
+	wb.Close()
+	wa.Close()
+	got := strings.Split(strings.TrimSuffix(string(<-done), "\n"), "\n")
+	want := map[string]bool{"a1 " + long: true, "a2": true, "b1": true, "b2": true, "b3": true}
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, want %d", len(got), len(want))
+	}
+	for _, l := range got {
+		if !want[l] {
+			t.Errorf("a line cut or joined: %.40q...", l)
+		}
 	}
 }
