@@ -52,16 +52,21 @@ func TestWatchdogEndsAHungTest(t *testing.T) {
 	goTool := Tool(t, "go")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool, "tool", "test2json", "-t", "-p", "example/hung", os.Args[0],
-		"-test.v=test2json", "-test.run=^TestWatchdogEndsAHungTest$")
-	cmd.Env = append(os.Environ(), "TESTKIT_HANG=1", "GPROBES_TEST_LIMIT=1s")
-	cmd.WaitDelay = 10 * time.Second // the test binary, test2json's child, keeps the pipe
-	out, err := cmd.CombinedOutput()
+	hung := exec.CommandContext(ctx, os.Args[0], "-test.v=test2json", "-test.run=^TestWatchdogEndsAHungTest$")
+	hung.Env = append(os.Environ(), "TESTKIT_HANG=1", "GPROBES_TEST_LIMIT=1s")
+	raw, err := hung.CombinedOutput()
 	if ctx.Err() != nil {
-		t.Fatalf("the hung test still ran after 2 minutes (a limit of 1 s):\n%s", out)
+		t.Fatalf("the hung test still ran after 2 minutes (a limit of 1 s):\n%s", raw)
 	}
-	if err == nil {
-		t.Fatalf("the hung test passed:\n%s", out)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("the hung test's binary: %v, want exit status 2:\n%s", err, raw)
+	}
+	// as go test -json shows it
+	conv := exec.Command(goTool, "tool", "test2json", "-t", "-p", "example/hung")
+	conv.Stdin = bytes.NewReader(raw)
+	out, err := conv.Output()
+	if err != nil {
+		t.Fatal(err)
 	}
 	var rep bytes.Buffer
 	res, rerr := testsum.Run(bytes.NewReader(out), &rep, testsum.Options{})
