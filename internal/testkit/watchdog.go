@@ -17,8 +17,9 @@ import (
 // fast package burns that whole budget before anything says so. Every
 // test binary that links testkit (directly, or through lab/labkit) runs a
 // watchdog instead: every few seconds it looks at the goroutines, finds
-// each top-level test running (its function called by testing.tRunner)
-// and how long it has run, and once one has run longer than its limit it
+// each test and subtest running (its function called by testing.tRunner)
+// and how long it has run, not counting the time a test waits in t.Run
+// for its subtests, and once one has run longer than its limit it
 // prints which, with every goroutine's stack, and ends the binary (exit
 // status 2, as go test's own timeout). go test -json then fails the
 // package, and testsum prints the hung test's output, the dump included.
@@ -68,7 +69,7 @@ func envDuration(name string) (time.Duration, bool) {
 	return d, true
 }
 
-// running is a top-level test seen running by the watchdog.
+// running is a test seen running by the watchdog.
 type running struct {
 	name    string
 	ran     time.Duration // counted run time
@@ -110,7 +111,7 @@ func check(tests map[string]*running, dump []byte, step time.Duration, paused, l
 		if r == nil {
 			r = &running{name: g.name}
 			tests[g.key] = r // its time counts from the next check on
-		} else if !paused && !g.parallelWait {
+		} else if !paused && !g.paused {
 			r.ran += step
 		}
 		r.checked = true
@@ -139,8 +140,13 @@ func check(tests map[string]*running, dump []byte, step time.Duration, paused, l
 		fmt.Fprintf(&b, "testkit: %s has run for %v, over its limit of %v (%s): taken as hung, the test binary ends here.\n",
 			r.name, r.ran.Round(time.Second), limit, which)
 	}
-	b.WriteString("testkit: the tests running:\n")
+	b.WriteString("testkit: the tests running (a subtest is its parent's closure, funcN):\n")
+	var all []*running
 	for _, r := range tests {
+		all = append(all, r)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
+	for _, r := range all {
 		fmt.Fprintf(&b, "\t%s (%v)\n", r.name, r.ran.Round(time.Second))
 	}
 	b.WriteString("testkit: every goroutine:\n\n")
@@ -149,14 +155,16 @@ func check(tests map[string]*running, dump []byte, step time.Duration, paused, l
 }
 
 type topTest struct {
-	key, name    string
-	parallelWait bool // paused in t.Parallel, not yet running
+	key, name string
+	// paused: waiting in t.Run for a subtest (whose own time counts), or
+	// in t.Parallel for its turn
+	paused bool
 }
 
 // topTests finds in a dump (runtime.Stack of all goroutines) the
-// goroutines running a top-level test: the frame called by
-// testing.tRunner is pkg.TestName (a subtest's is a closure,
-// pkg.TestName.funcN, and runs within its parent's time).
+// goroutines running a test or subtest: the frame called by
+// testing.tRunner is its function (pkg.TestName, or a closure
+// pkg.TestName.funcN for a subtest).
 func topTests(dump []byte) []topTest {
 	var out []topTest
 	for _, g := range bytes.Split(dump, []byte("\n\n")) {
@@ -166,9 +174,13 @@ func topTests(dump []byte) []topTest {
 		}
 		id := strings.Fields(lines[0])[1]
 		var fn, prev string
+		paused := false
 		for _, l := range lines[1:] {
 			if l == "" || l[0] == '\t' || strings.HasPrefix(l, "...") {
 				continue // a frame's file and line, or frames elided
+			}
+			if strings.HasPrefix(l, "testing.(*T).Run(") || strings.HasPrefix(l, "testing.(*T).Parallel(") {
+				paused = true
 			}
 			if strings.HasPrefix(l, "testing.tRunner(") {
 				fn = funcName(prev)
@@ -180,8 +192,7 @@ func topTests(dump []byte) []topTest {
 		if !ok {
 			continue
 		}
-		out = append(out, topTest{key: id + " " + fn, name: name,
-			parallelWait: strings.Contains(string(g), "\ntesting.(*T).Parallel(")})
+		out = append(out, topTest{key: id + " " + fn, name: name, paused: paused})
 	}
 	return out
 }
@@ -195,15 +206,16 @@ func funcName(frame string) string {
 	return frame
 }
 
-// testName is a top-level test's name from its function's: the last
-// element of the path, package.TestName, with nothing after.
+// testName is a test's name from its function's: the last element of the
+// path without its package ("TestX", "TestX.func1" for a subtest); false
+// for the testing package's own runners.
 func testName(fn string) (string, bool) {
-	base := fn[strings.LastIndexByte(fn, '/')+1:]
-	parts := strings.Split(base, ".")
-	if len(parts) != 2 || !strings.HasPrefix(parts[1], "Test") {
+	if fn == "" || strings.HasPrefix(fn, "testing.") {
 		return "", false
 	}
-	return parts[1], true
+	base := fn[strings.LastIndexByte(fn, '/')+1:]
+	_, name, ok := strings.Cut(base, ".")
+	return name, ok && name != ""
 }
 
 func allStacks() []byte {

@@ -12,29 +12,27 @@ import (
 	"github.com/gprobes/gprobes/internal/testkit/testsum"
 )
 
-// The dump parser on this Go's own format: the running top-level test is
-// found, a subtest runs within its parent's time.
+// The dump parser on this Go's own format: the running test is found; a
+// test waiting in t.Run for a subtest is paused, the subtest counts.
 func TestTopTests(t *testing.T) {
-	has := func(tt []topTest, name string) bool {
-		for _, x := range tt {
-			if x.name == name {
-				return true
+	find := func(tt []topTest, name string) *topTest {
+		for i := range tt {
+			if tt[i].name == name {
+				return &tt[i]
 			}
 		}
-		return false
+		return nil
 	}
-	if tt := topTests(allStacks()); !has(tt, "TestTopTests") {
-		t.Fatalf("TestTopTests not among the running tests %+v in:\n%s", tt, allStacks())
+	if x := find(topTests(allStacks()), "TestTopTests"); x == nil || x.paused {
+		t.Fatalf("TestTopTests not running (%+v) in:\n%s", x, allStacks())
 	}
 	t.Run("sub", func(t *testing.T) {
 		tt := topTests(allStacks())
-		if !has(tt, "TestTopTests") {
-			t.Errorf("the parent is not among %+v", tt)
+		if x := find(tt, "TestTopTests"); x == nil || !x.paused {
+			t.Errorf("the parent is not waiting for its subtest: %+v", tt)
 		}
-		for _, x := range tt {
-			if strings.Contains(x.name, "func") {
-				t.Errorf("a subtest counted on its own: %+v", x)
-			}
+		if x := find(tt, "TestTopTests.func2"); x == nil || x.paused {
+			t.Errorf("the subtest is not running: %+v", tt)
 		}
 	})
 }
@@ -101,7 +99,8 @@ func hangHere() {
 func bystanderWaits(c chan int) { <-c }
 
 // The limits: a test that held the lab lock gets the lab's; time paused
-// (queued for the lab lock, or in t.Parallel) does not count.
+// (queued for the lab lock, in t.Parallel, in t.Run waiting for a
+// subtest) does not count.
 func TestWatchdogCheck(t *testing.T) {
 	dump := []byte("goroutine 7 [sleep]:\n" +
 		"time.Sleep(0x3b9aca00)\n\t/go/src/runtime/time.go:1 +0x1\n" +
@@ -132,7 +131,28 @@ func TestWatchdogCheck(t *testing.T) {
 	}
 	r := step(15*time.Minute, false, false)
 	if !strings.Contains(r, "TestA has run for 26m0s, over its limit of 25m0s (GPROBES_LAB_TEST_LIMIT") ||
+		!strings.Contains(r, "\tTestA (26m0s)\n\tTestB (0s)\n") ||
 		strings.Contains(r, "TestB has run") || !strings.Contains(r, "\tTestB (0s)") {
+		t.Errorf("report:\n%s", r)
+	}
+}
+
+// A subtest's hang is the subtest's: its parent, waiting in t.Run, is not
+// over its limit however long the subtests take together.
+func TestWatchdogSubtest(t *testing.T) {
+	dump := []byte("goroutine 7 [chan receive]:\n" +
+		"testing.(*T).Run(0xc0001, {0x1, 0x2}, 0x3)\n\t/go/src/testing/testing.go:3 +0x1\n" +
+		"example.com/p.TestC(0xc0001)\n\t/p/c_test.go:9 +0x2\n" +
+		"testing.tRunner(0xc0001, 0x1)\n\t/go/src/testing/testing.go:1 +0x3\n" +
+		"created by testing.(*T).Run in goroutine 1\n\t/go/src/testing/testing.go:2 +0x4\n\n" +
+		"goroutine 8 [select]:\n" +
+		"example.com/p.TestC.func1(0xc0002)\n\t/p/c_test.go:12 +0x2\n" +
+		"testing.tRunner(0xc0002, 0x2)\n\t/go/src/testing/testing.go:1 +0x3\n" +
+		"created by testing.(*T).Run in goroutine 7\n\t/go/src/testing/testing.go:2 +0x4\n")
+	tests := map[string]*running{}
+	check(tests, dump, 0, false, false, 10*time.Minute, 25*time.Minute)
+	r := check(tests, dump, 11*time.Minute, false, false, 10*time.Minute, 25*time.Minute)
+	if !strings.Contains(r, "TestC.func1 has run for 11m0s") || strings.Contains(r, "TestC has run") || !strings.Contains(r, "\tTestC (0s)\n") {
 		t.Errorf("report:\n%s", r)
 	}
 }
