@@ -103,6 +103,10 @@ offset = run
 minor = 3
 log kstack
 exit 1
+retprobe = fact
+minor = 4
+log ustack
+exit 1
 `))
 			for _, p := range infos {
 				if p.Minor == 1 && (!strings.HasPrefix(p.How, "int3") || !strings.Contains(p.How, "stacks are unwound on the int3 route")) {
@@ -194,11 +198,71 @@ exit 1
 					t.Errorf("log ustack,3: frames %v", fr)
 				}
 			}
+			// a return probe runs as the function returns: its first frame
+			// is where fact(k) returns to, fact(k+1), or run for the
+			// outermost; the returns come innermost first
+			rets := r.records(4)
+			if len(rets) != 2*(depth+1) {
+				t.Fatalf("%d records of fact's returns, want %d", len(rets), 2*(depth+1))
+			}
+			for i, rec := range rets {
+				k := i % (depth + 1)
+				fr := rec.Stacks[0].Frames
+				var names []string
+				for _, f := range fr {
+					names = append(names, f.Function)
+				}
+				want := strings.Repeat("fact ", depth-k) + "run main"
+				if len(names) < depth-k+2 || strings.Join(names[:depth-k+2], " ") != want {
+					t.Errorf("return of fact(%d): frames %v, want %s first", k, fr, want)
+				}
+			}
 			ks := r.records(3)
 			if len(ks) != 2 || ks[0].Kind != "exception" || ks[0].Exception != "invalid-operand" || len(ks[0].Stacks) != 0 {
 				t.Errorf("log kstack in a process: %+v, want invalid-operand exceptions", ks)
 			}
 		})
+	}
+}
+
+// Go code has no .eh_frame: its .debug_frame (compressed, as the Go
+// linker writes it) unwinds it. testdata/retprobe/gowork in grow mode,
+// one goroutine: main.deep recursing 25 levels under main.work, under
+// main.descend recursing i+1 levels (i 0, 3, 6, 9), in a goroutine: at
+// each deep, the frames are deep k times, work, descend m times (m one
+// of 1, 4, 7, 10), main's closures, then runtime.goexit, every one named
+// in the binary, through the stack copies of a growing goroutine.
+func TestUstackGo(t *testing.T) {
+	bin := goFixture(t)
+	r := startWith(t, startConfig{path: bin}, "grow", "1", "10")
+	r.insert(compileFor(t, bin, "name = PROGRAM\nmodtype = user\noffset = main.deep\nlog ustack,64\nexit 1\n"))
+	r.release()
+	r.finish()
+	recs := r.records(0)
+	// 100 calls; a call whose prologue grows the stack starts again at
+	// its entry (runtime.morestack): a hit more each time
+	if len(recs) < 4*25 {
+		t.Fatalf("%d records, want 100 or more", len(recs))
+	}
+	for _, rec := range recs {
+		fr := rec.Stacks[0].Frames
+		i := 0
+		for i < len(fr) && fr[i].Function == "main.deep" {
+			i++
+		}
+		j := i + 1
+		for j < len(fr) && fr[j].Function == "main.descend" {
+			j++
+		}
+		if i < 1 || i > 25 || i >= len(fr) || fr[i].Function != "main.work" || !strings.Contains(" 1 4 7 10 ", fmt.Sprintf(" %d ", j-i-1)) ||
+			!strings.HasPrefix(fr[len(fr)-1].Function, "runtime.goexit") {
+			t.Fatalf("frames %v: want main.deep 1-25 times, main.work, main.descend 1, 4, 7 or 10 times, ..., runtime.goexit", fr)
+		}
+		for _, f := range fr {
+			if f.Function == "" || f.Module != bin {
+				t.Errorf("frame %v not named in %s", f, bin)
+			}
+		}
 	}
 }
 
