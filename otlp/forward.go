@@ -31,6 +31,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/gprobes/gprobes/daemon"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 )
 
@@ -374,6 +375,9 @@ func Record(l *daemon.LogLine) otellog.Record {
 		if s.v != "" {
 			kv = append(kv, attribute.String(s.k, s.v))
 		}
+	}
+	for i, st := range l.Stacks {
+		kv = append(kv, attribute.String(probe.StackName(l.Stacks, i), st.Text()))
 	}
 	r.AddAttributes(kv...)
 	return r

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/internal/otlptest"
+	"github.com/gprobes/gprobes/probe"
 )
 
 // TestMain: this test binary is also the forwarder the tests' exporters
@@ -94,6 +95,8 @@ func TestExportToTheCollector(t *testing.T) {
 			in := lines(3)
 			in[1].Probe, in[1].Kind, in[1].Exit, in[1].Truncated = "retprobe", "trace", 2, true
 			in[2].Kind, in[2].Data, in[2].Exception, in[2].PC, in[2].Line = "exception", "", "page-fault", 4, "p.dpdf:7"
+			in[0].Stacks = []probe.Stack{{Kind: "user", Frames: []probe.Frame{{Address: 0x401000, Function: "work", Module: "/bin/work"}, {Address: 0x401234, Function: "main", Offset: 0x34, Module: "/bin/work"}}},
+				{Kind: "kernel", Frames: []probe.Frame{{Address: 0xffffffff81000010, Function: "do_syscall_64", Offset: 0x10, Module: "vmlinux"}}}}
 			for i := range in {
 				export(e, &in[i])
 			}
@@ -109,6 +112,8 @@ func TestExportToTheCollector(t *testing.T) {
 				switch i {
 				case 0:
 					want["data"] = []byte{0, 0, 0, 0, 0, 0, 0, 0}
+					want["ustack"] = "0x401000 work+0x0 (/bin/work)\n0x401234 main+0x34 (/bin/work)"
+					want["kstack"] = "0xffffffff81000010 do_syscall_64+0x10 (vmlinux)"
 				case 1:
 					want["data"], want["probe"], want["truncated"] = []byte{1, 0, 0, 0, 0, 0, 0, 0}, "retprobe", true
 				case 2:
