@@ -137,6 +137,9 @@ func Start(open func() (Target, error), opts Options) (*Engine, error) {
 		if oa, ok := tgt.(OwnerAware); ok {
 			oa.SetOwner(owner{e})
 		}
+		if w, ok := tgt.(Warner); ok {
+			w.SetWarn(e.warn)
+		}
 		if sps := tgt.Spaces(); len(sps) > 0 {
 			e.pid = sps[0]
 		}

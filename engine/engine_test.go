@@ -146,3 +146,44 @@ func TestCommandQueuedWhileResuming(t *testing.T) {
 		t.Errorf("kicks: %d lost while stopped, %d that stopped the target; want 1 and 1", tg.lost, tg.kicks)
 	}
 }
+
+// warnTarget is a stub target with warnings of its own (engine.Warner).
+type warnTarget struct {
+	*stubTarget
+	warn func(string)
+}
+
+func (w *warnTarget) SetWarn(f func(string)) { w.warn = f }
+
+// A backend's warnings reach the user's Options.Warn: the engine hands it
+// over before the first Wait.
+func TestWarnerGetsOptionsWarn(t *testing.T) {
+	tg := &warnTarget{stubTarget: newStubTarget()}
+	got := make(chan string, 1)
+	eng, err := engine.Start(func() (engine.Target, error) { return tg, nil }, engine.Options{Warn: func(m string) { got <- m }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		go func() {
+			for range time.Tick(10 * time.Millisecond) {
+				if tg.Kick() {
+					return
+				}
+			}
+		}()
+		eng.Close()
+	}()
+	if tg.warn == nil {
+		t.Fatal("the engine did not call SetWarn")
+	}
+	tg.warn("domain 7 may stay paused")
+	select {
+	case m := <-got:
+		if m != "domain 7 may stay paused" {
+			t.Fatalf("Options.Warn got %q", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the backend's warning did not reach Options.Warn")
+	}
+}

@@ -560,7 +560,10 @@ func (e *Engine) commitAll(th *thread, recs []Record) {
 		e.commit(r)
 	}
 	if detach {
-		e.detachSpace(th.space, SigStop) // left stopped for the debugger
+		// left stopped for the debugger
+		if err := e.detachSpace(th.space, SigStop); err != nil {
+			e.warn(fmt.Sprintf("detaching process %d for a debugger: %v", th.space, err))
+		}
 	}
 }
 

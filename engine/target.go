@@ -219,6 +219,15 @@ type OwnerAware interface {
 	SetOwner(Owner)
 }
 
+// Warner is a backend with failures to tell the user that end no
+// command: what it could not undo or record while it went on (a domain
+// left paused, a descriptor left open in a process, a journal not
+// written). The engine calls SetWarn once, before the first Wait, with
+// its Options.Warn; the backend calls it from the engine's loop.
+type Warner interface {
+	SetWarn(func(string))
+}
+
 // SignalHolder is implemented by a target that can keep a sent signal
 // back while an out-of-line step finishes (a process): without it the
 // thread goes back to the probed address to take the signal, and the

@@ -353,7 +353,10 @@ func (t *Target) SetRegs(tid int, r *engine.Regs) error {
 			if err := t.conn.WriteReg(th, stubName(i), r[i]); err != nil {
 				return err
 			}
-			t.conn.SetRegValue(block, stubName(i), r[i])
+			// the stub has it: the cached block must say so too
+			if err := t.conn.SetRegValue(block, stubName(i), r[i]); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
@@ -484,7 +487,9 @@ func (t *Target) Dump(space, tid int, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	os.MkdirAll(abs, 0o700) // for a QEMU on this host; a remote one's folder is its own
+	// unchecked: for a QEMU on this host; a remote one's folder is its
+	// own, and a folder that cannot be made fails the dump by its path
+	os.MkdirAll(abs, 0o700)
 	path := filepath.Join(abs, fmt.Sprintf("guest-%s.core", time.Now().UTC().Format("20060102T150405.000000000")))
 	if strings.ContainsAny(path, " \t\n\"'") {
 		return "", fmt.Errorf("dump path %q: QEMU's monitor takes no spaces or quotes in a file name", path)

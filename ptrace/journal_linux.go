@@ -217,7 +217,9 @@ func (tg *Target) journalFork(child, parent int) {
 	for a, b := range pj.bytes {
 		c.bytes[a] = b
 	}
-	c.write()
+	if err := c.write(); err != nil {
+		tg.warnf("%v", err)
+	}
 }
 
 // write rewrites the journal file, atomically (a new file renamed over

@@ -2,6 +2,7 @@ package ptrace
 
 import (
 	"debug/elf"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -34,8 +35,7 @@ func (tg *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 		return err
 	}
 	if err := tg.WriteMem(space, addr, []byte{0xcc}); err != nil {
-		tg.journalRemove(space, addr)
-		return err
+		return errors.Join(err, tg.journalRemove(space, addr))
 	}
 	return nil
 }
@@ -55,8 +55,7 @@ func (tg *Target) Patch(space int, addr uint64, code, orig []byte) error {
 		return err
 	}
 	if err := tg.WriteMem(space, addr, code); err != nil {
-		tg.journalRemove(space, addr)
-		return err
+		return errors.Join(err, tg.journalRemove(space, addr))
 	}
 	return nil
 }

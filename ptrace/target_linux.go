@@ -38,6 +38,21 @@ type Target struct {
 	// symbols, for log ustack (stack_linux.go)
 	stackMaps map[int]unwind.Modules
 	unwinder  *unwind.Unwinder
+	// warn tells the user what failed with no command to fail (the
+	// engine's Options.Warn, through SetWarn)
+	warn func(string)
+}
+
+var _ engine.Warner = (*Target)(nil)
+
+// SetWarn is engine.Warner's.
+func (tg *Target) SetWarn(f func(string)) { tg.warn = f }
+
+// warnf says a failure through warn, if there is one.
+func (tg *Target) warnf(format string, a ...any) {
+	if tg.warn != nil {
+		tg.warn(fmt.Sprintf(format, a...))
+	}
 }
 
 var (
@@ -593,7 +608,9 @@ func (tg *Target) MapShared(space, tid int, fd int, size uint64) (uint64, error)
 		return 0, fmt.Errorf("the process cannot open gprobes' shared memory (%s): %w", strings.TrimSuffix(path, "\x00"), unix.Errno(-int64(tfd)))
 	}
 	addr, err := tg.inject(space, tid, entry, mmap(tfd))
-	tg.inject(space, tid, entry, closeFD(tfd))
+	if r, cerr := tg.inject(space, tid, entry, closeFD(tfd)); cerr != nil || int64(r) < 0 {
+		tg.warnf("process %d keeps descriptor %d of gprobes' shared memory open: close: %v (result %d)", space, int64(tfd), cerr, int64(r))
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -737,7 +754,9 @@ func (tg *Target) Dump(space, tid int, dir string) (string, error) {
 	}
 	defer func() {
 		for _, t := range stopped {
-			tg.t.Resume(t, 0)
+			if err := tg.t.Resume(t, 0); err != nil {
+				tg.warnf("thread %d after the dump: %v", t, err)
+			}
 		}
 		tg.t.Queue(pending...)
 	}()

@@ -151,7 +151,7 @@ func init() {
 		// a kickee: nothing to do but be stopped and continued, and die
 		// with its tracer thread (PR_SET_PDEATHSIG)
 		for {
-			unix.Pause()
+			unix.Pause() // unchecked: it returns only when a signal came, to pause again
 		}
 	}
 }
@@ -177,7 +177,7 @@ func (t *Tracer) endKickee() {
 	t.mu.Lock()
 	k := int(t.kickee.Swap(0))
 	if k > 0 {
-		unix.Kill(k, unix.SIGKILL)
+		unix.Kill(k, unix.SIGKILL) // unchecked: fails only when it is dead already, which is the point
 	}
 	t.mu.Unlock()
 	if k <= 0 {
@@ -196,6 +196,8 @@ func (t *Tracer) endKickee() {
 func (t *Tracer) kickeeEvent(ws unix.WaitStatus) (Event, bool) {
 	k := int(t.kickee.Load())
 	if ws.Stopped() {
+		// unchecked: fails only when the kickee is gone; its end comes
+		// next, and Kick stops through a tracee then
 		unix.Kill(k, unix.SIGCONT)
 		return Event{Kind: EventKick}, true
 	}
@@ -247,7 +249,7 @@ func (t *Tracer) Start(path string, argv []string, env []string, dir string, fil
 		return nil, fmt.Errorf("start %s: the process did not stop after exec (%v)", path, ws)
 	}
 	if err := reseize(pid); err != nil {
-		unix.Kill(pid, unix.SIGKILL)
+		unix.Kill(pid, unix.SIGKILL) // unchecked: the start failed; a process already gone is what is wanted
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
 	proc, err := t.addProcess(pid)
@@ -334,7 +336,7 @@ func (t *Tracer) Attach(pid int) (*Process, error) {
 	}
 	proc, err := t.addProcess(pid)
 	if err != nil {
-		unix.PtraceDetach(pid)
+		unix.PtraceDetach(pid) // unchecked: letting go of what could not be kept; it fails only when the thread is gone
 		return nil, err
 	}
 	proc.seized = true
@@ -768,6 +770,8 @@ func (t *Tracer) decode(tid int, ws unix.WaitStatus) (Event, bool) {
 				return Event{}, false
 			}
 		}
+		// unchecked: a thread that cannot be resumed is gone, and its
+		// end is the next event Wait reports
 		t.resume(th, 0) // back to the group-stop, or on
 		return Event{}, false
 	}
@@ -786,7 +790,8 @@ func (t *Tracer) decode(tid int, ws unix.WaitStatus) (Event, bool) {
 			return ev, true
 		default:
 			// fork, vfork, clone: the new tracee reports its own stop;
-			// the parent just goes on
+			// the parent just goes on (unchecked: one that cannot is gone,
+			// and its end is the next event)
 			t.resume(th, 0)
 			return Event{}, false
 		}
@@ -930,7 +935,7 @@ func (t *Tracer) newTracee(tid int, ws unix.WaitStatus) (Event, bool) {
 	}
 	p, err := t.addProcess(tid)
 	if err != nil {
-		unix.PtraceDetach(tid)
+		unix.PtraceDetach(tid) // unchecked: letting go of what could not be kept; it fails only when the thread is gone
 		return Event{}, false
 	}
 	if parent := t.procs[ppid]; parent != nil {
@@ -1279,7 +1284,9 @@ func (t *Tracer) Detach(tid, sig int) error {
 		// queued while the thread is still stopped, so it is the first
 		// thing the thread meets once detached (SIGSTOP for a debugger
 		// must stop it before it runs on)
-		unix.Tgkill(th.Pid, tid, unix.Signal(sig))
+		if err := unix.Tgkill(th.Pid, tid, unix.Signal(sig)); err != nil {
+			return fmt.Errorf("detach %d: signal %d for after the detach: %w", tid, sig, err)
+		}
 	}
 	err := unix.PtraceDetach(tid)
 	t.removeThread(tid)
@@ -1336,8 +1343,10 @@ func (t *Tracer) InjectSyscall(tid int, addr uint64, nr uint64, args ...uint64) 
 		return 0, err
 	}
 	restore := func() {
+		// unchecked: both fail only when the thread is gone; the two
+		// bytes are at the entry point, which no thread runs again
 		p.WriteMem(addr, code[:])
-		t.SetRegs(tid, &saved)
+		t.SetRegs(tid, &saved) // unchecked: as above
 	}
 	r := saved
 	r.Rip = addr
@@ -1389,6 +1398,7 @@ func (t *Tracer) InjectSyscall(tid int, addr uint64, nr uint64, args ...uint64) 
 					return 0, err
 				}
 				masked = true
+				// unchecked: fails only when the thread is gone
 				defer sigmask(unix.PTRACE_SETSIGMASK, tid, &oldMask)
 			}
 			var m uint64
@@ -1414,6 +1424,7 @@ func (t *Tracer) InjectSyscall(tid int, addr uint64, nr uint64, args ...uint64) 
 			if ev.Sig == int(unix.SIGSTOP) {
 				th.reraised = true
 			}
+			// unchecked: fails only when the thread is gone, and the signal with it
 			defer unix.Tgkill(th.Pid, tid, unix.Signal(ev.Sig))
 		}
 		if err := t.Step(tid); err != nil {

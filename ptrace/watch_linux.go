@@ -140,9 +140,11 @@ func (tg *Target) SetWatch(space, slot int, w engine.Watch) error {
 	if err := tg.eachThread(space, func(tid int) error { return tg.programSlot(tid, pw, slot) }); err != nil {
 		// back as it was, in the threads written already
 		pw.slots[slot] = old
-		tg.eachThread(space, func(tid int) error { return tg.programSlot(tid, pw, slot) })
-		tg.journalWatches(space)
-		return err
+		back := tg.eachThread(space, func(tid int) error { return tg.programSlot(tid, pw, slot) })
+		if back != nil {
+			back = fmt.Errorf("and putting DR%d back as it was: %w", slot, back)
+		}
+		return errors.Join(err, back, tg.journalWatches(space))
 	}
 	return nil
 }
@@ -257,7 +259,9 @@ func (tg *Target) eachThread(pid int, f func(tid int) error) error {
 			errs = append(errs, err)
 		}
 		if stopped {
-			tg.t.Resume(tid, 0)
+			if err := tg.t.Resume(tid, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package xen
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gprobes/gprobes/engine"
@@ -43,8 +44,7 @@ func (t *Target) InsertBreakpoint(space int, addr uint64, orig []byte) error {
 	}
 	if err := t.WriteMem(0, addr, []byte{op}); err != nil {
 		delete(t.bps, addr)
-		t.writeJournal()
-		return err
+		return errors.Join(err, t.writeJournal())
 	}
 	if tr, err := t.translate(addr); err == nil { // the write just used it
 		fn := tr.Phys >> 12

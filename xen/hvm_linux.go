@@ -2,6 +2,7 @@ package xen
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -111,8 +112,8 @@ type StepResult struct {
 // mode pauses the domain; RouteVMEvent: a request on the monitor ring),
 // then clears it and lets the domain go. It is the lab's probe of which
 // events QEMU TCG delivers for an HVM guest (lab/xen/xenrecord).
-func StepEvent(dom int, route string, timeout time.Duration) (StepResult, error) {
-	res := StepResult{Route: route}
+func StepEvent(dom int, route string, timeout time.Duration) (res StepResult, err error) {
+	res = StepResult{Route: route}
 	hv, err := OpenHypervisor()
 	if err != nil {
 		return res, err
@@ -125,7 +126,7 @@ func StepEvent(dom int, route string, timeout time.Duration) (StepResult, error)
 		if err := hv.SetDebugging(d, true); err != nil {
 			return res, err
 		}
-		defer hv.SetDebugging(d, false)
+		defer func() { err = errors.Join(err, hv.SetDebugging(d, false)) }()
 	case RouteVMEvent:
 		ch, err := openVMChannel()
 		if err != nil {
@@ -141,7 +142,7 @@ func StepEvent(dom int, route string, timeout time.Duration) (StepResult, error)
 			ch.Close()
 			return res, err
 		}
-		defer m.close()
+		defer func() { err = errors.Join(err, m.close()) }()
 	default:
 		return res, fmt.Errorf("route %q", route)
 	}
@@ -150,14 +151,12 @@ func StepEvent(dom int, route string, timeout time.Duration) (StepResult, error)
 		return res, err
 	}
 	if err := hv.GetContext(d, 0, &ctx); err != nil {
-		hv.Unpause(d)
-		return res, err
+		return res, errors.Join(err, hv.Unpause(d))
 	}
 	res.RIPBefore = ctx.RIP()
 	ctx.SetRFLAGS(ctx.RFLAGS() | flagTF)
 	if err := hv.SetContext(d, 0, &ctx); err != nil {
-		hv.Unpause(d)
-		return res, err
+		return res, errors.Join(err, hv.Unpause(d))
 	}
 	start := time.Now()
 	if err := hv.Unpause(d); err != nil {
@@ -181,13 +180,18 @@ func StepEvent(dom int, route string, timeout time.Duration) (StepResult, error)
 		}
 		if time.Now().After(deadline) {
 			// no #DB came back: take the trap flag out again
-			hv.Pause(d)
-			if hv.GetContext(d, 0, &ctx) == nil {
-				ctx.SetRFLAGS(ctx.RFLAGS() &^ flagTF)
-				hv.SetContext(d, 0, &ctx)
+			perr := hv.Pause(d)
+			if perr == nil {
+				if perr = hv.GetContext(d, 0, &ctx); perr == nil {
+					ctx.SetRFLAGS(ctx.RFLAGS() &^ flagTF)
+					perr = hv.SetContext(d, 0, &ctx)
+				}
+				perr = errors.Join(perr, hv.Unpause(d))
 			}
-			hv.Unpause(d)
-			return res, fmt.Errorf("no #DB of the single-step came back by route %s in %v", route, timeout)
+			if perr != nil {
+				perr = fmt.Errorf("and taking the trap flag out: %w", perr)
+			}
+			return res, errors.Join(fmt.Errorf("no #DB of the single-step came back by route %s in %v", route, timeout), perr)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -255,7 +255,9 @@ func recoverDomain(hv *Hypervisor, j *journal) (string, error) {
 	if j.PausedBefore {
 		// Xen counts pauses but does not say whose: all were undone, and
 		// the administrator's comes back
-		hv.Pause(j.Dom)
+		if err := hv.Pause(j.Dom); err != nil {
+			errs = append(errs, fmt.Errorf("the administrator's pause of domain %d back: %w", j.Dom, err))
+		}
 		unpaused--
 	}
 	// (one of the pauses undone was this function's own)

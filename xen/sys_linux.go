@@ -542,13 +542,15 @@ func (e *Events) waitFor(timeout time.Duration) (bool, error) {
 				port := binary.LittleEndian.Uint32(b[i:])
 				var u [4]byte
 				binary.LittleEndian.PutUint32(u[:], port)
-				unix.Write(int(e.f.Fd()), u[:]) // unmask
+				if _, err := unix.Write(int(e.f.Fd()), u[:]); err != nil { // unmask
+					return fired, fmt.Errorf("unmask event channel port %d: %w", port, err)
+				}
 				fired = true
 			}
 		}
 		if fds[1].Revents&unix.POLLIN != 0 {
 			var b [16]byte
-			unix.Read(e.wake[0], b[:])
+			unix.Read(e.wake[0], b[:]) // unchecked: draining the wake pipe; what is left wakes the next Wait early, no more
 			return fired, nil
 		}
 		if fired {
@@ -558,7 +560,9 @@ func (e *Events) waitFor(timeout time.Duration) (bool, error) {
 }
 
 // Kick makes Wait return.
-func (e *Events) Kick() { unix.Write(e.wake[1], []byte{1}) }
+func (e *Events) Kick() {
+	unix.Write(e.wake[1], []byte{1}) // unchecked: only a full pipe refuses, and a full pipe wakes Wait already
+}
 
 // Close unbinds the channel.
 func (e *Events) Close() error {

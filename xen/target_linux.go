@@ -46,6 +46,9 @@ const idleCheck = 50 * time.Millisecond
 
 // Target is a PV domain's kernel seen from dom0.
 type Target struct {
+	// warn tells the user what failed with no command to fail (the
+	// engine's Options.Warn, through SetWarn): a pause not undone
+	warn     func(string)
 	dom      uint16
 	opts     Options
 	hv       *Hypervisor
@@ -262,16 +265,18 @@ func (t *Target) release(keepPaused bool) {
 				t.syncDR(v)
 			}
 			if err := t.commit(false); err != nil {
-				trace("detach: %v", err)
+				t.warnf("detach from domain %d: %v", t.dom, err)
 			}
 		}
 	}
 	if !t.dead && !keepPaused {
 		if err := t.commit(true); err != nil {
-			trace("detach: %v", err)
+			t.warnf("detach from domain %d: %v", t.dom, err)
 		}
 		for ; t.pauses > 0; t.pauses-- { // what the batch could not undo
-			t.hv.Unpause(t.dom)
+			if err := t.hv.Unpause(t.dom); err != nil {
+				t.warnf("domain %d may stay paused (xl unpause %d): %v", t.dom, t.dom, err)
+			}
 		}
 	}
 	if !t.dead && t.kern != nil {
@@ -283,7 +288,9 @@ func (t *Target) release(keepPaused bool) {
 		// is done (gdbsx takes back only its own); the debug trap's
 		// and any other of gprobes' are undone here
 		for ; t.pauses > 1; t.pauses-- {
-			t.hv.Unpause(t.dom)
+			if err := t.hv.Unpause(t.dom); err != nil {
+				t.warnf("domain %d may keep a pause of gprobes' besides the debugger's: %v", t.dom, err)
+			}
 		}
 	}
 	t.closeHVM()
@@ -292,7 +299,9 @@ func (t *Target) release(keepPaused bool) {
 		// debugging mode all the same: gdbsx turns it on when it
 		// attaches, and an `xl unpause` without a debugger must not
 		// leave the guest's own int3s pausing it
-		t.hv.SetDebugging(t.dom, false)
+		if err := t.hv.SetDebugging(t.dom, false); err != nil {
+			t.warnf("domain %d stays in debugging mode (its own int3s pause it): %v", t.dom, err)
+		}
 	}
 	for _, m := range []map[uint64][]byte{t.frames, t.wframes} {
 		for f, b := range m {
@@ -305,6 +314,19 @@ func (t *Target) release(keepPaused bool) {
 	}
 	t.closeJournal()
 	t.hv.Close()
+}
+
+var _ engine.Warner = (*Target)(nil)
+
+// SetWarn is engine.Warner's.
+func (t *Target) SetWarn(f func(string)) { t.warn = f }
+
+// warnf says a failure through warn (and the trace).
+func (t *Target) warnf(format string, a ...any) {
+	trace(format, a...)
+	if t.warn != nil {
+		t.warn(fmt.Sprintf(format, a...))
+	}
 }
 
 // summary says how the stops were learnt of (stderr, one line).

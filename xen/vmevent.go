@@ -213,15 +213,15 @@ func startMonitor(hv vmHypervisor, ch vmChannel, dom uint16, wake func(), record
 		return nil, fmt.Errorf("vm_event: enable the monitor ring (EBUSY: another monitor has it): %w", err)
 	}
 	if err := ch.Bind(dom, port); err != nil {
-		hv.VMEventOp(dom, vmEventDisable)
+		_, derr := hv.VMEventOp(dom, vmEventDisable)
 		hv.unmapRing(page)
-		return nil, fmt.Errorf("vm_event: bind event channel %d of the ring: %w", port, err)
+		return nil, errors.Join(fmt.Errorf("vm_event: bind event channel %d of the ring: %w", port, err), derr)
 	}
 	if err := hv.MonitorOp(dom, monitorOpEnable, monitorEventDebug, true); err != nil {
 		ch.Close()
-		hv.VMEventOp(dom, vmEventDisable)
+		_, derr := hv.VMEventOp(dom, vmEventDisable)
 		hv.unmapRing(page)
-		return nil, fmt.Errorf("vm_event: debug-exception events: %w", err)
+		return nil, errors.Join(fmt.Errorf("vm_event: debug-exception events: %w", err), derr)
 	}
 	trace("vm_event: monitor ring at frame %#x, Xen's port %d", gfn, port)
 	go m.serve()

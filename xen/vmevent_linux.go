@@ -104,7 +104,7 @@ func (e *evtchnPort) Wait() (bool, error) {
 		}
 		if fds[1].Revents&unix.POLLIN != 0 {
 			var b [16]byte
-			unix.Read(e.wake[0], b[:])
+			unix.Read(e.wake[0], b[:]) // unchecked: draining the wake pipe; what is left wakes the next wait early, no more
 			return false, nil
 		}
 		if fds[0].Revents&unix.POLLIN == 0 {
@@ -113,7 +113,9 @@ func (e *evtchnPort) Wait() (bool, error) {
 		var b [64]byte
 		n, _ := unix.Read(int(e.f.Fd()), b[:])
 		for i := 0; i+4 <= n; i += 4 {
-			unix.Write(int(e.f.Fd()), b[i:i+4]) // unmask
+			if _, err := unix.Write(int(e.f.Fd()), b[i:i+4]); err != nil { // unmask
+				return true, fmt.Errorf("unmask the ring's event channel: %w", err)
+			}
 		}
 		return n > 0, nil
 	}
@@ -127,7 +129,9 @@ func (e *evtchnPort) Notify() error {
 	return nil
 }
 
-func (e *evtchnPort) Wake() { unix.Write(e.wake[1], []byte{1}) }
+func (e *evtchnPort) Wake() {
+	unix.Write(e.wake[1], []byte{1}) // unchecked: only a full pipe refuses, and a full pipe wakes already
+}
 
 func (e *evtchnPort) Close() error {
 	if e.port != 0 {
