@@ -63,6 +63,7 @@ type hitEnv struct {
 type hitStack struct {
 	kernel bool
 	pcs    []uint64
+	exact  uint64
 }
 
 // Stack unwinds the thread's stack (rpn.StackEnv) through the OS.
@@ -71,9 +72,9 @@ func (h *hitEnv) Stack(kernel bool, pcs []uint64) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	n, ok := u.Unwind(h.th.space, h.th.tid, &h.th.regs, kernel, pcs)
+	n, exact, ok := u.Unwind(h.th.space, h.th.tid, &h.th.regs, kernel, pcs)
 	if ok {
-		h.stacks = append(h.stacks, hitStack{kernel: kernel, pcs: append([]uint64(nil), pcs[:n]...)})
+		h.stacks = append(h.stacks, hitStack{kernel: kernel, pcs: append([]uint64(nil), pcs[:n]...), exact: exact})
 	}
 	return n, ok
 }
@@ -91,7 +92,7 @@ func (e *Engine) namedStacks(th *thread) []pb.Stack {
 		if st.kernel {
 			kind = "kernel"
 		}
-		out = append(out, pb.Stack{Kind: kind, Frames: u.NameFrames(th.space, st.kernel, st.pcs)})
+		out = append(out, pb.Stack{Kind: kind, Frames: u.NameFrames(th.space, st.kernel, st.pcs, st.exact)})
 	}
 	th.env.stacks = th.env.stacks[:0]
 	return out

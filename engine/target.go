@@ -282,9 +282,11 @@ type StackUnwinder interface {
 	// Unwind writes the frames' addresses of thread tid of space, stopped
 	// with regs, into pcs, innermost first (regs' rip first, then return
 	// addresses), and returns how many; ok false when this OS has no
-	// such stack (a process has no kernel stack to read).
-	Unwind(space, tid int, regs *Regs, kernel bool, pcs []uint64) (n int, ok bool)
-	// NameFrames names frames Unwind found (in order: the first is the
-	// thread's address, the others return addresses).
-	NameFrames(space int, kernel bool, pcs []uint64) []pb.Frame
+	// such stack (a process has no kernel stack to read). Bit i of exact
+	// is set when frame i's address is where code was rather than a
+	// return address (frame 0; a frame a signal interrupted).
+	Unwind(space, tid int, regs *Regs, kernel bool, pcs []uint64) (n int, exact uint64, ok bool)
+	// NameFrames names frames Unwind found, with its exact: a return
+	// address is looked up at the call before it.
+	NameFrames(space int, kernel bool, pcs []uint64, exact uint64) []pb.Frame
 }

@@ -124,7 +124,7 @@ func (n *stackNamer) userFrames(pid int, pcs []uint64) []probe.Frame {
 		}
 	}
 	mods.Sort()
-	named := n.unw.Name(pcs, mods)
+	named := n.unw.Name(pcs, 1, mods) // the first is where the task entered the kernel from
 	out := make([]probe.Frame, len(pcs))
 	for i, f := range named {
 		out[i] = probe.Frame{Address: probe.Hex(f.PC), Function: f.Function, Offset: f.Offset, Module: f.Module}

@@ -56,32 +56,32 @@ func dwarfRegs(r *engine.Regs) unwind.Regs {
 
 // Unwind walks a stopped thread's user stack. A process has no kernel
 // stack gprobes can read: log kstack is refused (invalid-operand).
-func (o processOS) Unwind(space, tid int, regs *engine.Regs, kernel bool, pcs []uint64) (int, bool) {
+func (o processOS) Unwind(space, tid int, regs *engine.Regs, kernel bool, pcs []uint64) (int, uint64, bool) {
 	if kernel {
-		return 0, false
+		return 0, 0, false
 	}
 	tg := o.tg
 	mem := func(addr uint64, p []byte) bool { return tg.ReadMem(space, addr, p) == nil }
 	mods := tg.stackMods(space, false)
 	if tg.unwinder == nil {
-		return 0, true // no maps to read: the process is gone
+		return 0, 0, true // no maps to read: the process is gone
 	}
-	n, missing := tg.unwinder.Unwind(dwarfRegs(regs), mem, mods, pcs)
+	n, missing, exact := tg.unwinder.Unwind(dwarfRegs(regs), mem, mods, pcs)
 	if missing {
 		// an address in no mapping known: a library loaded since the
 		// maps were read, or code in no file (then read each time)
-		n, _ = tg.unwinder.Unwind(dwarfRegs(regs), mem, tg.stackMods(space, true), pcs)
+		n, _, exact = tg.unwinder.Unwind(dwarfRegs(regs), mem, tg.stackMods(space, true), pcs)
 	}
-	return n, true
+	return n, exact, true
 }
 
 // NameFrames names frames of a process's stack from the files mapped
 // there.
-func (o processOS) NameFrames(space int, kernel bool, pcs []uint64) []probe.Frame {
+func (o processOS) NameFrames(space int, kernel bool, pcs []uint64, exact uint64) []probe.Frame {
 	out := make([]probe.Frame, len(pcs))
 	var named []unwind.Frame
 	if !kernel && o.tg.unwinder != nil {
-		named = o.tg.unwinder.Name(pcs, o.tg.stackMods(space, false))
+		named = o.tg.unwinder.Name(pcs, exact, o.tg.stackMods(space, false))
 	}
 	for i, pc := range pcs {
 		out[i].Address = probe.Hex(pc)

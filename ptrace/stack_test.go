@@ -266,6 +266,69 @@ func TestUstackGo(t *testing.T) {
 	}
 }
 
+// Through a signal frame: testdata/stacks/fact.c's signal mode sends
+// itself SIGUSR1 with kill(2) from fact(0); at the handler, the frames are
+// handler, libc's sigreturn trampoline (__restore_rt: its CFI, marked a
+// signal frame, finds the interrupted registers in the ucontext by DWARF
+// expressions), kill itself at the address it was interrupted (exact, not
+// a return address: kill+0x7, not the function before), then fact x3,
+// run, main, libc's start, _start; gdb's bt agrees on the frames in the
+// fixture. Before, the walk ended at the trampoline.
+func TestUstackSignal(t *testing.T) {
+	prog := stackFixture(t, "fact-O2", "-O2")
+	syms := elfSyms(t, prog)
+	r := startWith(t, startConfig{path: prog}, "2", "1", "signal")
+	r.insert(compileFor(t, prog, "name = PROGRAM\nmodtype = user\noffset = handler\nlog ustack,64\nexit 1\n"))
+	r.release()
+	r.finish()
+	recs := r.records(0)
+	if len(recs) != 1 {
+		t.Fatalf("%d records, want 1", len(recs))
+	}
+	fr := recs[0].Stacks[0].Frames
+	var names []string
+	for _, f := range fr {
+		names = append(names, f.Function)
+	}
+	if len(fr) < 10 || fr[0].Function != "handler" || !strings.Contains(fr[1].Module, "libc") || fr[2].Function != "kill" || !strings.Contains(fr[2].Module, "libc") ||
+		strings.Join(names[3:8], " ") != "fact fact fact run main" || names[len(names)-1] != "_start" {
+		t.Fatalf("frames %v: want handler, libc's trampoline, kill, fact x3, run, main, ..., _start", fr)
+	}
+	if fr[1].Function != "" && fr[1].Function != "__restore_rt" {
+		t.Errorf("frame 1 %v: want libc's __restore_rt (or no name without libc's debug file)", fr[1])
+	}
+	// kill's frame is where it was when the signal came: after its
+	// syscall instruction, inside kill
+	if fr[2].Offset == 0 {
+		t.Errorf("frame 2 %v: want an address inside kill", fr[2])
+	}
+	bias := recs[0].Address - syms["handler"].Value
+	if _, ok := callTarget(t, prog, uint64(fr[3].Address)-bias); !ok {
+		t.Errorf("frame 3 %v: the instruction before it is no call (of kill's PLT entry)", fr[3])
+	}
+	if g := gdbSignalFrames(t, prog); g != nil {
+		if ours := relFrames(fr, prog, bias); strings.Join(ours, " ") != strings.Join(g, " ") {
+			t.Errorf("frames in %s: ours %v, gdb's bt %v", prog, ours, g)
+		}
+	}
+}
+
+// gdbSignalFrames is gdbFrames at handler, the signal passed to the
+// program.
+func gdbSignalFrames(t *testing.T, prog string) []string {
+	t.Helper()
+	if _, err := exec.LookPath("gdb"); err != nil {
+		return nil
+	}
+	out, err := exec.Command("gdb", "-nx", "-batch", "-ex", "set debuginfod enabled off", "-ex", "set backtrace past-main on",
+		"-ex", "handle SIGUSR1 nostop noprint pass", "-ex", "break handler", "-ex", "run", "-ex", "p/x $pc", "-ex", "info symbol $pc", "-ex", "bt", "-ex", "kill",
+		"--args", prog, "2", "1", "signal").CombinedOutput()
+	if err != nil {
+		t.Fatalf("gdb: %v\n%s", err, out)
+	}
+	return gdbParse(t, prog, "handler", out)
+}
+
 // relFrames are the callers' frames in the fixture as file addresses.
 func relFrames(fr []probe.Frame, prog string, bias uint64) []string {
 	var out []string
@@ -290,19 +353,26 @@ func gdbFrames(t *testing.T, prog string, depth int) []string {
 	if err != nil {
 		t.Fatalf("gdb: %v\n%s", err, out)
 	}
+	return gdbParse(t, prog, "leaf", out)
+}
+
+// gdbParse reads the callers' frames in prog from gdb's output of p/x $pc,
+// info symbol $pc and bt, stopped in function fn.
+func gdbParse(t *testing.T, prog, fn string, out []byte) []string {
+	t.Helper()
 	pc := regexp.MustCompile(`(?m)^\$1 = (0x[0-9a-f]+)`).FindSubmatch(out)
 	if pc == nil {
 		t.Fatalf("gdb printed no pc:\n%s", out)
 	}
-	leafAt, _ := strconv.ParseUint(string(pc[1]), 0, 64)
-	// gdb stops past leaf's prologue: "leaf + 4 in section .text"
+	at, _ := strconv.ParseUint(string(pc[1]), 0, 64)
+	// gdb stops past fn's prologue: "leaf + 4 in section .text"
 	var skip uint64
-	if m := regexp.MustCompile(`(?m)^leaf \+ (\d+) in section`).FindSubmatch(out); m != nil {
+	if m := regexp.MustCompile(`(?m)^` + fn + ` \+ (\d+) in section`).FindSubmatch(out); m != nil {
 		skip, _ = strconv.ParseUint(string(m[1]), 10, 64)
-	} else if !regexp.MustCompile(`(?m)^leaf in section`).Match(out) {
-		t.Fatalf("gdb stopped elsewhere than in leaf:\n%s", out)
+	} else if !regexp.MustCompile(`(?m)^` + fn + ` in section`).Match(out) {
+		t.Fatalf("gdb stopped elsewhere than in %s:\n%s", fn, out)
 	}
-	bias := leafAt - skip - elfSyms(t, prog)["leaf"].Value
+	bias := at - skip - elfSyms(t, prog)[fn].Value
 	var rel []string
 	for _, m := range regexp.MustCompile(`(?m)^#[1-9]\d*\s+(0x[0-9a-f]+) in (\S+)`).FindAllSubmatch(out, -1) {
 		a, _ := strconv.ParseUint(string(m[1]), 0, 64)

@@ -204,13 +204,21 @@ var errStop = errors.New("end of the stack")
 // does not grow towards the caller, at memory it cannot read, or when
 // pcs is full. missing reports that some address was in no mapping of
 // mods (the frame-pointer chain was tried there): the caller may read
-// the maps again and retry.
-func (u *Unwinder) Unwind(regs Regs, mem Memory, mods Modules, pcs []uint64) (n int, missing bool) {
+// the maps again and retry. Bit i of exact is set when frame i's address
+// is where the code was, not a return address: frame 0, and the frame a
+// signal interrupted (found through the signal frame, whose CIE says S);
+// Name looks those up at the address itself.
+//
+// A signal frame's CFA and registers come by DWARF expressions (the
+// ucontext on the stack, libc's __restore_rt), evaluated as a PLT
+// entry's; the stack pointer may go down past one (sigaltstack).
+func (u *Unwinder) Unwind(regs Regs, mem Memory, mods Modules, pcs []uint64) (n int, missing bool, exact uint64) {
 	mem = pages(mem)
 	var valid [NumRegs]bool
 	for i := range valid {
 		valid[i] = true
 	}
+	exact = 1
 	for n < len(pcs) {
 		pc := regs[RIP]
 		if pc == 0 {
@@ -224,42 +232,45 @@ func (u *Unwinder) Unwind(regs Regs, mem Memory, mods Modules, pcs []uint64) (n 
 		// a caller's return address may be just past its function (a
 		// call to a noreturn function): look the caller up at the call
 		look := pc
-		if n > 1 {
+		if exact&(1<<(n-1)) == 0 {
 			look--
 		}
-		next, nvalid, inMod, err := u.step(regs, valid, look, mem, mods)
+		next, nvalid, signal, inMod, err := u.step(regs, valid, look, mem, mods)
 		if !inMod {
 			missing = true
 		}
 		if err != nil {
 			break
 		}
-		if next[RSP] <= regs[RSP] {
+		if next[RSP] <= regs[RSP] && !signal {
 			break // the stack grows down: a caller's frame is above
+		}
+		if signal && n < 64 {
+			exact |= 1 << n
 		}
 		regs, valid = next, nvalid
 	}
-	return n, missing
+	return n, missing, exact & (1<<n - 1)
 }
 
 // step computes the caller's registers from the frame at look.
 // inMod is false when look is in no mapping: code in no file (a JIT's),
 // where only the frame-pointer chain can be followed.
-func (u *Unwinder) step(regs Regs, valid [NumRegs]bool, look uint64, mem Memory, mods Modules) (out Regs, ovalid [NumRegs]bool, inMod bool, err error) {
+func (u *Unwinder) step(regs Regs, valid [NumRegs]bool, look uint64, mem Memory, mods Modules) (out Regs, ovalid [NumRegs]bool, signal, inMod bool, err error) {
 	m, ok := mods.At(look)
 	if !ok {
 		out, ovalid, err = fpStep(regs, valid, mem)
-		return out, ovalid, false, err
+		return out, ovalid, false, false, err
 	}
 	f := u.file(m.Path)
 	if bias, ok := f.bias(m); ok && len(f.fdes) > 0 {
 		if fde, err := f.fdes.FDEForPC(look - bias); err == nil {
-			out, ovalid, err = f.cfiStep(fde, look-bias, regs, valid, mem)
-			return out, ovalid, true, err
+			out, ovalid, signal, err = f.cfiStep(fde, look-bias, regs, valid, mem)
+			return out, ovalid, signal, true, err
 		}
 	}
 	out, ovalid, err = fpStep(regs, valid, mem)
-	return out, ovalid, true, err
+	return out, ovalid, false, true, err
 }
 
 // pages reads through mem a page at a time and keeps the pages of one
@@ -308,7 +319,8 @@ func read64(mem Memory, addr uint64) (uint64, bool) {
 // computing them (delve runs the CIE's and FDE's programs) costs more
 // than the rest of a step.
 type row struct {
-	expr   bool // the CFA is given by an expression (not followed)
+	expr   []byte // the CFA's expression, when it has one
+	signal bool   // a signal frame's (the CIE's augmentation has S): the caller's address is where it was interrupted, not a return address
 	cfaReg uint64
 	cfaOff int64
 	ra     uint64 // the return address column
@@ -338,9 +350,17 @@ func (f *file) rowAt(fde *frame.FrameDescriptionEntry, pc uint64) (rw *row, err 
 		return nil, err
 	}
 	rw = &row{cfaReg: ctx.CFA.Reg, cfaOff: ctx.CFA.Offset, ra: ctx.RetAddrReg}
-	rw.expr = ctx.CFA.Rule != frame.RuleCFA
+	switch ctx.CFA.Rule {
+	case frame.RuleCFA:
+	case frame.RuleExpression:
+		rw.expr = append([]byte{}, ctx.CFA.Expression...)
+	default:
+		return nil, errStop
+	}
+	rw.signal = fde.CIE != nil && strings.Contains(fde.CIE.Augmentation, "S")
 	for r, rule := range ctx.Regs {
 		if r < NumRegs {
+			rule.Expression = append([]byte(nil), rule.Expression...)
 			rw.regs[r], rw.has[r] = rule, true
 		}
 	}
@@ -358,21 +378,28 @@ func (f *file) rowAt(fde *frame.FrameDescriptionEntry, pc uint64) (rw *row, err 
 	return rw, nil
 }
 
-// cfiStep applies the CFI row of pc (the file's address).
-func (f *file) cfiStep(fde *frame.FrameDescriptionEntry, pc uint64, regs Regs, valid [NumRegs]bool, mem Memory) (out Regs, ovalid [NumRegs]bool, err error) {
+// cfiStep applies the CFI row of pc (the file's address). signal: the
+// frame is a signal frame's.
+func (f *file) cfiStep(fde *frame.FrameDescriptionEntry, pc uint64, regs Regs, valid [NumRegs]bool, mem Memory) (out Regs, ovalid [NumRegs]bool, signal bool, err error) {
 	rw, err := f.rowAt(fde, pc)
 	if err != nil {
-		return regs, valid, err
-	}
-	if rw.expr || rw.cfaReg >= NumRegs || !valid[rw.cfaReg] {
-		// a CFA by expression (a PLT entry's, a signal frame's): not
-		// followed
-		return regs, valid, errStop
+		return regs, valid, false, err
 	}
 	if rw.ra >= NumRegs || !rw.raSet {
-		return regs, valid, errStop
+		return regs, valid, false, errStop
 	}
-	cfa := regs[rw.cfaReg] + uint64(rw.cfaOff)
+	var cfa uint64
+	switch {
+	case rw.expr != nil:
+		// a signal frame's (the ucontext's saved rsp), a PLT entry's
+		if cfa, err = eval(rw.expr, &regs, &valid, mem); err != nil {
+			return regs, valid, false, errStop
+		}
+	case rw.cfaReg >= NumRegs || !valid[rw.cfaReg]:
+		return regs, valid, false, errStop
+	default:
+		cfa = regs[rw.cfaReg] + uint64(rw.cfaOff)
+	}
 	out, ovalid = regs, valid
 	for r := range rw.regs {
 		if !rw.has[r] {
@@ -382,7 +409,7 @@ func (f *file) cfiStep(fde *frame.FrameDescriptionEntry, pc uint64, regs Regs, v
 		switch rule.Rule {
 		case frame.RuleUndefined:
 			if uint64(r) == rw.ra {
-				return regs, valid, errStop // the outermost frame
+				return regs, valid, false, errStop // the outermost frame
 			}
 			// delve's DW_CFA_restore of a register the CIE leaves alone:
 			// the same value (the psABI's rule for callee-saved ones)
@@ -390,7 +417,7 @@ func (f *file) cfiStep(fde *frame.FrameDescriptionEntry, pc uint64, regs Regs, v
 		case frame.RuleOffset:
 			v, ok := read64(mem, cfa+uint64(rule.Offset))
 			if !ok {
-				return regs, valid, errStop
+				return regs, valid, false, errStop
 			}
 			out[r], ovalid[r] = v, true
 		case frame.RuleValOffset:
@@ -399,16 +426,31 @@ func (f *file) cfiStep(fde *frame.FrameDescriptionEntry, pc uint64, regs Regs, v
 			if rule.Reg < NumRegs {
 				out[r], ovalid[r] = regs[rule.Reg], valid[rule.Reg]
 			}
+		case frame.RuleExpression, frame.RuleValExpression:
+			var ok bool
+			v, err := eval(rule.Expression, &regs, &valid, mem, cfa)
+			if err != nil {
+				ovalid[r] = false
+				continue
+			}
+			if rule.Rule == frame.RuleExpression {
+				if v, ok = read64(mem, v); !ok {
+					return regs, valid, false, errStop
+				}
+			}
+			out[r], ovalid[r] = v, true
 		default:
 			ovalid[r] = false
 		}
 	}
 	out[RIP], ovalid[RIP] = out[rw.ra], ovalid[rw.ra]
-	out[RSP], ovalid[RSP] = cfa, true
-	if !ovalid[RIP] {
-		return regs, valid, errStop
+	if !rw.has[RSP] || rw.regs[RSP].Rule == frame.RuleUndefined || rw.regs[RSP].Rule == frame.RuleSameVal {
+		out[RSP], ovalid[RSP] = cfa, true
 	}
-	return out, ovalid, nil
+	if !ovalid[RIP] {
+		return regs, valid, false, errStop
+	}
+	return out, ovalid, rw.signal, nil
 }
 
 // fpStep follows the frame-pointer chain one frame: rbp points at the
@@ -431,14 +473,15 @@ func fpStep(regs Regs, valid [NumRegs]bool, mem Memory) (Regs, [NumRegs]bool, er
 
 // Name names the frames at pcs (as Unwind found them: the first the
 // thread's address, the others return addresses, looked up at the call
-// before them) in a process with the mappings mods: function+offset and
-// module, or only the module, or nothing.
-func (u *Unwinder) Name(pcs []uint64, mods Modules) []Frame {
+// before them, but for those exact has (Unwind)) in a process with the
+// mappings mods: function+offset and module, or only the module, or
+// nothing.
+func (u *Unwinder) Name(pcs []uint64, exact uint64, mods Modules) []Frame {
 	out := make([]Frame, len(pcs))
 	for i, pc := range pcs {
 		out[i].PC = pc
 		look := pc
-		if i > 0 {
+		if i > 0 && (i >= 64 || exact&(1<<i) == 0) {
 			look--
 		}
 		m, ok := mods.At(look)
@@ -451,7 +494,13 @@ func (u *Unwinder) Name(pcs []uint64, mods Modules) []Frame {
 		if !ok || f.syms == nil {
 			continue
 		}
-		if s, ok := f.syms.SymbolAt(look - bias); ok {
+		s, ok := f.syms.SymbolAt(look - bias)
+		if !ok && look != pc {
+			// a signal handler's return address: the first byte of the
+			// sigreturn trampoline (its CFI starts a byte before it)
+			s, ok = f.syms.SymbolAt(pc - bias)
+		}
+		if ok {
 			out[i].Function = s.Name
 			if at := strings.IndexByte(s.Name, '@'); at > 0 {
 				out[i].Function = s.Name[:at] // __libc_start_main@GLIBC_2.2.5

@@ -3,18 +3,26 @@
 // leaf. Built with -O2 (gcc's default: no frame pointers, CFI only) and
 // with -O2 -fno-omit-frame-pointer; noinline and the volatile reads after
 // each call keep every call a real call, never a jump or a loop.
-// Usage: fact N ROUNDS [wait|getppid]: runs the chain ROUNDS times, then
-// prints "done SUM". With wait, once a line is read from stdin; with
-// getppid, leaf also calls getppid(2) (a tracepoint's hit, for the kernel
-// target), and the program reads a line before the chain and another
-// before it exits (the test reads the records meanwhile).
+// Usage: fact N ROUNDS [wait|getppid|signal]: runs the chain ROUNDS
+// times, then prints "done SUM". With wait, once a line is read from
+// stdin; with getppid, leaf also calls getppid(2) (a tracepoint's hit,
+// for the kernel target), and the program reads a line before the chain
+// and another before it exits (the test reads the records meanwhile);
+// with signal, fact(0) sends itself SIGUSR1 with kill(2), whose handler
+// (handler) runs on the stack below kill's frame.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 volatile long sink;
-static int use_getppid;
+static int use_getppid, use_signal;
+
+__attribute__((noinline)) void handler(int sig) {
+	sink += sig;
+}
 
 __attribute__((noinline)) long leaf(long n) {
 	if (use_getppid)
@@ -25,8 +33,11 @@ __attribute__((noinline)) long leaf(long n) {
 
 __attribute__((noinline)) long fact(long n) {
 	long r;
-	if (n == 0)
+	if (n == 0) {
+		if (use_signal)
+			kill(getpid(), SIGUSR1);
 		r = leaf(1);
+	}
 	else
 		r = n * fact(n - 1);
 	sink++;
@@ -45,7 +56,10 @@ int main(int argc, char **argv) {
 	long sum = 0;
 	char line[16];
 	use_getppid = argc > 3 && strcmp(argv[3], "getppid") == 0;
-	if (argc > 3 && !fgets(line, sizeof line, stdin))
+	use_signal = argc > 3 && strcmp(argv[3], "signal") == 0;
+	if (use_signal)
+		signal(SIGUSR1, handler);
+	if (argc > 3 && !use_signal && !fgets(line, sizeof line, stdin))
 		return 1;
 	for (long i = 0; i < rounds; i++)
 		sum += run(n);
