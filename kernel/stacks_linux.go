@@ -119,7 +119,7 @@ func (n *stackNamer) userFrames(pid int, pcs []uint64) []probe.Frame {
 	if maps, err := procmaps.Read(pid); err == nil {
 		for _, m := range maps {
 			if m.Exec() && strings.HasPrefix(m.Path, "/") {
-				mods = append(mods, unwind.Mapping{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path})
+				mods = append(mods, unwind.Mapping{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path, Dev: m.Dev, Inode: m.Inode})
 			}
 		}
 	}

@@ -32,7 +32,7 @@ func (tg *Target) stackMods(space int, fresh bool) unwind.Modules {
 	var mods unwind.Modules
 	for _, m := range maps {
 		if m.Exec() && strings.HasPrefix(m.Path, "/") {
-			mods = append(mods, unwind.Mapping{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path})
+			mods = append(mods, unwind.Mapping{Start: m.Start, End: m.End, Offset: m.Offset, Path: m.Path, Dev: m.Dev, Inode: m.Inode})
 		}
 	}
 	mods.Sort()

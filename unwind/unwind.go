@@ -48,11 +48,15 @@ type Regs [NumRegs]uint64
 type Memory func(addr uint64, p []byte) bool
 
 // Mapping is one executable file mapping of the process: the runtime
-// range [Start, End) of its code and the file offset mapped at Start.
+// range [Start, End) of its code and the file offset mapped at Start; the
+// file's path, and its device and inode (a file replaced at the same path
+// since is another file: its CFI and symbols are read anew).
 type Mapping struct {
 	Start, End uint64
 	Offset     uint64
 	Path       string
+	Dev        string
+	Inode      uint64
 }
 
 // Frame is one frame found: its address, and its name where the module
@@ -85,14 +89,15 @@ type file struct {
 	err   error
 }
 
-func (u *Unwinder) file(path string) *file {
+func (u *Unwinder) file(m *Mapping) *file {
+	key := fmt.Sprintf("%s\x00%s\x00%d", m.Path, m.Dev, m.Inode)
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if f, ok := u.files[path]; ok {
+	if f, ok := u.files[key]; ok {
 		return f
 	}
-	f := loadFile(path)
-	u.files[path] = f
+	f := loadFile(m.Path)
+	u.files[key] = f
 	return f
 }
 
@@ -262,7 +267,7 @@ func (u *Unwinder) step(regs Regs, valid [NumRegs]bool, look uint64, mem Memory,
 		out, ovalid, err = fpStep(regs, valid, mem)
 		return out, ovalid, false, false, err
 	}
-	f := u.file(m.Path)
+	f := u.file(m)
 	if bias, ok := f.bias(m); ok && len(f.fdes) > 0 {
 		if fde, err := f.fdes.FDEForPC(look - bias); err == nil {
 			out, ovalid, signal, err = f.cfiStep(fde, look-bias, regs, valid, mem)
@@ -489,7 +494,7 @@ func (u *Unwinder) Name(pcs []uint64, exact uint64, mods Modules) []Frame {
 			continue
 		}
 		out[i].Module = m.Path
-		f := u.file(m.Path)
+		f := u.file(m)
 		bias, ok := f.bias(m)
 		if !ok || f.syms == nil {
 			continue
