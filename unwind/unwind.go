@@ -335,7 +335,7 @@ type row struct {
 }
 
 // maxRows bounds the rows kept per file.
-const maxRows = 1 << 16
+const maxRows = 4096
 
 // rowAt is the row of pc (the file's address) in fde.
 func (f *file) rowAt(fde *frame.FrameDescriptionEntry, pc uint64) (rw *row, err error) {
