@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/unwind"
 )
 
 // Register order of the general registers in an x86_64 core's
@@ -318,6 +320,10 @@ func (e *Env) coreNotes(b []byte, bo binary.ByteOrder, is64 bool, st *noteState)
 				}
 				e.regs[r] = v
 			}
+		case ntFile:
+			if is64 {
+				e.files = parseNTFile(desc, bo)
+			}
 		case elf.NT_PRPSINFO:
 			off := prpsinfoPID32
 			if is64 {
@@ -330,4 +336,33 @@ func (e *Env) coreNotes(b []byte, bo binary.ByteOrder, is64 bool, st *noteState)
 		}
 	}
 	return nil
+}
+
+// ntFile is NT_FILE ("FILE"): the files mapped in the process.
+const ntFile elf.NType = 0x46494c45
+
+// parseNTFile reads a 64-bit NT_FILE note: count and page size, count
+// (start, end, offset in pages), then the count paths, NUL-terminated;
+// nil when it is malformed.
+func parseNTFile(desc []byte, bo binary.ByteOrder) unwind.Modules {
+	if len(desc) < 16 {
+		return nil
+	}
+	count, page := bo.Uint64(desc), bo.Uint64(desc[8:])
+	if count > uint64(len(desc)-16)/24 {
+		return nil
+	}
+	names := desc[16+24*count:]
+	var mods unwind.Modules
+	for i := uint64(0); i < count; i++ {
+		e := desc[16+24*i:]
+		end := bytes.IndexByte(names, 0)
+		if end < 0 {
+			return nil
+		}
+		mods = append(mods, unwind.Mapping{Start: bo.Uint64(e), End: bo.Uint64(e[8:]), Offset: bo.Uint64(e[16:]) * page, Path: string(names[:end])})
+		names = names[end+1:]
+	}
+	mods.Sort()
+	return mods
 }

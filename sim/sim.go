@@ -17,7 +17,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/unwind"
 )
 
 // Env is a simulated target: registers, memory regions, system values and
@@ -36,6 +38,15 @@ type Env struct {
 	fields   map[string]uint64 // the tracepoint event's fields, for push field
 	iv       [rpn.MaxIV]uint64 // the call's instance variables
 	switched []Switch          // enable and disable, in order, since the last TakeSwitched
+	files    unwind.Modules    // the files mapped, from a core's NT_FILE note
+	unw      *unwind.Unwinder
+	stacks   []simStack // the stacks logged in the hit running
+}
+
+// simStack is a stack a hit logged, for its record's names.
+type simStack struct {
+	pcs   []uint64
+	exact uint64
 }
 
 // Switch is one enable (On) or disable of a minor, as a program ran it.
@@ -61,7 +72,43 @@ var (
 	_ rpn.FieldEnv = (*Env)(nil)
 	_ rpn.Switcher = (*Env)(nil)
 	_ rpn.IVEnv    = (*Env)(nil)
+	_ rpn.StackEnv = (*Env)(nil)
 )
+
+// Stack unwinds the user stack from the registers and memory given, with
+// the CFI of the files a core maps (its NT_FILE note), or the
+// frame-pointer chain through the memory given where there are none. A
+// kernel stack is not simulated: invalid-operand.
+func (e *Env) Stack(kernel bool, pcs []uint64) (int, bool) {
+	if kernel {
+		return 0, false
+	}
+	if e.unw == nil {
+		e.unw = unwind.New()
+	}
+	var regs unwind.Regs
+	for i, r := range []rpn.Reg{rpn.RegRAX, rpn.RegRDX, rpn.RegRCX, rpn.RegRBX, rpn.RegRSI, rpn.RegRDI, rpn.RegRBP, rpn.RegRSP,
+		rpn.RegR8, rpn.RegR9, rpn.RegR10, rpn.RegR11, rpn.RegR12, rpn.RegR13, rpn.RegR14, rpn.RegR15, rpn.RegRIP} {
+		regs[i] = e.regs[r]
+	}
+	n, _, exact := e.unw.Unwind(regs, e.ReadMem, e.files, pcs)
+	e.stacks = append(e.stacks, simStack{pcs: append([]uint64(nil), pcs[:n]...), exact: exact})
+	return n, true
+}
+
+// takeStacks names the stacks of the hit that ran and forgets them.
+func (e *Env) takeStacks() []probe.Stack {
+	var out []probe.Stack
+	for _, st := range e.stacks {
+		ps := probe.Stack{Kind: "user", Frames: []probe.Frame{}}
+		for _, f := range e.unw.Name(st.pcs, st.exact, e.files) {
+			ps.Frames = append(ps.Frames, probe.Frame{Address: probe.Hex(f.PC), Function: f.Function, Offset: f.Offset, Module: f.Module})
+		}
+		out = append(out, ps)
+	}
+	e.stacks = nil
+	return out
+}
 
 // NewEnv returns an environment where every register reads 0, no memory
 // exists, pid, tid, procid and ts read 0 and the current task is unknown.
@@ -273,6 +320,9 @@ type Hit struct {
 	// Switches are the enable and disable the hit ran, in order ("enable
 	// 3", "disable 4"); absent when none.
 	Switches []string `json:"switches,omitempty"`
+	// Stacks are the stacks the hit logged (log ustack), named from the
+	// core's files; absent when none.
+	Stacks []probe.Stack `json:"stacks,omitempty"`
 
 	result   rpn.Result
 	log      []byte
@@ -372,7 +422,9 @@ func Run(p *rpn.Program, env *Env, opts Options) (*Report, error) {
 		if r.Commits() {
 			h.log = append([]byte{}, r.Log...)
 			h.Log = hex.EncodeToString(h.log)
+			h.Stacks = env.takeStacks()
 		}
+		env.stacks = nil
 		h.switched = env.TakeSwitched()
 		for _, s := range h.switched {
 			h.Switches = append(h.Switches, s.String())
@@ -560,6 +612,12 @@ func (r *Report) writeHit(w io.Writer, m *rpn.Module, h Hit) {
 		d := hex.Dump(h.log)
 		for _, l := range strings.Split(strings.TrimRight(d, "\n"), "\n") {
 			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+	for i, st := range h.Stacks {
+		fmt.Fprintf(w, "    %s:\n", probe.StackName(h.Stacks, i))
+		for _, f := range st.Frames {
+			fmt.Fprintf(w, "      %s\n", f)
 		}
 	}
 }
