@@ -251,6 +251,7 @@ func logTimelineFollow(c *cli.Context, format, out string) error {
 		return cli.Exit("log: "+err.Error(), 1)
 	}
 	var mu sync.Mutex
+	var lastAdd time.Time // when the last record came (under mu)
 	done := make(chan struct{})
 	ticked := make(chan struct{})
 	go func() {
@@ -264,7 +265,13 @@ func logTimelineFollow(c *cli.Context, format, out string) error {
 			case <-t.C:
 			}
 			mu.Lock()
-			b.Tick(timeNow())
+			// a quiet stream only: while records come, the builder
+			// releases by their own time as they are added, and a
+			// stream that lags behind the clock (a loaded daemon) would
+			// have its records taken for late ones
+			if timeNow().Sub(lastAdd) >= followTick {
+				b.Tick(timeNow())
+			}
 			if f, ok := w.(timeline.Flusher); ok {
 				f.Flush()
 			}
@@ -293,6 +300,7 @@ func logTimelineFollow(c *cli.Context, format, out string) error {
 		}
 		mu.Lock()
 		b.Add(r)
+		lastAdd = timeNow()
 		mu.Unlock()
 		return nil
 	}, func(l *daemon.LostLine) error {
