@@ -226,6 +226,9 @@ type compiler struct {
 	taskAtInsert bool
 	// enabledAt: where each probe's enabled keyword is, by probe index
 	enabledAt map[int]lexer.Position
+	// autoStack is the header's autostacktrace = yes: every probe's
+	// default (a probe's own keyword overrides it)
+	autoStack bool
 
 	// per probe
 	cur      rpn.Probe // the probe being compiled
@@ -483,6 +486,14 @@ func (c *compiler) header(kvs []*dpdf.KeyValue) {
 				v = rpn.MaxGVars
 			}
 			h.GVars = uint16(v)
+		case "autostacktrace":
+			if w, ok := c.word(kv, "yes", "no"); ok {
+				c.autoStack = w == "yes"
+				if c.autoStack && h.Arch != rpn.ArchX86_64 {
+					c.errorf(kv.Pos, "autostacktrace = yes: stacks are unwound on x86_64 only")
+					c.autoStack = false
+				}
+			}
 		}
 	}
 	start := lexer.Position{Filename: c.path, Line: 1, Column: 1}
@@ -502,7 +513,7 @@ var probeKinds = map[string]rpn.ProbeKind{"offset": rpn.ProbeOffset, "retprobe":
 // keywords: the probe is complete (probeEnd) once its program's statements
 // are compiled (stmt).
 func (c *compiler) probeKeys(index int, pd *dpdf.ProbeDef, keys []*dpdf.KeyValue) {
-	p := rpn.Probe{Pos: c.pos(pd.Pos), Kind: probeKinds[pd.Offset.Norm()]}
+	p := rpn.Probe{Pos: c.pos(pd.Pos), Kind: probeKinds[pd.Offset.Norm()], AutoStack: c.autoStack}
 	c.kind = p.Kind
 	switch p.Kind {
 	case rpn.ProbeTracepoint:
@@ -577,6 +588,14 @@ func (c *compiler) probeKeys(index int, pd *dpdf.ProbeDef, keys []*dpdf.KeyValue
 				case p.LogOnFault && p.Kind == rpn.ProbeWatch:
 					c.errorf(kv.Pos, "logonfault = yes does not apply to a watch probe: its program runs once the accessing instruction has completed, so none can fault after it")
 					p.LogOnFault = false
+				}
+			}
+		case "autostacktrace":
+			if w, ok := c.word(kv, "yes", "no"); ok {
+				p.AutoStack = w == "yes"
+				if p.AutoStack && c.m.Arch != rpn.ArchX86_64 {
+					c.errorf(kv.Pos, "autostacktrace = yes: stacks are unwound on x86_64 only")
+					p.AutoStack = false
 				}
 			}
 		case "enabled":
@@ -942,6 +961,18 @@ func (c *compiler) instr(in *dpdf.Instr) bool {
 			c.emit16(op, uint16(v))
 			c.switches = append(c.switches, switchUse{pos: in.Minor.Pos, op: word, minor: uint16(v)})
 		}
+	case strings.EqualFold(in.Simple, "log_st"):
+		// Dynamic Probes' log_st: the stack of the module's kind,
+		// DefaultStackFrames frames (docs/language.md, "Stacks")
+		stack := "ustack"
+		if c.m.ModType == rpn.ModKernel {
+			stack = "kstack"
+		}
+		if c.m.Arch != rpn.ArchX86_64 {
+			c.errorf(in.Pos, "log_st (log %s): stacks are unwound on x86_64 only", stack)
+			return false
+		}
+		c.log(&dpdf.LogOperand{Pos: in.Pos, Stack: stack})
 	case in.Simple != "":
 		s := strings.ToLower(in.Simple)
 		op := simpleOps[s]

@@ -27,7 +27,7 @@ var (
 	jumpWords = map[string]bool{"jmp": true, "jz": true, "jnz": true, "jlt": true, "jle": true, "jgt": true, "jge": true, "loop": true, "call": true}
 	simpleOps = map[string]bool{"nop": true, "ret": true, "abort": true, "rem": true, "add": true, "sub": true, "mul": true,
 		"div": true, "idiv": true, "and": true, "or": true, "xor": true, "not": true, "neg": true, "vfy_r": true,
-		"vfy_rw": true, "dup": true, "xchg": true}
+		"vfy_rw": true, "dup": true, "xchg": true, "log_st": true}
 )
 
 func production[P any]() *participle.Parser[P] {

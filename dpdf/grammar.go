@@ -81,7 +81,7 @@ type Instr struct {
 	Ros    *Expr        `parser:" | \"ros\" @@"`
 	Switch string       `parser:" | @( \"enable\" | \"disable\" )"`
 	Minor  *Expr        `parser:"   @@"`
-	Simple string       `parser:" | @( \"nop\" | \"ret\" | \"abort\" | \"rem\" | \"add\" | \"sub\" | \"mul\" | \"div\" | \"idiv\" | \"and\" | \"or\" | \"xor\" | \"not\" | \"neg\" | \"vfy_r\" | \"vfy_rw\" | \"dup\" | \"xchg\" ) )"`
+	Simple string       `parser:" | @( \"nop\" | \"ret\" | \"abort\" | \"rem\" | \"add\" | \"sub\" | \"mul\" | \"div\" | \"idiv\" | \"and\" | \"or\" | \"xor\" | \"not\" | \"neg\" | \"vfy_r\" | \"vfy_rw\" | \"dup\" | \"xchg\" | \"log_st\" ) )"`
 }
 
 // PushOperand is what follows "push".

@@ -58,8 +58,8 @@ const probeStart = `a probe starts with "offset = LOCATION", "retprobe = SYMBOL"
 
 // Header keywords and probe keywords, in canonical (normKey) spelling.
 var (
-	headerKeys = []string{"name", "modtype", "major", "jmpmax", "logmax", "dfltexit", "vars", "gvars", "arch"}
-	probeKeys  = []string{"offset", "retprobe", "tracepoint", "watch", "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive", "enabled", "format"}
+	headerKeys = []string{"name", "modtype", "major", "jmpmax", "logmax", "dfltexit", "vars", "gvars", "arch", "autostacktrace"}
+	probeKeys  = []string{"offset", "retprobe", "tracepoint", "watch", "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive", "enabled", "format", "autostacktrace"}
 	// spelling used in messages
 	keyDisplay = map[string]string{"passcount": "pass count", "maxhits": "max hits"}
 )
@@ -335,7 +335,7 @@ func (e *Expr) Text() string {
 var mnemonics = []string{"push", "pop", "log", "move", "inc", "dec", "jmp", "jz", "jnz", "jlt", "jle", "jgt", "jge",
 	"loop", "call", "ret", "exit", "abort", "rem", "nop", "setmaj", "setmin", "add", "sub", "mul", "div", "idiv",
 	"and", "or", "xor", "not", "neg", "shl", "shr", "sar", "rol", "ror", "vfy_r", "vfy_rw", "dup", "xchg", "ros",
-	"enable", "disable"}
+	"enable", "disable", "log_st"}
 
 // addParse turns a participle error into a positioned error with a
 // message a user can act on.
@@ -476,7 +476,7 @@ func init() {
 		syntax[j] = j + " LABEL"
 	}
 	for _, s := range []string{"nop", "ret", "abort", "rem", "add", "sub", "mul", "div", "idiv", "and", "or",
-		"xor", "not", "neg", "vfy_r", "vfy_rw", "dup", "xchg"} {
+		"xor", "not", "neg", "vfy_r", "vfy_rw", "dup", "xchg", "log_st"} {
 		syntax[s] = s + " takes no operand"
 	}
 }

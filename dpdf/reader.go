@@ -197,7 +197,9 @@ func (r *Reader) place(st *Stmt) {
 		r.start = k
 		r.seenProbe = map[string]*KeyValue{k: kv}
 		r.batch = append(r.batch, Item{Probe: &ProbeDef{Pos: kv.Pos, Offset: kv}})
-	case contains(headerKeys, k):
+	case contains(headerKeys, k) && (r.probes == 0 || !contains(probeKeys, k)):
+		// a keyword of both (autostacktrace) is the header's before
+		// the first probe, the probe's after
 		if r.probes > 0 {
 			r.errs.add(kv.Pos, "header keyword %q inside a probe: move it before the first probe", kv.Key)
 			return

@@ -98,6 +98,29 @@ func (e *Engine) namedStacks(th *thread) []pb.Stack {
 	return out
 }
 
+// autoStack is the stack an exception record of a probe with
+// autostacktrace = yes carries: the thread's stack at the hit,
+// rpn.DefaultStackFrames frames, as log ustack (a process) or log kstack
+// (a kernel) would log it. Such a probe is refused at insert by an OS
+// that takes no stacks (Place), so every exception record of it has one.
+func (e *Engine) autoStack(th *thread) []pb.Stack {
+	u, ok := e.os.(StackUnwinder)
+	if !ok {
+		return nil
+	}
+	kernel := e.os.Kernel()
+	pcs := make([]uint64, rpn.DefaultStackFrames)
+	n, exact, ok := u.Unwind(th.space, th.tid, &th.regs, kernel, pcs)
+	if !ok {
+		return nil
+	}
+	kind := "user"
+	if kernel {
+		kind = "kernel"
+	}
+	return []pb.Stack{{Kind: kind, Frames: u.NameFrames(th.space, kernel, pcs[:n], exact)}}
+}
+
 func (h *hitEnv) Reg(r rpn.Reg, user bool) (uint64, bool) {
 	if user {
 		return h.e.os.UserReg(h.th.tid, &h.th.regs, r)
@@ -509,6 +532,9 @@ func (e *Engine) record(th *thread, p *eprobe, addr uint64, r *rpn.Result) Recor
 		rec.PC = r.PC
 		if pos, ok := p.src.LineFor(r.PC); ok {
 			rec.Line = p.src.PosString(pos)
+		}
+		if d.AutoStack {
+			rec.Stacks = e.autoStack(th)
 		}
 	default:
 		if r.Exit == rpn.ExitTrace {

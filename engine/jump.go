@@ -403,6 +403,9 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		if p.def().LogOnFault {
 			return "logonfault = yes: the record of a faulting step is the int3 route's"
 		}
+		if p.def().AutoStack {
+			return "autostacktrace = yes: an exception record's stack is unwound on the int3 route"
+		}
 		if int(p.src.LogMax) > pad.MaxLog {
 			return fmt.Sprintf("logmax %d is more than a ring slot holds (%d)", p.src.LogMax, pad.MaxLog)
 		}

@@ -161,7 +161,7 @@ func (m mech) Place(s *pb.Source) {
 	if reason := e.unsupported(src); reason != "" {
 		for _, p := range added {
 			p.State, p.Reason = StateRefused, reason
-			if why := kindRefused(p.def()); why != "" {
+			if why := e.refusedWhy(p.def()); why != "" {
 				p.Reason = why // the more precise reason
 			}
 		}
@@ -169,7 +169,7 @@ func (m mech) Place(s *pb.Source) {
 	}
 	// a probe of a kind this engine cannot run is refused, alone
 	for _, p := range added {
-		if why := kindRefused(p.def()); why != "" {
+		if why := e.refusedWhy(p.def()); why != "" {
 			p.State, p.Reason = StateRefused, why
 		}
 	}
@@ -181,6 +181,31 @@ func (m mech) Place(s *pb.Source) {
 		}
 	}
 	e.watchSettle(s, added)
+}
+
+// refusedWhy says why the engine cannot place probe d on this target
+// (its kind, its autostacktrace), or "".
+func (e *Engine) refusedWhy(d *rpn.Probe) string {
+	if why := kindRefused(d); why != "" {
+		return why
+	}
+	return e.autoStackRefused(d)
+}
+
+// autoStackRefused says why a probe with autostacktrace = yes cannot go
+// in: its exception records would carry no stack, which is never done
+// silently.
+func (e *Engine) autoStackRefused(d *rpn.Probe) string {
+	if !d.AutoStack {
+		return ""
+	}
+	if _, ok := e.os.(StackUnwinder); !ok {
+		return "autostacktrace = yes: this target takes no stacks yet, so its exception records would carry none"
+	}
+	if e.os.Kernel() {
+		return "autostacktrace = yes: this target takes no kernel stacks yet, so its exception records would carry none"
+	}
+	return ""
 }
 
 // TakeOut takes probes off their breakpoints, pads and registers in every
@@ -296,7 +321,7 @@ func (e *Engine) placeModule(sp *space, s *pb.Source, probes []*eprobe) {
 	src := s.First()
 	placeable := probes[:0:0]
 	for _, p := range probes {
-		if kindRefused(p.def()) == "" {
+		if e.refusedWhy(p.def()) == "" {
 			placeable = append(placeable, p)
 		}
 	}

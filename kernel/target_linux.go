@@ -49,6 +49,10 @@ type Options struct {
 // a third of their records with 1 MiB here, none with 16 MiB.
 const DefaultRingSize = 16 << 20
 
+// AutoStackRefused is why a probe with autostacktrace = yes is refused on
+// the kernel target.
+const AutoStackRefused = "autostacktrace = yes: the kernel target's exception records carry no stack yet (log kstack in the program logs one on the paths that reach it)"
+
 // Target is the running kernel.
 type Target struct {
 	opts Options
@@ -427,6 +431,13 @@ func (t *Target) place(s *source) {
 	for _, p := range s.probes() {
 		if why := refused[p.Index]; why != "" {
 			p.State, p.Reason = probe.StateRefused, why
+			continue
+		}
+		if p.Def().AutoStack {
+			// the eBPF program's exception record has no room for the
+			// stack its prologue could take: refused, never a record
+			// silently without its stack (docs/kernel.md, "Stacks")
+			p.State, p.Reason = probe.StateRefused, AutoStackRefused
 			continue
 		}
 		if err := t.attach(p); err != nil {

@@ -231,7 +231,7 @@ var dpdfKeywords = []string{
 	"offset", "opcode", "minor", "pass count", "passcount", "pass_count",
 	"max hits", "maxhits", "max_hits", "logonfault",
 	"retprobe", "tracepoint", "maxactive", "max active", "max_active",
-	"watch", "enabled",
+	"watch", "enabled", "autostacktrace",
 }
 
 // reader reads fixed-width fields from b. The first failure is kept in err
@@ -459,15 +459,16 @@ func (r *reader) probes() []rpn.Probe {
 		default:
 			r.err = invalidf("probe %d: %s", i, locKindMsg(p.Loc.Kind))
 		}
-		known := uint8(probeResolved | probeHasOpcode | probeLogOnFault | probeDisabled)
+		known := uint8(probeResolved | probeHasOpcode | probeLogOnFault | probeDisabled | probeAutoStack)
 		if v2 || v3 {
-			known &^= probeDisabled
+			known &^= probeDisabled | probeAutoStack
 		}
 		f := r.flags("flags", known)
 		p.Loc.Resolved = f&probeResolved != 0
 		p.HasOpcode = f&probeHasOpcode != 0
 		p.LogOnFault = f&probeLogOnFault != 0
 		p.Disabled = f&probeDisabled != 0
+		p.AutoStack = f&probeAutoStack != 0
 		p.Loc.Addr = r.u64("address")
 		p.Opcode = r.u8("opcode")
 		p.Minor = r.u16("minor")

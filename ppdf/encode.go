@@ -70,7 +70,8 @@ package ppdf
 //	              2 absolute:   nothing  the address is the address below
 //	              3 tracepoint: nothing  the text is the data: SUBSYS:EVENT
 //	       u8   flags                    bit 0 resolved, bit 1 has opcode, bit 2 logonfault,
-//	                                     bit 3 disabled (v4: enabled = no)
+//	                                     bit 3 disabled (v4: enabled = no),
+//	                                     bit 4 autostacktrace (v4: autostacktrace = yes)
 //	       u64  resolved address         link-time address; kept even when not resolved
 //	       u8   expected opcode          kept even without the has-opcode flag
 //	       u16  minor
@@ -202,6 +203,7 @@ const (
 	probeHasOpcode  = 1 << 1
 	probeLogOnFault = 1 << 2
 	probeDisabled   = 1 << 3 // v4
+	probeAutoStack  = 1 << 4 // v4: a reader without it refuses the pack rather than record no stack
 	relocResolved   = 1 << 0
 )
 
@@ -328,7 +330,7 @@ func (e *encoder) module(m *rpn.Module) {
 			e.str(p.Loc.File)
 			e.u32(p.Loc.Line)
 		}
-		e.u8(bit(p.Loc.Resolved, probeResolved) | bit(p.HasOpcode, probeHasOpcode) | bit(p.LogOnFault, probeLogOnFault) | bit(p.Disabled, probeDisabled))
+		e.u8(bit(p.Loc.Resolved, probeResolved) | bit(p.HasOpcode, probeHasOpcode) | bit(p.LogOnFault, probeLogOnFault) | bit(p.Disabled, probeDisabled) | bit(p.AutoStack, probeAutoStack))
 		e.u64(p.Loc.Addr)
 		e.u8(p.Opcode)
 		e.u16(p.Minor)

@@ -438,8 +438,9 @@ func TestModuleShape(t *testing.T) {
 	want := map[reflect.Type]string{
 		reflect.TypeFor[rpn.Module](): "Header Probes Code Lines Files Relocs BuildID Fields",
 		reflect.TypeFor[rpn.Header](): "Name ModType Major JmpMax LogMax DfltExit Vars GVars Arch",
-		// Format: the optional section 0x80 (a reader of before skips it)
-		reflect.TypeFor[rpn.Probe]():     "Kind Format MaxActive WatchLen WatchMode Disabled Loc HasOpcode Opcode Minor PassCount MaxHits LogOnFault Entry End Pos",
+		// Format: the optional section 0x80 (a reader of before skips it);
+		// AutoStack: flags bit 4 (a reader of before refuses the file)
+		reflect.TypeFor[rpn.Probe]():     "Kind Format MaxActive WatchLen WatchMode Disabled Loc HasOpcode Opcode Minor PassCount MaxHits LogOnFault AutoStack Entry End Pos",
 		reflect.TypeFor[rpn.Location]():  "Text Kind Sum File Line Addr Resolved",
 		reflect.TypeFor[rpn.Sum]():       "Terms Addend",
 		reflect.TypeFor[rpn.Term]():      "Kind Factor Name Field",
@@ -1241,6 +1242,52 @@ func TestVersion3Decodes(t *testing.T) {
 	c[text+40] |= probeDisabled
 	if m := mustDecode(t, seal(c)); !m.Probes[0].Disabled {
 		t.Error("version 4: the disabled flag is not read")
+	}
+}
+
+// autostacktrace = yes is bit 4 of a probe's flags: encoded, decoded
+// back, in a pack too; a reader that does not know the bit refuses the
+// file ("unknown flags bits 0x10") rather than insert a probe whose
+// exception records would lose their stacks. A version 3 file, from
+// before the bit, with it set is refused so.
+func TestAutoStackFlag(t *testing.T) {
+	m := tinyModule()
+	m.Probes[0].AutoStack = true
+	b := mustEncode(t, m)
+	plain := mustEncode(t, tinyModule())
+	text := bytes.Index(plain, []byte("\x04\x00\x00\x00main"))
+	if plain[text+40] != probeResolved || b[text+40] != probeResolved|probeAutoStack {
+		t.Fatalf("flags %#x without autostacktrace, %#x with, want %#x and %#x", plain[text+40], b[text+40], probeResolved, probeResolved|probeAutoStack)
+	}
+	if got := mustDecode(t, b); !got.Probes[0].AutoStack || !reflect.DeepEqual(got, canonical(m)) {
+		t.Errorf("decoded %+v, want autostacktrace", got.Probes[0])
+	}
+	if got := mustDecode(t, plain); got.Probes[0].AutoStack {
+		t.Error("autostacktrace decoded from a probe without it")
+	}
+	m1, m2 := tinyModule(), tinyModule()
+	m1.BuildID, m2.BuildID = []byte{1}, []byte{2}
+	m1.Probes[0].AutoStack, m2.Probes[0].AutoStack = true, true
+	builds, err := DecodePack(mustEncodePack(t, []*rpn.Module{m1, m2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range builds {
+		if !g.Probes[0].AutoStack {
+			t.Errorf("pack build %d: autostacktrace lost", i)
+		}
+	}
+	tiny, _ := os.ReadFile(filepath.Join("testdata", "version3-tiny.ppdf"))
+	c := bytes.Clone(tiny[:len(tiny)-checksumSize])
+	c[text+40] |= probeAutoStack
+	const want = "decode probes: probe 0: unknown flags bits 0x10"
+	if _, err := Decode(seal(c)); !errors.Is(err, ErrInvalid) || err.Error() != want {
+		t.Errorf("a version 3 probe with autostacktrace: got %v, want %q", err, want)
+	}
+	var dis strings.Builder
+	rpn.Disasm(&dis, mustDecode(t, b))
+	if !strings.Contains(dis.String(), " autostacktrace=yes") {
+		t.Errorf("disassembly without autostacktrace=yes:\n%s", dis.String())
 	}
 }
 

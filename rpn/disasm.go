@@ -56,6 +56,9 @@ func Disasm(w io.Writer, m *Module) {
 		if p.LogOnFault {
 			fmt.Fprintf(w, " logonfault=yes")
 		}
+		if p.AutoStack {
+			fmt.Fprintf(w, " autostacktrace=yes")
+		}
 		if p.Disabled {
 			fmt.Fprintf(w, " enabled=no")
 		}

@@ -298,9 +298,14 @@ type Probe struct {
 	PassCount  uint64 // the first PassCount hits run nothing
 	MaxHits    uint64 // 0 = unlimited
 	LogOnFault bool
-	Entry      uint32 // byte offset of the program in Module.Code
-	End        uint32 // byte offset just past the program
-	Pos        Pos    // the line that starts the probe (offset, retprobe, tracepoint) in the DPDF
+	// AutoStack: "autostacktrace = yes" (the probe's, else its module
+	// header's): every exception record of the probe carries the stack
+	// at the hit, DefaultStackFrames frames, the user stack in a
+	// process, the kernel stack in a kernel
+	AutoStack bool
+	Entry     uint32 // byte offset of the program in Module.Code
+	End       uint32 // byte offset just past the program
+	Pos       Pos    // the line that starts the probe (offset, retprobe, tracepoint) in the DPDF
 }
 
 // ProbeAt returns the index of the probe whose program holds the byte

@@ -189,6 +189,8 @@ func checkKind(pr *Probe, h *Header) string {
 		return "logonfault on a tracepoint probe: no probed instruction runs after its program"
 	case pr.LogOnFault && pr.Kind == ProbeWatch:
 		return "logonfault on a watch probe: its program runs after the accessing instruction"
+	case pr.AutoStack && h.Arch != ArchX86_64:
+		return "autostacktrace on " + h.Arch.String() + ": stacks are unwound on x86_64 only"
 	case pr.Kind == ProbeTracepoint && h.ModType != ModKernel:
 		return "tracepoint probe in a user module"
 	case pr.Kind == ProbeTracepoint:

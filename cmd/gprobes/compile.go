@@ -327,6 +327,7 @@ func checkCommand() *cli.Command {
 					fmt.Fprintf(c.App.Writer, "%s: signed by %s\n", in.name, dpdf.Escape(l.signer))
 				}
 				printWrites(c.App.Writer, in.name, l.mod)
+				printAutoStack(c.App.Writer, in.name, l.mod)
 				if c.String("target") == "kernel" && !checkKernel(c, in.name, l) {
 					failed = true
 				}
@@ -526,6 +527,27 @@ func printWrites(w io.Writer, name string, m *rpn.Module) {
 	if s := rpn.WritesSummary(rpn.Writes(m)); s != "" {
 		fmt.Fprintf(w, "%s: module %q writes its target: %s\n", name, dpdf.Escape(m.Name), dpdf.Escape(s))
 	}
+}
+
+// printAutoStack names the probes with autostacktrace = yes, whose
+// exception records carry the stack at the hit: one line, none when no
+// probe has it.
+func printAutoStack(w io.Writer, name string, m *rpn.Module) {
+	var probes []string
+	for _, p := range m.Probes {
+		if p.AutoStack {
+			probes = append(probes, fmt.Sprintf("%s (minor %d)", p.Loc.Text, p.Minor))
+		}
+	}
+	if len(probes) == 0 {
+		return
+	}
+	stack := "user"
+	if m.ModType == rpn.ModKernel {
+		stack = "kernel"
+	}
+	fmt.Fprintf(w, "%s: autostacktrace: the exception records of %s carry the %s stack at the hit (%d frames at most)\n",
+		name, dpdf.Escape(strings.Join(probes, ", ")), stack, rpn.DefaultStackFrames)
 }
 
 // hostFile is what a user module's name stands for on this host, as
