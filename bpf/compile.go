@@ -610,6 +610,15 @@ func (c *compiler) check() error {
 			c.needScratch = true
 		}
 	}
+	if c.pr.AutoStack && c.needScratch && c.logmax < 8 {
+		return c.unsupported(0, "autostacktrace = yes: logmax %d holds no frame (8 bytes each) of the stack an exception record carries", c.logmax)
+	}
+	if c.pr.AutoStack && c.needScratch {
+		// autostacktrace = yes: the prologue takes the kernel stack,
+		// which the exception tail copies to the record (autoStackLog);
+		// a program that cannot raise needs no scratch and has none
+		c.stackN[0] = max(c.stackN[0], rpn.DefaultStackFrames)
+	}
 	switch r := c.ivRole(); {
 	case (r == IVEntryFirst || r == IVEntry) && c.o.Kind == KindFentry:
 		u := c.unsupported(0, "instance variables: the call's entry needs its stack pointer, which a fentry program does not see").(*Unsupported)
@@ -1373,6 +1382,9 @@ func (c *compiler) tails() {
 			asm.StoreImm(rScratch, hdr(HdrTruncated), 0, asm.Byte),
 			asm.StoreImm(rScratch, hdr(HdrFlags), 0, asm.Byte),
 		)
+		if c.pr.AutoStack {
+			c.autoStackLog()
+		}
 	}
 	if c.used[c.lExcept] || c.used[c.lCommit] {
 		a.bind(c.lCommit)

@@ -2,6 +2,8 @@ package bpf
 
 import (
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/gprobes/gprobes/rpn"
 )
 
 // log kstack,N and log ustack,N. The prologue, where the context is at
@@ -57,4 +59,18 @@ func (c *compiler) logStack(user bool, n int) {
 	}
 	c.emit(asm.Add.Imm(rLogN, int32(n*8)))
 	c.clampLog(true)
+}
+
+// autoStackLog is the exception tail's copy of the kernel stack the
+// prologue took into the exception record's log (autostacktrace = yes):
+// DefaultStackFrames words, fewer when logmax is smaller (logmax/8), the
+// log empty before it.
+func (c *compiler) autoStackLog() {
+	n := min(rpn.DefaultStackFrames, int(c.logmax)/8)
+	r1, r2 := asm.R1, asm.R2
+	c.emit(asm.Mov.Reg(r2, rScratch), asm.Add.Imm(r2, int32(offStacks(int(c.logmax)))))
+	for j := 0; j < n; j++ {
+		c.emit(asm.LoadMem(r1, r2, int16(j*8), asm.DWord), asm.StoreMem(rScratch, int16(offLog+j*8), r1, asm.DWord))
+	}
+	c.emit(asm.Mov.Imm(rLogN, int32(n*8)))
 }

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"encoding/binary"
 	"strings"
 	"sync"
 
@@ -73,6 +74,23 @@ func (n *stackNamer) stacks(m *rpn.Module, pi int, pid int, data []byte) []probe
 		}
 	}
 	return out
+}
+
+// kernelStack names the kernel stack of an exception record of a probe
+// with autostacktrace = yes: data is its frames' addresses, 8 bytes
+// each, zeros after the last.
+func (n *stackNamer) kernelStack(data []byte) []probe.Frame {
+	var pcs []uint64
+	for i := 0; i+8 <= len(data); i += 8 {
+		pc := binary.LittleEndian.Uint64(data[i:])
+		if pc == 0 {
+			break
+		}
+		pcs = append(pcs, pc)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.kernelFrames(pcs)
 }
 
 func (n *stackNamer) kernelFrames(pcs []uint64) []probe.Frame {

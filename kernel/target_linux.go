@@ -49,10 +49,6 @@ type Options struct {
 // a third of their records with 1 MiB here, none with 16 MiB.
 const DefaultRingSize = 16 << 20
 
-// AutoStackRefused is why a probe with autostacktrace = yes is refused on
-// the kernel target.
-const AutoStackRefused = "autostacktrace = yes: the kernel target's exception records carry no stack yet (log kstack in the program logs one on the paths that reach it)"
-
 // Target is the running kernel.
 type Target struct {
 	opts Options
@@ -433,13 +429,6 @@ func (t *Target) place(s *source) {
 			p.State, p.Reason = probe.StateRefused, why
 			continue
 		}
-		if p.Def().AutoStack {
-			// the eBPF program's exception record has no room for the
-			// stack its prologue could take: refused, never a record
-			// silently without its stack (docs/kernel.md, "Stacks")
-			p.State, p.Reason = probe.StateRefused, AutoStackRefused
-			continue
-		}
 		if err := t.attach(p); err != nil {
 			p.State, p.Reason = probe.StateRefused, err.Error()
 			if p.prog != nil {
@@ -544,6 +533,11 @@ func (t *Target) record(s *source, r *bpf.Record) *probe.Record {
 		}
 		if r.Exception == rpn.ExInvalidAddress {
 			rec.Address = r.Addr
+		}
+		if int(r.Probe) < len(s.All) && s.All[r.Probe].Def().AutoStack && len(r.Log) >= 8 {
+			// autostacktrace = yes: the program's exception tail
+			// copied the kernel stack to the record (bpf/stack.go)
+			rec.Stacks = []probe.Stack{{Kind: "kernel", Frames: t.names.kernelStack(r.Log)}}
 		}
 		return rec
 	}
