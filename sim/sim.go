@@ -425,6 +425,13 @@ func Run(p *rpn.Program, env *Env, opts Options) (*Report, error) {
 			h.Stacks = env.takeStacks()
 		}
 		env.stacks = nil
+		if r.Outcome == rpn.OutcomeException && pr.AutoStack && m.ModType == rpn.ModUser {
+			// autostacktrace = yes: the exception record's stack, as
+			// log ustack takes it (a kernel stack is not simulated:
+			// writeHit says so)
+			env.Stack(false, make([]uint64, rpn.DefaultStackFrames))
+			h.Stacks = env.takeStacks()
+		}
 		h.switched = env.TakeSwitched()
 		for _, s := range h.switched {
 			h.Switches = append(h.Switches, s.String())
@@ -581,6 +588,10 @@ func (r *Report) writeHit(w io.Writer, m *rpn.Module, h Hit) {
 			fmt.Fprintf(w, ", address %#x", res.Addr)
 		}
 		fmt.Fprintf(w, ": nothing committed\n")
+		if r.probe < len(m.Probes) && m.Probes[r.probe].AutoStack && m.ModType == rpn.ModKernel {
+			fmt.Fprintf(w, "    autostacktrace: a kernel stack is not simulated; the exception record of a live kernel would carry one\n")
+		}
+		writeStacks(w, h.Stacks)
 		return
 	case rpn.OutcomeAbort:
 		fmt.Fprintf(w, "abort: nothing committed\n")
@@ -614,8 +625,13 @@ func (r *Report) writeHit(w io.Writer, m *rpn.Module, h Hit) {
 			fmt.Fprintf(w, "    %s\n", l)
 		}
 	}
-	for i, st := range h.Stacks {
-		fmt.Fprintf(w, "    %s:\n", probe.StackName(h.Stacks, i))
+	writeStacks(w, h.Stacks)
+}
+
+// writeStacks prints a hit's stacks, a frame a line.
+func writeStacks(w io.Writer, stacks []probe.Stack) {
+	for i, st := range stacks {
+		fmt.Fprintf(w, "    %s:\n", probe.StackName(stacks, i))
 		for _, f := range st.Frames {
 			fmt.Fprintf(w, "      %s\n", f)
 		}

@@ -26,7 +26,8 @@ func TestSimStack(t *testing.T) {
 		"-ex", "gcore "+core, "-ex", "kill", "--args", prog, "3", "1").CombinedOutput(); err != nil {
 		t.Fatalf("gdb: %v\n%s", err, out)
 	}
-	src := "name = " + prog + "\nmodtype = user\noffset = leaf\nlog ustack\nexit 1\noffset = leaf\nlog kstack\nexit 1\n"
+	src := "name = " + prog + "\nmodtype = user\noffset = leaf\nlog ustack\nexit 1\noffset = leaf\nlog kstack\nexit 1\n" +
+		"offset = leaf\nautostacktrace = yes\npush d,0\npush mrf,8\nlog 1\nexit 1\n"
 	f, err := dpdf.ParseSource("s.dpdf", []byte(src), dpdf.Options{NoPreprocessor: true})
 	if err != nil {
 		t.Fatal(err)
@@ -72,5 +73,23 @@ func TestSimStack(t *testing.T) {
 	rep, err = sim.Run(p, env, sim.Options{Probe: 1, Hits: 1})
 	if err != nil || rep.Hits[0].Exception != "invalid-operand" {
 		t.Errorf("log kstack: %+v %v, want invalid-operand", rep.Hits, err)
+	}
+	// autostacktrace = yes: the invalid-address exception carries the
+	// stack, printed under it
+	rep, err = sim.Run(p, env, sim.Options{Probe: 2, Hits: 1})
+	if err != nil || rep.Hits[0].Exception != "invalid-address" || len(rep.Hits[0].Stacks) != 1 {
+		t.Fatalf("autostacktrace: %+v %v, want invalid-address with a stack", rep.Hits, err)
+	}
+	names = nil
+	for _, fr := range rep.Hits[0].Stacks[0].Frames {
+		names = append(names, fr.Function)
+	}
+	if len(names) < 9 || strings.Join(names[:7], " ") != want || names[len(names)-1] != "_start" {
+		t.Errorf("autostacktrace: frames %v, want %s, libc's, _start", names, want)
+	}
+	b.Reset()
+	rep.WriteText(&b)
+	if !strings.Contains(b.String(), "nothing committed\n    ustack:\n      leaf+0x0 ("+prog+")\n      fact+0x") {
+		t.Errorf("autostacktrace: text:\n%s", b.String())
 	}
 }
