@@ -18,7 +18,7 @@ import (
 // (testdata/jump/entries.S), and glibc's __mempcpy_avx_unaligned_erms
 // jumping to __memmove_avx_unaligned_erms+3 in a static program. Each
 // probe goes on an int3 with the reason, 4 threads check every result,
-// and the hits are exact. Before the whole-file scan (engine/entries)
+// and the hits are exact; 5 rounds of each. Before the whole-file scan (engine/entries)
 // the jump went in and each program died of SIGSEGV or SIGTRAP, or
 // computed wrong results.
 func TestJumpEntries(t *testing.T) {
@@ -33,8 +33,10 @@ func TestJumpEntries(t *testing.T) {
 		{"pad", "lp_func+8", "an exception landing pad", n * threads * 6 / 8},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
-			r := startWith(t, startConfig{path: prog}, c.mode, fmt.Sprint(n), fmt.Sprint(threads))
-			checkEntered(t, r, prog, c.loc, c.why, c.hits)
+			for round := 0; round < rounds(5); round++ {
+				r := startWith(t, startConfig{path: prog}, c.mode, fmt.Sprint(n), fmt.Sprint(threads))
+				checkEntered(t, r, prog, c.loc, c.why, c.hits)
+			}
 		})
 	}
 	t.Run("mempcpy", func(t *testing.T) {
@@ -42,8 +44,10 @@ func TestJumpEntries(t *testing.T) {
 		if out := unprobedProg(t, static, "1", "1"); strings.Contains(out, "no avx2") {
 			testkit.SkipOrFail(t, "the CPU has no AVX2: glibc's __memmove_avx_unaligned_erms cannot run")
 		}
-		r := startWith(t, startConfig{path: static}, fmt.Sprint(n), fmt.Sprint(threads))
-		checkEntered(t, r, static, "__memmove_avx_unaligned_erms", "a branch at", n*threads)
+		for round := 0; round < rounds(5); round++ {
+			r := startWith(t, startConfig{path: static}, fmt.Sprint(n), fmt.Sprint(threads))
+			checkEntered(t, r, static, "__memmove_avx_unaligned_erms", "a branch at", n*threads)
+		}
 	})
 }
 
