@@ -40,21 +40,11 @@ func TestXenGuestExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	extra := map[string]string{}
-	// gdb in dom0: the lab's gdb-minimal and its libraries
-	gdbDir := filepath.Join(lab, "gdb")
-	if _, err := os.Stat(filepath.Join(gdbDir, "gdb")); err != nil {
+	// gdb in dom0: the lab's gdb-minimal and its libraries (the PV lab
+	// has them at /opt/gdb, /bin/gdb its wrapper, when the build made them)
+	if _, err := os.Stat(filepath.Join(lab, "gdb", "gdb")); err != nil {
 		testkit.SkipOrFail(t, "%v", err)
 	}
-	extra["/opt/gdb/gdb"] = filepath.Join(gdbDir, "gdb")
-	libs, _ := os.ReadDir(filepath.Join(gdbDir, "lib"))
-	for _, lib := range libs {
-		extra["/opt/gdb/lib/"+lib.Name()] = filepath.Join(gdbDir, "lib", lib.Name())
-	}
-	wrapper := filepath.Join(dir, "gdb.sh")
-	os.WriteFile(wrapper, []byte("#!/bin/sh\nLD_LIBRARY_PATH=/opt/gdb/lib exec /opt/gdb/gdb \"$@\"\n"), 0o755)
-	extra["/bin/gdb"] = wrapper
 	// gdb reads the core with the vmlinux and System.map's addresses
 	core, err := corecheck.New(art)
 	if err != nil {
@@ -68,7 +58,7 @@ func TestXenGuestExits(t *testing.T) {
 		return a
 	}
 
-	l := startLab(t, labSetup{opts: xenlab.Options{Extra: extra, DomUs: 1}, timeout: 25 * time.Minute, dump: dumpOf("/tmp/daemon.log"),
+	l := pvLab(t, labSetup{timeout: 25 * time.Minute, dump: dumpOf("/tmp/daemon.log"),
 		files: map[string]string{"/etc/gprobes/io.dpdf": portIO, "/etc/gprobes/popu.dpdf": popU, "/etc/gprobes/dump.dpdf": dumpOnce, "/etc/gprobes/handover.dpdf": handover}})
 	vm := l.vm
 	d := vm.DomID("domu1")
@@ -201,6 +191,8 @@ func TestXenGuestExits(t *testing.T) {
 	if out, rc, err := vm.RunDomU("domu1", "echo alive", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(out, "alive") {
 		t.Errorf("domu1 after the debugger: rc %d %v %q", rc, err, out)
 	}
+	// the lab as found (exit 4 took its probes out): no module, no daemon
+	run("gprobes remove --socket /tmp/g.sock --all; kill $(pidof gprobes); " + xenlab.Gone("gprobes"))
 }
 
 const portIO = `name = vmlinux

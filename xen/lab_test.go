@@ -1,31 +1,26 @@
 package xen_test
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gprobes/gprobes/lab/labkit"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
 	xenlab "github.com/gprobes/gprobes/lab/xen"
 )
 
-// TestXenNative boots the Xen lab with two PV domUs and, from dom0, probes
+// TestXenNative, on the shared PV lab and a second PV domU, from dom0 probes
 // their kernels with the native backend (xen:DOMID) through a gprobes
 // daemon: exact hit counts from the workload, the pid and fd logged,
 // removal mid-run, a domU destroyed while probed, the daemon stopped with
 // probes in.
 func TestXenNative(t *testing.T) {
-	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: 2}, files: map[string]string{
+	l := pvLab(t, labSetup{files: map[string]string{
 		// two probe addresses: both get a debug register (breakpoints auto)
 		"/etc/gprobes/writes.dpdf": "name = vmlinux\nmodtype = kernel\nvars = 2\n" +
 			"offset = ksys_write\nminor = 1\ninc lv,0\npush pid\npush r,rdi\nlog 2\nexit 1\n" +
@@ -33,7 +28,8 @@ func TestXenNative(t *testing.T) {
 		"/etc/gprobes/fd4.dpdf": "name = vmlinux\nmodtype = kernel\noffset = ksys_write\npush r,rdi\nlog 1\nexit 1\n"},
 		dump: dumpOf("/tmp/daemon.log"), timeout: 30 * time.Minute})
 	vm, run := l.vm, l.run
-	d1, d2 := vm.DomID("domu1"), vm.DomID("domu2")
+	// domu2 beside the lab's domu1 (destroyed below, while probed)
+	d1, d2 := vm.DomID("domu1"), l.createDomU("domu2")
 	pidRe := regexp.MustCompile(`GPWORK pid (\d+)`)
 	work := func(name string, n int) int {
 		t.Helper()
@@ -237,27 +233,9 @@ var summaryRe = regexp.MustCompile(`gprobes: xen:\d+: (\d+) stops in [0-9.]+ s: 
 // gdbsx in dom0 (no Z0/Z1, no X: int3 written with M), exact records of the
 // workload's writes, the write(2) latency under it logged for BENCHMARKS.md.
 func TestXenGdbsx(t *testing.T) {
-	xenlab.Require(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gprobes")
-	build := exec.Command("go", "build", "-o", bin, "github.com/gprobes/gprobes/cmd/gprobes")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gprobes: %v\n%s", err, out)
-	}
-	art, err := qemulab.Artifacts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	writes := filepath.Join(dir, "writes.dpdf")
-	os.WriteFile(writes, []byte("name = vmlinux\nmodtype = kernel\noffset = ksys_write\npush r,rdi\nlog 1\nexit 1\n"), 0o644)
-	vm, err := xenlab.Boot(context.Background(), xenlab.Options{DomUs: 1, Extra: map[string]string{
-		"/bin/gprobes": bin, "/guest/System.map": filepath.Join(art, "System.map"),
-		"/guest/vmlinux": filepath.Join(art, "vmlinux"), "/etc/gprobes/writes.dpdf": writes}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Kill()
+	l := pvLab(t, labSetup{files: map[string]string{
+		"/etc/gprobes/writes.dpdf": "name = vmlinux\nmodtype = kernel\noffset = ksys_write\npush r,rdi\nlog 1\nexit 1\n"}})
+	vm := l.vm
 	d := vm.DomID("domu1")
 	lat := func() string {
 		out, rc, err := vm.RunDomU("domu1", "gpwork lat write 200", 10*time.Minute) // 300 ms a probed call has been seen

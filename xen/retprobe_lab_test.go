@@ -28,11 +28,17 @@ func TestXenRetprobe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: 1}, files: map[string]string{
-		"/etc/gprobes/getppid.dpdf": string(example),
-		// gdbsx gives no gs_base: no task, so push pid would be an
-		// invalid-operand exception; a 0 instead
-		"/etc/gprobes/getppid-gdbsx.dpdf": strings.Replace(string(example), "push pid ", "push d,0 ", 1)},
+	// a boot of its own, not the shared PV lab: its gdbsx part left
+	// domu1 deaf to domu-run on the shared lab (the domU ran the commands,
+	// domu-run got none of their output: "domu-run: timeout after 300 s
+	// (command not acknowledged)"), in three runs of three, once on a
+	// fresh boot of it; cause not found (lab/xen/README.md)
+	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: 1},
+		files: map[string]string{
+			"/etc/gprobes/getppid.dpdf": string(example),
+			// gdbsx gives no gs_base: no task, so push pid would be an
+			// invalid-operand exception; a 0 instead
+			"/etc/gprobes/getppid-gdbsx.dpdf": strings.Replace(string(example), "push pid ", "push d,0 ", 1)},
 		dump: dumpOf("/tmp/daemon.log", "/tmp/daemon3.log")})
 	vm, run := l.vm, l.run
 	d := vm.DomID("domu1")
@@ -184,4 +190,6 @@ func TestXenRetprobe(t *testing.T) {
 	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 2; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
 		t.Errorf("domu1 at the end: rc %d %v\n%s", rc, err, w)
 	}
+	// the lab as found: no daemon
+	run("kill $(pidof gprobes); " + xenlab.Gone("gprobes"))
 }

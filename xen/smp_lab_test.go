@@ -59,23 +59,24 @@ exit 1
 // route: one multicall reads the domain's state and the vCPUs' contexts,
 // one writes the context and unpauses).
 func TestXenSMP(t *testing.T) {
-	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: 1, DomUVCPUs: 2}, files: map[string]string{"/etc/gprobes/smp.dpdf": smpProbes},
-		dump: dumpOf("/tmp/daemon.log"), timeout: 40 * time.Minute})
+	l := pvLab(t, labSetup{files: map[string]string{"/etc/gprobes/smp.dpdf": smpProbes},
+		dump: dumpOf("/tmp/daemon.log") + "; tail -30 /var/log/xen/console/guest-smp1.log", timeout: 40 * time.Minute})
 	vm, run := l.vm, l.run
-	dom := vm.DomID("domu1")
-	if out := run(fmt.Sprintf("xl vcpu-list %d", dom)); strings.Count(out, "domu1") != 2 {
-		t.Fatalf("domu1 has not 2 vCPUs:\n%s", out)
+	// a domU of its own beside the lab's domu1: two vCPUs
+	dom := l.createDomU("smp1", `s/^vcpus .*/vcpus   = 2/`)
+	if out := run(fmt.Sprintf("xl vcpu-list %d", dom)); strings.Count(out, "smp1") != 2 {
+		t.Fatalf("smp1 has not 2 vCPUs:\n%s", out)
 	}
 	run(xenlab.DaemonUp("", "/tmp/g.sock", "", "/tmp/daemon.log"))
 	run(fmt.Sprintf("gprobes insert --socket /tmp/g.sock --target xen:%d --symbols /guest/System.map --symbols /guest/vmlinux /etc/gprobes/smp.dpdf", dom))
 	const n = 200
-	out, rc, err := vm.RunDomU("domu1", fmt.Sprintf("nproc; echo 0 >/proc/sys/kernel/randomize_va_space; "+
+	out, rc, err := vm.RunDomU("smp1", fmt.Sprintf("nproc; echo 0 >/proc/sys/kernel/randomize_va_space; "+
 		"taskset 1 gpwork counts %d /etc/gp-a & taskset 2 gpwork counts %d /etc/gp-b & wait", n, n), 20*time.Minute) // 1200 probed calls: minutes on a loaded host
 	if err != nil || rc != 0 {
-		t.Fatalf("domu1: rc %d %v\n%s", rc, err, out)
+		t.Fatalf("smp1: rc %d %v\n%s", rc, err, out)
 	}
 	if !strings.HasPrefix(out, "2\n") || strings.Count(out, fmt.Sprintf("GPWORK done getppid %d ", n)) != 2 {
-		t.Fatalf("domu1: not two vCPUs, or a gpwork failed:\n%s", out)
+		t.Fatalf("smp1: not two vCPUs, or a gpwork failed:\n%s", out)
 	}
 	// which pid opened which path: gpwork's own lines say
 	paths := map[int]string{}
@@ -220,9 +221,11 @@ func TestXenSMP(t *testing.T) {
 		t.Logf("%.2f hypercalls a stop; two vCPUs stopped at once %d times", per, together)
 	}
 	// the guest runs on, unprobed, without an oops
-	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 5 /etc/gp-a; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
-		t.Errorf("domu1 after the probes: rc %d %v\n%s", rc, err, w)
+	if w, rc, err := vm.RunDomU("smp1", "gpwork counts 5 /etc/gp-a; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
+		t.Errorf("smp1 after the probes: rc %d %v\n%s", rc, err, w)
 	}
+	// the lab as found: no daemon (smp1 is destroyed at the end)
+	run("kill $(pidof gprobes); " + xenlab.Gone("gprobes"))
 }
 
 func hexKeys(m map[uint64]bool) string {

@@ -22,7 +22,7 @@ import (
 // for good) and `gprobes recover`; and gdbsx, which has no watchpoints:
 // the watch refused, by name.
 func TestXenWatch(t *testing.T) {
-	l := startLab(t, labSetup{opts: xenlab.Options{DomUs: 1}, files: map[string]string{
+	l := pvLab(t, labSetup{files: map[string]string{
 		// three code probes: debug registers DR0-DR2 (breakpoints = auto)
 		"/etc/gprobes/code.dpdf": "name = vmlinux\nmodtype = kernel\nvars = 5\n" +
 			"offset = ksys_write\nminor = 1\ninc lv,0\nexit 0\n" +

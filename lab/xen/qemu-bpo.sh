@@ -4,7 +4,7 @@
 # and the other tests use it). QEMU 7.2's TCG never arms an SVM guest's
 # debug registers at VMRUN; QEMU 9.1 and later do ("target/i386:
 # disable/enable breakpoints on vmentry/vmexit"), which the HVM/PVH probe
-# test needs (xen/hvm10_lab_test.go, docs/xen.md "HVM and PVH domains").
+# test needs (xen/zqemu10_lab_test.go, docs/xen.md "HVM and PVH domains").
 #
 #   lab/xen/qemu-bpo.sh            fetch (or reuse) it; prints the prefix last
 #   lab/xen/qemu-bpo.sh --refresh  fetch again, for a newer backport
