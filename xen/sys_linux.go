@@ -542,9 +542,11 @@ func (e *Events) waitFor(timeout time.Duration) (bool, error) {
 				port := binary.LittleEndian.Uint32(b[i:])
 				var u [4]byte
 				binary.LittleEndian.PutUint32(u[:], port)
-				if _, err := unix.Write(int(e.f.Fd()), u[:]); err != nil { // unmask
-					return fired, fmt.Errorf("unmask event channel port %d: %w", port, err)
-				}
+				// unchecked: an unmask refused leaves the port masked, and
+				// the stops are then found by the timed state check (Poll);
+				// ending Wait instead would end the target with its int3
+				// bytes still in the guest
+				unix.Write(int(e.f.Fd()), u[:])
 				fired = true
 			}
 		}
