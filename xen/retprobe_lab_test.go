@@ -185,7 +185,11 @@ func TestXenRetprobe(t *testing.T) {
 		}
 	}
 	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 1; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
-		t.Errorf("domu1 after gdbsx: rc %d %v\n%s", rc, err, w)
+		// who holds domu1's console pty in dom0, and what its console
+		// log says: domu-run got no acknowledgement here in several runs
+		// while the domU ran the commands
+		diag, _, _ := vm.Run(fmt.Sprintf("tty=$(xenstore-read /local/domain/%d/console/tty); echo tty=$tty; for p in /proc/[0-9]*; do ls -l $p/fd 2>/dev/null | grep -q \"$tty\" && echo \"holder $p $(tr '\\0' ' ' <$p/cmdline)\"; done; xl list; ps | grep -v ' \\[' | tail -40; ls /var/log/xen/console/ 2>/dev/null; tail -c 1500 /var/log/xen/console/guest-domu1.log 2>/dev/null", d), time.Minute)
+		t.Errorf("domu1 after gdbsx: rc %d %v\n%s\ndom0:\n%s", rc, err, w, diag)
 	}
 	if w, rc, err := vm.RunDomU("domu1", "gpwork counts 2; echo OOPS=$(dmesg | grep -c -e Oops -e 'int3:')", 5*time.Minute); err != nil || rc != 0 || !strings.Contains(w, "OOPS=0") {
 		t.Errorf("domu1 at the end: rc %d %v\n%s", rc, err, w)
