@@ -224,44 +224,7 @@ func TestStoppedWhileAttached(t *testing.T) {
 			t.Fatalf("round %d: insert: %v %+v", round, err, infos)
 		}
 		eng.Release()
-		hits := func() uint64 {
-			var n uint64
-			for _, p := range eng.Query() {
-				n += p.Hits
-			}
-			return n
-		}
-		testkit.Wait(t, time.Minute, "hits", func() (bool, string) { return hits() > 0, "" })
-		syscall.Kill(h.pid, syscall.SIGSTOP)
-		// stopped: the count no longer moves
-		var last uint64
-		// every thread in a stop (traced: t) and the count still over
-		// 20 ms (a sample of the condition, not a timing bound)
-		testkit.Wait(t, time.Minute, "the fixture stopped by SIGSTOP", func() (bool, string) {
-			a := h.total()
-			time.Sleep(20 * time.Millisecond)
-			b := h.total()
-			last = b
-			st := h.states()
-			return a == b && len(st) == 5 && strings.Trim(st, "tT") == "", fmt.Sprintf("count %d then %d, thread states %s", a, b, st)
-		})
-		hitsStopped := hits()
-		// more probes go in while it is stopped: it does not run
-		more := strings.Replace(stoppedProbes, "minor = 1\n", "minor = 3\n", 1)
-		more = strings.Replace(more, "offset = f_push\nminor = 2\ninc lv,1\nexit 0\n", "", 1)
-		if infos, err := eng.Insert(compileFor(t, h.prog, more), engine.InsertMerge); err != nil || len(infos) == 0 || infos[0].State != engine.StateActive {
-			eng.Close()
-			t.Fatalf("round %d: insert while stopped: %v %+v", round, err, infos)
-		}
-		if now, hn := h.total(), hits(); now != last || hn != hitsStopped {
-			eng.Close()
-			t.Fatalf("round %d: the stopped process ran: count %d -> %d, hits %d -> %d", round, last, now, hitsStopped, hn)
-		}
-		syscall.Kill(h.pid, syscall.SIGCONT)
-		testkit.Wait(t, time.Minute, "hits again after SIGCONT", func() (bool, string) {
-			n := hits()
-			return n > hitsStopped && h.total() > last, fmt.Sprint(n)
-		})
+		h.stopInsertContinue(eng, round, nil)
 		if _, err := eng.Close(); err != nil {
 			t.Fatalf("round %d: detach: %v", round, err)
 		}
@@ -307,41 +270,7 @@ func TestStoppedStarted(t *testing.T) {
 			t.Fatalf("round %d: insert: %v %+v", round, err, infos)
 		}
 		eng.Release()
-		testkit.WaitTrue(t, time.Minute, "the fixture's threads calling", func() bool { return exists(started) })
-		hits := func() uint64 {
-			var n uint64
-			for _, p := range eng.Query() {
-				n += p.Hits
-			}
-			return n
-		}
-		testkit.Wait(t, time.Minute, "hits", func() (bool, string) { return hits() > 0, "" })
-		syscall.Kill(h.pid, syscall.SIGSTOP)
-		var last uint64
-		testkit.Wait(t, time.Minute, "the fixture stopped by SIGSTOP", func() (bool, string) {
-			a := h.total()
-			time.Sleep(20 * time.Millisecond)
-			b := h.total()
-			last = b
-			st := h.states()
-			return a == b && len(st) == 5 && strings.Trim(st, "tT") == "", fmt.Sprintf("count %d then %d, thread states %s", a, b, st)
-		})
-		hitsStopped := hits()
-		more := strings.Replace(stoppedProbes, "minor = 1\n", "minor = 3\n", 1)
-		more = strings.Replace(more, "offset = f_push\nminor = 2\ninc lv,1\nexit 0\n", "", 1)
-		if infos, err := eng.Insert(compileFor(t, prog, more), engine.InsertMerge); err != nil || len(infos) == 0 || infos[0].State != engine.StateActive {
-			eng.Close()
-			t.Fatalf("round %d: insert while stopped: %v %+v", round, err, infos)
-		}
-		if now, hn := h.total(), hits(); now != last || hn != hitsStopped {
-			eng.Close()
-			t.Fatalf("round %d: the stopped process ran: count %d -> %d, hits %d -> %d", round, last, now, hitsStopped, hn)
-		}
-		syscall.Kill(h.pid, syscall.SIGCONT)
-		testkit.Wait(t, time.Minute, "hits again after SIGCONT", func() (bool, string) {
-			n := hits()
-			return n > hitsStopped && h.total() > last, fmt.Sprint(n)
-		})
+		h.stopInsertContinue(eng, round, func() bool { return exists(started) })
 		// it ends while traced: gprobes' child dies with the thread that
 		// started it
 		os.WriteFile(stop, nil, 0o644)
@@ -362,6 +291,54 @@ func TestStoppedStarted(t *testing.T) {
 			t.Fatalf("round %d: the fixture: exit %d: %q", round, code, out)
 		}
 	}
+}
+
+// stopInsertContinue is the middle of a round with the probes in and the
+// fixture running (once ready says its threads call, if given): hits
+// come; SIGSTOP stops every thread and the count stays put (sampled over
+// 20 ms, not a timing bound); a probe more goes in while it is stopped
+// and neither the count nor the hits move; SIGCONT makes both move again.
+func (h *stoppedFixture) stopInsertContinue(eng *engine.Engine, round int, ready func() bool) {
+	t := h.t
+	t.Helper()
+	if ready != nil {
+		testkit.WaitTrue(t, time.Minute, "the fixture's threads calling", ready)
+	}
+	hits := func() uint64 {
+		var n uint64
+		for _, p := range eng.Query() {
+			n += p.Hits
+		}
+		return n
+	}
+	testkit.Wait(t, time.Minute, "hits", func() (bool, string) { return hits() > 0, "" })
+	syscall.Kill(h.pid, syscall.SIGSTOP)
+	var last uint64
+	testkit.Wait(t, time.Minute, "the fixture stopped by SIGSTOP", func() (bool, string) {
+		a := h.total()
+		time.Sleep(20 * time.Millisecond)
+		b := h.total()
+		last = b
+		st := h.states()
+		return a == b && len(st) == 5 && strings.Trim(st, "tT") == "", fmt.Sprintf("count %d then %d, thread states %s", a, b, st)
+	})
+	hitsStopped := hits()
+	// more probes go in while it is stopped: it does not run
+	more := strings.Replace(stoppedProbes, "minor = 1\n", "minor = 3\n", 1)
+	more = strings.Replace(more, "offset = f_push\nminor = 2\ninc lv,1\nexit 0\n", "", 1)
+	if infos, err := eng.Insert(compileFor(t, h.prog, more), engine.InsertMerge); err != nil || len(infos) == 0 || infos[0].State != engine.StateActive {
+		eng.Close()
+		t.Fatalf("round %d: insert while stopped: %v %+v", round, err, infos)
+	}
+	if now, hn := h.total(), hits(); now != last || hn != hitsStopped {
+		eng.Close()
+		t.Fatalf("round %d: the stopped process ran: count %d -> %d, hits %d -> %d", round, last, now, hitsStopped, hn)
+	}
+	syscall.Kill(h.pid, syscall.SIGCONT)
+	testkit.Wait(t, time.Minute, "hits again after SIGCONT", func() (bool, string) {
+		n := hits()
+		return n > hitsStopped && h.total() > last, fmt.Sprint(n)
+	})
 }
 
 // rounds is n, or 2 with -short (the race detector's run).
