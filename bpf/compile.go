@@ -1402,6 +1402,14 @@ func (c *compiler) tails() {
 		if !c.usesTS {
 			c.timestamp()
 		}
+		// the command name: a process of a global probe may be gone
+		// before its record is read
+		c.emit(
+			asm.Mov.Reg(asm.R1, rScratch),
+			asm.Add.Imm(asm.R1, int32(hdr(HdrComm))),
+			asm.Mov.Imm(asm.R2, 16),
+			asm.FnGetCurrentComm.Call(),
+		)
 		wake := c.o.Wakeup
 		if wake == 0 {
 			wake = DefaultWakeup

@@ -48,7 +48,7 @@ const (
 
 // HeaderSize is the size of the fixed record header. A record is the
 // header followed by LogLen bytes of log.
-const HeaderSize = 48
+const HeaderSize = 64
 
 // Offsets of the header's fields (little-endian), in the record and in the
 // scratch value (add offHeader).
@@ -67,6 +67,7 @@ const (
 	HdrPC        = 32 // u32 byte offset in Module.Code of the faulting instruction
 	HdrLogLen    = 36 // u32 bytes of log after the header
 	HdrAddr      = 40 // u64 the faulting address, for invalid-address
+	HdrComm      = 48 // [16]byte bpf_get_current_comm: the task's command name, NUL-padded
 )
 
 // FlagRem marks the record of a rem instruction.

@@ -22,6 +22,7 @@ type Record struct {
 	Rem       bool
 	PC        uint32 // exception: byte offset in Module.Code of the instruction
 	Addr      uint64 // invalid-address: the address
+	Comm      string // the task's command name (its comm)
 	Log       []byte
 }
 
@@ -45,6 +46,7 @@ func ParseRecord(b []byte) (Record, error) {
 		Rem:       b[HdrFlags]&FlagRem != 0,
 		PC:        le.Uint32(b[HdrPC:]),
 		Addr:      le.Uint64(b[HdrAddr:]),
+		Comm:      cString(b[HdrComm : HdrComm+16]),
 	}
 	n := int(le.Uint32(b[HdrLogLen:]))
 	if HeaderSize+n > len(b) {
@@ -52,4 +54,14 @@ func ParseRecord(b []byte) (Record, error) {
 	}
 	r.Log = b[HeaderSize : HeaderSize+n]
 	return r, nil
+}
+
+// cString is a NUL-padded string.
+func cString(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
 }

@@ -543,6 +543,9 @@ func (t *Target) attach(p *bprobe) error {
 	if t.follow != nil {
 		o.Follow = t.follow.Map
 	}
+	if s.mod.user != "" {
+		return t.attachUser(p, o)
+	}
 	switch d.Kind {
 	case rpn.ProbeTracepoint:
 		group, event, _ := strings.Cut(d.Loc.Text, ":")
@@ -776,6 +779,9 @@ func (t *Target) poll() {
 		}
 		names, _ := readModules()
 		t.mu.Lock()
+		if !t.closed {
+			t.filesChanged()
+		}
 		if !t.closed && (names != t.syms.mods || t.probedReloaded()) {
 			if err := t.syms.reload(); err != nil {
 				t.warn("reading the kernel's symbols again: " + err.Error())

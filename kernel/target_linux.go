@@ -40,6 +40,10 @@ type Options struct {
 	// Poll is how often the module list is read for pending modules (0:
 	// one second).
 	Poll time.Duration
+	// User: the host target (docs/global.md): modtype = user modules
+	// too, their probes uprobes on the file the module names, in every
+	// process that maps it (user_linux.go).
+	User bool
 }
 
 // DefaultRingSize is a module's ring buffer unless Options.RingSize says:
@@ -91,6 +95,13 @@ type kmodule struct {
 	sw *ebpf.Map // the switches, shared by the sources (switch_linux.go)
 	// kmod: a kernel module's name ("" for the kernel image)
 	kmod string
+	// user: a user module's file (its absolute path, links followed),
+	// "" for kernel code; file is that file as the probes were placed
+	// on it, nil while it cannot be opened (user_linux.go)
+	user string
+	file *ufile
+	// tried is what the path showed when it last could not be opened
+	tried string
 }
 
 // sources are the kernel target's parts of the module's sources.
@@ -233,15 +244,20 @@ func (t *Target) InsertPack(builds []*rpn.Module, mode probe.InsertMode) ([]prob
 		return nil, err
 	}
 	m := builds[0]
-	if m.ModType != rpn.ModKernel {
-		return nil, fmt.Errorf("insert %s: modtype %s: the kernel target probes kernel code (modtype = kernel)", m.Name, m.ModType)
+	if m.ModType != rpn.ModKernel && !t.opts.User {
+		return nil, fmt.Errorf("insert %s: modtype %s: the kernel target probes kernel code (modtype = kernel); the host target probes user code in every process", m.Name, m.ModType)
+	}
+	if m.ModType == rpn.ModUser {
+		if _, err := userFile(m.Name); err != nil {
+			return nil, fmt.Errorf("insert %s: %v", m.Name, err)
+		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return nil, errors.New("insert " + m.Name + ": the kernel target is closed")
 	}
-	if kmod := kernelModule(m.Name); kmod != "" && !t.syms.known(kmod) {
+	if kmod := kernelModule(m.Name); m.ModType == rpn.ModKernel && kmod != "" && !t.syms.known(kmod) {
 		return nil, fmt.Errorf("insert %s: no kernel module %s is loaded, built in or installed (/proc/modules, /sys/module, /lib/modules/%s/modules.dep)", m.Name, m.Name, t.syms.release)
 	}
 	s, err := t.book.Insert(builds, mode)
@@ -267,6 +283,12 @@ type kmech struct{ t *Target }
 var _ probe.Mechanism = kmech{}
 
 func (k kmech) NewModule(m *probe.Module) {
+	if m.Header.ModType == rpn.ModUser {
+		// found at insert (InsertPack): found again, the same
+		path, _ := userFile(m.Name)
+		m.Impl = &kmodule{Module: m, user: path}
+		return
+	}
 	m.Impl = &kmodule{Module: m, kmod: kernelModule(m.Name)}
 }
 
@@ -282,7 +304,7 @@ func (k kmech) Place(ps *probe.Source) {
 	for _, p := range ps.Probes {
 		p.Impl = &bprobe{Probe: p, s: s}
 	}
-	if mod.kmod == "" || k.t.syms.loaded(mod.kmod) {
+	if mod.user != "" || mod.kmod == "" || k.t.syms.loaded(mod.kmod) {
 		k.t.place(s)
 		return
 	}
@@ -396,16 +418,46 @@ func (t *Target) place(s *source) {
 			p.State, p.Reason = probe.StateRefused, reason
 		}
 	}
-	if err := t.selectBuild(s); err != nil {
-		refuse(err.Error())
-		return
+	var res probe.Resolver
+	var biased map[int]string
+	if s.mod.user != "" {
+		if s.mod.file == nil {
+			f, err := openUfile(s.mod.user)
+			if err != nil {
+				refuse(err.Error())
+				return
+			}
+			s.mod.file = f
+		}
+		b, err := probe.SelectBuild(s.Builds, s.mod.file.build, s.mod.user)
+		if err != nil {
+			refuse(err.Error())
+			return
+		}
+		s.src = b
+		res = s.mod.file.resolver()
+		biased = s.mod.file.biasedRelocs(s.src)
+	} else {
+		if err := t.selectBuild(s); err != nil {
+			refuse(err.Error())
+			return
+		}
+		res = t.resolver(symEnv{k: t.syms, kmod: s.mod.kmod})
 	}
 	// a probe whose push d, names what the kernel lacks is refused,
 	// alone (refused)
-	prog, refused, err := t.resolver(symEnv{k: t.syms, kmod: s.mod.kmod}).Relocate(s.src)
+	prog, refused, err := res.Relocate(s.src)
 	if err != nil {
 		refuse(err.Error())
 		return
+	}
+	for i, why := range biased {
+		if refused == nil {
+			refused = map[int]string{}
+		}
+		if refused[i] == "" {
+			refused[i] = why
+		}
 	}
 	s.iv = t.ivRoles(s, prog)
 	maps, err := bpf.NewMaps(s.src, bpf.MapOptions{RingSize: t.opts.RingSize, GV: t.gv, LV: s.mod.lv, Switch: s.mod.sw, IV: len(s.iv) > 0})
@@ -518,7 +570,7 @@ const readSlice = 100 * time.Millisecond
 func (t *Target) record(s *source, r *bpf.Record) *probe.Record {
 	rec := &probe.Record{
 		Time: time.Unix(0, int64(r.TS)), Kind: probe.RecordLog, Module: s.mod.Name, Major: r.Major, Minor: r.Minor,
-		Pid: int(r.PID), Tid: int(r.TID), CPU: int(r.CPU), Exit: r.Exit, Truncated: r.Truncated,
+		Pid: int(r.PID), Tid: int(r.TID), CPU: int(r.CPU), Exit: r.Exit, Truncated: r.Truncated, Comm: r.Comm,
 	}
 	if int(r.Probe) < len(s.All) {
 		p := s.All[r.Probe]

@@ -29,6 +29,7 @@ type Record struct {
 	Address   uint64     `json:"address"`
 	Pid       int        `json:"pid"`
 	Tid       int        `json:"tid"`
+	Comm      string     `json:"comm,omitempty"` // the command name of the process (the kernel and host targets)
 	CPU       int        `json:"cpu"`
 	Exit      uint8      `json:"exit"`
 	Data      []byte     `json:"data"`

@@ -1,0 +1,356 @@
+//go:build linux
+
+package kernel
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
+	"github.com/gprobes/gprobes/probe"
+	"github.com/gprobes/gprobes/ptrace"
+	"github.com/gprobes/gprobes/symbols"
+)
+
+// buildLib builds testdata/globlib.c as dir/libglob.so: into a file of
+// its own, renamed over the path (a new inode, as a linker's output is),
+// with -DVARIANT another build whose glob_fn is at another offset.
+func buildLib(t *testing.T, dir string, variant bool) string {
+	t.Helper()
+	testkit.Need(t, "gcc")
+	tmp := filepath.Join(dir, ".libglob.so.new")
+	args := []string{"-shared", "-fPIC", "-O1", "-Wl,-soname,libglob.so", "-o", tmp, "testdata/globlib.c"}
+	if variant {
+		args = append(args, "-DVARIANT")
+	}
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %v: %v\n%s", args, err, out)
+	}
+	lib := filepath.Join(dir, "libglob.so")
+	if err := os.Rename(tmp, lib); err != nil {
+		t.Fatal(err)
+	}
+	return lib
+}
+
+// buildUser builds testdata/globuser.c against dir's libglob.so.
+func buildUser(t *testing.T, dir, lib string) string {
+	t.Helper()
+	exe := filepath.Join(dir, "globuser")
+	args := []string{"-O1", "-o", exe, "testdata/globuser.c", lib, "-Wl,-rpath," + dir}
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %v: %v\n%s", args, err, out)
+	}
+	return exe
+}
+
+// user is a globuser process that calls glob_fn when told.
+type user struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func startUser(t *testing.T, exe string) *user {
+	t.Helper()
+	cmd := exec.Command(exe)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	u := &user{t: t, cmd: cmd, in: in, out: bufio.NewReader(outp)}
+	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	if l, err := u.out.ReadString('\n'); err != nil || l != "ready\n" {
+		t.Fatalf("globuser: %q %v", l, err)
+	}
+	return u
+}
+
+func (u *user) pid() int { return u.cmd.Process.Pid }
+
+// call makes the process call glob_fn n times and checks its answer
+// (the sum of 2i+1: n²).
+func (u *user) call(n int) {
+	u.t.Helper()
+	fmt.Fprintf(u.in, "%d\n", n)
+	l, err := u.out.ReadString('\n')
+	if err != nil || l != fmt.Sprintf("done %d\n", n*n) {
+		u.t.Fatalf("globuser %d after %d calls: %q %v, want done %d", u.pid(), n, l, err, n*n)
+	}
+}
+
+// runUser runs a short-lived globuser of n calls and returns its pid.
+func runUser(t *testing.T, exe string, n int) int {
+	t.Helper()
+	cmd := exec.Command(exe, strconv.Itoa(n))
+	out, err := cmd.Output()
+	if err != nil || string(out) != fmt.Sprintf("done %d\n", n*n) {
+		t.Fatalf("%s %d: %q %v", exe, n, out, err)
+	}
+	return cmd.Process.Pid
+}
+
+// fnOffset is glob_fn's offset in the library file and the byte there.
+func fnOffset(t *testing.T, lib string) (uint64, byte) {
+	t.Helper()
+	f, err := openUfile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := f.syms.Lookup("glob_fn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := f.fileOffset(s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	if err := f.read(s.Addr, b); err != nil {
+		t.Fatal(err)
+	}
+	return off, b[0]
+}
+
+// textByte reads the byte a process has at a file offset of the library
+// it maps: where a uprobe puts its int3.
+func textByte(t *testing.T, pid int, lib string, off uint64) byte {
+	t.Helper()
+	maps, err := ptrace.Maps(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		if m.Path == lib && m.Exec() && off >= m.Offset && off < m.Offset+(m.End-m.Start) {
+			f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			b := make([]byte, 1)
+			if _, err := f.ReadAt(b, int64(m.Start+off-m.Offset)); err != nil {
+				t.Fatal(err)
+			}
+			return b[0]
+		}
+	}
+	t.Fatalf("process %d maps no code of %s at offset %#x", pid, lib, off)
+	return 0
+}
+
+// waitFor polls cond until it holds or 20 s pass, then fails with what
+// was seen.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	end := time.Now().Add(20 * time.Second)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after 20 s, still not %s: %s", what, seen)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+const globProbe = `name = %s
+modtype = user
+vars = 1
+offset = glob_fn
+inc lv,0
+push r,rdi
+log 1
+exit 1
+`
+
+// TestHostGlobal: a probe on a shared library's function, placed once on
+// the file, counts exactly the calls of every process that maps it: one
+// running before the insert, one started after, five short-lived ones;
+// each record carries its process's pid and command name and the
+// argument of the call, in order. The int3 is in the running processes'
+// text while the probe is in and gone after remove, which leaves no
+// uprobe link in the kernel.
+func TestHostGlobal(t *testing.T) {
+	dir := t.TempDir()
+	lib := buildLib(t, dir, false)
+	exe := buildUser(t, dir, lib)
+	k, r := start(t, Options{User: true})
+	before := startUser(t, exe)
+	off, orig := fnOffset(t, lib)
+	if b := textByte(t, before.pid(), lib, off); b != orig || orig == 0xcc {
+		t.Fatalf("process %d has %#02x at glob_fn before the insert, the file %#02x", before.pid(), b, orig)
+	}
+	infos, err := k.Insert(compile(t, fmt.Sprintf(globProbe, lib)), probe.InsertNew)
+	if err != nil || len(infos) != 1 || infos[0].State != probe.StateActive || infos[0].How != "uprobe" {
+		t.Fatalf("insert: %+v %v", infos, err)
+	}
+	if b := textByte(t, before.pid(), lib, off); b != 0xcc {
+		t.Fatalf("process %d (running before the insert) has %#02x at glob_fn, not the uprobe's int3", before.pid(), b)
+	}
+	want := map[int]int{}
+	before.call(100)
+	want[before.pid()] = 100
+	after := startUser(t, exe)
+	after.call(200)
+	want[after.pid()] = 200
+	for i := 0; i < 5; i++ {
+		want[runUser(t, exe, 30+i)] = 30 + i
+	}
+	total := 0
+	for _, n := range want {
+		total += n
+	}
+	waitFor(t, fmt.Sprintf("%d records", total), func() (bool, string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.all) >= total, fmt.Sprintf("%d records", len(r.all))
+	})
+	lv, _, err := k.Vars(lib, false)
+	if err != nil || lv[0] != uint64(total) {
+		t.Fatalf("lv %v %v, want %d", lv, err, total)
+	}
+	if q := k.Query(); len(q) != 1 || q[0].Hits != uint64(total) || q[0].Faults != 0 {
+		t.Fatalf("query: %+v, want %d hits", q, total)
+	}
+	r.mu.Lock()
+	got := map[int]int{}
+	for _, rec := range r.all {
+		i := got[rec.Pid]
+		if len(rec.Data) != 8 || binary.LittleEndian.Uint64(rec.Data) != uint64(i) || rec.Comm != "globuser" || rec.Tid != rec.Pid {
+			r.mu.Unlock()
+			t.Fatalf("record %d of process %d: data %x comm %q tid %d; want rdi %d, comm globuser, its one thread", i, rec.Pid, rec.Data, rec.Comm, rec.Tid, i)
+		}
+		got[rec.Pid] = i + 1
+	}
+	extra := len(r.all) - total
+	r.mu.Unlock()
+	if extra != 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("records by pid %v, want %v (%d more)", got, want, extra)
+	}
+	if n, err := UprobeLinks(lib); n != 1 || err != nil {
+		t.Fatalf("%d uprobe links on %s with the probe in (%v)", n, lib, err)
+	}
+	if n, err := k.Remove(lib, nil); n != 1 || err != nil {
+		t.Fatalf("remove: %d %v", n, err)
+	}
+	for _, u := range []*user{before, after} {
+		if b := textByte(t, u.pid(), lib, off); b != orig {
+			t.Fatalf("process %d has %#02x at glob_fn after remove, the file %#02x", u.pid(), b, orig)
+		}
+		u.call(7)
+	}
+	if n, err := UprobeLinks(lib); n != 0 || err != nil {
+		t.Fatalf("%d uprobe links on %s after remove (%v)", n, lib, err)
+	}
+	t.Logf("%d calls in %d processes, each counted and recorded with its pid", total, len(want))
+}
+
+// TestHostBuildID: a pack bound to a build goes only on a file of that
+// build: another build is refused naming both IDs. A library rebuilt
+// under the same path (a new file, glob_fn at another offset) is noticed:
+// the probes of a pack bound to the old build come out of every process
+// and are refused naming both IDs, never placed at the old offsets in
+// the new file; a module bound to no build is placed again at the new
+// file's glob_fn and counts exactly the calls of a process of the new
+// build.
+func TestHostBuildID(t *testing.T) {
+	dir := t.TempDir()
+	lib := buildLib(t, dir, false)
+	exe := buildUser(t, dir, lib)
+	tab, err := symbols.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := tab.BuildID()
+	if len(id) == 0 {
+		t.Fatalf("%s has no build ID (gcc without --build-id?)", lib)
+	}
+	kb, _ := start(t, Options{User: true, Poll: 20 * time.Millisecond})
+	other := []byte("not the library's build")
+	m := compile(t, fmt.Sprintf(globProbe, lib))
+	m.BuildID = other
+	infos, err := kb.Insert(m, probe.InsertNew)
+	if err != nil || len(infos) != 1 || infos[0].State != probe.StateRefused ||
+		!strings.Contains(infos[0].Reason, hex.EncodeToString(other)) || !strings.Contains(infos[0].Reason, hex.EncodeToString(id)) {
+		t.Fatalf("insert of a pack for another build: %+v %v; want refused naming %x and %x", infos, err, other, id)
+	}
+	if n, err := UprobeLinks(lib); n != 0 || err != nil {
+		t.Fatalf("%d uprobe links on %s after a refusal (%v)", n, lib, err)
+	}
+	if _, err := kb.Remove(lib, nil); err != nil {
+		t.Fatal(err)
+	}
+	bound := compile(t, fmt.Sprintf(globProbe, lib))
+	bound.BuildID = id
+	if infos, err := kb.Insert(bound, probe.InsertNew); err != nil || infos[0].State != probe.StateActive {
+		t.Fatalf("insert of the pack for the library's build: %+v %v", infos, err)
+	}
+	ku, _ := start(t, Options{User: true, Poll: 20 * time.Millisecond})
+	if infos, err := ku.Insert(compile(t, fmt.Sprintf(globProbe, lib)), probe.InsertNew); err != nil || infos[0].State != probe.StateActive {
+		t.Fatalf("insert of the unbound module: %+v %v", infos, err)
+	}
+	old := startUser(t, exe)
+	old.call(10)
+	oldOff, _ := fnOffset(t, lib)
+	buildLib(t, dir, true)
+	newOff, newOrig := fnOffset(t, lib)
+	if newOff == oldOff {
+		t.Fatalf("the rebuilt library has glob_fn at %#x as before: the test proves nothing", newOff)
+	}
+	tab2, err := symbols.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the bound pack refused for the new build", func() (bool, string) {
+		q := kb.Query()
+		return q[0].State == probe.StateRefused && strings.Contains(q[0].Reason, hex.EncodeToString(id)) &&
+			strings.Contains(q[0].Reason, hex.EncodeToString(tab2.BuildID())), fmt.Sprintf("%+v", q)
+	})
+	newFn, err := symbols.NewSet(tab2).Lookup("glob_fn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the unbound module placed on the new file", func() (bool, string) {
+		q := ku.Query()
+		return q[0].State == probe.StateActive && q[0].Address == newFn.Addr, fmt.Sprintf("%+v, glob_fn now %#x", q, newFn.Addr)
+	})
+	lvB0, _, _ := kb.Vars(lib, false)
+	lvU0, _, _ := ku.Vars(lib, false)
+	nu := startUser(t, exe)
+	if b := textByte(t, nu.pid(), lib, newOff); b != 0xcc {
+		t.Fatalf("a process of the new build has %#02x at its glob_fn, not the int3 (the file: %#02x)", b, newOrig)
+	}
+	nu.call(50)
+	runUser(t, exe, 3)
+	waitFor(t, "53 calls counted", func() (bool, string) {
+		lv, _, _ := ku.Vars(lib, false)
+		return lv[0]-lvU0[0] == 53, fmt.Sprint(lv[0] - lvU0[0])
+	})
+	if lv, _, _ := kb.Vars(lib, false); lv[0] != lvB0[0] {
+		t.Fatalf("the pack bound to the old build counted %d calls of the new build", lv[0]-lvB0[0])
+	}
+	if lvB0[0] != 10 {
+		t.Fatalf("the bound pack counted %d of the old build's 10 calls", lvB0[0])
+	}
+	t.Logf("glob_fn moved %#x -> %#x; the bound pack: %s", oldOff, newOff, kb.Query()[0].Reason)
+}
