@@ -37,6 +37,7 @@ type LogLine struct {
 	Address   string    `json:"address"`
 	Pid       int       `json:"pid"`
 	Tid       int       `json:"tid"`
+	Comm      string    `json:"comm,omitempty"` // the process's command name (kernel and host targets)
 	CPU       int       `json:"cpu"`
 	Exit      uint8     `json:"exit"`
 	Data      string    `json:"data"` // hex
@@ -54,7 +55,7 @@ type LogLine struct {
 // FromRecord converts an engine record.
 func FromRecord(target string, r *probe.Record) LogLine {
 	return LogLine{Time: r.Time, Kind: string(r.Kind), Target: target, Module: r.Module, Major: r.Major, Minor: r.Minor,
-		Location: r.Location, Probe: r.Probe, Address: "0x" + strconv.FormatUint(r.Address, 16), Pid: r.Pid, Tid: r.Tid, CPU: r.CPU,
+		Location: r.Location, Probe: r.Probe, Address: "0x" + strconv.FormatUint(r.Address, 16), Pid: r.Pid, Tid: r.Tid, Comm: r.Comm, CPU: r.CPU,
 		Exit: r.Exit, Data: hex.EncodeToString(r.Data), Truncated: r.Truncated, Exception: r.Exception,
 		PC: r.PC, Line: r.Line, Dump: r.Dump, Debugger: r.Debugger, Stacks: r.Stacks}
 }
@@ -821,6 +822,10 @@ func (l *LogLine) AppendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, int64(l.Pid), 10)
 	b = append(b, `,"tid":`...)
 	b = strconv.AppendInt(b, int64(l.Tid), 10)
+	if l.Comm != "" {
+		b = append(b, `,"comm":`...)
+		b = appendString(b, l.Comm)
+	}
 	b = append(b, `,"cpu":`...)
 	b = strconv.AppendInt(b, int64(l.CPU), 10)
 	b = append(b, `,"exit":`...)

@@ -14,6 +14,7 @@ func sampleLines() []LogLine {
 		{Time: t.In(time.FixedZone("x", 3600)), Kind: "exception", Module: "a\"b\\c<d>&\n\t\x01é\u2028", Location: "f",
 			Exception: "invalid-address", PC: 12, Line: "p.dpdf:3", Dump: "/d", Debugger: "gdb -p 1"},
 		{Time: t, Kind: "log", Module: "m", Location: "write", Probe: "retprobe", Address: "0x7f10", Exit: 1},
+		{Time: t, Kind: "log", Target: "host", Module: "/usr/bin/python3", Location: "main", Pid: 5, Tid: 6, Comm: "py\"th<on>", Exit: 1},
 		{},
 	}
 }

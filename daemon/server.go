@@ -254,7 +254,7 @@ func (s *Server) Shutdown() error {
 
 // InsertRequest is the body of POST /v1/insert.
 type InsertRequest struct {
-	Target string `json:"target"` // pid:N, exec:PATH ARGS..., gdb:HOST:PORT
+	Target string `json:"target"` // pid:N, exec:PATH ARGS..., gdb:HOST:PORT, kernel, host; "": host
 	Mode   string `json:"mode"`   // "", "merge" or "replace"
 	PPDF   []byte `json:"ppdf"`   // the module, PPDF-encoded (base64 in JSON): a pack of one build or several
 	// Signature is the pack's SSHSIG signature, armored (the PPDF's .sig
@@ -357,6 +357,10 @@ func (s *Server) Insert(spec string, m *rpn.Module, mode probe.InsertMode, topts
 // of the build it runs (probe.InsertPack).
 func (s *Server) InsertPack(spec string, builds []*rpn.Module, mode probe.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
 	m := builds[0]
+	if spec == "" {
+		// no target named: this machine as a whole (docs/global.md)
+		spec = targets.Default
+	}
 	t, code, err := s.target(spec, topts)
 	if err != nil {
 		return nil, code, err
@@ -524,7 +528,7 @@ func (s *Server) opener(spec string, topts TargetOptions) (func(engine.Options) 
 		return nil, sp, err
 	}
 	to := targets.Options{Symbols: topts.Symbols, KASLROffset: topts.KASLROffset, StubTimeout: s.Limits.stubTimeout(), Dir: topts.Dir}
-	if sp.Kind != targets.Kernel {
+	if !sp.Local() {
 		// what can be checked before anything is touched (an exec
 		// program found in PATH) is checked now
 		open, err := sp.Open(to)

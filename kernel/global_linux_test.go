@@ -354,3 +354,39 @@ func TestHostBuildID(t *testing.T) {
 	}
 	t.Logf("glob_fn moved %#x -> %#x; the bound pack: %s", oldOff, newOff, kb.Query()[0].Reason)
 }
+
+// TestHostRetprobe: a retprobe on a shared library's function is a
+// uretprobe in every process: each record carries the call's return
+// value (rax), 2i+1 for the call glob_fn(i), in order, by process.
+func TestHostRetprobe(t *testing.T) {
+	dir := t.TempDir()
+	lib := buildLib(t, dir, false)
+	exe := buildUser(t, dir, lib)
+	k, r := start(t, Options{User: true})
+	infos, err := k.Insert(compile(t, fmt.Sprintf("name = %s\nmodtype = user\nretprobe = glob_fn\npush r,rax\nlog 1\nexit 1\n", lib)), probe.InsertNew)
+	if err != nil || len(infos) != 1 || infos[0].State != probe.StateActive || infos[0].How != "uretprobe" {
+		t.Fatalf("insert: %+v %v", infos, err)
+	}
+	want := map[int]int{}
+	for i := 0; i < 3; i++ {
+		want[runUser(t, exe, 40+i)] = 40 + i
+	}
+	waitFor(t, "123 records", func() (bool, string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.all) >= 123, fmt.Sprintf("%d records", len(r.all))
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got := map[int]int{}
+	for _, rec := range r.all {
+		i := got[rec.Pid]
+		if len(rec.Data) != 8 || binary.LittleEndian.Uint64(rec.Data) != uint64(2*i+1) {
+			t.Fatalf("return %d of process %d: %x, want %d", i, rec.Pid, rec.Data, 2*i+1)
+		}
+		got[rec.Pid] = i + 1
+	}
+	if len(r.all) != 123 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("records by pid %v, want %v", got, want)
+	}
+}

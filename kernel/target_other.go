@@ -17,6 +17,7 @@ type Options struct {
 	Children bool
 	Symbols  []string
 	Poll     time.Duration
+	User     bool
 }
 
 // Target is the running kernel; it cannot be opened off Linux.

@@ -1,5 +1,5 @@
 // Package targets turns a target's name into what probes it: it parses a
-// spec — pid:N, exec:PATH [ARGS...], gdb:HOST:PORT, xen:DOMID, kernel —
+// spec — pid:N, exec:PATH [ARGS...], gdb:HOST:PORT, xen:DOMID, kernel, host —
 // checks it, names it canonically, and opens it with the backend that
 // serves it (an engine.Target under an engine, or the kernel target).
 // The command line and the daemon both call it, so a spec means the same
@@ -39,10 +39,19 @@ const (
 	// Kernel is the running kernel of this machine, through eBPF
 	// (package kernel): no Target, a Prober of its own.
 	Kernel Kind = "kernel"
+	// Host is this machine as a whole (docs/global.md): the kernel as
+	// Kernel, and user code in every process that maps a module's file,
+	// through the kernel's uprobes (package kernel, Options.User). The
+	// target of insert and run when none is given.
+	Host Kind = "host"
 )
 
+// Default is the target insert, and run without a command, take when
+// none is given.
+const Default = string(Host)
+
 // Forms is what a spec may look like, for messages.
-const Forms = "pid:N, exec:PATH [ARGS...], gdb:HOST:PORT, xen:DOMID or kernel"
+const Forms = "pid:N, exec:PATH [ARGS...], gdb:HOST:PORT, xen:DOMID, kernel or host"
 
 // Spec is a parsed target.
 type Spec struct {
@@ -78,6 +87,12 @@ func Parse(s string) (Spec, error) {
 			return bad("kernel takes nothing after it: the running kernel and its loaded modules")
 		}
 		return Spec{Kind: Kernel}, nil
+	}
+	if kind == string(Host) {
+		if ok {
+			return bad("host takes nothing after it: this machine's kernel and every process on it")
+		}
+		return Spec{Kind: Host}, nil
 	}
 	if !ok {
 		return bad("want " + Forms)
@@ -142,6 +157,8 @@ func (s Spec) String() string {
 		return "xen:" + strconv.Itoa(s.Dom)
 	case Kernel:
 		return "kernel"
+	case Host:
+		return "host"
 	}
 	return string(s.Kind) + ":?"
 }
@@ -151,8 +168,12 @@ func (s Spec) String() string {
 func (s Spec) Guest() bool { return s.Kind == GDB || s.Kind == Xen }
 
 // NamedBySpec reports whether the target keeps its spec as its name (a
-// guest, the kernel); a process is named pid:N once it is open.
-func (s Spec) NamedBySpec() bool { return s.Guest() || s.Kind == Kernel }
+// guest, the kernel, the host); a process is named pid:N once it is open.
+func (s Spec) NamedBySpec() bool { return s.Guest() || s.Local() }
+
+// Local reports whether the target is this machine through eBPF (kernel,
+// host): package kernel's target, started by Spec.Start, not an engine's.
+func (s Spec) Local() bool { return s.Kind == Kernel || s.Kind == Host }
 
 // Options are what opening a target may need beyond its spec.
 type Options struct {
@@ -168,8 +189,8 @@ type Options struct {
 	// program named by a relative path with a '/' (./prog, bin/prog) is
 	// found there, as a shell in Dir would find it.
 	Dir string
-	// KernelPID restricts the kernel target's probes to one process and
-	// the processes it starts (0: every process).
+	// KernelPID restricts the kernel (and host) target's probes to one
+	// process and the processes it starts (0: every process).
 	KernelPID int
 }
 
@@ -177,8 +198,8 @@ type Options struct {
 // backend's Target, or, for the kernel, the kernel target itself, which
 // takes Sink, Warn and RingSize from eo.
 func (s Spec) Start(o Options, eo engine.Options) (probe.Prober, error) {
-	if s.Kind == Kernel {
-		k, err := kernel.Start(kernel.Options{Sink: eo.Sink, Warn: eo.Warn, RingSize: eo.RingSize, PID: o.KernelPID, Children: o.KernelPID != 0, Symbols: o.Symbols})
+	if s.Local() {
+		k, err := kernel.Start(kernel.Options{Sink: eo.Sink, Warn: eo.Warn, RingSize: eo.RingSize, PID: o.KernelPID, Children: o.KernelPID != 0, Symbols: o.Symbols, User: s.Kind == Host})
 		if err != nil {
 			return nil, err
 		}
@@ -219,8 +240,8 @@ func (s Spec) Open(o Options) (func() (engine.Target, error), error) {
 		return gdbtarget.Open(s.Addr, gdbtarget.Options{Timeout: o.StubTimeout, Options: kopts}), nil
 	case Xen:
 		return xen.Open(s.Dom, xen.Options{Options: kopts}), nil
-	case Kernel:
-		return nil, fmt.Errorf("%w kernel: no engine.Target: use Spec.Start", ErrSpec)
+	case Kernel, Host:
+		return nil, fmt.Errorf("%w %s: no engine.Target: use Spec.Start", ErrSpec, s.Kind)
 	}
 	return nil, fmt.Errorf("%w %s: want %s", ErrSpec, shown(s.String()), Forms)
 }

@@ -20,6 +20,8 @@ func TestParse(t *testing.T) {
 		{"gdb:unix:/run/stub.sock", "gdb:unix:/run/stub.sock", true},
 		{"gdb:/run/stub.sock", "gdb:/run/stub.sock", true},
 		{"xen:3", "xen:3", true},
+		{"kernel", "kernel", false},
+		{"host", "host", false},
 	} {
 		s, err := Parse(c.in)
 		if err != nil {
@@ -47,6 +49,8 @@ func TestParseErrors(t *testing.T) {
 		{"xen:0", "xen:DOMID"},
 		{"xen:32752", "xen:DOMID"},
 		{"kvm:1", "want pid:N"},
+		{"host:1", "host takes nothing after it"},
+		{"hosts", "want pid:N"},
 		{"pid:" + strings.Repeat("9", 1000), "pid:N"},
 	} {
 		_, err := Parse(c.in)

@@ -197,10 +197,10 @@ running are left alone. docs/engine.md says what cannot be put back.`,
 func insertCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "insert",
-		Usage:     "insert a module's probes into a target (pid:N, exec:PATH ARGS, gdb:HOST:PORT, xen:DOMID)",
+		Usage:     "insert a module's probes into a target (host, the default: every process that maps the module's file, or the kernel; pid:N, exec:PATH ARGS, gdb:HOST:PORT, xen:DOMID, kernel)",
 		ArgsUsage: "FILE.dpdf|FILE.ppdf|-|-e TEXT",
 		Flags: append(append(sourceFlags(), trustFlags()...), socketFlag(),
-			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "`TARGET`: pid:N (attach), exec:PATH ARGS (start it), gdb:HOST:PORT (a guest kernel through its GDB stub), xen:DOMID (a Xen PV domain's kernel, from dom0) or kernel (this machine's kernel, through eBPF)", Required: true},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Value: targets.Default, Usage: "`TARGET`: host (this machine: a modtype = user module in every process that maps its file, a modtype = kernel one in the kernel, through eBPF), pid:N (attach), exec:PATH ARGS (start it), gdb:HOST:PORT (a guest kernel through its GDB stub), xen:DOMID (a Xen PV domain's kernel, from dom0) or kernel (this machine's kernel, through eBPF)"},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "the guest kernel's KASLR slide, `OFFSET` (default: found from linux_banner)"},
 			&cli.BoolFlag{Name: "merge", Usage: "add the probes to the module of that name already in"},
 			&cli.BoolFlag{Name: "replace", Usage: "replace the module of that name already in"},
@@ -599,7 +599,7 @@ func runCommand() *cli.Command {
 		Usage:     "one shot, no daemon: start COMMAND (or attach to --target), insert FILE, print records as they commit, then the variables and probes",
 		ArgsUsage: "FILE|-|-e TEXT -- COMMAND [ARGS...]",
 		Flags: append(append(sourceFlags(), trustFlags()...),
-			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command; or kernel, this machine's kernel through eBPF: with -- COMMAND, only COMMAND and the processes it starts are probed, and run ends when it exits. Attached (no COMMAND), run says \"gprobes: ready on TARGET (probes: 2 active)\" on standard error once its probes are in: start the workload then"},
+			&cli.StringFlag{Name: "target", Aliases: []string{"t"}, Usage: "attach to `TARGET` (pid:N, gdb:HOST:PORT or xen:DOMID for a guest kernel) instead of starting a command; or kernel, this machine's kernel through eBPF, or host, this machine as a whole (the default without a COMMAND: a modtype = user module in every process that maps its file): with -- COMMAND, only COMMAND and the processes it starts are probed, and run ends when it exits. Attached (no COMMAND), run says \"gprobes: ready on TARGET (probes: 2 active)\" on standard error once its probes are in: start the workload then"},
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "with gdb:, the guest kernel's KASLR slide, `OFFSET`"},
 			&cli.BoolFlag{Name: "json", Usage: "print records as JSON lines"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "do not print records, only the summary (with -o, the records still go to the file)"},
@@ -620,12 +620,6 @@ func runCommand() *cli.Command {
 			defer signal.Stop(sigs)
 			if oneLinerOf(c) == nil && c.NArg() == 0 {
 				return cli.Exit("run: name a DPDF or PPDF file (- for standard input) or give the DPDF with -e TEXT, then -- COMMAND, or --target pid:N", 2)
-			}
-			if c.NArg() == 1 && oneLinerOf(c) == nil && c.String("target") == "" {
-				return cli.Exit("run: give a command after --, or --target pid:N", 2)
-			}
-			if oneLinerOf(c) != nil && c.NArg() == 0 && c.String("target") == "" {
-				return cli.Exit("run: give a command after --, or --target pid:N", 2)
 			}
 			in, command, err := inputArg(c, "run")
 			if err != nil {
@@ -651,6 +645,9 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 	spec, topts, open, err := runTarget(c, command)
 	if err != nil {
 		return err
+	}
+	if target == "" && spec.Kind == targets.Host {
+		target = spec.String()
 	}
 	// interrupted while the DPDF was read: nothing is attached, started
 	// or changed, and run ends as an interrupted shell command does
@@ -694,7 +691,7 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 	}
 	var eng probe.Prober
 	var held *heldCommand // the kernel target's command, held at its exec until the probes are in
-	if spec.Kind == targets.Kernel {
+	if spec.Local() {
 		if len(command) > 0 {
 			if held, err = startHeld(command); err != nil {
 				return cli.Exit("run: "+err.Error(), 1)
@@ -774,7 +771,12 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 // which starts differently.
 func runTarget(c *cli.Context, command []string) (targets.Spec, targets.Options, func() (engine.Target, error), error) {
 	spec := targets.ExecArgv(command)
-	if target := c.String("target"); target != "" {
+	target := c.String("target")
+	if target == "" && len(command) == 0 {
+		// nothing to start, no target named: this machine as a whole
+		target = targets.Default
+	}
+	if target != "" {
 		var err error
 		if spec, err = targets.Parse(target); err != nil {
 			return spec, targets.Options{}, nil, cli.Exit("run: --target: "+err.Error(), 2)
@@ -792,7 +794,7 @@ func runTarget(c *cli.Context, command []string) (targets.Spec, targets.Options,
 			topts.KASLROffset = &off
 		}
 	}
-	if spec.Kind == targets.Kernel {
+	if spec.Local() {
 		topts.Symbols = c.StringSlice("symbols")
 		return spec, topts, nil, nil
 	}
@@ -869,7 +871,7 @@ func (r *runState) report(final engine.Final, closeErr error) error {
 	// with the process, or, on the kernel target, active.)
 	if r.interrupted {
 		why := "taken out at " + signalName(r.caught)
-		if r.spec.Kind != targets.Kernel {
+		if !r.spec.Local() {
 			why += "; " + r.label + " runs on without it"
 		}
 		takenOut(probes, why)
@@ -882,7 +884,7 @@ func (r *runState) report(final engine.Final, closeErr error) error {
 		tps = append(tps, daemon.TargetProbe{Target: r.label, Info: p, Lost: r.recOut.lost.Of("", p.Module, p.Minor) + p.Lost})
 		if p.Lost > 0 {
 			where := "in the process (its jump pads' ring was full)"
-			if r.spec.Kind == targets.Kernel {
+			if r.spec.Local() {
 				where = "in the kernel (the module's eBPF ring buffer was full: --ring SIZE)"
 			}
 			fmt.Fprintf(c.App.ErrWriter, "gprobes: probe %s (minor %d): %d records lost %s\n", p.Location, p.Minor, p.Lost, where)
