@@ -390,3 +390,46 @@ func TestHostRetprobe(t *testing.T) {
 		t.Fatalf("records by pid %v, want %v", got, want)
 	}
 }
+
+// TestHostBoundary: a user probe is placed only on an instruction
+// boundary of the file's code, decoded from the function's first byte
+// (a uprobe in the middle of an instruction would corrupt every process
+// running it), and opcode = is checked against the file's byte; the
+// processes run as before, untouched.
+func TestHostBoundary(t *testing.T) {
+	dir := t.TempDir()
+	lib := buildLib(t, dir, false)
+	exe := buildUser(t, dir, lib)
+	k, _ := start(t, Options{User: true})
+	_, orig := fnOffset(t, lib)
+	infos, err := k.Insert(compile(t, fmt.Sprintf(`name = %s
+modtype = user
+offset = glob_fn+1
+minor = 1
+exit 0
+offset = glob_fn
+minor = 2
+opcode = 0x%02x
+exit 0
+offset = glob_fn
+minor = 3
+opcode = 0x90
+exit 0
+`, lib, orig)), probe.InsertNew)
+	if err != nil || len(infos) != 3 {
+		t.Fatalf("insert: %+v %v", infos, err)
+	}
+	if i := infos[0]; i.State != probe.StateRefused || !strings.Contains(i.Reason, "glob_fn+0x1 is not an instruction boundary: the instruction at +0x0 (LEA") {
+		t.Errorf("glob_fn+1: %s %s", i.State, i.Reason)
+	}
+	if i := infos[1]; i.State != probe.StateActive {
+		t.Errorf("glob_fn with its opcode: %s %s", i.State, i.Reason)
+	}
+	if i := infos[2]; i.State != probe.StateMismatch || !strings.Contains(i.Reason, fmt.Sprintf("is %#02x, not the opcode 0x90", orig)) {
+		t.Errorf("glob_fn with opcode 0x90: %s %s", i.State, i.Reason)
+	}
+	if n, err := UprobeLinks(lib); n != 1 || err != nil {
+		t.Errorf("%d uprobe links, want the one placed (%v)", n, err)
+	}
+	runUser(t, exe, 100)
+}

@@ -483,6 +483,11 @@ func (t *Target) place(s *source) {
 		}
 		if err := t.attach(p); err != nil {
 			p.State, p.Reason = probe.StateRefused, err.Error()
+			var mm *mismatch
+			if errors.As(err, &mm) {
+				// opcode = differs from the code: not a refusal
+				p.State = probe.StateMismatch
+			}
 			if p.prog != nil {
 				p.prog.Close()
 				p.prog = nil
