@@ -148,6 +148,16 @@ type Options struct {
 	// reads there (without it push r,rip is refused, ErrNeedsKprobe).
 	Addr uint64
 
+	// Biased are the push d, immediates (by their byte offset in
+	// Module.Code, rpn.Reloc.Off) that hold link-time addresses of a
+	// module loaded at another address in each process (a shared
+	// library, a PIE): the program adds the process's load bias times the
+	// value (the sum's bias factor, rpn.Sum.BiasFactor), the bias being
+	// the probed address the hit shows (regs->ip) minus Addr, the probe's
+	// link-time address. KindUprobe only: a uprobe's ip is the probed
+	// address.
+	Biased map[uint32]uint64
+
 	// IV, when set, is the probe's part in its function's instance
 	// variables (iv.go); without it push iv and pop iv use 8 words of
 	// zero of the hit's own.
@@ -1250,6 +1260,16 @@ func (c *compiler) mainFunc() {
 			}
 			c.emit(asm.StoreMem(rScratch, int16(offRegs+int(r)*8), asm.R1, asm.DWord))
 		}
+		if len(c.o.Biased) > 0 {
+			// the process's load bias: where the probe is minus where
+			// it was linked
+			c.emit(
+				asm.LoadMem(asm.R1, rJumps, ptRegs[rpn.RegRIP], asm.DWord),
+				movImm64(asm.R2, c.o.Addr),
+				asm.Sub.Reg(asm.R1, asm.R2),
+				asm.StoreMem(rScratch, offBias, asm.R1, asm.DWord),
+			)
+		}
 		for k, fd := range c.fields {
 			c.copyField(fd, int16(offFields+k*8))
 		}
@@ -2067,6 +2087,15 @@ func (c *compiler) insnBody(i int) {
 
 	case rpn.OpPushD:
 		c.emit(movImm64(r1, in.Imm))
+		if f := c.biasFactor(i); f != 0 {
+			// an address in the module: moved by this process's bias
+			c.emit(asm.LoadMem(r2, rScratch, offBias, asm.DWord))
+			if f != 1 {
+				c.emit(movImm64(r3, f), asm.Mul.Reg(r2, r3))
+			}
+			c.emit(asm.Add.Reg(r1, r2))
+			c.maskW(r1)
+		}
 		c.push(r1)
 	case rpn.OpPushMrf:
 		c.load(r3, 0, r4)
@@ -2526,4 +2555,24 @@ func (c *Compiled) Budget() error {
 			Reason: fmt.Sprintf("its eBPF program (%d instructions) may cost the kernel's verifier up to %d instructions processed, past the limit from this instruction on", len(c.rpn), c.est)}
 	}
 	return nil
+}
+
+// biasFactor is the bias factor of the probe's instruction i's push d
+// immediate when it is one of Options.Biased, else 0.
+func (c *compiler) biasFactor(i int) uint64 {
+	if len(c.o.Biased) == 0 {
+		return 0
+	}
+	i += c.first
+	pc := c.p.PC(i)
+	end := uint32(len(c.mod.Code))
+	if i+1 < c.p.NumInsns() {
+		end = c.p.PC(i + 1)
+	}
+	for off, f := range c.o.Biased {
+		if off > pc && off < end {
+			return f
+		}
+	}
+	return 0
 }

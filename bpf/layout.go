@@ -21,6 +21,7 @@ const (
 	offBlock  = offState + 24
 	offJumps  = offState + 32       // jumps left before max-jumps
 	offStatus = offState + 40       // statusRunning ... statusException
+	offBias   = offState + 48       // the process's load bias (Options.Biased), set in the prologue
 	offRegs   = 576                 // [numRegs]u64: the ctx registers push r reads, copied at the hit
 	offFields = offRegs             // a tracepoint's (no registers): the fields push field reads, copied at the hit
 	offIV     = offRegs + numRegs*8 // [8]u64: the call's instance variables (iv.go)

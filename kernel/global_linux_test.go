@@ -433,3 +433,111 @@ exit 0
 	}
 	runUser(t, exe, 100)
 }
+
+// TestHostMountNamespace: a process in another mount namespace that
+// reaches the probed library by another path (its folder bind-mounted
+// elsewhere, the original path hidden under a tmpfs) runs the same inode,
+// and its calls are counted exactly, its maps naming the other path.
+func TestHostMountNamespace(t *testing.T) {
+	testkit.Need(t, "unshare", "mount")
+	dir := t.TempDir()
+	lib := buildLib(t, dir, false)
+	buildUser(t, dir, lib) // dir/globuser, run as other/globuser
+	other := t.TempDir()
+	k, r := start(t, Options{User: true})
+	if infos, err := k.Insert(compile(t, fmt.Sprintf(globProbe, lib)), probe.InsertNew); err != nil || infos[0].State != probe.StateActive {
+		t.Fatalf("insert: %+v %v", infos, err)
+	}
+	script := fmt.Sprintf(`mount --bind %[1]s %[2]s && mount -t tmpfs none %[1]s && test ! -e %[3]s && LD_LIBRARY_PATH=%[2]s %[2]s/globuser 37 && echo "lib $(LD_LIBRARY_PATH=%[2]s ldd %[2]s/globuser | grep libglob)"`,
+		dir, other, lib)
+	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script).CombinedOutput()
+	if err != nil {
+		testkit.SkipOrFail(t, "unshare -m with a bind mount: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "done 1369\n") || !strings.Contains(string(out), "libglob.so => "+other+"/libglob.so") {
+		t.Fatalf("the process in the other namespace:\n%s", out)
+	}
+	waitFor(t, "37 calls counted", func() (bool, string) {
+		lv, _, _ := k.Vars(lib, false)
+		return lv[0] == 37, fmt.Sprint(lv)
+	})
+	waitFor(t, "37 records", func() (bool, string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.all) == 37, fmt.Sprintf("%d records", len(r.all))
+	})
+	t.Logf("37 calls through %s/libglob.so in another mount namespace; the probe is on %s", other, lib)
+}
+
+// TestHostAddresses: push d of an address in a shared library, which is
+// at another address in each process: one program moves it by each hit's
+// load bias, so the probe reads glob_name in every process, and the
+// address it pushed is the one in that process (its mapping of the
+// library plus the link-time address). A return probe cannot know the
+// bias and is refused, saying why.
+func TestHostAddresses(t *testing.T) {
+	dir := t.TempDir()
+	lib := buildLib(t, dir, false)
+	exe := buildUser(t, dir, lib)
+	f, err := openUfile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := f.syms.Lookup("glob_name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, r := start(t, Options{User: true})
+	infos, err := k.Insert(compile(t, fmt.Sprintf(`name = %s
+modtype = user
+offset = glob_fn
+push d,glob_name
+log 1
+push d,16
+push d,glob_name
+log str
+exit 1
+retprobe = glob_fn
+push d,glob_name
+log 1
+exit 1
+`, lib)), probe.InsertNew)
+	if err != nil || len(infos) != 2 || infos[0].State != probe.StateActive {
+		t.Fatalf("insert: %+v %v", infos, err)
+	}
+	if i := infos[1]; i.State != probe.StateRefused || !strings.Contains(i.Reason, "a return probe does not see where the process loaded it") {
+		t.Errorf("the return probe: %s %s", i.State, i.Reason)
+	}
+	users := []*user{startUser(t, exe), startUser(t, exe)}
+	want := map[int]uint64{}
+	for _, u := range users {
+		maps, err := ptrace.Maps(u.pid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range maps {
+			if m.Path == lib && m.Offset == 0 {
+				want[u.pid()] = m.Start + name.Addr // the library's first segment is at 0
+				break
+			}
+		}
+		u.call(2)
+	}
+	waitFor(t, "4 records", func() (bool, string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.all) >= 4, fmt.Sprintf("%d records", len(r.all))
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range r.all {
+		if rec.Kind != probe.RecordLog || len(rec.Data) != 8+len("libglob") || string(rec.Data[8:]) != "libglob" ||
+			binary.LittleEndian.Uint64(rec.Data) != want[rec.Pid] {
+			t.Fatalf("record of process %d: %s %s %x, want glob_name at %#x and \"libglob\"", rec.Pid, rec.Kind, rec.Exception, rec.Data, want[rec.Pid])
+		}
+	}
+	if len(r.all) != 4 {
+		t.Fatalf("%d records, want 4", len(r.all))
+	}
+	t.Logf("glob_name at %#x (link time): %v in the processes", name.Addr, want)
+}

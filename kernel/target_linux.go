@@ -419,7 +419,6 @@ func (t *Target) place(s *source) {
 		}
 	}
 	var res probe.Resolver
-	var biased map[int]string
 	if s.mod.user != "" {
 		if s.mod.file == nil {
 			f, err := openUfile(s.mod.user)
@@ -436,7 +435,6 @@ func (t *Target) place(s *source) {
 		}
 		s.src = b
 		res = s.mod.file.resolver()
-		biased = s.mod.file.biasedRelocs(s.src)
 	} else {
 		if err := t.selectBuild(s); err != nil {
 			refuse(err.Error())
@@ -450,14 +448,6 @@ func (t *Target) place(s *source) {
 	if err != nil {
 		refuse(err.Error())
 		return
-	}
-	for i, why := range biased {
-		if refused == nil {
-			refused = map[int]string{}
-		}
-		if refused[i] == "" {
-			refused[i] = why
-		}
 	}
 	s.iv = t.ivRoles(s, prog)
 	maps, err := bpf.NewMaps(s.src, bpf.MapOptions{RingSize: t.opts.RingSize, GV: t.gv, LV: s.mod.lv, Switch: s.mod.sw, IV: len(s.iv) > 0})

@@ -204,28 +204,24 @@ func (f *ufile) resolver() probe.Resolver {
 	return r
 }
 
-// biasedRelocs are the probes of a build that a shared object or PIE
-// cannot run from one program: their push d, holds an address in the
-// module, which is another in each process that maps it.
-func (f *ufile) biasedRelocs(m *rpn.Module) map[int]string {
+// biased are a probe's push d, immediates that hold an address in the
+// module, when the module is a shared object or PIE: at another address
+// in each process that maps it, so one program moves them by each hit's
+// load bias (bpf.Options.Biased); nil for a program at its link-time
+// addresses (ET_EXEC) or without such a push.
+func (f *ufile) biased(m *rpn.Module, pi int) map[uint32]uint64 {
 	if !f.dyn {
 		return nil
 	}
-	var out map[int]string
+	var out map[uint32]uint64
 	for _, rl := range m.Relocs {
-		if rl.Sum.BiasFactor() == 0 {
-			continue
-		}
-		i := m.ProbeAt(rl.Off)
-		if i < 0 {
+		if rl.Sum.BiasFactor() == 0 || m.ProbeAt(rl.Off) != pi {
 			continue
 		}
 		if out == nil {
-			out = map[int]string{}
+			out = map[uint32]uint64{}
 		}
-		if _, ok := out[i]; !ok {
-			out[i] = fmt.Sprintf("push d,%s: an address in %s, a shared object (or PIE) at another address in each process: the host target does not move a probe's addresses per process yet; probe it on pid: (docs/global.md)", rl.Expr, f.path)
-		}
+		out[uint32(rl.Off)] = rl.Sum.BiasFactor()
 	}
 	return out
 }
@@ -302,6 +298,9 @@ func (t *Target) attachUser(p *bprobe, o bpf.Options) error {
 		if err := t.mech.Uretprobe; err != nil {
 			return fmt.Errorf("retprobe: %v", err)
 		}
+		if b := f.biased(p.s.src, p.Index); len(b) > 0 {
+			return fmt.Errorf("push d of an address in %s, a shared object (or PIE) at another address in each process: a return probe does not see where the process loaded it (its rip is the caller's), so it cannot move the address; an entry probe can (docs/global.md)", f.path)
+		}
 		o.Kind = bpf.KindKretprobe
 		prog, err := t.load(p.s, p, o)
 		if err != nil {
@@ -327,6 +326,7 @@ func (t *Target) attachUser(p *bprobe, o bpf.Options) error {
 	}
 	o.Kind = bpf.KindUprobe
 	o.Addr = addr
+	o.Biased = f.biased(p.s.src, p.Index)
 	prog, err := t.load(p.s, p, o)
 	if err != nil {
 		return err

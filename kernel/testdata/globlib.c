@@ -11,6 +11,10 @@ __attribute__((noinline)) long glob_pad(long a) {
 }
 #endif
 
+// glob_name: what a probe reads by its address in the library, which is
+// another in each process
+const char glob_name[] = "libglob";
+
 __attribute__((noinline)) long glob_fn(long a) {
 	__asm__ volatile("" ::: "memory");
 	return a * 2 + 1;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 long glob_fn(long a);
+extern const char glob_name[];
 
 static long calls(long n) {
 	long s = 0;
@@ -15,6 +16,9 @@ static long calls(long n) {
 }
 
 int main(int argc, char **argv) {
+	// glob_name's page read in: an eBPF program cannot fault it in
+	if (glob_name[0] != 'l')
+		return 9;
 	if (argc > 1) {
 		printf("done %ld\n", calls(atol(argv[1])));
 		return 0;
