@@ -25,7 +25,7 @@ import (
 // buildLib builds testdata/globlib.c as dir/libglob.so: into a file of
 // its own, renamed over the path (a new inode, as a linker's output is),
 // with -DVARIANT another build whose glob_fn is at another offset.
-func buildLib(t *testing.T, dir string, variant bool) string {
+func buildLib(t testing.TB, dir string, variant bool) string {
 	t.Helper()
 	testkit.Need(t, "gcc")
 	tmp := filepath.Join(dir, ".libglob.so.new")
@@ -44,7 +44,7 @@ func buildLib(t *testing.T, dir string, variant bool) string {
 }
 
 // buildUser builds testdata/globuser.c against dir's libglob.so.
-func buildUser(t *testing.T, dir, lib string) string {
+func buildUser(t testing.TB, dir, lib string) string {
 	t.Helper()
 	exe := filepath.Join(dir, "globuser")
 	args := []string{"-O1", "-o", exe, "testdata/globuser.c", lib, "-Wl,-rpath," + dir}

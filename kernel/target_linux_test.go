@@ -20,7 +20,7 @@ import (
 	"github.com/gprobes/gprobes/rpn"
 )
 
-func compile(t *testing.T, src string) *rpn.Module {
+func compile(t testing.TB, src string) *rpn.Module {
 	t.Helper()
 	f, err := dpdf.ParseSource("test.dpdf", []byte(src), dpdf.Options{NoPreprocessor: true})
 	if err != nil {
