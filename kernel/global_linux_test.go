@@ -541,3 +541,80 @@ exit 1
 	}
 	t.Logf("glob_name at %#x (link time): %v in the processes", name.Addr, want)
 }
+
+// TestHostCountsAndExceptions: pass count and max hits count the hits of
+// every process together (one probe on the file, not one per process);
+// an exception is a record naming the DPDF line, the process untouched.
+func TestHostCountsAndExceptions(t *testing.T) {
+	dir := t.TempDir()
+	lib := buildLib(t, dir, false)
+	exe := buildUser(t, dir, lib)
+	k, r := start(t, Options{User: true})
+	infos, err := k.Insert(compile(t, fmt.Sprintf(`name = %s
+modtype = user
+vars = 2
+offset = glob_fn
+minor = 1
+pass count = 5
+max hits = 10
+inc lv,0
+push r,rdi
+log 1
+exit 1
+offset = glob_fn
+minor = 2
+inc lv,1
+push d,0
+push mrf
+exit 1
+`, lib)), probe.InsertNew)
+	if err != nil || len(infos) != 2 || infos[0].State != probe.StateActive || infos[1].State != probe.StateActive {
+		t.Fatalf("insert: %+v %v", infos, err)
+	}
+	pids := []int{runUser(t, exe, 4), runUser(t, exe, 4), runUser(t, exe, 4), runUser(t, exe, 4)}
+	// 16 hits: 1 to 5 skipped by the pass count (the first process's
+	// four calls, the second's first), 6 to 15 run (max hits 10: the
+	// second's calls i = 1..3, the third's four, the fourth's i = 0..2),
+	// the 16th skipped, the probe disabled
+	waitFor(t, "10 + 16 records", func() (bool, string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.all) >= 26, fmt.Sprintf("%d records", len(r.all))
+	})
+	lv, _, err := k.Vars(lib, false)
+	if err != nil || lv[0] != 10 || lv[1] != 16 {
+		t.Fatalf("lv %v %v, want 10 runs of minor 1, 16 of minor 2", lv, err)
+	}
+	q := k.Query()
+	// the 16th hit finds the probe disabled: a hit, skipped
+	if q[0].Hits != 16 || q[0].Skipped != 6 || q[0].State != probe.StateDisabled {
+		t.Fatalf("minor 1: %+v, want 16 hits, 6 skipped (5 by the pass count, 1 after max hits), disabled", q[0])
+	}
+	if q[1].Hits != 16 || q[1].Faults != 16 {
+		t.Fatalf("minor 2: %+v, want 16 hits, 16 faults", q[1])
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var runs []string
+	exc := 0
+	for _, rec := range r.all {
+		switch {
+		case rec.Minor == 1 && rec.Kind == probe.RecordLog:
+			runs = append(runs, fmt.Sprintf("%d:%d", rec.Pid, binary.LittleEndian.Uint64(rec.Data)))
+		case rec.Minor == 2 && rec.Kind == probe.RecordException && rec.Exception == "invalid-address" && strings.HasSuffix(rec.Line, ":16:1"):
+			exc++
+		default:
+			t.Fatalf("record %+v", rec)
+		}
+	}
+	want := []string{fmt.Sprintf("%d:1", pids[1]), fmt.Sprintf("%d:2", pids[1]), fmt.Sprintf("%d:3", pids[1])}
+	for _, p := range pids[2:] {
+		for i := 0; i < 4; i++ {
+			want = append(want, fmt.Sprintf("%d:%d", p, i))
+		}
+	}
+	want = want[:10]
+	if fmt.Sprint(runs) != fmt.Sprint(want) || exc != 16 {
+		t.Fatalf("runs %v, want %v; %d exception records, want 16", runs, want, exc)
+	}
+}
