@@ -148,6 +148,10 @@ type Options struct {
 	// reads there (without it push r,rip is refused, ErrNeedsKprobe).
 	Addr uint64
 
+	// Args are a usdt probe's arguments as its note describes them
+	// (USDTArg): push arg,N reads Args[N-1]. KindUprobe only.
+	Args []USDTArg
+
 	// Biased are the push d, immediates (by their byte offset in
 	// Module.Code, rpn.Reloc.Off) that hold link-time addresses of a
 	// module loaded at another address in each process (a shared
@@ -597,6 +601,22 @@ func (c *compiler) check() error {
 			}
 		case rpn.OpPushIV, rpn.OpPopIV:
 			c.usesIV = true
+		case rpn.OpPushArg:
+			if c.o.Kind != KindUprobe {
+				return c.unsupported(i, "push arg,%d: a usdt probe's arguments are read by a uprobe, not a %s", in.A, c.o.Kind)
+			}
+			if int(in.A) > len(c.o.Args) || in.A == 0 {
+				return c.unsupported(i, "push arg,%d: the probe's note describes %d arguments", in.A, len(c.o.Args))
+			}
+			if a := c.o.Args[in.A-1]; a.Kind != ArgConst {
+				if _, ok := ptRegs[a.Reg.Canonical()]; !ok {
+					return c.unsupported(i, "push arg,%d: its register %s is not in the probe's pt_regs", in.A, a.Reg)
+				}
+				if !seen[a.Reg.Canonical()] {
+					seen[a.Reg.Canonical()] = true
+					c.regs = append(c.regs, a.Reg.Canonical())
+				}
+			}
 		case rpn.OpLogUStack, rpn.OpLogKStack:
 			c.logMoves = true
 			k := 0
@@ -606,7 +626,7 @@ func (c *compiler) check() error {
 			c.stackN[k] = max(c.stackN[k], int(in.A))
 		}
 		if (in.Op > rpn.OpPushField && in.Op != rpn.OpEnable && in.Op != rpn.OpDisable && in.Op != rpn.OpPushIV && in.Op != rpn.OpPopIV &&
-			in.Op != rpn.OpLogUStack && in.Op != rpn.OpLogKStack) || in.Op == rpn.OpInvalid {
+			in.Op != rpn.OpLogUStack && in.Op != rpn.OpLogKStack && in.Op != rpn.OpPushArg) || in.Op == rpn.OpInvalid {
 			return c.unsupported(i, "%s: not compiled to eBPF yet", in.Op)
 		}
 		switch in.Op {
@@ -2108,6 +2128,35 @@ func (c *compiler) insnBody(i int) {
 		c.probeRead(false)
 		a.jmpImm(asm.JNE, r0, 0, c.raiseAddr(i), false)
 
+	case rpn.OpPushArg:
+		arg := c.o.Args[in.A-1]
+		switch arg.Kind {
+		case ArgConst:
+			c.emit(movImm64(r1, uint64(arg.Value)))
+		case ArgReg:
+			c.emit(asm.LoadMem(r1, rScratch, int16(offRegs+int(arg.Reg.Canonical())*8), asm.DWord))
+			extend(c, r1, arg.Size, arg.Signed)
+		case ArgMem:
+			// the address, then push mrf,size of it
+			c.emit(asm.LoadMem(r3, rScratch, int16(offRegs+int(arg.Reg.Canonical())*8), asm.DWord))
+			c.emit(movImm64(r2, uint64(arg.Value)), asm.Add.Reg(r3, r2))
+			c.push(r3)
+			c.emit(asm.StoreMem(asm.R10, fpAddr, r3, asm.DWord))
+			c.slotPtr(0, r1)
+			c.emit(asm.Mov.Imm(r2, 0), asm.StoreMem(r1, 0, r2, asm.DWord))
+			c.emit(asm.Mov.Imm(r2, int32(arg.Size)))
+			c.probeRead(false)
+			a.jmpImm(asm.JNE, r0, 0, c.raiseAddr(i), false)
+			c.load(r1, 0, r4)
+			extend(c, r1, arg.Size, arg.Signed)
+			c.maskW(r1)
+			c.store(0, r1, r4)
+		}
+		if arg.Kind != ArgMem {
+			c.maskW(r1)
+			c.push(r1)
+		}
+
 	case rpn.OpPushPID:
 		c.emit(asm.LoadMem(r0, rScratch, hdr(HdrPID), asm.Word))
 		c.push(r0)
@@ -2575,4 +2624,38 @@ func (c *compiler) biasFactor(i int) uint64 {
 		}
 	}
 	return 0
+}
+
+// ArgKind is where a usdt argument is.
+type ArgKind uint8
+
+const (
+	ArgConst ArgKind = iota // a constant: Value
+	ArgReg                  // a register: Reg
+	ArgMem                  // memory at Reg + Value
+)
+
+// USDTArg is one argument of a usdt probe as its note (sys/sdt.h)
+// describes it: "-4@%edi" (a signed 4-byte register), "8@-16(%rbp)" (8
+// bytes of memory), "4@$5" (a constant).
+type USDTArg struct {
+	Kind   ArgKind
+	Size   int  // bytes: 1, 2, 4 or 8
+	Signed bool // sign-extended to the word, else zero-extended
+	Reg    rpn.Reg
+	Value  int64
+}
+
+// extend zero- or sign-extends the low size bytes of r to 64 bits.
+func extend(c *compiler, r asm.Register, size int, signed bool) {
+	if size >= 8 || size <= 0 {
+		return
+	}
+	sh := int32(64 - 8*size)
+	c.emit(asm.LSh.Imm(r, sh))
+	if signed {
+		c.emit(asm.ArSh.Imm(r, sh))
+	} else {
+		c.emit(asm.RSh.Imm(r, sh))
+	}
 }

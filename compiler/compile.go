@@ -507,7 +507,7 @@ func (c *compiler) header(kvs []*dpdf.KeyValue) {
 }
 
 // probeKinds maps the keyword that starts a probe to its kind.
-var probeKinds = map[string]rpn.ProbeKind{"offset": rpn.ProbeOffset, "retprobe": rpn.ProbeRetprobe, "tracepoint": rpn.ProbeTracepoint, "watch": rpn.ProbeWatch}
+var probeKinds = map[string]rpn.ProbeKind{"offset": rpn.ProbeOffset, "retprobe": rpn.ProbeRetprobe, "tracepoint": rpn.ProbeTracepoint, "watch": rpn.ProbeWatch, "usdt": rpn.ProbeUSDT}
 
 // probeKeys starts compiling the probe pd, number index, with its
 // keywords: the probe is complete (probeEnd) once its program's statements
@@ -518,6 +518,8 @@ func (c *compiler) probeKeys(index int, pd *dpdf.ProbeDef, keys []*dpdf.KeyValue
 	switch p.Kind {
 	case rpn.ProbeTracepoint:
 		p.Loc = c.tracepoint(pd.Offset)
+	case rpn.ProbeUSDT:
+		p.Loc = c.usdt(pd.Offset)
 	case rpn.ProbeRetprobe:
 		p.Loc = c.retprobe(pd.Offset)
 	case rpn.ProbeWatch:
@@ -688,6 +690,33 @@ func (c *compiler) tracepoint(kv *dpdf.KeyValue) rpn.Location {
 		pos.Column += at
 		pos.Offset += at
 		c.errorf(pos, "tracepoint %q: %s: write SUBSYS:EVENT, such as sched:sched_switch", *v.Event, msg)
+	}
+	return loc
+}
+
+// usdt reads a usdt value, "PROVIDER:NAME", in a user module: a static
+// probe of the module's file (its .note.stapsdt), found where it runs.
+func (c *compiler) usdt(kv *dpdf.KeyValue) rpn.Location {
+	if c.m.ModType != rpn.ModUser {
+		c.errorf(kv.Pos, "a usdt probe needs \"modtype = user\": user static probes are in programs and libraries (this module is modtype = kernel)")
+	}
+	v := kv.Value
+	if v == nil {
+		return rpn.Location{Kind: rpn.LocUSDT} // a line that failed to parse, already reported
+	}
+	loc := rpn.Location{Text: v.Text, Kind: rpn.LocUSDT}
+	if v.Event == nil {
+		c.errorf(v.Pos, "usdt must be PROVIDER:NAME, such as python:function__entry, not %s", v.Text)
+		return loc
+	}
+	if !c.text(v.Pos, "the usdt probe", v.Text) {
+		return loc
+	}
+	if at, msg := rpn.CheckTracepoint(*v.Event); msg != "" {
+		pos := v.Pos
+		pos.Column += at
+		pos.Offset += at
+		c.errorf(pos, "usdt %q: %s: write PROVIDER:NAME, such as python:function__entry", *v.Event, rpn.USDTWords(msg))
 	}
 	return loc
 }
@@ -1065,6 +1094,14 @@ func (c *compiler) push(p *dpdf.PushOperand) {
 		c.pushField(p)
 	case p.IV != nil:
 		c.iv(p.Pos, "push", p.IV, rpn.OpPushIV)
+	case p.Arg != nil:
+		if c.kind != rpn.ProbeUSDT {
+			c.errorf(p.Pos, "push arg reads an argument of a usdt probe (\"usdt = PROVIDER:NAME\"): this is %s; read registers with push r", c.kind.Phrase())
+			break
+		}
+		if v, ok := c.constant(p.Arg, "argument number", 1, rpn.MaxUSDTArgs); ok {
+			c.emit8(rpn.OpPushArg, uint8(v))
+		}
 	case p.Sys != "":
 		switch strings.ToLower(p.Sys) {
 		case "pid":

@@ -151,7 +151,7 @@ func TestErrorsCarryPositionsAndCarets(t *testing.T) {
 	if !ok || len(l) != 2 {
 		t.Fatalf("want 2 errors, got %v", err)
 	}
-	if l[0].Error() != `bad.dpdf:4:7: unexpected "q": expected push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | iv,I | mrf[,SIZE] | io,SIZE | field,NAME | pid | tid | procid | task | ts | lp` {
+	if l[0].Error() != `bad.dpdf:4:7: unexpected "q": expected push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | iv,I | mrf[,SIZE] | io,SIZE | field,NAME | arg,N | pid | tid | procid | task | ts | lp` {
 		t.Errorf("got %q", l[0].Error())
 	}
 	detail := l[0].Detail()

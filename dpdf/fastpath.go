@@ -206,6 +206,12 @@ func fastPush(toks []lexer.Token) (*PushOperand, bool) {
 			if ok {
 				return op, true
 			}
+		case isWord(toks[0], "arg"):
+			e, ok := trivialExpr(toks[2:])
+			op.Arg = e
+			if ok {
+				return op, true
+			}
 		case isWord(toks[0], "mrf"):
 			e, ok := trivialExpr(toks[2:])
 			op.MrfKw, op.Size = true, e

@@ -96,6 +96,7 @@ type PushOperand struct {
 	IO    *Expr   `parser:"| \"io\" \",\" @@"`
 	Field *Name   `parser:"| \"field\" \",\" @@"` // a tracepoint event's field, its name as written
 	IV    *Expr   `parser:"| \"iv\" \",\" @@"`    // an instance variable's index
+	Arg   *Expr   `parser:"| \"arg\" \",\" @@"`   // a usdt probe's argument, from 1
 }
 
 // PopOperand is what follows "pop"; nil for a bare "pop".

@@ -391,8 +391,8 @@ func (s *scanner) value() bool {
 		s.emit(tokString, v, start)
 		s.off = start + len(v)
 		return true
-	case "tracepoint":
-		// SUBSYS:EVENT, kept whole to the end of the statement so that
+	case "tracepoint", "usdt":
+		// SUBSYS:EVENT (PROVIDER:NAME), kept whole to the end of the statement so that
 		// the compiler can say what is wrong in it; a value without ':'
 		// is lexed as usual (and refused by the compiler)
 		start := s.off

@@ -42,8 +42,9 @@ type File struct {
 type ProbeDef struct {
 	Pos lexer.Position
 	// Offset is the line that starts the probe: "offset = LOC",
-	// "retprobe = SYMBOL", "tracepoint = SUBSYS:EVENT" or "watch =
-	// EXPR,LEN,MODE" (Offset.Norm() says which; see StartKeys).
+	// "retprobe = SYMBOL", "tracepoint = SUBSYS:EVENT", "watch =
+	// EXPR,LEN,MODE" or "usdt = PROVIDER:NAME" (Offset.Norm() says which;
+	// see StartKeys).
 	Offset *KeyValue
 	Keys   []*KeyValue
 	Body   []*Stmt // labels and instructions
@@ -51,15 +52,15 @@ type ProbeDef struct {
 
 // StartKeys are the keywords that start a probe, one per probe kind
 // (docs/language.md, "Probe kinds"), in canonical spelling.
-var StartKeys = []string{"offset", "retprobe", "tracepoint", "watch"}
+var StartKeys = []string{"offset", "retprobe", "tracepoint", "watch", "usdt"}
 
 // probeStart is what messages say a probe starts with.
-const probeStart = `a probe starts with "offset = LOCATION", "retprobe = SYMBOL", "tracepoint = SUBSYS:EVENT" or "watch = ADDRESS,LEN,MODE"`
+const probeStart = `a probe starts with "offset = LOCATION", "retprobe = SYMBOL", "tracepoint = SUBSYS:EVENT", "watch = ADDRESS,LEN,MODE" or "usdt = PROVIDER:NAME"`
 
 // Header keywords and probe keywords, in canonical (normKey) spelling.
 var (
 	headerKeys = []string{"name", "modtype", "major", "jmpmax", "logmax", "dfltexit", "vars", "gvars", "arch", "autostacktrace"}
-	probeKeys  = []string{"offset", "retprobe", "tracepoint", "watch", "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive", "enabled", "format", "autostacktrace"}
+	probeKeys  = []string{"offset", "retprobe", "tracepoint", "watch", "usdt", "opcode", "minor", "passcount", "maxhits", "logonfault", "maxactive", "enabled", "format", "autostacktrace"}
 	// spelling used in messages
 	keyDisplay = map[string]string{"passcount": "pass count", "maxhits": "max hits"}
 )
@@ -425,7 +426,7 @@ func describe(t lexer.Token) string {
 	case tokSrcLine:
 		return "source line " + t.Value
 	case tokEvent:
-		return "tracepoint " + t.Value
+		return "event " + t.Value
 	case tokSep:
 		return `","`
 	}
@@ -457,7 +458,7 @@ func expectedAfter(line []lexer.Token, at lexer.Token) string {
 
 // syntax is the operand summary of each instruction, for messages.
 var syntax = map[string]string{
-	"push":   "push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | iv,I | mrf[,SIZE] | io,SIZE | field,NAME | pid | tid | procid | task | ts | lp",
+	"push":   "push r,REG | u,REG | d,EXPR | lv[,I] | gv[,I] | iv,I | mrf[,SIZE] | io,SIZE | field,NAME | arg,N | pid | tid | procid | task | ts | lp",
 	"pop":    "pop | pop r,REG | u,REG | lv[,I] | gv[,I] | iv,I | mrf[,SIZE] | io,SIZE | lp",
 	"log":    "log N | log str | log mrf | log lv,I,N | log gv,I,N | log ustack[,N] | log kstack[,N]",
 	"move":   "move lv[,I] | move gv[,I]",

@@ -400,6 +400,23 @@ func TestFakeKindsRefused(t *testing.T) {
 			t.Errorf("the offset probe ran %d times, want 3", lv[0])
 		}
 	})
+	t.Run("usdt on a process", func(t *testing.T) {
+		// usdt probes are the host target's (package kernel) for now
+		tg := fakeProcess(t)
+		tg.AddThread(1, fPush, 2)
+		r := startFake(t, tg)
+		user := strings.Replace(kindsSrc, "tracepoint = sched:sched_switch\nminor = 1\npush field,prev_pid\n", "usdt = app:tick\nminor = 1\npush arg,1\n", 1)
+		probes, err := r.eng.Insert(compileKinds(t, "user", user), engine.InsertNew)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[uint16][2]string{1: {"refused", "usdt probes run on --target host only (not yet on a process target: docs/global.md)"}, 2: {"active", ""}}
+		checkStates(t, "insert", probes, want)
+		r.runToEnd(t)
+		if lv, _, _ := r.eng.Vars("prog", false); lv[0] != 2 {
+			t.Errorf("the offset probe ran %d times, want 2", lv[0])
+		}
+	})
 	t.Run("kernel module on a process", func(t *testing.T) {
 		// the module is refused whole; the tracepoint probe says why it
 		// would be anyway, the others why the module is

@@ -263,6 +263,7 @@ func (m mech) Warn(msg string) { m.e.warn(msg) }
 // and returns (retprobe.go).
 const (
 	reasonTracepoint = "tracepoint probes run on --target kernel only"
+	reasonUSDT       = "usdt probes run on --target host only (not yet on a process target: docs/global.md)"
 )
 
 // kindRefused says why the engine cannot place a probe of d's kind, or
@@ -273,6 +274,8 @@ func kindRefused(d *rpn.Probe) string {
 		return ""
 	case rpn.ProbeTracepoint:
 		return reasonTracepoint
+	case rpn.ProbeUSDT:
+		return reasonUSDT
 	}
 	return fmt.Sprintf("probe kind %d is not known to this gprobes", d.Kind)
 }

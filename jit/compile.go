@@ -259,6 +259,10 @@ func (c *compiler) check() error {
 			// only tracepoint probes have one, and they run on the
 			// kernel target (package bpf), never in a process's pad
 			return &Unsupported{Reason: "push field: tracepoint probes run on --target kernel only"}
+		case rpn.OpPushArg:
+			// only usdt probes have one, and they run on the host
+			// target (package kernel), not in a process's pad yet
+			return &Unsupported{Reason: "push arg: usdt probes run on --target host only"}
 		case rpn.OpPopR:
 			switch r := rpn.Reg(in.B); r.Canonical() {
 			case rpn.RegRIP, rpn.RegRSP, rpn.RegFSBase, rpn.RegGSBase:

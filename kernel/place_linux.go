@@ -728,20 +728,32 @@ func (t *Target) fields(o *bpf.Options, m *rpn.Module, group, event string) erro
 func closeLinks(ps []*bprobe) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, closeParallel)
-	for _, p := range ps {
-		if p.link == nil {
-			continue
-		}
+	closeOne := func(l link.Link) {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(l link.Link) {
+		go func() {
 			defer wg.Done()
 			l.Close()
 			<-sem
-		}(p.link)
+		}()
+	}
+	for _, p := range ps {
+		for _, e := range p.extra {
+			closeOne(e.link)
+		}
+		if p.link == nil {
+			continue
+		}
+		closeOne(p.link)
 		p.link = nil
 	}
 	wg.Wait()
+	for _, p := range ps {
+		for _, e := range p.extra {
+			e.prog.Close()
+		}
+		p.extra = nil
+	}
 }
 
 // closeParallel is how many links closeLinks closes at once.

@@ -149,6 +149,9 @@ type bprobe struct {
 	s    *source
 	prog *ebpf.Program
 	link link.Link
+	// extra are a usdt probe's programs and links at its other sites
+	// (usdt_linux.go), closed with link
+	extra []siteLink
 	// last counters read while the program was loaded (kept across an
 	// unload of its kernel module)
 	base bpf.Counters

@@ -276,8 +276,10 @@ func (t *Target) attachUser(p *bprobe, o bpf.Options) error {
 	f := p.s.mod.file
 	switch d.Kind {
 	case rpn.ProbeOffset, rpn.ProbeRetprobe:
+	case rpn.ProbeUSDT:
+		return t.attachUSDT(p, o)
 	default:
-		return fmt.Errorf("probe kind %s: the host target places offset and retprobe probes in user code", d.Kind)
+		return fmt.Errorf("probe kind %s: the host target places offset, retprobe and usdt probes in user code", d.Kind)
 	}
 	addr, err := f.resolver().Location(d)
 	if err != nil {

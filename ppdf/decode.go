@@ -453,6 +453,7 @@ func (r *reader) probes() []rpn.Probe {
 			p.Loc.Line = r.u32("location line")
 		case p.Loc.Kind == rpn.LocAbsolute:
 		case p.Loc.Kind == rpn.LocTracepoint && !v2:
+		case p.Loc.Kind == rpn.LocUSDT && !v2 && !v3:
 		case r.err != nil:
 		case v2:
 			r.err = invalidf("probe %d: location kind %d is not symbolic (0), line (1) or absolute (2)", i, p.Loc.Kind)

@@ -309,7 +309,12 @@ func roundTripModules() map[string]*rpn.Module {
 		fields.Fields[i] = fmt.Sprintf("f%d", i)
 	}
 
+	usdt := tinyModule()
+	usdt.ModType = rpn.ModUser
+	usdt.Probes[0].Kind, usdt.Probes[0].Loc = rpn.ProbeUSDT, rpn.Location{Text: "python:audit", Kind: rpn.LocUSDT}
+
 	return map[string]*rpn.Module{
+		"usdt":                    usdt,
 		"empty":                   empty,
 		"empty-non-nil":           emptyNonNil,
 		"tiny":                    tinyModule(),
@@ -693,10 +698,12 @@ func TestHostile(t *testing.T) {
 			"decode probes: probe 0: end 4294967295 is past the end of the code (200 bytes)"},
 		{"bad arch", mod(func(m *rpn.Module) { m.Arch = 2 }), ErrInvalid, "decode header: arch 2 is neither x86_64 (0) nor i386 (1)"},
 		{"bad modtype", mod(func(m *rpn.Module) { m.ModType = 0xff }), ErrInvalid, "decode header: module type 255 is neither user (0) nor kernel (1)"},
-		{"bad location kind", mod(func(m *rpn.Module) { m.Probes[2].Loc.Kind = 4 }), ErrInvalid,
-			"decode probes: probe 2: location kind 4 is not symbolic (0), line (1), absolute (2) or tracepoint (3)"},
-		{"bad probe kind", mod(func(m *rpn.Module) { m.Probes[1].Kind = 4 }), ErrInvalid,
-			"decode probes: probe 1: kind 4 is not offset (0), retprobe (1), tracepoint (2) or watch (3)"},
+		{"bad location kind", mod(func(m *rpn.Module) { m.Probes[2].Loc.Kind = 5 }), ErrInvalid,
+			"decode probes: probe 2: location kind 5 is not symbolic (0), line (1), absolute (2), tracepoint (3) or usdt (4)"},
+		{"bad usdt location", mod(func(m *rpn.Module) { m.Probes[2].Loc.Kind = 4 }), ErrInvalid,
+			`decode probes: probe 2: usdt location "0xc0100000" is not PROVIDER:NAME (letters, digits and _)`},
+		{"bad probe kind", mod(func(m *rpn.Module) { m.Probes[1].Kind = 5 }), ErrInvalid,
+			"decode probes: probe 1: kind 5 is not offset (0), retprobe (1), tracepoint (2), watch (3) or usdt (4)"},
 		{"watch length 3", mod(func(m *rpn.Module) { m.Probes[5].WatchLen = 3 }), ErrInvalid,
 			"decode probes: probe 5: watch length 3 is not 1, 2, 4 or 8 (or 0, off a watch probe)"},
 		{"watch length 16", mod(func(m *rpn.Module) { m.Probes[6].WatchLen = 16 }), ErrInvalid,
@@ -917,7 +924,7 @@ func TestEncodeRejects(t *testing.T) {
 		{"dotted field name", mod(func(m *rpn.Module) { m.Fields[3] = "a.b" }), ErrInvalid,
 			`encode fields: field 3: name "a.b" is not an identifier`},
 		{"probe kind 9", mod(func(m *rpn.Module) { m.Probes[0].Kind = 9 }), ErrInvalid,
-			"encode probes: probe 0: kind 9 is not offset (0), retprobe (1), tracepoint (2) or watch (3)"},
+			"encode probes: probe 0: kind 9 is not offset (0), retprobe (1), tracepoint (2), watch (3) or usdt (4)"},
 		{"watch length 5", mod(func(m *rpn.Module) { m.Probes[5].WatchLen = 5 }), ErrInvalid,
 			"encode probes: probe 5: watch length 5 is not 1, 2, 4 or 8 (or 0, off a watch probe)"},
 		{"tracepoint with a sum", mod(func(m *rpn.Module) { m.Probes[4].Loc.Sum.Addend = 1 }), ErrInvalid,

@@ -33,18 +33,20 @@ func validate(m *rpn.Module) (section string, err error) {
 	for i := range m.Probes {
 		p := &m.Probes[i]
 		switch {
-		case p.Kind > rpn.ProbeWatch:
-			err = invalidf("probe %d: kind %d is not offset (0), retprobe (1), tracepoint (2) or watch (3)", i, p.Kind)
+		case p.Kind > rpn.ProbeUSDT:
+			err = invalidf("probe %d: kind %d is not offset (0), retprobe (1), tracepoint (2), watch (3) or usdt (4)", i, p.Kind)
 		case p.WatchLen != 0 && p.WatchLen != 1 && p.WatchLen != 2 && p.WatchLen != 4 && p.WatchLen != 8:
 			err = invalidf("probe %d: watch length %d is not 1, 2, 4 or 8 (or 0, off a watch probe)", i, p.WatchLen)
 		case p.WatchMode != 0 && p.WatchMode != rpn.WatchWrite && p.WatchMode != rpn.WatchReadWrite:
 			err = invalidf("probe %d: watch mode %d is not w (1) or rw (3) (or 0, off a watch probe)", i, p.WatchMode)
 		case len(p.Loc.Text) > MaxString:
 			err = limitf("probe %d: location text is %d bytes, at most %d", i, len(p.Loc.Text), MaxString)
-		case p.Loc.Kind > rpn.LocTracepoint:
+		case p.Loc.Kind > rpn.LocUSDT:
 			err = invalidf("probe %d: %s", i, locKindMsg(p.Loc.Kind))
 		case p.Loc.Kind == rpn.LocTracepoint && !validTracepoint(p.Loc.Text):
 			err = invalidf("probe %d: tracepoint location %q is not SUBSYS:EVENT (letters, digits and _)", i, p.Loc.Text)
+		case p.Loc.Kind == rpn.LocUSDT && !validTracepoint(p.Loc.Text):
+			err = invalidf("probe %d: usdt location %q is not PROVIDER:NAME (letters, digits and _)", i, p.Loc.Text)
 		case p.MaxActive > rpn.MaxMaxActive:
 			err = invalidf("probe %d: maxactive %d is outside 0..%d", i, p.MaxActive, rpn.MaxMaxActive)
 		case p.Loc.Kind != rpn.LocExpr && (len(p.Loc.Sum.Terms) > 0 || p.Loc.Sum.Addend != 0):
@@ -122,7 +124,7 @@ func validate(m *rpn.Module) (section string, err error) {
 
 // locKindMsg says that k is no location kind.
 func locKindMsg(k rpn.LocKind) string {
-	return fmt.Sprintf("location kind %d is not symbolic (0), line (1), absolute (2) or tracepoint (3)", k)
+	return fmt.Sprintf("location kind %d is not symbolic (0), line (1), absolute (2), tracepoint (3) or usdt (4)", k)
 }
 
 func validTracepoint(text string) bool {

@@ -115,6 +115,8 @@ func (r Resolver) Location(d *rpn.Probe) (uint64, error) {
 		return a, nil
 	case rpn.LocTracepoint:
 		return 0, fmt.Errorf("%s = %s: a tracepoint has no address", d.Kind, loc.Text)
+	case rpn.LocUSDT:
+		return 0, fmt.Errorf("%s = %s: a usdt probe's address is in its file's note (.note.stapsdt), not a location to resolve", d.Kind, loc.Text)
 	}
 	// a location is an address in the module: moved once, whatever its
 	// sum's symbol factors

@@ -46,7 +46,7 @@ type CompileOptions struct {
 
 // kindNames says "an offset probe", "a retprobe", "a tracepoint probe", "a
 // watch probe" in messages.
-var kindNames = [...]string{ProbeOffset: "an offset probe", ProbeRetprobe: "a retprobe", ProbeTracepoint: "a tracepoint probe", ProbeWatch: "a watch probe"}
+var kindNames = [...]string{ProbeOffset: "an offset probe", ProbeRetprobe: "a retprobe", ProbeTracepoint: "a tracepoint probe", ProbeWatch: "a watch probe", ProbeUSDT: "a usdt probe"}
 
 // CheckReg says why a register cannot be used, or "". Shared by the
 // compiler (package compiler) and the verifier.

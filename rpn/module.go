@@ -108,6 +108,7 @@ const (
 	LocLine                      // source line "fs/open.c:1234", resolved through DWARF
 	LocAbsolute                  // constant expression without symbols: an address as written
 	LocTracepoint                // a kernel static tracepoint "SUBSYS:EVENT" (Text), kind ProbeTracepoint
+	LocUSDT                      // a user static probe "PROVIDER:NAME" (Text) of the file's .note.stapsdt, kind ProbeUSDT
 )
 
 func (k LocKind) String() string {
@@ -120,6 +121,8 @@ func (k LocKind) String() string {
 		return "absolute"
 	case LocTracepoint:
 		return "tracepoint"
+	case LocUSDT:
+		return "usdt"
 	}
 	return fmt.Sprintf("lockind(%d)", uint8(k))
 }
@@ -157,6 +160,7 @@ const (
 	ProbeRetprobe                    // retprobe = SYMBOL: when a call of the function returns
 	ProbeTracepoint                  // tracepoint = SUBSYS:EVENT: at a kernel static tracepoint
 	ProbeWatch                       // watch = EXPR,LEN,MODE: right after an instruction accessed the watched bytes
+	ProbeUSDT                        // usdt = PROVIDER:NAME: at a user static probe (sys/sdt.h) of the module's file
 )
 
 func (k ProbeKind) String() string {
@@ -169,6 +173,8 @@ func (k ProbeKind) String() string {
 		return "tracepoint"
 	case ProbeWatch:
 		return "watch"
+	case ProbeUSDT:
+		return "usdt"
 	}
 	return fmt.Sprintf("probekind(%d)", uint8(k))
 }
@@ -181,6 +187,7 @@ const DefaultMaxActive = 64
 const (
 	MaxMaxActive = 4096  // a retprobe's maxactive: 1..MaxMaxActive
 	MaxFields    = 65535 // distinct field names in Module.Fields (OpPushField's operand is a u16)
+	MaxUSDTArgs  = 12    // push arg,N: N in 1..MaxUSDTArgs (sys/sdt.h's probes take at most 12 arguments)
 )
 
 // SplitTracepoint splits a tracepoint location "SUBSYS:EVENT" (Location.Text
@@ -401,4 +408,10 @@ func (m *Module) LineFor(pc uint32) (Pos, bool) {
 		return Pos{}, false
 	}
 	return m.Lines[lo-1].Pos, true
+}
+
+// USDTWords says a CheckTracepoint message of a usdt location in its
+// words: provider and name, not subsystem and event.
+func USDTWords(msg string) string {
+	return strings.NewReplacer("subsystem or event name", "provider or probe name", "subsystem", "provider", "event", "name").Replace(msg)
 }

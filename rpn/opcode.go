@@ -116,6 +116,8 @@ const (
 	OpLogUStack // -  LOG USTACK,n  -                 n return addresses of the user stack at the hit, zero-padded (StackEnv)
 	OpLogKStack // -  LOG KSTACK,n  -                 the same of the kernel stack
 
+	OpPushArg // -  PUSH ARG,n  v                    argument n (1..MaxUSDTArgs) of the usdt probe, as its note says where it is (ArgEnv); usdt probes only
+
 	numOpcodes
 )
 
@@ -247,6 +249,8 @@ var opTable = [numOpcodes]opInfo{
 
 	OpLogUStack: {"log ustack", fmtU8, 0, 0},
 	OpLogKStack: {"log kstack", fmtU8, 0, 0},
+
+	OpPushArg: {"push arg", fmtU8, 0, 1},
 }
 
 // String returns the mnemonic of op.

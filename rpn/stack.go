@@ -30,7 +30,7 @@ func StackEffect(in Insn) (reads, delta, writes int) {
 	case OpMoveLV, OpMoveGV:
 		return 2, -1, 0
 	case OpPushLP, OpPushLVI, OpPushGVI, OpPushR, OpPushU, OpPushD,
-		OpPushPID, OpPushTID, OpPushProcID, OpPushTask, OpPushTS, OpPushField, OpPushIV:
+		OpPushPID, OpPushTID, OpPushProcID, OpPushTask, OpPushTS, OpPushField, OpPushIV, OpPushArg:
 		return 0, 1, 1
 	case OpPushLV, OpPushGV, OpNot, OpNeg,
 		OpShlI, OpShrI, OpSarI, OpRolI, OpRorI,

@@ -159,10 +159,12 @@ func checkFields(fields []string) string {
 // keywords (docs/language.md, "Probe kinds"), or "".
 func checkKind(pr *Probe, h *Header) string {
 	switch {
-	case pr.Kind > ProbeWatch:
+	case pr.Kind > ProbeUSDT:
 		return fmt.Sprintf("unknown probe kind %d", pr.Kind)
-	case pr.Loc.Kind > LocTracepoint:
+	case pr.Loc.Kind > LocUSDT:
 		return fmt.Sprintf("unknown location kind %d", pr.Loc.Kind)
+	case (pr.Kind == ProbeUSDT) != (pr.Loc.Kind == LocUSDT):
+		return fmt.Sprintf("%s with %s location: a usdt location goes with a usdt probe, and only there", pr.Kind.Phrase(), article(pr.Loc.Kind.String()))
 	case (pr.Kind == ProbeTracepoint) != (pr.Loc.Kind == LocTracepoint):
 		return fmt.Sprintf("%s with %s location: a tracepoint location goes with a tracepoint probe, and only there", pr.Kind.Phrase(), article(pr.Loc.Kind.String()))
 	case pr.Kind == ProbeRetprobe && pr.Loc.Kind == LocLine:
@@ -185,6 +187,12 @@ func checkKind(pr *Probe, h *Header) string {
 		return fmt.Sprintf("maxactive %d outside 1..%d", pr.MaxActive, MaxMaxActive)
 	case pr.HasOpcode && pr.Kind != ProbeOffset:
 		return fmt.Sprintf("opcode check on %s: only an offset probe has one", pr.Kind.Phrase())
+	case pr.Kind == ProbeUSDT && h.ModType != ModUser:
+		return "usdt probe in a kernel module: user static probes are in user programs and libraries"
+	case pr.Kind == ProbeUSDT:
+		if _, msg := CheckTracepoint(pr.Loc.Text); msg != "" {
+			return fmt.Sprintf("usdt %q: %s", pr.Loc.Text, USDTWords(msg))
+		}
 	case pr.LogOnFault && pr.Kind == ProbeTracepoint:
 		return "logonfault on a tracepoint probe: no probed instruction runs after its program"
 	case pr.LogOnFault && pr.Kind == ProbeWatch:
@@ -371,6 +379,13 @@ func (v *verifier) decode(pi int, pc uint32, b []byte) (insn, error) {
 		}
 		if int(in.b) >= len(v.m.Fields) {
 			return bad("push field %d: the module has %d field names", in.b, len(v.m.Fields))
+		}
+	case OpPushArg:
+		if k := v.m.Probes[pi].Kind; k != ProbeUSDT {
+			return bad("push arg in %s: only a usdt probe has arguments its note describes", k.Phrase())
+		}
+		if in.a < 1 || in.a > MaxUSDTArgs {
+			return bad("push arg,%d: argument outside 1..%d", in.a, MaxUSDTArgs)
 		}
 	case OpLogUStack, OpLogKStack:
 		if in.a < 1 || in.a > MaxStackFrames {

@@ -164,13 +164,28 @@ func TestVerifierRefusesKinds(t *testing.T) {
 	field := func(i uint16) []byte { return cat(OpPushField, byte(i), byte(i>>8), OpPop, exit) }
 	tp := func(code []byte, fields ...string) *Module { return tracepointProbe(asm(code...), fields...) }
 	edit := func(m *Module, f func(m *Module)) *Module { f(m); return m }
+	arg := func(n byte) []byte { return cat(OpPushArg, n, OpPop, exit) }
+	usdt := func(m *Module) {
+		m.Probes[0].Kind, m.Probes[0].Loc.Kind, m.Probes[0].Loc.Text, m.ModType = ProbeUSDT, LocUSDT, "prov:name", ModUser
+	}
 	for _, c := range []struct {
 		name string
 		m    *Module
 		want string
 	}{
-		{"unknown kind", edit(asm(exit...), func(m *Module) { m.Probes[0].Kind = 4 }), "unknown probe kind 4"},
-		{"unknown location kind", edit(asm(exit...), func(m *Module) { m.Probes[0].Loc.Kind = 4 }), "unknown location kind 4"},
+		{"unknown kind", edit(asm(exit...), func(m *Module) { m.Probes[0].Kind = 5 }), "unknown probe kind 5"},
+		{"unknown location kind", edit(asm(exit...), func(m *Module) { m.Probes[0].Loc.Kind = 5 }), "unknown location kind 5"},
+		{"push arg in an offset probe", asm(arg(1)...), "push arg in an offset probe: only a usdt probe has arguments"},
+		{"push arg,0", edit(asm(arg(0)...), usdt), "push arg,0: argument outside 1..12"},
+		{"push arg,13", edit(asm(arg(13)...), usdt), "push arg,13: argument outside 1..12"},
+		{"usdt kind, offset location", edit(asm(exit...), func(m *Module) { m.Probes[0].Kind = ProbeUSDT }), "a usdt location goes with a usdt probe"},
+		{"usdt location, offset kind", edit(asm(exit...), func(m *Module) { m.Probes[0].Loc.Kind = LocUSDT }), "a usdt location goes with a usdt probe"},
+		{"usdt in a kernel module", edit(asm(exit...), func(m *Module) {
+			m.Probes[0].Kind, m.Probes[0].Loc.Kind, m.Probes[0].Loc.Text, m.ModType = ProbeUSDT, LocUSDT, "p:n", ModKernel
+		}), "usdt probe in a kernel module"},
+		{"usdt not PROVIDER:NAME", edit(asm(exit...), func(m *Module) {
+			m.Probes[0].Kind, m.Probes[0].Loc.Kind, m.Probes[0].Loc.Text, m.ModType = ProbeUSDT, LocUSDT, "pn", ModUser
+		}), `usdt "pn"`},
 		{"tracepoint location on an offset probe", edit(tp(exit), func(m *Module) { m.Probes[0].Kind = ProbeOffset }),
 			"an offset probe with a tracepoint location"},
 		{"tracepoint probe at an address", edit(tp(exit), func(m *Module) { m.Probes[0].Loc = Location{Text: "0x1000", Kind: LocAbsolute} }),

@@ -37,6 +37,14 @@ type FieldEnv interface {
 	Field(name string) (uint64, bool)
 }
 
+// ArgEnv is an Env that can run push arg,N: Arg is argument n (from 1) of
+// the usdt probe hit, as its note describes it; false when it cannot be
+// read (an invalid-operand exception). Without it push arg is an
+// invalid-operand exception.
+type ArgEnv interface {
+	Arg(n int) (uint64, bool)
+}
+
 // Switcher is an Env that can run enable MINOR and disable MINOR: Switch
 // switches on (on true) or off every probe of the running probe's module
 // with that minor, the running probe included, for every later hit on
@@ -646,6 +654,20 @@ func (m *Machine) exec(p *Program, pi int, lv, gv []uint64, env Env) {
 			var v uint64
 			if ok {
 				v, ok = fe.Field(mod.Fields[in.b])
+			}
+			if !ok {
+				ex = ExInvalidOperand
+				goto fault
+			}
+			tos = (tos + 1) & sm
+			s[tos] = v & mask
+
+		case OpPushArg:
+			// the verifier allows it only in usdt probes
+			ae, ok := env.(ArgEnv)
+			var v uint64
+			if ok {
+				v, ok = ae.Arg(int(in.a))
 			}
 			if !ok {
 				ex = ExInvalidOperand

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/kernel"
 	"github.com/gprobes/gprobes/ptrace"
 	"github.com/gprobes/gprobes/symbols"
@@ -174,4 +175,47 @@ func TestDaemonHostKilled(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	roundLine(t, lines) // it runs on
+}
+
+// A usdt probe through the daemon (the module goes as a PPDF): the
+// semaphore of the static probe is set in a process started after the
+// insert, and cleared by remove; query counts the hits.
+func TestDaemonHostUSDT(t *testing.T) {
+	needKernelBPF(t)
+	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
+		if _, err := os.Stat("/usr/include/sys/sdt.h"); err != nil {
+			testkit.SkipOrFail(t, "sys/sdt.h is not installed (Debian: systemtap-sdt-dev)")
+		}
+	}
+	exe := testkit.CC(t, "usdtprog", "-O1", "../../kernel/testdata/usdtprog.c", "../../kernel/testdata/usdtguard.c")
+	sock, _ := startDaemon(t)
+	mustRun(t, "insert", "--socket", sock, "-e", fmt.Sprintf("name = %s; modtype = user; vars = 1; usdt = app:guarded; inc lv,0; push arg,1; log 1; exit 1", exe))
+	rounds := func(n int) string {
+		c := exec.Command(exe)
+		c.Stdin = strings.NewReader(fmt.Sprintf("%d\n", n))
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("%s: %v %s", exe, err, out)
+		}
+		return string(out)
+	}
+	if out := rounds(5); !strings.Contains(out, "done 5 enabled 5\n") {
+		t.Fatalf("with the probe in: %q, want the 5 rounds enabled", out)
+	}
+	var q struct {
+		Probes []struct {
+			State, How string
+			Hits       uint64
+		}
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "query", "--socket", sock, "--json")), &q); err != nil {
+		t.Fatal(err)
+	}
+	if len(q.Probes) != 1 || q.Probes[0].State != "active" || q.Probes[0].How != "usdt" || q.Probes[0].Hits != 5 {
+		t.Fatalf("query: %+v", q)
+	}
+	mustRun(t, "remove", "--socket", sock, "--all")
+	if out := rounds(3); !strings.Contains(out, "done 3 enabled 0\n") {
+		t.Fatalf("after remove: %q, want no round enabled", out)
+	}
 }
