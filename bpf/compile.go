@@ -1224,6 +1224,7 @@ func (c *compiler) mainFunc() {
 
 	// switched off: no hit at all (switch.go)
 	c.switchCheck()
+	c.countProcess()
 
 	// counters, pass count, max hits (jit/compile.go, prologue)
 	c.counters(asm.R1, 0)

@@ -126,6 +126,13 @@ func NewMaps(m *rpn.Module, o MapOptions) (*Maps, error) {
 		}
 		ms.ownIV = true
 	}
+	if o.Procs {
+		ms.Procs, err = ebpf.NewMap(&ebpf.MapSpec{Name: "gp_procs", Type: ebpf.LRUHash, KeySize: 8, ValueSize: 8, MaxEntries: ProcsEntries})
+		if err != nil {
+			return nil, missing("the map of hits by process (LRU hash)", err)
+		}
+		ms.ownProcs = true
+	}
 	if o.GV != nil {
 		ms.GV = o.GV
 	} else {
@@ -251,7 +258,30 @@ func (m *Maps) Close() error {
 	if m.ownIV && m.IV != nil {
 		m.IV.Close()
 	}
+	if m.ownProcs && m.Procs != nil {
+		m.Procs.Close()
+	}
 	return nil
+}
+
+// ProcessHits reads the hits by process of the module's probes
+// (MapOptions.Procs): for each probe index, its hits by pid. Nil without
+// the map.
+func (m *Maps) ProcessHits() (map[int]map[int]uint64, error) {
+	if m.Procs == nil {
+		return nil, nil
+	}
+	out := map[int]map[int]uint64{}
+	var k, v uint64
+	it := m.Procs.Iterate()
+	for it.Next(&k, &v) {
+		pi, pid := int(k>>32), int(uint32(k))
+		if out[pi] == nil {
+			out[pi] = map[int]uint64{}
+		}
+		out[pi][pid] = v
+	}
+	return out, it.Err()
 }
 
 // Load loads the compiled program into the kernel. A program past the

@@ -135,3 +135,6 @@ func Detect() Report {
 	r.Abilities = append(r.Abilities, Kallsyms{Addrs: ErrNotSupported, DataSyms: ErrNotSupported}.List()...)
 	return r
 }
+
+// ProcessHits returns ErrNotSupported.
+func (m *Maps) ProcessHits() (map[int]map[int]uint64, error) { return nil, ErrNotSupported }

@@ -36,6 +36,10 @@ type Maps struct {
 	GV       *ebpf.Map
 	Switch   *ebpf.Map
 	IV       *ebpf.Map // LRU hash: the module's calls' instance variables (iv.go), nil when no probe has a part in them
+	// Procs (MapOptions.Procs) is an LRU hash of hits by probe and
+	// process: key probe<<32 | pid, value the hits (procs.go); nil
+	// without
+	Procs *ebpf.Map
 
 	probes, vars int
 	ownGV        bool
@@ -43,6 +47,7 @@ type Maps struct {
 	ownLV        bool
 	ownSwitch    bool
 	ownIV        bool
+	ownProcs     bool
 }
 
 // MapOptions tune NewMaps.
@@ -64,6 +69,8 @@ type MapOptions struct {
 	// IV makes the instance map (Maps.IV, iv.go), for a module whose
 	// probes share calls' instance variables.
 	IV bool
+	// Procs makes the map of hits by process (Maps.Procs, procs.go).
+	Procs bool
 }
 
 // DefaultRingSize is the ring buffer's size when MapOptions.RingSize is 0.

@@ -102,8 +102,18 @@ func (c *Client) Vars(module string, reset bool) (*VarsResponse, error) {
 
 // Probes lists probes.
 func (c *Client) Probes(module string) ([]TargetProbe, error) {
+	return c.ProbesBy(module, false)
+}
+
+// ProbesBy is Probes, with each probe's hits by process when processes is
+// set (where the target counts them: the host target).
+func (c *Client) ProbesBy(module string, processes bool) ([]TargetProbe, error) {
 	var resp struct{ Probes []TargetProbe }
-	err := c.do("GET", "/v1/probes?module="+url.QueryEscape(module), nil, &resp)
+	q := "/v1/probes?module=" + url.QueryEscape(module)
+	if processes {
+		q += "&processes=1"
+	}
+	err := c.do("GET", q, nil, &resp)
 	return resp.Probes, err
 }
 

@@ -712,7 +712,7 @@ func decimal(v []uint64) []string {
 
 func (s *Server) handleProbes(w http.ResponseWriter, r *http.Request) {
 	module := r.URL.Query().Get("module")
-	probes := s.Probes(module)
+	probes := s.ProbesBy(module, r.URL.Query().Get("processes") != "")
 	if module != "" && len(probes) == 0 {
 		writeErr(w, http.StatusNotFound, fmt.Errorf("query: no module %s is inserted", short(module)))
 		return
@@ -721,11 +721,19 @@ func (s *Server) handleProbes(w http.ResponseWriter, r *http.Request) {
 }
 
 // Probes lists the probes of one module ("" for all).
-func (s *Server) Probes(module string) []TargetProbe {
+func (s *Server) Probes(module string) []TargetProbe { return s.ProbesBy(module, false) }
+
+// ProbesBy is Probes, with each probe's hits by process when processes is
+// set and its target counts them (probe.ProcessQuerier: the host target).
+func (s *Server) ProbesBy(module string, processes bool) []TargetProbe {
 	out := []TargetProbe{}
 	for _, t := range s.readyTargets() {
 		name := t.name
-		for _, p := range t.eng.Query() {
+		query := t.eng.Query
+		if pq, ok := t.eng.(probe.ProcessQuerier); ok && processes {
+			query = pq.QueryProcesses
+		}
+		for _, p := range query() {
 			if module == "" || p.Module == module {
 				lost, slost := s.log.Lost(name, p.Module, p.Minor)
 				out = append(out, TargetProbe{Target: name, Info: p, Lost: lost + p.Lost, SyslogLost: slost})

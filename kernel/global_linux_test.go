@@ -250,6 +250,20 @@ func TestHostGlobal(t *testing.T) {
 	if n, err := UprobeLinks(lib); n != 1 || err != nil {
 		t.Fatalf("%d uprobe links on %s with the probe in (%v)", n, lib, err)
 	}
+	// query's hits by process: each process's calls, the running ones
+	// named
+	qp := k.QueryProcesses()
+	byPid := map[int]int{}
+	for _, ph := range qp[0].Processes {
+		byPid[ph.Pid] = int(ph.Hits)
+		running := ph.Pid == before.pid() || ph.Pid == after.pid()
+		if running && ph.Comm != "globuser" || !running && ph.Comm != "" {
+			t.Errorf("process %d: command %q", ph.Pid, ph.Comm)
+		}
+	}
+	if fmt.Sprint(byPid) != fmt.Sprint(want) || qp[0].Processes[0].Pid != after.pid() {
+		t.Fatalf("hits by process %+v, want %v, the most first", qp[0].Processes, want)
+	}
 	if n, err := k.Remove(lib, nil); n != 1 || err != nil {
 		t.Fatalf("remove: %d %v", n, err)
 	}

@@ -3,9 +3,11 @@
 package kernel
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -453,7 +455,7 @@ func (t *Target) place(s *source) {
 		return
 	}
 	s.iv = t.ivRoles(s, prog)
-	maps, err := bpf.NewMaps(s.src, bpf.MapOptions{RingSize: t.opts.RingSize, GV: t.gv, LV: s.mod.lv, Switch: s.mod.sw, IV: len(s.iv) > 0})
+	maps, err := bpf.NewMaps(s.src, bpf.MapOptions{RingSize: t.opts.RingSize, GV: t.gv, LV: s.mod.lv, Switch: s.mod.sw, IV: len(s.iv) > 0, Procs: s.mod.user != ""})
 	if err != nil {
 		refuse(err.Error())
 		return
@@ -607,6 +609,46 @@ func (t *Target) Query() []probe.Info {
 	defer t.mu.Unlock()
 	return t.book.Query()
 }
+
+// QueryProcesses is Query with each user probe's hits by process (the
+// host target counts them: bpf.MapOptions.Procs), most hits first, each
+// process's command name as /proc shows it now ("" once it has exited).
+// The counts are those since the probe was last placed: a file rebuilt
+// (filesChanged) starts them again.
+func (t *Target) QueryProcesses() []probe.Info {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	byMaps := map[*bpf.Maps]map[int]map[int]uint64{}
+	var out []probe.Info
+	for _, q := range t.book.Probes() {
+		info := t.book.Info(q)
+		p := q.Impl.(*bprobe)
+		if m := p.s.maps; m != nil && m.Procs != nil {
+			hits, ok := byMaps[m]
+			if !ok {
+				var err error
+				if hits, err = m.ProcessHits(); err != nil {
+					t.warn(fmt.Sprintf("module %s: its hits by process: %v", q.Module().Name, err))
+				}
+				byMaps[m] = hits
+			}
+			for pid, n := range hits[p.Index] {
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+				info.Processes = append(info.Processes, probe.ProcessHits{Pid: pid, Comm: strings.TrimSpace(string(comm)), Hits: n})
+			}
+			slices.SortFunc(info.Processes, func(a, b probe.ProcessHits) int {
+				if a.Hits != b.Hits {
+					return cmp.Compare(b.Hits, a.Hits)
+				}
+				return cmp.Compare(a.Pid, b.Pid)
+			})
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+var _ probe.ProcessQuerier = (*Target)(nil)
 
 // counters reads a probe's counters from its maps and its program's
 // statistics, added to what it counted before an unload.

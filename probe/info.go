@@ -60,6 +60,25 @@ type Info struct {
 	// "registers", "user registers", "memory", "port IO" (rpn.WriteKinds);
 	// "" when it only reads
 	Writes string `json:"writes,omitempty"`
+	// Processes are the probe's hits by process, most first, when asked
+	// of a target that counts them (ProcessQuerier: the host target's
+	// user probes)
+	Processes []ProcessHits `json:"processes,omitempty"`
+}
+
+// ProcessHits are one process's hits of a probe.
+type ProcessHits struct {
+	Pid int `json:"pid"`
+	// Comm is the process's command name as /proc shows it at the
+	// query, "" when it has exited
+	Comm string `json:"comm,omitempty"`
+	Hits uint64 `json:"hits"`
+}
+
+// ProcessQuerier is a Prober that counts each probe's hits by process:
+// QueryProcesses is Query with Info.Processes filled in.
+type ProcessQuerier interface {
+	QueryProcesses() []Info
 }
 
 // KindName is a probe's kind as query and log show it: "" for an offset

@@ -157,6 +157,10 @@ func TestDaemonHostKilled(t *testing.T) {
 	if len(q.Probes) != 1 || q.Probes[0].Target != "host" || q.Probes[0].State != "active" || q.Probes[0].How != "uprobe" || q.Probes[0].Hits == 0 {
 		t.Fatalf("query: %+v", q)
 	}
+	// query --processes: the one process, by its pid and name
+	if out := mustRun(t, "query", "--socket", sock, "--processes"); !strings.Contains(out, fmt.Sprintf("  %d  hits  ", target.Process.Pid)) {
+		t.Fatalf("query --processes, want a row of pid %d, command hits:\n%s", target.Process.Pid, out)
+	}
 	if n, err := kernel.UprobeLinks(hits); n != 1 || err != nil {
 		t.Fatalf("%d uprobe links on %s with the probe in (%v)", n, hits, err)
 	}

@@ -284,6 +284,19 @@ func insertCommand() *cli.Command {
 	}
 }
 
+// printProcesses prints each probe's hits by process, most first, as a
+// table.
+func printProcesses(w io.Writer, probes []daemon.TargetProbe) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tMODULE\tMINOR\tLOCATION\tPID\tCOMMAND\tHITS")
+	for _, p := range probes {
+		for _, ph := range p.Processes {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%d\n", p.Target, p.Module, p.Minor, probeLocation(p.Info), ph.Pid, dash(ph.Comm), ph.Hits)
+		}
+	}
+	tw.Flush()
+}
+
 // printProbes prints the probes as a table, one line each: HOW is its
 // short form (howShort), the why in the detail view (printProbeDetails).
 func printProbes(w io.Writer, probes []daemon.TargetProbe) {
@@ -499,6 +512,7 @@ func queryCommand() *cli.Command {
 			&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "every module (the default without NAME)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "print each probe as a block, every field whole: HOW with why the probe runs that way"},
+			&cli.BoolFlag{Name: "processes", Aliases: []string{"p"}, Usage: "also each probe's hits by process (pid, command name, hits; the host target's user probes)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
@@ -506,7 +520,7 @@ func queryCommand() *cli.Command {
 			}
 			module := c.Args().First() // none, or --all: every module
 			cl := client(c)
-			probes, err := cl.Probes(module)
+			probes, err := cl.ProbesBy(module, c.Bool("processes"))
 			if err != nil {
 				return daemonErr("query", err)
 			}
@@ -521,6 +535,9 @@ func queryCommand() *cli.Command {
 				printProbeDetails(c.App.Writer, probes)
 			} else {
 				printProbes(c.App.Writer, probes)
+			}
+			if c.Bool("processes") {
+				printProcesses(c.App.Writer, probes)
 			}
 			printLosses(c.App.ErrWriter, "query", st.Lost, st.SyslogLost)
 			return nil
