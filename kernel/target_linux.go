@@ -166,8 +166,12 @@ func (p *bprobe) def() *rpn.Probe { return &p.s.src.Probes[p.Index] }
 // opens the target. It touches nothing in the kernel but the maps it
 // makes.
 func Start(o Options) (*Target, error) {
+	what := "kernel target"
+	if o.User {
+		what = "host target"
+	}
 	if err := bpf.Available(); err != nil {
-		return nil, fmt.Errorf("kernel target: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if o.Poll <= 0 {
 		o.Poll = time.Second
@@ -181,7 +185,7 @@ func Start(o Options) (*Target, error) {
 	t.removeStale()
 	var err error
 	if t.gv, err = bpf.NewGV(); err != nil {
-		return nil, fmt.Errorf("kernel target: the gv map: %w", err)
+		return nil, fmt.Errorf("%s: the gv map: %w", what, err)
 	}
 	if t.kmem, err = newKmem(); err != nil {
 		t.warn(fmt.Sprintf("kernel text cannot be read through eBPF (%v): opcode checks refuse, instruction boundaries are left to kprobes", err))
@@ -192,7 +196,7 @@ func Start(o Options) (*Target, error) {
 		if t.kmem != nil {
 			t.kmem.close()
 		}
-		return nil, fmt.Errorf("kernel target: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if o.PID != 0 && o.Children {
 		if t.follow, err = bpf.NewFollow(uint32(o.PID)); err != nil {
