@@ -223,3 +223,21 @@ func TestDaemonHostUSDT(t *testing.T) {
 		t.Fatalf("after remove: %q, want no round enabled", out)
 	}
 }
+
+// run --target host -- COMMAND counts COMMAND's hits of a user probe and
+// those of the processes it starts, not another process running the same
+// program meanwhile.
+func TestRunHostCommand(t *testing.T) {
+	needKernelBPF(t)
+	hits := buildHits(t)
+	other, lines := startLooping(t, hits)
+	out := mustRun(t, "run", "--target", "host", "--json", "-e",
+		fmt.Sprintf("name = %s; modtype = user; vars = 1; offset = probed; inc lv,0; push r,rdi; log 1; exit 1", hits), "--", hits, "-n", "7", "-f")
+	roundLine(t, lines) // the other process ran meanwhile, unprobed
+	if !strings.Contains(out, "lv 0=14") {
+		t.Fatalf("run --target host -- hits -n 7 -f: want lv 0=14 (7 calls in the command, 7 in its child):\n%s", out)
+	}
+	if strings.Contains(out, fmt.Sprintf(`"pid":%d,`, other.Process.Pid)) {
+		t.Fatalf("a record of the other process %d:\n%s", other.Process.Pid, out)
+	}
+}
