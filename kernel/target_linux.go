@@ -293,8 +293,13 @@ var _ probe.Mechanism = kmech{}
 
 func (k kmech) NewModule(m *probe.Module) {
 	if m.Header.ModType == rpn.ModUser {
-		// found at insert (InsertPack): found again, the same
-		path, _ := userFile(m.Name)
+		// found at insert (InsertPack): found again, the same; should
+		// it be gone meanwhile, the name as written, which placing
+		// refuses saying so (never "": that is kernel code)
+		path, err := userFile(m.Name)
+		if err != nil {
+			path = m.Name
+		}
 		m.Impl = &kmodule{Module: m, user: path}
 		return
 	}
