@@ -269,6 +269,10 @@ type InsertRequest struct {
 	// target's program given by a relative path (exec:./prog) is found
 	// there, and runs there. Empty: the daemon's.
 	Dir string `json:"dir,omitempty"`
+	// EveryCopy places the pack's probes on every file of its build
+	// that processes map, not only the file its name names (the host
+	// target: docs/global.md).
+	EveryCopy bool `json:"every_copy,omitempty"`
 }
 
 // TargetProbe is a probe with its target, as the API reports it.
@@ -331,7 +335,7 @@ func (s *Server) handleInsert(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("insert: mode %q: merge or replace", req.Mode))
 		return
 	}
-	resp, code, err := s.InsertPack(req.Target, builds, mode, TargetOptions{Symbols: req.Symbols, KASLROffset: req.KASLROffset, Dir: req.Dir})
+	resp, code, err := s.InsertPack(req.Target, builds, mode, TargetOptions{Symbols: req.Symbols, KASLROffset: req.KASLROffset, Dir: req.Dir, EveryCopy: req.EveryCopy})
 	if err != nil {
 		writeErr(w, code, err)
 		return
@@ -347,6 +351,7 @@ type TargetOptions struct {
 	Symbols     []string
 	KASLROffset *int64
 	Dir         string // an exec: target's directory (InsertRequest.Dir)
+	EveryCopy   bool   // InsertRequest.EveryCopy
 }
 
 func (s *Server) Insert(spec string, m *rpn.Module, mode probe.InsertMode, topts TargetOptions) (*InsertResponse, int, error) {
@@ -373,7 +378,17 @@ func (s *Server) InsertPack(spec string, builds []*rpn.Module, mode probe.Insert
 	if mode == probe.InsertNew && contains(t.eng.Modules(), m.Name) {
 		return nil, http.StatusConflict, fmt.Errorf("insert %s: %w in %s: use --merge to add these probes to it, or --replace to replace it", m.Name, probe.ErrModuleIn, t.name)
 	}
-	probes, err := probe.InsertPack(t.eng, builds, mode)
+	var probes []probe.Info
+	if topts.EveryCopy {
+		ci, ok := t.eng.(probe.CopyInserter)
+		if !ok {
+			err = fmt.Errorf("insert %s: --every-copy: only the host target places a pack on every copy of its build, not %s", m.Name, t.name)
+		} else {
+			probes, err = ci.InsertPackCopies(builds, mode)
+		}
+	} else {
+		probes, err = probe.InsertPack(t.eng, builds, mode)
+	}
 	if err != nil {
 		code := http.StatusBadRequest
 		if errors.Is(err, probe.ErrModuleIn) {

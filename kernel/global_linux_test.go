@@ -19,6 +19,7 @@ import (
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/ptrace"
+	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
 
@@ -630,5 +631,92 @@ exit 1
 	want = want[:10]
 	if fmt.Sprint(runs) != fmt.Sprint(want) || exc != 16 {
 		t.Fatalf("runs %v, want %v; %d exception records, want 16", runs, want, exc)
+	}
+}
+
+// startUserLib is startUser with the library taken from dir (another
+// copy of it: LD_LIBRARY_PATH comes before the program's RUNPATH).
+func startUserLib(t *testing.T, exe, dir string) *user {
+	t.Helper()
+	t.Setenv("LD_LIBRARY_PATH", dir)
+	defer os.Unsetenv("LD_LIBRARY_PATH")
+	return startUser(t, exe)
+}
+
+// TestHostEveryCopy: a pack inserted for every copy of its build goes on
+// the file its name names and on every other file of that build a
+// process maps: a copy a process mapped before the insert, and a third
+// one mapped only after it (found by the poll); a plain insert reaches
+// none of them. Remove takes the int3 out of the copies too.
+func TestHostEveryCopy(t *testing.T) {
+	dir := t.TempDir()
+	lib := buildLib(t, dir, false)
+	exe := buildUser(t, dir, lib)
+	tab, err := symbols.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := tab.BuildID()
+	copyTo := func() string {
+		d := t.TempDir()
+		b, err := os.ReadFile(lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "libglob.so"), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	dir2, dir3 := copyTo(), copyTo()
+	a := startUserLib(t, exe, dir2)
+	off, orig := fnOffset(t, lib)
+	k, _ := start(t, Options{User: true, Poll: 20 * time.Millisecond})
+	plain, _ := start(t, Options{User: true})
+	m := compile(t, fmt.Sprintf(globProbe, lib))
+	m.BuildID = id
+	if infos, err := plain.Insert(m, probe.InsertNew); err != nil || infos[0].State != probe.StateActive || infos[0].Spaces != 1 {
+		t.Fatalf("plain insert: %+v %v", infos, err)
+	}
+	m2 := compile(t, fmt.Sprintf(globProbe, lib))
+	m2.BuildID = id
+	infos, err := k.InsertPackCopies([]*rpn.Module{m2}, probe.InsertNew)
+	if err != nil || infos[0].State != probe.StateActive || infos[0].Spaces != 2 {
+		t.Fatalf("insert for every copy: %+v %v; want active on the file and the copy process %d maps", infos, err, a.pid())
+	}
+	if b := textByte(t, a.pid(), filepath.Join(dir2, "libglob.so"), off); b != 0xcc {
+		t.Fatalf("the copy in process %d has %#02x at glob_fn, not the int3", a.pid(), b)
+	}
+	a.call(10)
+	runUser(t, exe, 5) // the file itself
+	c := startUserLib(t, exe, dir3)
+	waitFor(t, "the third copy found", func() (bool, string) {
+		q := k.Query()
+		return q[0].Spaces == 3, fmt.Sprintf("%+v", q[0])
+	})
+	c.call(7)
+	waitFor(t, "22 calls counted", func() (bool, string) {
+		lv, _, _ := k.Vars(lib, false)
+		return lv[0] == 22, fmt.Sprint(lv)
+	})
+	if lv, _, _ := plain.Vars(lib, false); lv[0] != 5 {
+		t.Fatalf("the plain insert counted %d calls, want the file's 5 only", lv[0])
+	}
+	if _, err := k.Remove(lib, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Remove(lib, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []struct {
+		u   *user
+		dir string
+	}{{a, dir2}, {c, dir3}} {
+		if b := textByte(t, u.u.pid(), filepath.Join(u.dir, "libglob.so"), off); b != orig {
+			t.Fatalf("process %d has %#02x at its copy's glob_fn after remove, the file %#02x", u.u.pid(), b, orig)
+		}
+	}
+	if n := ownLinks(t); n != 0 {
+		t.Fatalf("%d eBPF links still held after remove", n)
 	}
 }

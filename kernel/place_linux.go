@@ -750,9 +750,11 @@ func closeLinks(ps []*bprobe) {
 	wg.Wait()
 	for _, p := range ps {
 		for _, e := range p.extra {
-			e.prog.Close()
+			if e.prog != nil { // a copy's link shares the probe's program
+				e.prog.Close()
+			}
 		}
-		p.extra = nil
+		p.extra, p.atts, p.copies = nil, nil, nil
 	}
 }
 
@@ -793,6 +795,7 @@ func (t *Target) poll() {
 		t.mu.Lock()
 		if !t.closed {
 			t.filesChanged()
+			t.scanCopies()
 		}
 		if !t.closed && (names != t.syms.mods || t.probedReloaded()) {
 			if err := t.syms.reload(); err != nil {

@@ -78,6 +78,10 @@ type Target struct {
 	follow *bpf.Follow
 	// names names the stacks records carry (stacks_linux.go)
 	names stackNamer
+	// everyCopy is set while InsertPackCopies inserts (copies_linux.go);
+	// copyCache the executable files processes map, by "dev:inode"
+	everyCopy bool
+	copyCache map[string]*copyFile
 }
 
 // kmodules are the kernel target's parts of its modules.
@@ -104,6 +108,8 @@ type kmodule struct {
 	file *ufile
 	// tried is what the path showed when it last could not be opened
 	tried string
+	// copies: inserted for every copy of its build (InsertPackCopies)
+	copies bool
 }
 
 // sources are the kernel target's parts of the module's sources.
@@ -152,8 +158,13 @@ type bprobe struct {
 	prog *ebpf.Program
 	link link.Link
 	// extra are a usdt probe's programs and links at its other sites
-	// (usdt_linux.go), closed with link
+	// (usdt_linux.go), and its links on copies of its build
+	// (copies_linux.go), closed with link
 	extra []siteLink
+	// atts are how the probe went on its file, for copies to repeat;
+	// copies the copies (device, inode) it is on
+	atts   []attachment
+	copies map[[2]uint64]bool
 	// last counters read while the program was loaded (kept across an
 	// unload of its kernel module)
 	base bpf.Counters
@@ -300,7 +311,7 @@ func (k kmech) NewModule(m *probe.Module) {
 		if err != nil {
 			path = m.Name
 		}
-		m.Impl = &kmodule{Module: m, user: path}
+		m.Impl = &kmodule{Module: m, user: path, copies: k.t.everyCopy}
 		return
 	}
 	m.Impl = &kmodule{Module: m, kmod: kernelModule(m.Name)}
@@ -373,7 +384,7 @@ func (k kmech) Counts(q *probe.Probe, info *probe.Info) bool {
 	}
 	info.Hits, info.Skipped, info.Faults, info.Missed, info.Lost = c.Hits, c.Skipped, c.Faults, c.Missed, c.Lost
 	if p.link != nil {
-		info.Spaces = 1
+		info.Spaces = 1 + len(p.copies) // the file, and its copies
 	}
 	return c.Disabled
 }

@@ -210,6 +210,7 @@ func (t *Target) attachUSDT(p *bprobe, o bpf.Options) error {
 	}
 	uses := usesArgs(p.s.prog, p.Index)
 	var placed []siteLink
+	var atts []attachment
 	fail := func(err error) error {
 		for _, s := range placed {
 			s.link.Close()
@@ -245,10 +246,12 @@ func (t *Target) attachUSDT(p *bprobe, o bpf.Options) error {
 			return fail(fmt.Errorf("usdt = %s: uprobe %s at file offset %#x: %w", d.Loc.Text, f.path, foff, err))
 		}
 		placed = append(placed, siteLink{prog: prog, link: l})
+		atts = append(atts, attachment{foff: foff, refCtr: uo.RefCtrOffset, prog: prog})
 	}
 	p.Addr = sites[0].pc
 	p.prog, p.link = placed[0].prog, placed[0].link
 	p.extra = placed[1:]
+	p.atts = atts
 	p.How = "usdt"
 	if len(sites) > 1 {
 		p.How = fmt.Sprintf("usdt (%d sites)", len(sites))

@@ -314,6 +314,7 @@ func (t *Target) attachUser(p *bprobe, o bpf.Options) error {
 			return fmt.Errorf("uretprobe %s at file offset %#x: %w", f.path, foff, err)
 		}
 		p.prog, p.link, p.How = prog, l, "uretprobe"
+		p.atts = []attachment{{foff: foff, ret: true, prog: prog}}
 		return nil
 	}
 	if err := f.checkUserCode(d, addr); err != nil {
@@ -339,6 +340,7 @@ func (t *Target) attachUser(p *bprobe, o bpf.Options) error {
 		return fmt.Errorf("uprobe %s at file offset %#x: %w", f.path, foff, err)
 	}
 	p.prog, p.link, p.How = prog, l, "uprobe"
+	p.atts = []attachment{{foff: foff, prog: prog}}
 	return nil
 }
 

@@ -79,6 +79,13 @@ func InsertPack(p Prober, builds []*rpn.Module, mode InsertMode) ([]Info, error)
 	return p.Insert(builds[0], mode)
 }
 
+// CopyInserter is a Prober that can place a pack's probes on every file
+// of the pack's build that processes map, not only on the file the
+// module's name names (the host target: docs/global.md).
+type CopyInserter interface {
+	InsertPackCopies(builds []*rpn.Module, mode InsertMode) ([]Info, error)
+}
+
 // SymbolAdder is a Prober that takes more symbol files after it started
 // (a guest kernel: every insert may bring its own).
 type SymbolAdder interface {

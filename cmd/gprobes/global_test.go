@@ -241,3 +241,20 @@ func TestRunHostCommand(t *testing.T) {
 		t.Fatalf("a record of the other process %d:\n%s", other.Process.Pid, out)
 	}
 }
+
+// insert --every-copy reaches the host target (the kernel package's
+// TestHostEveryCopy proves the copies): a pack bound to no build is
+// refused, saying nothing tells its copies; a pid: target is refused.
+func TestInsertEveryCopyRefusals(t *testing.T) {
+	needKernelBPF(t)
+	hits := buildHits(t)
+	sock, _ := startDaemon(t)
+	src := fmt.Sprintf("name = %s; modtype = user; offset = probed; exit 0", hits)
+	if _, errs, code := gprobes(t, "insert", "--socket", sock, "--every-copy", "-e", src); code == 0 || !strings.Contains(errs, "every copy of a build: the pack is bound to no build") {
+		t.Errorf("insert --every-copy of an unbound DPDF: exit %d %s", code, errs)
+	}
+	target, _ := startLooping(t, hits)
+	if _, errs, code := gprobes(t, "insert", "--socket", sock, "--every-copy", "--target", fmt.Sprintf("pid:%d", target.Process.Pid), "-e", src); code == 0 || !strings.Contains(errs, "--every-copy: only the host target") {
+		t.Errorf("insert --every-copy on pid:: exit %d %s", code, errs)
+	}
+}

@@ -204,6 +204,7 @@ func insertCommand() *cli.Command {
 			&cli.StringFlag{Name: "kaslr-offset", Usage: "the guest kernel's KASLR slide, `OFFSET` (default: found from linux_banner)"},
 			&cli.BoolFlag{Name: "merge", Usage: "add the probes to the module of that name already in"},
 			&cli.BoolFlag{Name: "replace", Usage: "replace the module of that name already in"},
+			&cli.BoolFlag{Name: "every-copy", Usage: "host target: place a build-bound pack on every file of its build that processes map (a container's copy of the library), found now and as they are mapped, not only on the file its name names"},
 			&cli.BoolFlag{Name: "json", Usage: "print the probes as JSON"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "print each probe as a block, every field whole: HOW with why the probe runs that way"},
 		),
@@ -239,7 +240,7 @@ func insertCommand() *cli.Command {
 			} else if c.Bool("replace") {
 				mode = "replace"
 			}
-			req := daemon.InsertRequest{Target: c.String("target"), Mode: mode, PPDF: pack, Signature: sig}
+			req := daemon.InsertRequest{Target: c.String("target"), Mode: mode, PPDF: pack, Signature: sig, EveryCopy: c.Bool("every-copy")}
 			if wd, err := os.Getwd(); err == nil {
 				req.Dir = wd // exec:./prog is this directory's, and runs here
 			}
