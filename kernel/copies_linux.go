@@ -74,11 +74,16 @@ func (t *Target) InsertPackCopies(builds []*rpn.Module, mode probe.InsertMode) (
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.scanCopies()
-	for _, km := range t.kmodules() {
-		if km.Name == m.Name && len(km.Sources) > 0 {
-			return t.book.Infos(km.Sources[len(km.Sources)-1]), nil
+	var km *kmodule
+	for _, k := range t.kmodules() {
+		if k.Name == m.Name {
+			// a module merged into is for every copy from now on too
+			k.copies, km = true, k
 		}
+	}
+	t.scanCopies()
+	if km != nil && len(km.Sources) > 0 {
+		return t.book.Infos(km.Sources[len(km.Sources)-1]), nil
 	}
 	return infos, nil
 }
