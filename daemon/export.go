@@ -110,6 +110,26 @@ func (s *Server) commit(target string, r *probe.Record) {
 	s.log.Write(&l)
 }
 
+// targetSink is a target's engine's sink: a record at a time from the
+// int3 route (written before the thread goes on), a batch from a jump
+// pad's ring (written with a write(2) per megabyte of lines).
+type targetSink struct {
+	s     *Server
+	t     *target
+	lines []LogLine
+}
+
+func (k *targetSink) Commit(r *probe.Record) { k.s.commit(k.t.name, r) }
+
+func (k *targetSink) CommitBatch(recs []*probe.Record) {
+	k.lines = k.lines[:0]
+	for _, r := range recs {
+		k.lines = append(k.lines, FromRecord(k.t.name, r))
+	}
+	k.s.log.WriteBatch(k.lines)
+	clear(k.lines)
+}
+
 // routeMetrics adds GET /metrics to the socket's API when ServeMetrics
 // gave a handler.
 func (s *Server) routeMetrics(mux *http.ServeMux) {

@@ -264,6 +264,7 @@ type LogWriter struct {
 	dirty    bool
 	stop     chan struct{}
 	buf      []byte
+	ends     []int // WriteBatch's
 	// failing is set while records are being lost, lostAt the count when
 	// it began (for the Warn messages)
 	failing   bool
@@ -426,6 +427,91 @@ func (w *LogWriter) Write(l *LogLine) error {
 	return err
 }
 
+// WriteBatch appends records that were committed in the target already
+// (a drain of a jump pad's ring): their lines go to the file in writes of
+// up to batchBytes (one write(2) for many records, where Write makes one
+// a record), each piece whole or, with the error, counted lost record by
+// record, as Write does. The readers are woken once.
+func (w *LogWriter) WriteBatch(ls []LogLine) {
+	if len(ls) == 0 {
+		return
+	}
+	w.mu.Lock()
+	var checked string
+	if w.moved.Swap(false) || time.Since(w.checked) >= checkInterval {
+		checked = w.checkFile()
+	}
+	var warns []string
+	buf := w.buf[:0]
+	ends := w.ends[:0]
+	flush := func(from int) {
+		if len(ends) == 0 {
+			return
+		}
+		err := w.appendN(buf, len(ends))
+		start := 0
+		for i, end := range ends {
+			l := &ls[from+i]
+			if w.Tee != nil {
+				w.Tee(l, buf[start:end-1])
+			}
+			start = end
+			if err != nil {
+				w.lost.Add(l.Target, l.Module, l.Minor, err)
+			}
+		}
+		if err != nil {
+			if !w.failing {
+				w.failing, w.lostAt = true, w.lost.Total()-uint64(len(ends))
+				warns = append(warns, fmt.Sprintf("records are being lost: %v", err))
+			}
+		} else {
+			w.written.Add(uint64(len(ends)))
+			if w.failing {
+				w.failing = false
+				warns = append(warns, fmt.Sprintf("writing the log again, %s lost since the last error began", plural(w.lost.Total()-w.lostAt, "record")))
+			}
+		}
+		buf, ends = buf[:0], ends[:0]
+	}
+	from := 0
+	for i := range ls {
+		n := len(buf)
+		buf = append(ls[i].AppendJSON(buf), '\n')
+		// a piece never passes the file's rotation size by more than a
+		// record, as one record a write would not
+		if len(ends) > 0 && (len(buf) > batchBytes || w.opts.MaxSize > 0 && w.size+int64(len(buf)) > w.opts.MaxSize) {
+			line := append([]byte(nil), buf[n:]...)
+			buf = buf[:n]
+			flush(from)
+			from = i
+			buf = append(buf, line...)
+		}
+		ends = append(ends, len(buf))
+	}
+	flush(from)
+	w.buf, w.ends = buf[:0], ends[:0]
+	close(w.notify)
+	w.notify = make(chan struct{})
+	w.mu.Unlock()
+	w.warn(checked)
+	for _, m := range warns {
+		w.warn(m)
+	}
+	if w.sys != nil {
+		for i := range ls {
+			select {
+			case w.sysq <- ls[i]:
+			default:
+				w.sysLost.Add(ls[i].Target, ls[i].Module, ls[i].Minor, errSyslogBehind)
+			}
+		}
+	}
+}
+
+// batchBytes is the most bytes WriteBatch writes at once.
+const batchBytes = 1 << 20
+
 var errSyslogBehind = errors.New("syslog fell behind (4096 records queued)")
 
 // warn tells the user msg, if there is one (LogOptions.Warn).
@@ -437,7 +523,11 @@ func (w *LogWriter) warn(msg string) {
 
 // append writes b, a whole record, at the end of the file, or nothing.
 // Called with w.mu held.
-func (w *LogWriter) append(b []byte) error {
+func (w *LogWriter) append(b []byte) error { return w.appendN(b, 1) }
+
+// appendN writes b, n whole records, at the end of the file, or nothing.
+// Called with w.mu held.
+func (w *LogWriter) appendN(b []byte, records int) error {
 	if w.f == nil {
 		f, size, err := openLogFile(w.path)
 		if err != nil {
@@ -473,7 +563,7 @@ func (w *LogWriter) append(b []byte) error {
 	}
 	w.size += int64(n)
 	w.dirty = true
-	w.current().records++
+	w.current().records += uint64(records)
 	return nil
 }
 

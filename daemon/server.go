@@ -471,7 +471,7 @@ func (s *Server) openTarget(spec, key string, exec, named bool, start func(engin
 	defer s.opens.Done()
 	s.mu.Unlock()
 	eng, err := start(engine.Options{
-		Sink:     probe.SinkFunc(func(r *probe.Record) { s.commit(t.name, r) }),
+		Sink:     &targetSink{s: s, t: t},
 		DumpDir:  filepath.Join(s.state, "dumps"),
 		GV:       s.gv,
 		GVMem:    s.gvMem,

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/gprobes/gprobes/pad"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/x86"
+	"golang.org/x/sys/unix"
 )
 
 // Jump pads (docs/engine.md, "Jump pads: probes that run inside the
@@ -173,7 +175,9 @@ type jumpState struct {
 // jumpShared is what the drain goroutine shares with the loop: the
 // regions, their site tables and the records' thread table, under mu.
 type jumpShared struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// moveMu: the mover's, held with mu to add or remove a region
+	moveMu  sync.Mutex
 	regions map[*region]bool
 	threads map[int][2]int // tid -> pid, index: records name them
 	stop    chan struct{}
@@ -181,7 +185,9 @@ type jumpShared struct {
 	started bool
 	// lostGone: records dropped by the rings of regions released since
 	lostGone uint64
-	batch    []*Record // a BatchSink's, being filled
+	q        drainQueue
+	batch    []*Record  // the committer's
+	rec      pad.Record // the committer's
 	// exited threads the rings' records may still name
 	exited  map[int]exitedThread
 	exitSeq uint64
@@ -625,7 +631,9 @@ func (e *Engine) ensureRegion(sp *space, host JumpHost) (*region, string) {
 	}
 	js.rg = rg
 	e.js.mu.Lock()
+	e.js.moveMu.Lock()
 	e.js.regions[rg] = true
+	e.js.moveMu.Unlock()
 	for _, tid := range e.tgt.Threads(sp.id) {
 		e.noteThread(tid, sp.id)
 	}
@@ -714,12 +722,85 @@ func (e *Engine) noteThread(tid, spID int) {
 	}
 }
 
-// startDrain starts the goroutine that drains the regions' rings.
+// The drain is two goroutines. The mover takes the committed records
+// out of the rings as bytes (pad.Ring.Take: a memory copy of whole runs
+// of records, the tail stored once a run), as fast as the pads commit
+// them, into the engine's queue of chunks; the committer makes each
+// record of a chunk (ringRecord) and hands them to the sink, in batches
+// to a BatchSink. So a sink that formats and writes a record in a
+// microsecond or two never holds up the rings: a burst the sink cannot
+// follow waits in the queue, not in the target. The queue holds at most
+// queueBytes: past that the mover leaves the records in the rings, which
+// fill, and the pads count each record they cannot commit as lost, per
+// probe. The target never waits for either.
+
+// chunkBytes is the most bytes the mover takes from a ring at once (a
+// chunk of the queue); queueRings the queue's bound in rings: a queue
+// holds at most queueRings times the ring's size, and at most maxQueue.
+const (
+	chunkBytes = 1 << 20
+	queueRings = 4
+	maxQueue   = 256 << 20
+)
+
+// keepChunks is how many chunks the queue keeps for reuse once empty.
+const keepChunks = 8
+
+// newChunk is an empty chunk's buffer: memory of its own (mmap), outside
+// Go's heap, so that the mover never pays for the collector's work and a
+// queue that held a burst gives its memory back to the system.
+func newChunk() []byte {
+	b, err := unix.Mmap(-1, 0, chunkBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		return make([]byte, 0, chunkBytes)
+	}
+	return b[:0]
+}
+
+// freeChunk gives a chunk's memory back (newChunk's).
+func freeChunk(b []byte) {
+	if cap(b) == chunkBytes {
+		unix.Munmap(b[:chunkBytes])
+	}
+}
+
+// chunk is records as a ring held them, from one region.
+type chunk struct {
+	rg *region
+	b  []byte
+}
+
+// drainQueue is the queue between the mover and the committer.
+type drainQueue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond // a chunk queued or done, or the end
+	chunks []chunk
+	bytes  int  // queued and being committed
+	busy   bool // the committer holds a chunk
+	max    int  // bound of bytes
+	end    bool // no more chunks: the committer ends when the queue is empty
+	free   [][]byte
+	done   chan struct{}
+}
+
+// queueSize is the queue's bound for rings of ring bytes.
+func queueSize(ring int) int { return min(queueRings*ring, maxQueue) }
+
+// startDrain starts the goroutines that drain the regions' rings.
 func (e *Engine) startDrain() {
 	if e.js.started {
 		return
 	}
 	e.js.started = true
+	q := &e.js.q
+	q.cond = sync.NewCond(&q.mu)
+	ring := e.opts.RingSize
+	if ring == 0 {
+		ring = pad.DefaultRingSize
+	}
+	q.max = queueSize(ring)
+	q.done = make(chan struct{})
+	go e.committer()
 	go func() {
 		defer close(e.js.done)
 		idle := 0
@@ -727,10 +808,15 @@ func (e *Engine) startDrain() {
 			if clockOK {
 				clockVal.Refine()
 			}
-			n := e.drain()
+			n, _ := e.move()
 			select {
 			case <-e.js.stop:
 				e.drainAll()
+				q.mu.Lock()
+				q.end = true
+				q.cond.Broadcast()
+				q.mu.Unlock()
+				<-q.done
 				return
 			default:
 			}
@@ -738,62 +824,170 @@ func (e *Engine) startDrain() {
 				idle = 0
 				continue
 			}
-			// back off to 1 ms while nothing comes: a ring of 1 MiB
-			// holds 16384 records of two words, a millisecond of a
-			// hot probe's hits in several threads
+			// back off to 1 ms while nothing comes: the default ring
+			// holds some 1,000,000 records of two words, more than a
+			// millisecond of a hot probe's hits in several threads
 			idle = min(idle+1, 20)
 			time.Sleep(time.Duration(idle) * 50 * time.Microsecond)
 		}
 	}()
 }
 
-// drain commits every record the rings hold. It runs on the drain
-// goroutine, and on the loop at the end. A BatchSink gets each ring's
-// records in batches of up to drainBatch.
-func (e *Engine) drain() int {
-	e.js.mu.Lock()
-	defer e.js.mu.Unlock()
-	bs, batched := e.opts.Sink.(BatchSink)
-	n := 0
+// move takes what the rings hold into the queue: at most moveChunks
+// chunks a ring, so that pads that never stop committing do not hold
+// e.js.moveMu for good. It needs only e.js.moveMu (the regions may not
+// change under it), never e.js.mu, which the committer holds to make
+// records. It returns how many records it took, and whether
+// the queue was full.
+func (e *Engine) move() (n int, full bool) {
+	q := &e.js.q
+	e.js.moveMu.Lock()
+	defer e.js.moveMu.Unlock()
 	for rg := range e.js.regions {
-		n += rg.ring.Drain(func(r *pad.Record) {
-			if int(r.Site) >= len(rg.sites) || rg.sites[r.Site].p == nil {
-				return
+		for range moveChunks {
+			q.mu.Lock()
+			room := q.max - q.bytes
+			var buf []byte
+			if k := len(q.free); k > 0 {
+				buf, q.free = q.free[k-1][:0], q.free[:k-1]
 			}
-			rec := e.ringRecord(rg, r)
-			if !batched {
-				e.commit(rec)
-				return
+			q.mu.Unlock()
+			if room <= 0 {
+				full = true
+				break
 			}
-			e.js.batch = append(e.js.batch, rec)
-			if len(e.js.batch) == drainBatch {
-				e.flushBatch(bs)
+			if buf == nil {
+				buf = newChunk()
 			}
-		}, drainMax)
-		if batched {
-			e.flushBatch(bs)
+			buf, k := rg.ring.Take(buf, min(room, chunkBytes), 0)
+			q.mu.Lock()
+			if k == 0 {
+				q.free = append(q.free, buf) // one too many at most
+				q.mu.Unlock()
+				break
+			}
+			q.chunks = append(q.chunks, chunk{rg: rg, b: buf})
+			q.bytes += len(buf)
+			q.cond.Broadcast()
+			q.mu.Unlock()
+			n += k
+			if len(buf) < chunkBytes/2 {
+				break // the ring is empty, or nearly
+			}
 		}
 	}
-	return n
+	return n, full
 }
 
-// drainBatch is the most records a BatchSink gets at once; drainMax the
-// most records of a ring one drain takes before it lets go of e.js.mu
-// (pads that never stop committing held query off for good).
-const (
-	drainBatch = 1024
-	drainMax   = 4096
-)
+const moveChunks = 8
 
-func (e *Engine) flushBatch(bs BatchSink) {
-	if len(e.js.batch) == 0 {
-		return
+// committer commits the queue's chunks, oldest first, until the end.
+func (e *Engine) committer() {
+	q := &e.js.q
+	defer close(q.done)
+	for {
+		q.mu.Lock()
+		for len(q.chunks) == 0 && !q.end {
+			q.cond.Wait()
+		}
+		q.mu.Unlock()
+		if !e.commitNext() {
+			return
+		}
 	}
-	e.commitMu.Lock()
-	bs.CommitBatch(e.js.batch)
-	e.commitMu.Unlock()
-	clear(e.js.batch)
-	e.js.batch = e.js.batch[:0]
+}
+
+// commitNext commits the oldest chunk of the queue; false: it was empty.
+func (e *Engine) commitNext() bool {
+	q := &e.js.q
+	q.mu.Lock()
+	if len(q.chunks) == 0 {
+		q.mu.Unlock()
+		return false
+	}
+	c := q.chunks[0]
+	q.chunks[0] = chunk{}
+	q.chunks = q.chunks[1:]
+	q.busy = true
+	q.mu.Unlock()
+	bs, batched := e.opts.Sink.(BatchSink)
+	batch := e.js.batch[:0]
+	b := c.b
+	for len(b) > 0 {
+		// the records of up to drainBatch at a time, under e.js.mu (the
+		// sites and the threads they name)
+		e.js.mu.Lock()
+		k := 0
+		for len(b) > 0 && k < drainBatch {
+			one := b[:pad.RecordLen(b)]
+			b = b[len(one):]
+			pad.Decode(one, &e.js.rec, func(r *pad.Record) {
+				if int(r.Site) >= len(c.rg.sites) || c.rg.sites[r.Site].p == nil {
+					return
+				}
+				batch = append(batch, e.ringRecord(c.rg, r))
+			})
+			k++
+		}
+		e.js.mu.Unlock()
+		if batched {
+			e.commitMu.Lock()
+			bs.CommitBatch(batch)
+			e.commitMu.Unlock()
+		} else {
+			for _, r := range batch {
+				e.commit(r)
+			}
+		}
+		clear(batch)
+		batch = batch[:0]
+		// let the mover have the P: the rings come first
+		runtime.Gosched()
+	}
+	e.js.batch = batch
+	q.mu.Lock()
+	q.bytes -= len(c.b)
+	q.busy = false
+	if len(q.free) < keepChunks {
+		q.free = append(q.free, c.b[:0])
+	} else {
+		freeChunk(c.b)
+	}
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	return true
+}
+
+// drainBatch is the most records a BatchSink gets at once.
+const drainBatch = 1024
+
+// drainAll drains every ring to its end and commits every record (a
+// region about to go, a probe's slots given back, Close): when it
+// returns, no record committed before it was called is left in a ring
+// or in the queue. Called on the loop (or the mover at its end), never
+// with e.js.mu held.
+func (e *Engine) drainAll() {
+	q := &e.js.q
+	if q.cond == nil {
+		return // no ring was ever drained
+	}
+	for {
+		q.mu.Lock()
+		ended := q.end
+		for !ended && (len(q.chunks) > 0 || q.busy) {
+			q.cond.Wait()
+		}
+		q.mu.Unlock()
+		if ended {
+			// the committer is gone (Close): commit here
+			for e.commitNext() {
+			}
+		}
+		n, full := e.move()
+		if n == 0 && !full {
+			break
+		}
+	}
 }
 
 // ringRecord makes the record of what a pad committed.
@@ -1359,7 +1553,9 @@ func (e *Engine) releaseRegion(rg *region) {
 			m.lv = append([]uint64(nil), m.lv...)
 		}
 	}
+	e.js.moveMu.Lock()
 	delete(e.js.regions, rg)
+	e.js.moveMu.Unlock()
 	rg.mem.Close()
 }
 
@@ -1528,11 +1724,5 @@ func (e *Engine) retryTCB(sp *space, tid int) {
 		if len(rg.odd) == 0 {
 			atomic.StoreUint64(rg.mem.Word(pad.OffTCBTid), off)
 		}
-	}
-}
-
-// drainAll drains every ring to its end (a region about to go, Close).
-func (e *Engine) drainAll() {
-	for e.drain() > 0 {
 	}
 }

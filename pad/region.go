@@ -48,9 +48,12 @@ const (
 
 	// DefaultRingSize is the ring's bytes unless gprobes is told
 	// otherwise (--ring): a record takes its header and its log rounded to
-	// 8, 64 bytes for two logged words (16384 of them in 1 MiB). A ring's
-	// size is a power of two from MinRingSize to MaxRingSize.
-	DefaultRingSize = 1 << 20
+	// 8, 64 bytes for two logged words (1,048,576 of them in 64 MiB: a
+	// burst of a million records fits even while the drain does not run;
+	// docs/records.md, "Rings and the drain"). A ring's size is a power
+	// of two from MinRingSize to MaxRingSize; its pages are the system's
+	// only once records are written to them.
+	DefaultRingSize = 64 << 20
 	MinRingSize     = 64 << 10
 	MaxRingSize     = 1 << 30
 
@@ -124,45 +127,117 @@ func (r *Ring) Lost() uint64 { return atomic.LoadUint64(word(r.b, OffLost)) }
 // no limit). It returns how many.
 func (r *Ring) Drain(f func(*Record), most int) int {
 	n := 0
-	tail := atomic.LoadUint64(word(r.b, OffTail))
+	var buf []byte
 	for most == 0 || n < most {
-		pos := int(tail % uint64(r.size))
-		hw := word(r.b, OffRing+pos)
-		h := atomic.LoadUint64(hw)
-		if h&committed == 0 {
+		var k int
+		buf, k = r.Take(buf[:0], 64<<10, most-n)
+		if k == 0 {
 			break
 		}
-		ln := int(h & 0xffffffff)
-		if ln < 8 || ln%8 != 0 || pos+ln > r.size {
-			// cannot happen with our pads; never read past the ring
-			ln = r.size - pos
-		} else if h&padding == 0 {
-			s := r.b[OffRing+pos : OffRing+pos+ln]
-			rec := &r.rec
-			rec.Site = binary.LittleEndian.Uint32(s[recSite:])
-			rec.Tid = binary.LittleEndian.Uint32(s[recTid:])
-			rec.TSC = binary.LittleEndian.Uint64(s[recTSC:])
-			rec.Exit = s[recHdr]
-			rec.Exception = s[recHdr+1]
-			rec.Truncated = s[recHdr+2] != 0
-			rec.Major = binary.LittleEndian.Uint16(s[recHdr+4:])
-			rec.Minor = binary.LittleEndian.Uint16(s[recHdr+6:])
-			rec.PC = binary.LittleEndian.Uint32(s[recPC:])
-			dl := int(binary.LittleEndian.Uint32(s[recLogLen:]))
-			if dl > ln-recData {
-				dl = max(ln-recData, 0)
-			}
-			rec.Addr = binary.LittleEndian.Uint64(s[recAddr:])
-			rec.Data = append(rec.Data[:0], s[recData:recData+dl]...)
-			f(rec)
-			n++
-		}
-		clear(r.b[OffRing+pos+8 : OffRing+pos+ln])
-		atomic.StoreUint64(hw, 0)
-		tail += uint64(ln)
-		atomic.StoreUint64(word(r.b, OffTail), tail)
+		n += Decode(buf, &r.rec, f)
 	}
 	return n
+}
+
+// Take moves committed records out of the ring, whole and as the ring
+// holds them, appending them to dst: the oldest first, up to the first
+// record not committed yet, at most max bytes (at least one record when
+// one is committed) and at most most records (0: no limit). Their space
+// is zeroed (a header word is 0 until its record is committed) and given
+// back to the pads with one store of the tail. Padding records are left
+// out. It returns dst and the number of records appended. This is the
+// drain's bulk path: a memory copy, no record is looked into.
+func (r *Ring) Take(dst []byte, max, most int) ([]byte, int) {
+	tail := atomic.LoadUint64(word(r.b, OffTail))
+	n, moved := 0, 0
+	for most <= 0 || n < most {
+		pos := int(tail % uint64(r.size))
+		// a run of committed records from pos, up to the ring's end
+		end, k := pos, 0
+		pad := false
+		for end < r.size && (most <= 0 || n+k < most) {
+			h := atomic.LoadUint64(word(r.b, OffRing+end))
+			if h&committed == 0 {
+				break
+			}
+			ln := int(h & 0xffffffff)
+			if ln < 8 || ln%8 != 0 || end+ln > r.size || h&padding != 0 {
+				// padding to the ring's end (or a header our pads never
+				// write: never read past the ring)
+				if end == pos {
+					pad = true
+					end = r.size
+				}
+				break
+			}
+			if end > pos && moved+end-pos+ln > max {
+				break
+			}
+			end += ln
+			k++
+		}
+		if end == pos {
+			break
+		}
+		span := r.b[OffRing+pos : OffRing+end]
+		if !pad {
+			dst = append(dst, span...)
+			moved += len(span)
+			n += k
+		}
+		clear(span)
+		tail += uint64(end - pos)
+		atomic.StoreUint64(word(r.b, OffTail), tail)
+		if !pad && end < r.size {
+			break // the next record is not committed yet, or max
+		}
+		if moved >= max {
+			break
+		}
+	}
+	return dst, n
+}
+
+// Decode hands each record of b, records as Take moved them, to f in
+// rec (its Data valid until f returns). It returns how many.
+func Decode(b []byte, rec *Record, f func(*Record)) int {
+	n := 0
+	for len(b) >= recData {
+		ln := int(binary.LittleEndian.Uint64(b) & 0xffffffff)
+		if ln < recData || ln > len(b) {
+			break // Take never moves such a record
+		}
+		s := b[:ln]
+		b = b[ln:]
+		rec.Site = binary.LittleEndian.Uint32(s[recSite:])
+		rec.Tid = binary.LittleEndian.Uint32(s[recTid:])
+		rec.TSC = binary.LittleEndian.Uint64(s[recTSC:])
+		rec.Exit = s[recHdr]
+		rec.Exception = s[recHdr+1]
+		rec.Truncated = s[recHdr+2] != 0
+		rec.Major = binary.LittleEndian.Uint16(s[recHdr+4:])
+		rec.Minor = binary.LittleEndian.Uint16(s[recHdr+6:])
+		rec.PC = binary.LittleEndian.Uint32(s[recPC:])
+		dl := int(binary.LittleEndian.Uint32(s[recLogLen:]))
+		if dl > ln-recData {
+			dl = ln - recData
+		}
+		rec.Addr = binary.LittleEndian.Uint64(s[recAddr:])
+		rec.Data = s[recData : recData+dl]
+		f(rec)
+		n++
+	}
+	return n
+}
+
+// RecordLen is the length of the record at the start of b (records as
+// Take moved them), at most len(b).
+func RecordLen(b []byte) int {
+	ln := len(b)
+	if ln >= 8 {
+		ln = min(int(binary.LittleEndian.Uint64(b)&0xffffffff), ln)
+	}
+	return max(ln, min(8, len(b)))
 }
 
 // CountersAt returns the counters of probe slot i of the region.

@@ -1055,5 +1055,5 @@ func kernelRing(c *cli.Context, ring int) int {
 
 // ringFlag is --ring, for run and the daemon.
 func ringFlag() cli.Flag {
-	return &cli.StringFlag{Name: "ring", Value: "1MiB", Usage: "the ring of records each probed process's jump pads commit to, `SIZE` (a power of two from 64KiB to 1GiB): a record of two logged words takes 64 bytes; records that come faster than gprobes writes them wait there, and are counted lost once it is full; on the kernel target, each module's eBPF ring buffer (16MiB there unless given)"}
+	return &cli.StringFlag{Name: "ring", Value: "64MiB", Usage: "the ring of records each probed process's jump pads commit to, `SIZE` (a power of two from 64KiB to 1GiB; its pages are used only as records are written): a record of two logged words takes 64 bytes; gprobes moves records out as bytes and writes them behind, holding up to 4 rings' worth (256MiB at most) in its own memory; records that come faster wait in the ring, and are counted lost once it is full; on the kernel target, each module's eBPF ring buffer (16MiB there unless given)"}
 }
