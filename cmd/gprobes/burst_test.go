@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gprobes/gprobes/internal/testkit"
+)
+
+// The record path at probe speed: a probe that logs two words on every
+// call of a hot function, 4 threads × 250,000 calls at full speed
+// (testdata/records/burst.c), on the jump route, with gprobes' default
+// settings. Every record is kept, exactly: each thread's 250,000 calls,
+// each call once, through run -o and through the daemon's log. Then an
+// overload (below) still counts every record it could not keep, by
+// reason.
+const (
+	burstCalls   = 250000
+	burstThreads = 4
+)
+
+func buildBurst(t *testing.T) string {
+	t.Helper()
+	return testkit.CC(t, "burst", "-O2", "-pthread", "../../testdata/records/burst.c")
+}
+
+// burstProbe logs hot's two arguments: the call's index and its thread's.
+func burstProbe(t *testing.T, bin string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "burst.dpdf")
+	os.WriteFile(path, []byte("name = "+filepath.Base(bin)+"\nmodtype = user\noffset = hot\npush r,rdi\npush r,rsi\nlog 2\nexit 1\n"), 0o644)
+	return path
+}
+
+// burstCheck counts the burst's records in JSON lines: every line a
+// record of hot with two words, (call, thread); it fails unless each
+// thread's calls are there exactly once each. It returns how many
+// records it read.
+func burstCheck(t *testing.T, what string, lines io.Reader, wantAll bool) int {
+	t.Helper()
+	seen := make([][]bool, burstThreads)
+	for i := range seen {
+		seen[i] = make([]bool, burstCalls)
+	}
+	var rec struct {
+		Kind, Location, Data string
+	}
+	n, dup := 0, 0
+	sc := bufio.NewScanner(lines)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		rec.Kind, rec.Location, rec.Data = "", "", ""
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("%s: line %d: %v: %q", what, n+1, err, sc.Text())
+		}
+		d, err := hex.DecodeString(rec.Data)
+		if rec.Kind != "log" || rec.Location != "hot" || err != nil || len(d) != 16 {
+			t.Fatalf("%s: line %d is not a record of hot with two words: %q", what, n+1, sc.Text())
+		}
+		call, thread := binary.LittleEndian.Uint64(d), binary.LittleEndian.Uint64(d[8:])
+		if thread >= burstThreads || call >= burstCalls {
+			t.Fatalf("%s: line %d: call %d of thread %d: no such call", what, n+1, call, thread)
+		}
+		if seen[thread][call] {
+			dup++
+		}
+		seen[thread][call] = true
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if dup > 0 {
+		t.Errorf("%s: %d records twice", what, dup)
+	}
+	if wantAll {
+		for th := range seen {
+			missing, first := 0, -1
+			for c, ok := range seen[th] {
+				if !ok {
+					if first < 0 {
+						first = c
+					}
+					missing++
+				}
+			}
+			if missing > 0 {
+				t.Errorf("%s: thread %d: %d of its %d calls have no record (the first: call %d)", what, th, missing, burstCalls, first)
+			}
+		}
+	}
+	return n
+}
+
+// summaryRow is the run summary's row of probe location loc: column
+// name → value.
+func summaryRow(t *testing.T, out, loc string) map[string]string {
+	t.Helper()
+	var cols []string
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 0 && f[0] == "TARGET" {
+			cols = f
+			continue
+		}
+		if cols != nil && len(f) >= len(cols)-1 && f[3] == loc {
+			row := map[string]string{}
+			for i, c := range cols {
+				if i < len(f) {
+					row[c] = f[i]
+				}
+			}
+			return row
+		}
+	}
+	t.Fatalf("no summary row for %s in:\n%s", loc, out)
+	return nil
+}
+
+// gprobesCmd is gprobes as a process of its own (this test binary).
+func gprobesCmd(args ...string) *exec.Cmd {
+	exe, _ := os.Executable()
+	c := exec.Command(exe, args...)
+	c.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
+	return c
+}
+
+func TestRecordBurstRun(t *testing.T) {
+	bin := buildBurst(t)
+	probe := burstProbe(t, bin)
+	file := filepath.Join(t.TempDir(), "records.jsonl")
+	c := gprobesCmd("run", "--json", "-o", file, probe, "--", bin, strconv.Itoa(burstCalls), strconv.Itoa(burstThreads))
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	if err := c.Run(); err != nil {
+		t.Fatalf("run: %v\n%s%s", err, out.String(), errb.String())
+	}
+	row := summaryRow(t, out.String(), "hot")
+	if row["HOW"] != "jump" || row["HITS"] != strconv.Itoa(burstCalls*burstThreads) || row["LOST"] != "0" {
+		t.Errorf("summary: HOW %s HITS %s LOST %s, want jump, %d, 0\n%s%s", row["HOW"], row["HITS"], row["LOST"], burstCalls*burstThreads, out.String(), errb.String())
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n := burstCheck(t, "run -o", f, true); n != burstCalls*burstThreads {
+		t.Errorf("run -o: %d records in the file, want %d", n, burstCalls*burstThreads)
+	}
+}
+
+func TestRecordBurstDaemon(t *testing.T) {
+	bin := buildBurst(t)
+	probe := burstProbe(t, bin)
+	dir := t.TempDir()
+	sock, state := filepath.Join(dir, "d.sock"), filepath.Join(dir, "state")
+	daemonProcess(t, sock, state)
+	fx := exec.Command(bin, strconv.Itoa(burstCalls), strconv.Itoa(burstThreads), "-w")
+	in, _ := fx.StdinPipe()
+	stdout, _ := fx.StdoutPipe()
+	if err := fx.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fx.Process.Kill(); fx.Wait() })
+	sc := bufio.NewScanner(stdout)
+	sc.Scan() // pid N
+	out := mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", fx.Process.Pid), probe)
+	if !strings.Contains(out, " jump ") {
+		t.Fatalf("the probe is not on the jump route:\n%s", out)
+	}
+	in.Write([]byte("go\n"))
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "done ") {
+		t.Fatalf("the fixture did not finish its calls: %q", sc.Text())
+	}
+	if err := fx.Wait(); err != nil {
+		t.Fatalf("the fixture: %v (a probe changed what hot returns?)", err)
+	}
+	const all = burstCalls * burstThreads
+	var st struct{ Written, LostInTargets uint64 }
+	testkit.Wait(t, 2*time.Minute, "the daemon's log holds every record or the target's losses", func() (bool, string) {
+		s := status(t, sock)
+		st.Written, st.LostInTargets = s.Written, s.LostInTargets
+		return s.Written+s.LostInTargets >= all, fmt.Sprintf("%d written, %d lost in the target", s.Written, s.LostInTargets)
+	})
+	if st.Written != all || st.LostInTargets != 0 {
+		t.Errorf("the daemon wrote %d records and its target lost %d; want %d and 0", st.Written, st.LostInTargets, all)
+	}
+	// the log, its rotated files oldest first
+	files, _ := filepath.Glob(filepath.Join(state, "log.jsonl*"))
+	var rs []io.Reader
+	for i := len(files) - 1; i >= 0; i-- {
+		f, err := os.Open(files[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		rs = append(rs, f)
+	}
+	if n := burstCheck(t, "the daemon's log", io.MultiReader(rs...), true); n != all {
+		t.Errorf("the daemon's log (%d files): %d records, want %d", len(files), n, all)
+	}
+}
+
+// An overload: a ring of 64 KiB, and records written to a FIFO that
+// nobody reads until the fixture has made its million calls. The
+// writer is stuck, gprobes' queue (4 rings) and the ring fill, and the
+// pads count every record they cannot commit, never waiting: the
+// records in the FIFO plus the LOST column are the hits, exactly, and
+// gprobes says why they were lost. The fixture's calls are all right.
+func TestRecordBurstOverload(t *testing.T) {
+	bin := buildBurst(t)
+	probe := burstProbe(t, bin)
+	fifo := filepath.Join(t.TempDir(), "records")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// the FIFO's reader opens it (run's open waits for one) and reads
+	// nothing before the fixture is done
+	opened := make(chan *os.File, 1)
+	go func() {
+		f, err := os.Open(fifo)
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- f
+	}()
+	c := gprobesCmd("run", "--ring", "64KiB", "--json", "-o", fifo, probe, "--", bin, strconv.Itoa(burstCalls), strconv.Itoa(burstThreads))
+	stdout, _ := c.StdoutPipe()
+	var errb bytes.Buffer
+	c.Stderr = &errb
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	r := bufio.NewReader(stdout)
+	done := make(chan []string, 1)
+	go func() {
+		var got []string
+		for {
+			l, err := r.ReadString('\n')
+			got = append(got, l)
+			if strings.HasPrefix(l, "done ") || err != nil {
+				done <- got
+				return
+			}
+		}
+	}()
+	select {
+	case got := <-done:
+		if !strings.HasPrefix(got[len(got)-1], "done ") {
+			t.Fatalf("the fixture did not finish its calls: %q\n%s", got, errb.String())
+		}
+	case <-time.After(2 * time.Minute):
+		// the target waited for the stuck writer: what must never be
+		c.Process.Kill()
+		t.Fatalf("the fixture did not finish its calls in 2 minutes while nobody read the records")
+	}
+	f := <-opened
+	if f == nil {
+		return
+	}
+	defer f.Close()
+	n := burstCheck(t, "run -o FIFO", f, false)
+	rest, _ := io.ReadAll(r)
+	if err := c.Wait(); err != nil {
+		t.Fatalf("run: %v\n%s%s", err, rest, errb.String())
+	}
+	row := summaryRow(t, string(rest), "hot")
+	lost, _ := strconv.Atoi(row["LOST"])
+	if row["HOW"] != "jump" || row["HITS"] != strconv.Itoa(burstCalls*burstThreads) {
+		t.Fatalf("summary: HOW %s HITS %s, want jump, %d\n%s", row["HOW"], row["HITS"], burstCalls*burstThreads, rest)
+	}
+	if lost == 0 || n+lost != burstCalls*burstThreads {
+		t.Errorf("%d records in the FIFO and %d lost, want some lost and %d in all\n%s%s", n, lost, burstCalls*burstThreads, rest, errb.String())
+	}
+	if want := fmt.Sprintf("probe hot (minor 0): %d records lost in the process (its jump pads' ring was full)", lost); !strings.Contains(errb.String(), want) {
+		t.Errorf("standard error does not say %q:\n%s", want, errb.String())
+	}
+}
