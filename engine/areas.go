@@ -173,9 +173,9 @@ func (e *Engine) reclaim(sp *space) int {
 
 // freeRegionSlots gives back the site numbers (counters) and modules'
 // variables of a region that no pad of any space using the region can
-// reach any more: the ring is drained first, so that the records of a
-// site are committed as its probe's, and its counters are folded into
-// the probe's.
+// reach any more: the ring is moved out first (moveAll), so that the
+// records of a site are committed as its probe's, and its counters are
+// folded into the probe's.
 func (e *Engine) freeRegionSlots(rg *region) {
 	usedSite := map[int]bool{}
 	usedMod := map[*Module]bool{}
@@ -195,7 +195,7 @@ func (e *Engine) freeRegionSlots(rg *region) {
 	for _, m := range e.book.Modules() {
 		usedMod[m.Impl.(*Module)] = true // still in: its variables stay where they are
 	}
-	e.drainAll()
+	e.moveAll()
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
 	for i, s := range rg.sites {
@@ -215,6 +215,7 @@ func (e *Engine) freeRegionSlots(rg *region) {
 		clear(rg.mem.Bytes[pad.OffCounters+i*64 : pad.OffCounters+(i+1)*64])
 		rg.sites[i] = siteRef{}
 	}
+	rg.publish()
 	for m, off := range rg.lvAt {
 		if usedMod[m] {
 			continue

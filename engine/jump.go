@@ -104,10 +104,13 @@ type region struct {
 	gv       uint64    // the global variables' mapping in the process
 	sw       uint64    // the switch memory's mapping in the process (switch.go), 0: none
 	sites    []siteRef // by site number: whose counters and records
-	lvNext   int       // next free word of the region's lv area
-	lvAt     map[*Module]int
-	lvFree   []int // offsets of modules' lv areas given back
-	refs     int   // spaces using it
+	// published: a copy of sites for the drain, replaced (never changed)
+	// after every change of sites, under e.js.mu
+	published atomic.Pointer[[]siteRef]
+	lvNext    int // next free word of the region's lv area
+	lvAt      map[*Module]int
+	lvFree    []int // offsets of modules' lv areas given back
+	refs      int   // spaces using it
 	// tcbOff is where its threads keep their id (pad.OffTCBTid), as
 	// checked when the region was made; odd are the threads that do not
 	// (a vfork child shares its parent's thread control block): while
@@ -656,6 +659,15 @@ func (e *Engine) clock() (*tsc.Clock, bool) {
 	return clockVal, clockOK
 }
 
+// publish gives the drain a copy of the region's sites: the mover takes
+// the copy of the moment with the records it moves, so that a chunk's
+// records are made with the sites they were committed under, whatever
+// changes later. Called with e.js.mu held.
+func (rg *region) publish() {
+	c := append([]siteRef(nil), rg.sites...)
+	rg.published.Store(&c)
+}
+
 // siteFor gives probe p at addr its counters (site number) in a region.
 func (e *Engine) siteFor(rg *region, p *eprobe, addr uint64) int {
 	e.js.mu.Lock()
@@ -671,12 +683,14 @@ func (e *Engine) siteFor(rg *region, p *eprobe, addr uint64) int {
 	}
 	if free >= 0 {
 		rg.sites[free] = siteRef{p: p, addr: addr}
+		rg.publish()
 		return free
 	}
 	if len(rg.sites) >= pad.MaxProbes {
 		return -1
 	}
 	rg.sites = append(rg.sites, siteRef{p: p, addr: addr})
+	rg.publish()
 	return len(rg.sites) - 1
 }
 
@@ -764,10 +778,12 @@ func freeChunk(b []byte) {
 	}
 }
 
-// chunk is records as a ring held them, from one region.
+// chunk is records as a ring held them, from one region, with the
+// region's sites as they were when they were moved.
 type chunk struct {
-	rg *region
-	b  []byte
+	rg    *region
+	sites []siteRef
+	b     []byte
 }
 
 // drainQueue is the queue between the mover and the committer.
@@ -839,7 +855,35 @@ func (e *Engine) startDrain() {
 // change under it), never e.js.mu, which the committer holds to make
 // records. It returns how many records it took, and whether
 // the queue was full.
-func (e *Engine) move() (n int, full bool) {
+func (e *Engine) move() (n int, full bool) { return e.moveSome(false) }
+
+// moveAll moves every record the rings hold into the queue, past its
+// bound if need be (by a ring's worth at most, as the rings' pads have
+// stopped committing: a space going, or its slots given back, its
+// threads stopped), without waiting for the committer: the records
+// are out of the rings and will be made with the sites they were
+// committed under (chunk). A loop of the target's threads stopped waits
+// for a memory copy, not for a writer.
+func (e *Engine) moveAll() {
+	q := &e.js.q
+	if q.cond == nil {
+		return // no ring was ever drained
+	}
+	q.mu.Lock()
+	ended := q.end
+	q.mu.Unlock()
+	if ended {
+		e.drainAll() // no committer any more (Close): commit here
+		return
+	}
+	for range 64 {
+		if n, _ := e.moveSome(true); n == 0 {
+			return
+		}
+	}
+}
+
+func (e *Engine) moveSome(force bool) (n int, full bool) {
 	q := &e.js.q
 	e.js.moveMu.Lock()
 	defer e.js.moveMu.Unlock()
@@ -847,6 +891,9 @@ func (e *Engine) move() (n int, full bool) {
 		for range moveChunks {
 			q.mu.Lock()
 			room := q.max - q.bytes
+			if force {
+				room = chunkBytes
+			}
 			var buf []byte
 			if k := len(q.free); k > 0 {
 				buf, q.free = q.free[k-1][:0], q.free[:k-1]
@@ -860,13 +907,20 @@ func (e *Engine) move() (n int, full bool) {
 				buf = newChunk()
 			}
 			buf, k := rg.ring.Take(buf, min(room, chunkBytes), 0)
+			// the sites after the records: every site a moved record
+			// names was published before its pad could commit it, and a
+			// site is given back only once its records are moved
+			var sites []siteRef
+			if p := rg.published.Load(); p != nil {
+				sites = *p
+			}
 			q.mu.Lock()
 			if k == 0 {
 				q.free = append(q.free, buf) // one too many at most
 				q.mu.Unlock()
 				break
 			}
-			q.chunks = append(q.chunks, chunk{rg: rg, b: buf})
+			q.chunks = append(q.chunks, chunk{rg: rg, sites: sites, b: buf})
 			q.bytes += len(buf)
 			q.cond.Broadcast()
 			q.mu.Unlock()
@@ -922,10 +976,10 @@ func (e *Engine) commitNext() bool {
 			one := b[:pad.RecordLen(b)]
 			b = b[len(one):]
 			pad.Decode(one, &e.js.rec, func(r *pad.Record) {
-				if int(r.Site) >= len(c.rg.sites) || c.rg.sites[r.Site].p == nil {
+				if int(r.Site) >= len(c.sites) || c.sites[r.Site].p == nil {
 					return
 				}
-				batch = append(batch, e.ringRecord(c.rg, r))
+				batch = append(batch, e.ringRecord(c.rg, c.sites[r.Site], r))
 			})
 			k++
 		}
@@ -991,8 +1045,7 @@ func (e *Engine) drainAll() {
 }
 
 // ringRecord makes the record of what a pad committed.
-func (e *Engine) ringRecord(rg *region, r *pad.Record) *Record {
-	ref := rg.sites[r.Site]
+func (e *Engine) ringRecord(rg *region, ref siteRef, r *pad.Record) *Record {
 	p := ref.p
 	d := p.def()
 	var at time.Time
@@ -1522,7 +1575,7 @@ func (e *Engine) dropJump(sp *space, exec bool) {
 	if rg.refs--; rg.refs > 0 {
 		return
 	}
-	e.drainAll()
+	e.moveAll()
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
 	e.releaseRegion(rg)
@@ -1530,7 +1583,7 @@ func (e *Engine) dropJump(sp *space, exec bool) {
 
 // releaseRegion folds a region's counts into its probes', copies its
 // variables out and unmaps it. Called with e.js.mu held, the ring
-// drained.
+// moved out (moveAll).
 func (e *Engine) releaseRegion(rg *region) {
 	for i, s := range rg.sites {
 		if s.p == nil {
