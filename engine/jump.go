@@ -859,8 +859,8 @@ func (e *Engine) move() (n int, full bool) { return e.moveSome(false) }
 
 // moveAll moves every record the rings hold into the queue, past its
 // bound if need be (by a ring's worth at most, as the rings' pads have
-// stopped committing: a space going, or its slots given back, its
-// threads stopped), without waiting for the committer: the records
+// stopped committing: a region's slots given back, its threads
+// stopped), without waiting for the committer: the records
 // are out of the rings and will be made with the sites they were
 // committed under (chunk). A loop of the target's threads stopped waits
 // for a memory copy, not for a writer.
@@ -1575,7 +1575,9 @@ func (e *Engine) dropJump(sp *space, exec bool) {
 	if rg.refs--; rg.refs > 0 {
 		return
 	}
-	e.moveAll()
+	// every record of the space written before its end is reported (a
+	// process's exit, a detach): the ring's and the queue's
+	e.drainAll()
 	e.js.mu.Lock()
 	defer e.js.mu.Unlock()
 	e.releaseRegion(rg)
@@ -1583,7 +1585,7 @@ func (e *Engine) dropJump(sp *space, exec bool) {
 
 // releaseRegion folds a region's counts into its probes', copies its
 // variables out and unmaps it. Called with e.js.mu held, the ring
-// moved out (moveAll).
+// drained.
 func (e *Engine) releaseRegion(rg *region) {
 	for i, s := range rg.sites {
 		if s.p == nil {
