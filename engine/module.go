@@ -161,7 +161,7 @@ func (m mech) Place(s *pb.Source) {
 	if reason := e.unsupported(src); reason != "" {
 		for _, p := range added {
 			p.State, p.Reason = StateRefused, reason
-			if why := e.refusedWhy(p.def()); why != "" {
+			if why := e.refusedWhy(p); why != "" {
 				p.Reason = why // the more precise reason
 			}
 		}
@@ -169,7 +169,7 @@ func (m mech) Place(s *pb.Source) {
 	}
 	// a probe of a kind this engine cannot run is refused, alone
 	for _, p := range added {
-		if why := e.refusedWhy(p.def()); why != "" {
+		if why := e.refusedWhy(p); why != "" {
 			p.State, p.Reason = StateRefused, why
 		}
 	}
@@ -183,13 +183,42 @@ func (m mech) Place(s *pb.Source) {
 	e.watchSettle(s, added)
 }
 
-// refusedWhy says why the engine cannot place probe d on this target
-// (its kind, its autostacktrace), or "".
-func (e *Engine) refusedWhy(d *rpn.Probe) string {
+// refusedWhy says why the engine cannot place probe p on this target
+// (its kind, its autostacktrace, a stack its program logs), or "".
+func (e *Engine) refusedWhy(p *eprobe) string {
+	d := p.def()
 	if why := kindRefused(d); why != "" {
 		return why
 	}
-	return e.autoStackRefused(d)
+	if why := e.autoStackRefused(d); why != "" {
+		return why
+	}
+	return e.stackRefused(p.src, &p.src.Probes[p.Index])
+}
+
+// stackRefused says why a stack probe d's program logs (log ustack, log
+// kstack) cannot be taken on this target, where the OS knows it at
+// insert (StackRefuser), or "".
+func (e *Engine) stackRefused(m *rpn.Module, d *rpn.Probe) string {
+	r, ok := e.os.(StackRefuser)
+	if !ok {
+		return ""
+	}
+	for pc := d.Entry; pc < d.End && int(pc) < len(m.Code); {
+		op := rpn.Opcode(m.Code[pc])
+		if op == rpn.OpLogUStack || op == rpn.OpLogKStack {
+			if why := r.StackRefused(op == rpn.OpLogKStack); why != "" {
+				pos, _ := m.LineFor(pc)
+				name := "log ustack"
+				if op == rpn.OpLogKStack {
+					name = "log kstack"
+				}
+				return fmt.Sprintf("%s (%s): %s", name, m.PosString(pos), why)
+			}
+		}
+		pc += uint32(max(op.Len(), 1))
+	}
+	return ""
 }
 
 // autoStackRefused says why a probe with autostacktrace = yes cannot go
@@ -201,6 +230,12 @@ func (e *Engine) autoStackRefused(d *rpn.Probe) string {
 	}
 	if _, ok := e.os.(StackUnwinder); !ok {
 		return "autostacktrace = yes: this target takes no stacks yet, so its exception records would carry none"
+	}
+	if r, ok := e.os.(StackRefuser); ok {
+		if why := r.StackRefused(e.os.Kernel()); why != "" {
+			return "autostacktrace = yes: " + why + "; its exception records would carry no stack"
+		}
+		return ""
 	}
 	if e.os.Kernel() {
 		return "autostacktrace = yes: this target takes no kernel stacks yet, so its exception records would carry none"
@@ -324,7 +359,7 @@ func (e *Engine) placeModule(sp *space, s *pb.Source, probes []*eprobe) {
 	src := s.First()
 	placeable := probes[:0:0]
 	for _, p := range probes {
-		if e.refusedWhy(p.def()) == "" {
+		if e.refusedWhy(p) == "" {
 			placeable = append(placeable, p)
 		}
 	}

@@ -290,3 +290,13 @@ type StackUnwinder interface {
 	// address is looked up at the call before it.
 	NameFrames(space int, kernel bool, pcs []uint64, exact uint64) []pb.Frame
 }
+
+// StackRefuser is a StackUnwinder that knows at insert that it cannot
+// take a kind of stack (kernel false: user stacks): a guest kernel
+// without its vmlinux's ORC tables, a guest's user stacks. A probe whose
+// program logs such a stack, or with autostacktrace = yes whose stack
+// would be one, is refused with the reason rather than raising
+// invalid-operand at every hit.
+type StackRefuser interface {
+	StackRefused(kernel bool) string
+}

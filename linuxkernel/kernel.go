@@ -51,6 +51,12 @@ type Kernel struct {
 	modsErr     error
 	modCache    map[modKey]*engine.Loaded
 	wantModules bool
+	// the image's ORC tables (stack.go), loaded at the first kernel
+	// stack or insert that needs one; orcWhy says why there are none
+	orc     *orcTable
+	orcWhy  string
+	orcDone bool
+	modORC  map[modText]*orcTable // modules' ORC, read from guest memory per load
 }
 
 // New loads the symbols of opts and finds the slide in mem.
@@ -86,6 +92,7 @@ func (k *Kernel) AddSymbols(paths []string) error {
 	}
 	k.kinfo = newKernelInfo(k.mem, k.syms)
 	k.mods, k.modsErr, k.modCache = nil, nil, nil
+	k.orc, k.orcWhy, k.orcDone, k.modORC = nil, "", false, nil
 	return nil
 }
 

@@ -108,6 +108,7 @@ const (
 	ptBase                    = stack + threadSize - ptSize
 	// struct module (6.4 and later: mem[])
 	offState, offList, offName, offMem, offKallsyms, offNotes = 0, 8, 24, 0x140, 0x2c8, 0x310
+	offArch                                                   = 0x320 // struct mod_arch_specific: num_orcs, orc_unwind_ip, orc_unwind
 	moduleSize                                                = 0x400
 	memSize                                                   = 16 // struct module_memory {void *base; unsigned int size;}
 )
@@ -150,7 +151,9 @@ func kernelBTF(t *testing.T) []byte {
 		m("name", &btf.Array{Index: u32, Type: char, Nelems: 56}, offName),
 		m("mem", &btf.Array{Index: u32, Type: modMem, Nelems: 7}, offMem),
 		m("kallsyms", &btf.Pointer{Target: kallsyms}, offKallsyms),
-		m("notes_attrs", &btf.Pointer{Target: notesAttrs}, offNotes)}}
+		m("notes_attrs", &btf.Pointer{Target: notesAttrs}, offNotes),
+		m("arch", &btf.Struct{Name: "mod_arch_specific", Size: 24, Members: []btf.Member{
+			m("num_orcs", u32, 0), m("orc_unwind_ip", &btf.Pointer{Target: i32}, 8), m("orc_unwind", voidp, 16)}}, offArch)}}
 	b, err := btf.NewBuilder([]btf.Type{taskT, union, ptRegs, module, binAttr, notesAttrs}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"sync"
 
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
 )
@@ -70,6 +71,12 @@ type Target struct {
 	// refused) and the engine treats the code as kernel code. Set it
 	// before the engine starts.
 	Kernel bool
+	// StackRefused, when set, makes the fake take stacks as a guest
+	// kernel does (engine.StackUnwinder and engine.StackRefuser): a
+	// stack of one frame, the hit's address, named "f+0"; insert asks
+	// StackRefused whether a stack of the kind can be taken. Set it
+	// before the engine starts.
+	StackRefused func(kernel bool) string
 	// A kernel module that loads and unloads, as a guest kernel's does:
 	// ModName resolves while ModLoad (called from the engine's loop)
 	// answers a load number above 0, a new number for each load, at
@@ -510,7 +517,38 @@ func (t *Target) RemoveBreakpoint(space int, addr uint64, orig []byte) error {
 
 func (t *Target) TrapPC(tid int, rip uint64) uint64 { return rip - 1 }
 
-func (t *Target) OS() engine.OS { return processOS{t} }
+func (t *Target) OS() engine.OS {
+	if t.StackRefused != nil {
+		return stackOS{processOS{t}}
+	}
+	return processOS{t}
+}
+
+// stackOS is processOS taking stacks of one frame (StackRefused).
+type stackOS struct{ processOS }
+
+var (
+	_ engine.StackUnwinder = stackOS{}
+	_ engine.StackRefuser  = stackOS{}
+)
+
+func (o stackOS) StackRefused(kernel bool) string { return o.t.StackRefused(kernel) }
+
+func (o stackOS) Unwind(space, tid int, regs *engine.Regs, kernel bool, pcs []uint64) (int, uint64, bool) {
+	if o.t.StackRefused(kernel) != "" || len(pcs) == 0 {
+		return 0, 0, false
+	}
+	pcs[0] = regs[rpn.RegRIP]
+	return 1, 1, true
+}
+
+func (o stackOS) NameFrames(space int, kernel bool, pcs []uint64, exact uint64) []probe.Frame {
+	out := make([]probe.Frame, len(pcs))
+	for i, pc := range pcs {
+		out[i] = probe.Frame{Address: probe.Hex(pc), Function: "f"}
+	}
+	return out
+}
 
 // processOS: one module, the fake's code, always loaded.
 type processOS struct{ t *Target }
