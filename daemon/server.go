@@ -525,6 +525,11 @@ func (s *Server) closeTarget(t *target) {
 	if _, err := t.eng.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "gprobes daemon: detach %s: %v\n", t.name, err)
 	}
+	s.forgetTarget(t)
+}
+
+// forgetTarget takes a closed target out of s.targets; t.mu held.
+func (s *Server) forgetTarget(t *target) {
 	s.lostClosed.Add(t.eng.Lost())
 	t.closed = true
 	s.mu.Lock()
@@ -613,16 +618,17 @@ func (s *Server) Remove(req RemoveRequest) (int, error) {
 			t.mu.Unlock()
 			continue
 		}
-		for _, mod := range t.eng.Modules() {
-			if !req.All && mod != req.Module {
-				continue
+		// one command to the target: the removes, and the close when
+		// nothing is left in it (a target stopped only by a hit or a
+		// pause, gdbsx, needs one stop for it all)
+		k, f, closed, err := probe.RemoveClose(t.eng, func(mod string) bool { return req.All || mod == req.Module }, req.Minors)
+		n += k
+		found = found || f
+		if closed {
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "gprobes daemon: detach %s: %v\n", t.name, err)
 			}
-			found = true
-			k, _ := t.eng.Remove(mod, req.Minors)
-			n += k
-		}
-		if len(t.eng.Modules()) == 0 {
-			s.closeTarget(t) // nothing left in it: let it go
+			s.forgetTarget(t) // nothing left in it: let it go
 		}
 		t.mu.Unlock()
 	}

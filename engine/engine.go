@@ -475,31 +475,71 @@ func (e *Engine) Modules() []string {
 func (e *Engine) Close() (Final, error) {
 	var f Final
 	var err error
-	if e.do(func() {
-		// the states and spaces as they were; the counts and variables
-		// once the jump pads are out and their rings drained
-		probes := e.probes()
-		spaces := make([]int, len(probes))
-		for i, p := range probes {
-			spaces[i] = len(p.in)
-		}
-		err = e.detachAll()
-		e.stopJump()
-		f = e.book.Final()
-		for i, p := range probes {
-			f.Probes[i].Spaces = spaces[i]
-			if p.State == StateActive || p.State == StatePending {
-				p.State = StateRemoved
-			}
-		}
-		e.closeJump()
-		e.closeSwitches()
-		e.closing = true
-	}) != nil {
+	if e.do(func() { f, err = e.closeNow() }) != nil {
 		return Final{}, nil // already stopped
 	}
 	<-e.done
 	return f, err
+}
+
+// closeNow is Close's command, run on the loop: the last look, every
+// probe out, every thread let go; the loop ends after it.
+func (e *Engine) closeNow() (Final, error) {
+	// the states and spaces as they were; the counts and variables
+	// once the jump pads are out and their rings drained
+	probes := e.probes()
+	spaces := make([]int, len(probes))
+	for i, p := range probes {
+		spaces[i] = len(p.in)
+	}
+	err := e.detachAll()
+	e.stopJump()
+	f := e.book.Final()
+	for i, p := range probes {
+		f.Probes[i].Spaces = spaces[i]
+		if p.State == StateActive || p.State == StatePending {
+			p.State = StateRemoved
+		}
+	}
+	e.closeJump()
+	e.closeSwitches()
+	e.closing = true
+	return f, err
+}
+
+// RemoveClose removes the modules match selects (the probes of minors, or
+// all, as Remove does) and, when no module is left, closes the engine as
+// Close does, in one command: a target that only a hit or a pause can
+// stop (gdbsx ignores ^C) then needs one stop for a whole remove, where
+// Modules, a Remove per module, Modules again and Close took one each.
+// It returns the probes removed, whether a module matched, and whether
+// the engine closed; err is the first Remove's error, or the close's.
+func (e *Engine) RemoveClose(match func(name string) bool, minors []uint16) (n int, found, closed bool, err error) {
+	derr := e.do(func() {
+		var errs []error
+		for _, name := range e.book.Names() {
+			if !match(name) {
+				continue
+			}
+			found = true
+			k, rerr := e.book.Remove(name, minors)
+			n += k
+			errs = append(errs, rerr)
+		}
+		if len(e.book.Names()) == 0 {
+			_, cerr := e.closeNow()
+			errs = append(errs, cerr)
+			closed = true
+		}
+		err = errors.Join(errs...)
+	})
+	if derr != nil {
+		return 0, false, false, derr
+	}
+	if closed {
+		<-e.done
+	}
+	return n, found, closed, err
 }
 
 // detachAll brings every thread to a stop, restores the code, finishes or

@@ -84,3 +84,61 @@ func TestFakeModuleLoadUnload(t *testing.T) {
 		t.Errorf("the thread: %s", out)
 	}
 }
+
+// RemoveClose takes a module out and keeps the engine while another is
+// in; taking the last one out closes the engine in the same command (one
+// stop for a whole remove, on a target only a hit or a pause stops): the
+// code is whole again and the thread let go, running on to its end.
+func TestFakeRemoveClose(t *testing.T) {
+	tg := fakeProcess(t)
+	tg.AddThread(1, fPush, 5)
+	r := startFake(t, tg)
+	r.insert(t, "offset = f_push\nexit 1\n") // module prog
+	f, err := dpdf.ParseSource("prog2.dpdf", []byte("name = prog2\nmodtype = user\noffset = f_load\nexit 1\n"), dpdf.Options{NoPreprocessor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := compiler.Compile(f, rpn.CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.eng.Insert(m, engine.InsertNew); err != nil {
+		t.Fatal(err)
+	}
+	code := func(addr uint64) byte {
+		var b [1]byte
+		if err := tg.ReadMem(fake.Pid, addr, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		return b[0]
+	}
+	if code(fPush) != 0xcc || code(fLoad) != 0xcc {
+		t.Fatalf("inserted: code %#x %#x, want int3 at both", code(fPush), code(fLoad))
+	}
+	n, found, closed, err := r.eng.RemoveClose(func(name string) bool { return name == "prog" }, nil)
+	if n != 1 || !found || closed || err != nil {
+		t.Fatalf("remove prog: %d probes, found %v, closed %v, %v; want 1, true, false, nil", n, found, closed, err)
+	}
+	if mods := r.eng.Modules(); !slices.Equal(mods, []string{"prog2"}) {
+		t.Errorf("modules after removing prog: %q", mods)
+	}
+	if code(fPush) != 0x55 || code(fLoad) != 0xcc {
+		t.Errorf("after removing prog: code %#x %#x, want 0x55 and an int3", code(fPush), code(fLoad))
+	}
+	if tg.Outcome(1) != "" {
+		t.Errorf("the thread is %q while a module is in", tg.Outcome(1))
+	}
+	n, found, closed, err = r.eng.RemoveClose(func(string) bool { return true }, nil)
+	if n != 1 || !found || !closed || err != nil {
+		t.Fatalf("remove all: %d probes, found %v, closed %v, %v; want 1, true, true, nil", n, found, closed, err)
+	}
+	if code(fPush) != 0x55 || code(fLoad) != 0x48 {
+		t.Errorf("after removing all: code %#x %#x, want the original 0x55 0x48", code(fPush), code(fLoad))
+	}
+	if tg.Outcome(1) != "exited" {
+		t.Errorf("the thread after the close: %q, want exited (let go)", tg.Outcome(1))
+	}
+	if _, _, _, err := r.eng.RemoveClose(func(string) bool { return true }, nil); err == nil {
+		t.Error("a remove on the closed engine succeeded")
+	}
+}

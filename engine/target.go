@@ -52,7 +52,10 @@ const (
 
 // Event is what a Target reports from Wait.
 type Event struct {
-	Kind   EventKind
+	Kind EventKind
+	// Tid is never 0 for a thread: 0 is "no thread" (an EvKick that
+	// stopped none, which only runs the commands). A backend whose
+	// threads are numbered from 0 (gdbsx's vCPUs) shifts them.
 	Tid    int
 	Space  int // address space: a pid, or 0 for a guest
 	Parent int // EvNewSpace

@@ -55,9 +55,10 @@ type Conn struct {
 	running atomic.Bool // a resume was sent and its stop not yet read
 	resume  string      // the resume packet sent, for errors
 
-	intrMu     sync.Mutex // guards the two below, and running's changes to false
+	intrMu     sync.Mutex // guards the three below, and running's changes to false
 	resumeSent bool       // the resume packet is out
 	heldIntr   bool       // an Interrupt came before it was
+	intrSent   int        // ^C bytes written since the resume packet
 
 	features     map[string]string
 	packetSize   int
@@ -78,6 +79,10 @@ type Conn struct {
 	// the '+' of that reply sends it again (gdbsx's putpkt), and the copy
 	// must not be taken for the reply to the next request
 	stopEcho []byte
+	// echoRisk: ^C bytes went out while the target ran to the stop of
+	// stopEcho, so copies of that reply may still be on their way; a
+	// resume absorbs them with a request first (startResume)
+	echoRisk bool
 }
 
 // Dial connects to a stub at addr: "host:port" (TCP), or a Unix socket path

@@ -709,6 +709,51 @@ func TestStopReplySentAgainAfterIgnoredInterrupt(t *testing.T) {
 	}
 }
 
+// The same copy, when the stop is followed by a resume and no request:
+// the copy is still to come (or queued) when the resume goes out, and must
+// not be taken for the stop of that resume. It was: the engine resumed a
+// gdbsx guest at once after a kick's stop, its Wait returned the copy, and
+// its next resume found the stub deaf (it waited for the domain to pause).
+func TestStopReplySentAgainThenResume(t *testing.T) {
+	s := newFakeStub(t)
+	s.ignoreIntr = true
+	c, err := s.start(Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Continue(nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Interrupt(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Wait(t, time.Minute, "the stub to read the 0x03", func() (bool, string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.intr == 1, fmt.Sprintf("%d interrupts read", s.intr)
+	})
+	s.stopNow <- "T02thread:p01.01;" // the domain paused (xl pause)
+	wctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	st, err := c.Wait(wctx)
+	if err != nil || st.Signal != 2 {
+		t.Fatalf("stop: %+v %v", st, err)
+	}
+	if err := c.Continue(nil, 0); err != nil {
+		t.Fatalf("resume after the stop: %v", err)
+	}
+	testkit.Wait(t, time.Minute, "the stub to run again", func() (bool, string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.running, fmt.Sprintf("packets %q", s.got)
+	})
+	s.stopNow <- "T05thread:p01.02;" // a breakpoint on the other vCPU
+	st, err = c.Wait(wctx)
+	if err != nil || st.Signal != 5 || st.Thread.ID != "p01.02" {
+		t.Fatalf("the stop of the second resume: %+v %v (packets %q)", st, err, s.packets())
+	}
+}
+
 // gdbsx answers D by closing the connection: that is a detach.
 func TestDetachAnsweredByClose(t *testing.T) {
 	s := newFakeStub(t)

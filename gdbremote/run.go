@@ -253,6 +253,21 @@ func appendLegacy(b []byte, act byte, sig int) []byte {
 }
 
 func (c *Conn) startResume(pkt []byte) error {
+	if c.stopEcho != nil && c.echoRisk {
+		// the stub may send the last stop reply again (it read our ^C
+		// where it waited for the ack of that reply): nothing but a
+		// request tells a copy from the stop of this resume, which
+		// may read the same. A thread select is answered after every
+		// copy; request drops them.
+		th := c.lastStop
+		if th.ID == "" {
+			th.ID = "0" // any thread: the reply is what matters
+		}
+		if err := c.selectThread(context.Background(), th); err != nil && (errors.Is(err, ErrClosed) || errors.Is(err, ErrTimeout)) {
+			return c.packetErr(pkt, nil, err)
+		}
+		c.stopEcho, c.echoRisk = nil, false
+	}
 	c.curG = "" // stubs select the thread of the next stop
 	c.resume = string(pkt)
 	// Running before the packet leaves, so that an Interrupt racing with
@@ -270,6 +285,10 @@ func (c *Conn) startResume(pkt []byte) error {
 	c.resumeSent = true
 	held := c.heldIntr
 	c.heldIntr = false
+	c.intrSent = 0
+	if held {
+		c.intrSent++
+	}
 	c.intrMu.Unlock()
 	if held {
 		c.logf("-> ^C (held until the resume was sent)")
@@ -462,6 +481,9 @@ func (c *Conn) Wait(ctx context.Context) (Stop, error) {
 		c.stopEcho = nil
 		if !c.noAck.Load() {
 			c.stopEcho = append([]byte{}, f.data...)
+			c.intrMu.Lock()
+			c.echoRisk = c.intrSent > 0
+			c.intrMu.Unlock()
 		}
 		return st, nil
 	}
@@ -486,6 +508,7 @@ func (c *Conn) Interrupt() error {
 		c.intrMu.Unlock()
 		return nil
 	}
+	c.intrSent++
 	c.intrMu.Unlock()
 	c.logf("-> ^C")
 	if err := c.writeRaw([]byte{0x03}); err != nil {

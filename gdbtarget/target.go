@@ -51,7 +51,12 @@ type Target struct {
 	kern    *linuxkernel.Kernel
 	os      *linuxkernel.Guest
 	threads []gdbremote.Thread
-	byNum   map[int]gdbremote.Thread
+	byNum   map[int]gdbremote.Thread // engine tid -> the stub's thread
+	// tidBase is added to the stub's thread numbers to make the
+	// engine's tids, which are never 0 (0 is "no thread": a kick that
+	// stopped none). QEMU numbers its vCPUs from 1 (base 0); gdbsx from
+	// 0 (base 1: vCPU 0 is tid 1, as on the native Xen target).
+	tidBase int
 	running bool
 	gone    bool
 	regs    map[int][]byte // last g block read per vCPU
@@ -120,7 +125,12 @@ func (t *Target) setup() error {
 	}
 	t.threads = ths
 	for _, th := range ths {
-		t.byNum[th.Num] = th
+		if th.Num <= 0 {
+			t.tidBase = 1
+		}
+	}
+	for _, th := range ths {
+		t.byNum[t.tidOf(th)] = th
 	}
 	t.kern, err = linuxkernel.New(memory{t}, t.opts.Options)
 	// the stub writes anywhere; the guest's page tables say more, but
@@ -226,7 +236,11 @@ func (t *Target) Wait() (engine.Event, error) {
 		}
 		return engine.Event{Kind: engine.EvSpaceExit, Space: 0, Tid: t.firstTid(), Exit: how, Code: st.ExitCode}, nil
 	}
-	tid := st.Thread.Num
+	if st.Thread.ID == "" && len(t.threads) > 0 {
+		// a stop reply that names no thread (S05): the first vCPU
+		st.Thread = t.threads[0]
+	}
+	tid := t.tidOf(st.Thread)
 	if _, ok := t.byNum[tid]; !ok {
 		// a vCPU we have not listed (hotplug): learn it
 		t.byNum[tid] = st.Thread
@@ -269,10 +283,13 @@ func (t *Target) pastMemBP(th gdbremote.Thread) bool {
 
 func (t *Target) firstTid() int {
 	if len(t.threads) > 0 {
-		return t.threads[0].Num
+		return t.tidOf(t.threads[0])
 	}
 	return 1
 }
+
+// tidOf is the engine's tid of one of the stub's threads.
+func (t *Target) tidOf(th gdbremote.Thread) int { return th.Num + t.tidBase }
 
 // Kick interrupts the running guest (from any goroutine).
 func (t *Target) Kick() bool {
@@ -442,7 +459,7 @@ func (t *Target) Threads(space int) []int {
 	}
 	out := make([]int, len(t.threads))
 	for i, th := range t.threads {
-		out[i] = th.Num
+		out[i] = t.tidOf(th)
 	}
 	return out
 }
@@ -456,7 +473,7 @@ func (t *Target) Spaces() []int {
 
 func (t *Target) ThreadIndex(tid int) int {
 	for i, th := range t.threads {
-		if th.Num == tid {
+		if t.tidOf(th) == tid {
 			return i
 		}
 	}

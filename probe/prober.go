@@ -67,6 +67,40 @@ type PackInserter interface {
 	InsertPack(builds []*rpn.Module, mode InsertMode) ([]Info, error)
 }
 
+// RemoveCloser is a Prober that removes modules and, when none is left,
+// closes, in one step (engine.RemoveClose): a target that only a hit or a
+// pause can stop (gdbsx ignores ^C) then needs one stop for a remove.
+type RemoveCloser interface {
+	RemoveClose(match func(name string) bool, minors []uint16) (n int, found, closed bool, err error)
+}
+
+// RemoveClose removes from p the modules match selects (the probes of
+// minors, or all) and closes p when no module is left: through
+// RemoveClose when p has it, else with Modules, Remove and Close. It
+// returns the probes removed, whether a module matched, and whether p
+// closed.
+func RemoveClose(p Prober, match func(name string) bool, minors []uint16) (n int, found, closed bool, err error) {
+	if rc, ok := p.(RemoveCloser); ok {
+		return rc.RemoveClose(match, minors)
+	}
+	var errs []error
+	for _, name := range p.Modules() {
+		if !match(name) {
+			continue
+		}
+		found = true
+		k, rerr := p.Remove(name, minors)
+		n += k
+		errs = append(errs, rerr)
+	}
+	if len(p.Modules()) == 0 {
+		_, cerr := p.Close()
+		errs = append(errs, cerr)
+		closed = true
+	}
+	return n, found, closed, errors.Join(errs...)
+}
+
 // InsertPack inserts the builds of a pack into p: through InsertPack when
 // p takes packs, else the one build there is.
 func InsertPack(p Prober, builds []*rpn.Module, mode InsertMode) ([]Info, error) {
