@@ -223,9 +223,14 @@ func (e *Engine) EndReason() string {
 	case <-e.goneCh:
 		var g string
 		if e.do(func() { g = e.gone }) != nil {
-			return "engine stopped"
+			// the loop has ended (after a failed wait): what it wrote
+			// is read safely once done is closed
+			return e.gone
 		}
 		return g
+	default:
+	}
+	select {
 	case <-e.done:
 		return "engine stopped"
 	default:
@@ -273,6 +278,12 @@ func (e *Engine) loop() {
 		}
 		if err != nil {
 			e.err = err
+			// the target may live on with the probes' code in it (a
+			// hypervisor call refused once): take out what can be taken
+			// out, as a close does, before giving it up
+			if derr := e.detachAll(); derr != nil {
+				e.warn("the wait failed (" + err.Error() + "); taking the probes out: " + derr.Error())
+			}
 			e.targetGone(err.Error())
 			return
 		}

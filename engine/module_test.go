@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -140,5 +141,36 @@ func TestFakeRemoveClose(t *testing.T) {
 	}
 	if _, _, _, err := r.eng.RemoveClose(func(string) bool { return true }, nil); err == nil {
 		t.Error("a remove on the closed engine succeeded")
+	}
+}
+
+// A backend whose wait fails (a hypervisor call refused) ends the target,
+// but not with the probes' int3 bytes left in code that may run on: the
+// engine takes them out and lets the threads go first, as a close does.
+func TestFakeWaitErrorTakesProbesOut(t *testing.T) {
+	tg := fakeProcess(t)
+	tg.AddThread(1, fPush, 20)
+	waits := 0
+	tg.WaitErr = func() error {
+		if waits++; waits > 6 {
+			return errors.New("fake: the wait failed")
+		}
+		return nil
+	}
+	r := startFake(t, tg)
+	r.insert(t, "offset = f_push\nexit 1\n")
+	if err := r.eng.Release(); err != nil {
+		t.Fatal(err)
+	}
+	<-r.eng.Ended()
+	if reason := r.eng.EndReason(); !strings.Contains(reason, "the wait failed") {
+		t.Errorf("end reason %q", reason)
+	}
+	var b [1]byte
+	if err := tg.ReadMem(fake.Pid, fPush, b[:]); err != nil || b[0] != 0x55 {
+		t.Errorf("code at the probe after the failed wait: %#x %v, want the original 0x55", b[0], err)
+	}
+	if tg.Outcome(1) != "exited" {
+		t.Errorf("the thread after the failed wait: %q, want exited (let go, it ran on)", tg.Outcome(1))
 	}
 }

@@ -1,6 +1,8 @@
 package xen
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/gprobes/gprobes/engine"
@@ -52,6 +54,12 @@ func (t *Target) Wait() (engine.Event, error) {
 		if !fired {
 			// the check and an event may cross: the event's count
 			fired = t.ev.pending()
+		}
+		if err != nil && !errors.Is(err, ErrNoDomain) {
+			// the domain may live on (a hypervisor call refused, not
+			// a domain gone): the engine takes its probes out of it
+			// before it gives the target up
+			return engine.Event{}, fmt.Errorf("xen: domain %d: reading its state: %w", t.dom, err)
 		}
 		if err != nil || info.Dying() {
 			t.dead = true

@@ -58,6 +58,10 @@ type Target struct {
 	// OnKick runs (on the caller's goroutine) when Kick is called: a test
 	// learns that a command of the engine's is waiting.
 	OnKick func()
+	// WaitErr, when set, is asked first at each Wait: an error it
+	// returns is Wait's (a backend whose wait failed: a hypercall
+	// refused), the threads staying as they are.
+	WaitErr func() error
 	// Executed counts the instructions run at each address (int3s of
 	// the engine's not counted: they are not the program's).
 	Executed map[uint64]int
@@ -303,6 +307,11 @@ func (t *Target) run(th *Thread) engine.Event {
 func (t *Target) Wait() (engine.Event, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.WaitErr != nil {
+		if err := t.WaitErr(); err != nil {
+			return engine.Event{}, err
+		}
+	}
 	if len(t.queue) > 0 {
 		ev := t.queue[0]
 		t.queue = t.queue[1:]
