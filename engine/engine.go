@@ -524,7 +524,7 @@ func (e *Engine) closeNow() (Final, error) {
 // stop (gdbsx ignores ^C) then needs one stop for a whole remove, where
 // Modules, a Remove per module, Modules again and Close took one each.
 // It returns the probes removed, whether a module matched, and whether
-// the engine closed; err is the first Remove's error, or the close's.
+// the engine closed; err joins the removes' errors and the close's.
 func (e *Engine) RemoveClose(match func(name string) bool, minors []uint16) (n int, found, closed bool, err error) {
 	derr := e.do(func() {
 		var errs []error
