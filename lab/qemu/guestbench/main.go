@@ -6,7 +6,9 @@
 // on the return only), with a return probe timing the call through an
 // instance variable (the entry probe's push ts; pop iv,0, the return's
 // push ts; push iv,0; sub: a breakpoint on the entry and one on the
-// return) and with a logging program; next to
+// return), with a logging program, and with the same program logging
+// the kernel stack too (log kstack: the ORC walk through guest memory);
+// next to
 // the raw stub round trip (a hand-written loop that only steps over the
 // breakpoint) and gdb on the same stub (break + commands silent; continue).
 // scripts/bench-guest runs it; BENCHMARKS.md reports it.
@@ -97,7 +99,7 @@ func run(n, nativeN, rounds int) (err error) {
 		return qemulab.ParseLatency(out)
 	}
 	fmt.Printf("guest: Linux %s under QEMU TCG, 1 vCPU; %d probed calls, %d native\n", vm.KernelRelease(), n, nativeN)
-	fmt.Printf("%-6s %12s %14s %14s %14s %14s %14s %14s %10s %10s\n", "call", "native us", "raw stub us", "empty us", "return us", "ret+iv us", "logging us", "gdb us", "ret/entry", "iv/entry")
+	fmt.Printf("%-6s %12s %14s %14s %14s %14s %14s %14s %14s %10s %10s\n", "call", "native us", "raw stub us", "empty us", "return us", "ret+iv us", "logging us", "+kstack us", "gdb us", "ret/entry", "iv/entry")
 	for _, c := range calls {
 		native, err := lat(c.Kind, nativeN)
 		if err != nil {
@@ -141,6 +143,10 @@ func run(n, nativeN, rounds int) (err error) {
 		if err != nil {
 			return fmt.Errorf("logging %s: %w", c.Kind, err)
 		}
+		kstack, err := probed(vm, syms, fmt.Sprintf("name = vmlinux\nmodtype = kernel\nvars = 1\noffset = %s\ninc lv,0\npush pid\npush r,rdi\nlog 2\nlog kstack\nexit 1\n", c.Fn), n, func() (float64, error) { return lat(c.Kind, n) })
+		if err != nil {
+			return fmt.Errorf("logging with kstack %s: %w", c.Kind, err)
+		}
 		gdbv, err := gdbLoop(vm, addr, func() (float64, error) { return lat(c.Kind, n/4) })
 		if err != nil {
 			return fmt.Errorf("gdb %s: %w", c.Kind, err)
@@ -149,7 +155,7 @@ func run(n, nativeN, rounds int) (err error) {
 		ratio := func(ns float64) string { return fmt.Sprintf("%s (%.0fx)", us(ns), ns/native) }
 		// the return probe's cost a call against the entry probe's, both
 		// over the native call
-		fmt.Printf("%-6s %12s %14s %14s %14s %14s %14s %14s %9.2fx %9.2fx  (rounds: %s)\n", c.Kind, fmt.Sprintf("%.3f", native/1000), ratio(raw), ratio(empty), ratio(ret), ratio(retiv), ratio(logging), ratio(gdbv),
+		fmt.Printf("%-6s %12s %14s %14s %14s %14s %14s %14s %14s %9.2fx %9.2fx  (rounds: %s)\n", c.Kind, fmt.Sprintf("%.3f", native/1000), ratio(raw), ratio(empty), ratio(ret), ratio(retiv), ratio(logging), ratio(kstack), ratio(gdbv),
 			(ret-native)/(empty-native), (retiv-native)/(empty-native), strings.Join(ratios, " "))
 	}
 	return nil
