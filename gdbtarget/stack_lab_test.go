@@ -357,3 +357,65 @@ func isThunk(to uint64, code elfText) bool {
 	in, err := x86asm.Decode(code.b[off:off+16], 64)
 	return err == nil && (in.Op == x86asm.CALL || in.Op == x86asm.JMP || in.Op == x86asm.LFENCE)
 }
+
+// With only System.map among the symbols (no vmlinux, so no ORC
+// tables), a probe that logs a kernel stack, one with autostacktrace =
+// yes and one that logs a user stack are refused at insert, each with
+// its reason; the module's other probe goes in and counts.
+func TestGuestKernelStackRefused(t *testing.T) {
+	g := boot(t, false)
+	g.attach(gdbtarget.Options{Options: linuxkernel.Options{Symbols: []string{filepath.Join(g.art, "System.map")}}})
+	infos, err := g.eng.Insert(compile(t, `name = vmlinux
+modtype = kernel
+vars = 1
+offset = __x64_sys_getppid
+minor = 1
+log kstack
+exit 1
+offset = __x64_sys_getppid
+minor = 2
+autostacktrace = yes
+push d,0
+push mrf,8
+log 1
+exit 1
+offset = __x64_sys_getppid
+minor = 3
+log ustack
+exit 1
+offset = __x64_sys_getppid
+minor = 4
+inc lv,0
+exit 0
+`), engine.InsertNew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const need = "log kstack on a guest unwinds its kernel stack with the ORC tables of the guest's vmlinux (.orc_unwind_ip, .orc_unwind; a kernel built with CONFIG_UNWINDER_ORC), and no file given with --symbols is an ELF vmlinux (given: System.map): give the guest's vmlinux too"
+	want := map[uint16]string{
+		1: "log kstack (guest.dpdf:6:1): " + need,
+		2: "autostacktrace = yes: " + need + "; its exception records would carry no stack",
+		3: "log ustack (guest.dpdf:17:1): a guest's user stacks are not unwound",
+	}
+	for _, p := range infos {
+		w, refused := want[p.Minor]
+		switch {
+		case refused && (p.State != engine.StateRefused || !strings.HasPrefix(p.Reason, w)):
+			t.Errorf("probe %d: %s %q, want refused %q", p.Minor, p.State, p.Reason, w)
+		case !refused && p.State != engine.StateActive:
+			t.Errorf("probe %d: %s %q, want active", p.Minor, p.State, p.Reason)
+		}
+	}
+	if err := g.eng.Release(); err != nil {
+		t.Fatal(err)
+	}
+	g.run("gpwork counts 2")
+	if lv, _, err := g.eng.Vars("vmlinux", false); err != nil || lv[0] < 2 {
+		t.Errorf("the other probe: lv %v %v, want 2 hits at least", lv, err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.recs) != 0 {
+		t.Errorf("refused probes made %d records", len(g.recs))
+	}
+}
