@@ -20,7 +20,8 @@ import (
 )
 
 // kstacks logs the kernel stack at getppid's, write's and nanosleep's
-// entries, each record naming its process.
+// entries, each record naming its process; probe 4 reads address 0 at
+// getppid's: its exception records carry the stack (autostacktrace).
 const kstacks = `name = vmlinux
 modtype = kernel
 offset = __x64_sys_getppid
@@ -40,6 +41,13 @@ minor = 3
 push pid
 log 1
 log kstack
+exit 1
+offset = __x64_sys_getppid
+minor = 4
+autostacktrace = yes
+push d,0
+push mrf,8
+log 1
 exit 1
 `
 
@@ -111,6 +119,26 @@ func TestGuestKernelStack(t *testing.T) {
 		}
 	}
 	t.Logf("getppid: %v", getppid[0].Stacks[0].Frames)
+	var exc []engine.Record
+	g.mu.Lock()
+	for _, r := range g.recs {
+		if r.Minor == 4 {
+			exc = append(exc, r)
+		}
+	}
+	g.mu.Unlock()
+	if len(exc) < 3 {
+		t.Errorf("autostacktrace: %d records of probe 4, want 3 at least (gpwork's getppid calls)", len(exc))
+	}
+	for _, r := range exc {
+		if r.Kind != probe.RecordException || len(r.Stacks) != 1 {
+			t.Fatalf("autostacktrace: a %s record with %d stacks", r.Kind, len(r.Stacks))
+		}
+		check("autostacktrace", r.Stacks[0], 4, "__x64_sys_getppid")
+		if fr := r.Stacks[0].Frames; !strings.HasPrefix(fr[len(fr)-1].Function, "entry_SYSCALL_64") {
+			t.Errorf("autostacktrace: frames %v, want entry_SYSCALL_64 last", fr)
+		}
+	}
 	writes := g.of(pid, 2)
 	if len(writes) < 3 {
 		t.Fatalf("write: %d records of pid %d, want 3 at least", len(writes), pid)
