@@ -231,14 +231,77 @@ func procStack(out string) []string {
 func checkCalls(t *testing.T, what string, code elfText, slide uint64, fr []probe.Frame) {
 	t.Helper()
 	for i := 1; i < len(fr); i++ {
-		if fr[i].Module != "vmlinux" {
-			continue
+		if fr[i].Module != "vmlinux" || strings.HasPrefix(fr[i-1].Function, "asm_") {
+			continue // the code an interrupt entry (asm_*) interrupted: no call before it
 		}
 		var callee uint64
 		if fr[i-1].Module == "vmlinux" {
 			callee = uint64(fr[i-1].Address) - fr[i-1].Offset - slide
 		}
 		checkCall(t, what, code, uint64(fr[i].Address)-slide, callee, fr)
+	}
+}
+
+// Kernel stacks in interrupts: at hrtimer_interrupt, the timer's
+// handler, which runs on the IRQ stack (reached with an indirect CFA from
+// the task's stack) from an interrupt entry (asm_sysvec_apic_timer_interrupt,
+// a pt_regs): the walk goes through the entry into the interrupted code,
+// nested interrupts (a softirq interrupted) included, and ends where the
+// task's stack ends (a kernel thread's ret_from_fork, the idle task's
+// start, a system call's entry) or at the user's pt_regs of an interrupt
+// of user code. Each return address but the interrupted code's follows a
+// call in the vmlinux's code.
+func TestGuestKernelStackInterrupt(t *testing.T) {
+	g := boot(t, true)
+	g.attach(gdbtarget.Options{})
+	var slide uint64
+	g.eng.WithTarget(func(tg engine.Target) error {
+		slide, _ = tg.OS().(*linuxkernel.Guest).K.Slide()
+		return nil
+	})
+	g.insert(compile(t, `name = vmlinux
+modtype = kernel
+offset = hrtimer_interrupt
+minor = 1
+max hits = 6
+log kstack,40
+exit 1
+`))
+	code := vmlinuxText(t, filepath.Join(g.art, "vmlinux"))
+	var recs []engine.Record
+	for deadline := time.Now().Add(3 * time.Minute); len(recs) < 6 && time.Now().Before(deadline); {
+		g.vm.Run("sleep 1", time.Minute) // the guest runs on: timer interrupts
+		g.mu.Lock()
+		recs = append(recs[:0], g.recs...)
+		g.mu.Unlock()
+	}
+	if len(recs) != 6 {
+		t.Fatalf("%d records of hrtimer_interrupt in 3 minutes, want 6 (max hits)", len(recs))
+	}
+	ends := []string{"ret_from_fork", "entry_SYSCALL_64", "secondary_startup_64", "x86_64_start_", "start_kernel", "asm_"}
+	for _, r := range recs {
+		fr := r.Stacks[0].Frames
+		t.Logf("%v", fr)
+		if fr[0].Function != "hrtimer_interrupt" || fr[0].Offset != 0 {
+			t.Errorf("the hit's frame is %v", fr[0])
+		}
+		entry := -1
+		for i, f := range fr {
+			if f.Module != "vmlinux" || f.Function == "" {
+				t.Errorf("frame %v not named in vmlinux", f)
+			}
+			if entry < 0 && strings.HasPrefix(f.Function, "asm_sysvec_apic_timer_interrupt") {
+				entry = i
+			}
+		}
+		if entry < 0 {
+			t.Errorf("no interrupt entry in %v", fr)
+		}
+		last := fr[len(fr)-1].Function
+		if !slices.ContainsFunc(ends, func(e string) bool { return strings.HasPrefix(last, e) }) || len(fr) == 40 {
+			t.Errorf("the walk ended at %s (%d frames), not at the end of a stack: %v", last, len(fr), fr)
+		}
+		checkCalls(t, "hrtimer_interrupt", code, slide, fr)
 	}
 }
 
