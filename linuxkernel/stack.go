@@ -147,6 +147,10 @@ func (k *Kernel) loadORC() (*orcTable, string) {
 		if err != nil {
 			continue // System.map, kallsyms, raw BTF
 		}
+		if f.Type != elf.ET_EXEC {
+			f.Close()
+			continue // a module's .ko: its tables are relocated at load (read from guest memory)
+		}
 		t, why := k.orcOf(f, p)
 		f.Close()
 		if t != nil {
@@ -173,9 +177,6 @@ func (k *Kernel) orcOf(f *elf.File, path string) (*orcTable, string) {
 	ipSec, entSec := f.Section(".orc_unwind_ip"), f.Section(".orc_unwind")
 	if ipSec == nil || entSec == nil || ipSec.Type == elf.SHT_NOBITS || entSec.Type == elf.SHT_NOBITS {
 		return nil, ""
-	}
-	if f.Type != elf.ET_EXEC {
-		return nil, "" // a module's .ko: its tables are relocated at load
 	}
 	// the file must be the build the guest runs: another build's tables
 	// would describe other code

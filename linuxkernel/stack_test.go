@@ -235,6 +235,17 @@ func TestGuestKernelStack(t *testing.T) {
 	const need = "log kstack on a guest unwinds its kernel stack with the ORC tables of the guest's vmlinux (.orc_unwind_ip, .orc_unwind; a kernel built with CONFIG_UNWINDER_ORC)"
 	refused(guestFiles(t), need, "no file given with --symbols is an ELF vmlinux (given: System.map, vmlinux.btf): give the guest's vmlinux too")
 	refused(append(guestFiles(t), orcELF(t, kernelID, true)), need, "vmlinux has none (a kernel built without the ORC unwinder")
+	// a module's .ko with ORC sections is not the image's tables
+	ko := filepath.Join(t.TempDir(), "rmd160.ko")
+	b, err := os.ReadFile(orcELF(t, kernelID, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[16] = 1 // ET_REL
+	if err := os.WriteFile(ko, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused(append(guestFiles(t), ko), "no file given with --symbols is an ELF vmlinux (given: System.map, vmlinux.btf, rmd160.ko)")
 	other := append([]byte{}, kernelID...)
 	other[0] ^= 0xff
 	refused(append(guestFiles(t), orcELF(t, other, false)), "are of build 21adbeef", "the guest runs build deadbeef", "give the guest's own vmlinux with --symbols")
