@@ -24,10 +24,40 @@ func Calibrate(d time.Duration) (Cal, bool) {
 	if !have {
 		return Cal{}, false
 	}
-	t0, c0 := time.Now(), Read()
+	t0, c0 := sampleNow()
 	time.Sleep(d)
-	t1, c1 := time.Now(), Read()
+	t1, c1 := sampleNow()
 	return between(t0, c0, t1, c1)
+}
+
+// bracketTries is how many times bracketed reads the two clocks.
+const bracketTries = 16
+
+// bracketed samples the wall clock and the counter at one moment: it
+// reads the counter, the wall clock, the counter again, bracketTries
+// times, and keeps the wall clock whose two counter reads are closest,
+// with their midpoint. A thread preempted between two reads (a busy
+// machine, a VM: milliseconds) would otherwise pair the wall clock with a
+// counter value from milliseconds later, and every time converted from
+// that calibration would be off by as much.
+func bracketed(now func() time.Time, read func() uint64) (time.Time, uint64) {
+	var bt time.Time
+	var bc uint64
+	best := ^uint64(0)
+	for range bracketTries {
+		a := read()
+		t := now()
+		b := read()
+		if b < a || b-a >= best {
+			continue
+		}
+		best, bt, bc = b-a, t, a+(b-a)/2
+	}
+	if best == ^uint64(0) {
+		// the counter went back every time (never on one machine)
+		return now(), read()
+	}
+	return bt, bc
 }
 
 // between is the calibration from two samples of the wall clock and the
@@ -81,11 +111,11 @@ type Clock struct {
 	sample func() (time.Time, uint64) // the wall clock and the counter now; tests replace it
 }
 
-func sampleNow() (time.Time, uint64) { return time.Now(), Read() }
+func sampleNow() (time.Time, uint64) { return bracketed(time.Now, Read) }
 
 // NewClock calibrates a clock; ok is false without a counter.
 func NewClock(d time.Duration) (*Clock, bool) {
-	t0, c0 := time.Now(), Read()
+	t0, c0 := sampleNow()
 	cal, ok := Calibrate(d)
 	return &Clock{c0: c0, t0: t0, cal: cal, ok: ok, refine: time.Now(), sample: sampleNow}, ok
 }

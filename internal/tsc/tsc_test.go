@@ -179,3 +179,39 @@ func BenchmarkCalibrationError(b *testing.B) {
 	}
 	b.ReportMetric(float64(sum.Nanoseconds())/float64(b.N), "ns-error")
 }
+
+// A sample of the two clocks is the wall clock with the counter read
+// around it: a preemption between the reads (8 ms here, on the first
+// try) is left out, where pairing the wall clock with the next counter
+// read (as the calibration did) is off by the whole preemption.
+func TestBracketed(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 11, 40, 0, 0, time.UTC)
+	k := counter{t0, 1 << 40, 5, 2} // 2.5 GHz
+	clock := t0                     // the true time: 30 ns a read
+	preempt := 8 * time.Millisecond // at the second counter read
+	reads := 0
+	now := func() time.Time { clock = clock.Add(30); return clock }
+	read := func() uint64 {
+		reads++
+		if reads == 2 {
+			clock = clock.Add(preempt)
+		}
+		clock = clock.Add(30)
+		return k.at(clock)
+	}
+	// the way it was: the wall clock, then the counter (preempted
+	// before it: the second read)
+	reads = 1
+	w, c := now(), read()
+	reads = 0
+	if got := k.exact(c).Sub(w); got < preempt/2 {
+		t.Fatalf("the made-up preemption does not bite a plain sample (off by %v)", got)
+	}
+	w, c = bracketed(now, read)
+	if off := k.exact(c).Sub(w).Abs(); off > 100*time.Nanosecond {
+		t.Errorf("bracketed sample off by %v, want at most 100 ns", off)
+	}
+	if reads != 2*bracketTries {
+		t.Errorf("%d counter reads, want %d", reads, 2*bracketTries)
+	}
+}
