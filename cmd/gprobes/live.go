@@ -739,6 +739,7 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 	probes, err := probe.InsertPack(eng, builds, probe.InsertNew)
 	if err != nil {
 		eng.Close()
+		r.flushRecords()
 		if held != nil {
 			held.kill()
 		}
@@ -764,6 +765,7 @@ func runOnce(c *cli.Context, builds []*rpn.Module, command []string, sigs chan o
 	if held != nil {
 		if ended, err = held.run(func(code int) { r.mu.Lock(); r.exitCode = code; r.mu.Unlock() }); err != nil {
 			eng.Close()
+			r.flushRecords()
 			return cli.Exit("run: "+err.Error(), 1)
 		}
 	}
@@ -824,12 +826,22 @@ func runTarget(c *cli.Context, command []string) (targets.Spec, targets.Options,
 }
 
 // runState is what one run keeps from its start to its summary.
+// flushRecords writes the records run still holds to put them in order
+// (the engine is closed) and returns how many came too late for that.
+func (r *runState) flushRecords() uint64 {
+	if r.records == nil {
+		return 0
+	}
+	return r.records.flush()
+}
+
 type runState struct {
 	c           *cli.Context
 	spec        targets.Spec
 	label       string // the target as the summary names it
 	recOut      *recordOutput
 	trace       *traceSink // --format: the trace written instead of records
+	records     *runSink   // the records written (unless --format)
 	mu          sync.Mutex // the sink's, and exitCode's from a held command
 	exitCode    int        // the command's exit status, -1 while unknown
 	interrupted bool
@@ -857,7 +869,8 @@ func (r *runState) outputs(target string, mod *rpn.Module) (probe.Sink, func(), 
 	quiet := c.Bool("quiet") && c.String("output") == ""
 	lay := daemon.NewProbeLogs("")
 	lay.AddModule(target, mod)
-	var sink probe.Sink = &runSink{target: target, quiet: quiet, asJSON: asJSON, out: r.recOut, mu: &r.mu, layouts: lay}
+	r.records = &runSink{target: target, quiet: quiet, asJSON: asJSON, out: r.recOut, mu: &r.mu, layouts: lay}
+	var sink probe.Sink = r.records
 	if format := c.String("format"); format != "" {
 		if c.String("output") == "" {
 			return nil, closeOut, cli.Exit("run: --format writes a trace: give -o OUT", 2)
@@ -878,6 +891,9 @@ func (r *runState) outputs(target string, mod *rpn.Module) (probe.Sink, func(), 
 func (r *runState) report(final engine.Final, closeErr error) error {
 	c, out := r.c, r.c.App.Writer
 	vars, probes := final.Vars, final.Probes
+	if late := r.flushRecords(); late > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "gprobes: %s more than %v late (behind newer ones already written), written out of order of time\n", plural(int(late), "record"), orderWindow)
+	}
 	if r.trace != nil {
 		if terr := r.trace.finish(probes); terr != nil {
 			fmt.Fprintf(c.App.ErrWriter, "gprobes: %s: %v\n", c.String("output"), terr)

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"container/heap"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/probe"
@@ -86,9 +88,13 @@ func parseSize(s string) (int64, error) {
 }
 
 // runSink formats gprobes run's records (JSON lines or text) for its
-// output: one write a record from the int3 route, before the thread goes
-// on; one write a batch from a jump pad's ring (probe.BatchSink), which
-// is what lets the writer keep up with more of a hot probe's records.
+// output, in order of time across the routes (docs/records.md, "Order"):
+// a record is held until it is orderWindow old by the clock, and the
+// records held are written oldest first, with one write, when a record
+// comes and every orderWindow/4 (tick). A record that comes when newer
+// ones were written already (a jump pad's record that waited longer
+// than the window in the ring or in gprobes' queue) is written with the
+// next ones, out of order, and counted (late).
 type runSink struct {
 	target        string
 	quiet, asJSON bool
@@ -97,6 +103,46 @@ type runSink struct {
 	buf           []byte
 	ends          []int
 	layouts       *daemon.ProbeLogs // the run's probes' log layouts
+	held          heldRecords
+	seq           uint64
+	last          time.Time // the newest record written
+	late          uint64
+	out1          []*probe.Record
+	ticking       bool
+	stop          chan struct{}
+	done          chan struct{}
+}
+
+// orderWindow is how long run holds a record to put it in order of time
+// with the others.
+const orderWindow = 250 * time.Millisecond
+
+// heldRecords is a heap of records, the oldest first (in order of coming
+// among records of the same time).
+type heldRecords []heldRecord
+
+type heldRecord struct {
+	r   *probe.Record
+	seq uint64
+}
+
+func (h heldRecords) Len() int { return len(h) }
+func (h heldRecords) Less(i, j int) bool {
+	// wall clock times (a record of the int3 route carries a monotonic
+	// reading too, which Before would use against another such record)
+	if a, b := h[i].r.Time.UnixNano(), h[j].r.Time.UnixNano(); a != b {
+		return a < b
+	}
+	return h[i].seq < h[j].seq
+}
+func (h heldRecords) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *heldRecords) Push(x any)   { *h = append(*h, x.(heldRecord)) }
+func (h *heldRecords) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = heldRecord{}
+	*h = old[:len(old)-1]
+	return x
 }
 
 func (s *runSink) line(r *probe.Record) {
@@ -115,9 +161,8 @@ func (s *runSink) Commit(r *probe.Record) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.buf = s.buf[:0]
-	s.line(r)
-	s.out.write(s.buf, r.Module, r.Minor)
+	s.hold(r)
+	s.release(time.Now().Add(-orderWindow))
 }
 
 func (s *runSink) CommitBatch(recs []*probe.Record) {
@@ -126,12 +171,84 @@ func (s *runSink) CommitBatch(recs []*probe.Record) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.buf, s.ends = s.buf[:0], s.ends[:0]
 	for _, r := range recs {
+		s.hold(r)
+	}
+	s.release(time.Now().Add(-orderWindow))
+}
+
+// hold keeps r until it is written in order; called with s.mu held.
+func (s *runSink) hold(r *probe.Record) {
+	if !s.last.IsZero() && r.Time.Before(s.last) {
+		s.late++
+	}
+	s.seq++
+	// a copy: the engine may use its record again once Commit returns
+	c := *r
+	heap.Push(&s.held, heldRecord{r: &c, seq: s.seq})
+	if !s.ticking {
+		s.ticking = true
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		go s.tick()
+	}
+}
+
+// release writes the records held that are older than before, with one
+// write; called with s.mu held.
+func (s *runSink) release(before time.Time) {
+	s.out1 = s.out1[:0]
+	for len(s.held) > 0 && !s.held[0].r.Time.After(before) {
+		s.out1 = append(s.out1, heap.Pop(&s.held).(heldRecord).r)
+	}
+	if len(s.out1) == 0 {
+		return
+	}
+	s.buf, s.ends = s.buf[:0], s.ends[:0]
+	for _, r := range s.out1 {
 		s.line(r)
 		s.ends = append(s.ends, len(s.buf))
+		if r.Time.After(s.last) {
+			s.last = r.Time
+		}
 	}
-	s.out.writeBatch(s.buf, s.ends, recs)
+	s.out.writeBatch(s.buf, s.ends, s.out1)
+	clear(s.out1)
+}
+
+// tick writes the records that have waited the window while no record
+// comes, until flush.
+func (s *runSink) tick() {
+	defer close(s.done)
+	t := time.NewTicker(orderWindow / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.mu.Lock()
+			s.release(time.Now().Add(-orderWindow))
+			s.mu.Unlock()
+		}
+	}
+}
+
+// flush writes every record held (the engine is closed: no more come)
+// and returns how many were written out of order. It takes s.mu.
+func (s *runSink) flush() uint64 {
+	s.mu.Lock()
+	ticking := s.ticking
+	s.ticking = false
+	s.mu.Unlock()
+	if ticking {
+		close(s.stop)
+		<-s.done
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// every record: the newest time there can be
+	s.release(time.Unix(1<<62, 0))
+	return s.late
 }
 
 // writeBatch writes records, line i ending at ends[i] in b, with one
