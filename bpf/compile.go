@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/usdt"
 )
 
 // Kind is where a compiled program attaches, which fixes its eBPF program
@@ -2627,25 +2628,18 @@ func (c *compiler) biasFactor(i int) uint64 {
 	return 0
 }
 
-// ArgKind is where a usdt argument is.
-type ArgKind uint8
+// ArgKind is where a usdt argument is (package usdt).
+type ArgKind = usdt.ArgKind
 
 const (
-	ArgConst ArgKind = iota // a constant: Value
-	ArgReg                  // a register: Reg
-	ArgMem                  // memory at Reg + Value
+	ArgConst = usdt.ArgConst // a constant: Value
+	ArgReg   = usdt.ArgReg   // a register: Reg
+	ArgMem   = usdt.ArgMem   // memory at Reg + Value
 )
 
 // USDTArg is one argument of a usdt probe as its note (sys/sdt.h)
-// describes it: "-4@%edi" (a signed 4-byte register), "8@-16(%rbp)" (8
-// bytes of memory), "4@$5" (a constant).
-type USDTArg struct {
-	Kind   ArgKind
-	Size   int  // bytes: 1, 2, 4 or 8
-	Signed bool // sign-extended to the word, else zero-extended
-	Reg    rpn.Reg
-	Value  int64
-}
+// describes it (package usdt).
+type USDTArg = usdt.Arg
 
 // extend zero- or sign-extends the low size bytes of r to 64 bits.
 func extend(c *compiler, r asm.Register, size int, signed bool) {

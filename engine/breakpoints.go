@@ -50,6 +50,7 @@ type space struct {
 	unmapped   bool        // what gprobes mapped is unmapped (areas.go): detached
 	jump       *jumpState  // jump pads (jump.go), nil until a probe tries one
 	calls      *spaceCalls // return probes (retprobe.go), nil until one goes in
+	usdt       map[*eprobe]*usdtIn // usdt probes in this space: their sites and semaphores (usdt.go)
 }
 
 // breakpoint is a physical breakpoint: one address, its original
@@ -237,6 +238,7 @@ func (e *Engine) forked(child, parent int) {
 	}
 	e.watchForked(child, parent)
 	e.callsForked(sp, ps)
+	e.usdtForked(sp, ps)
 }
 
 // prepareSlot gives a breakpoint its out-of-line slot and writes the

@@ -401,7 +401,8 @@ func TestFakeKindsRefused(t *testing.T) {
 		}
 	})
 	t.Run("usdt on a process", func(t *testing.T) {
-		// usdt probes are the host target's (package kernel) for now
+		// the fake target reads no static probes (Loaded.USDT nil): the
+		// probe is refused saying so, the module's others go in
 		tg := fakeProcess(t)
 		tg.AddThread(1, fPush, 2)
 		r := startFake(t, tg)
@@ -410,7 +411,7 @@ func TestFakeKindsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := map[uint16][2]string{1: {"refused", "usdt probes run on --target host only (not yet on a process target: docs/global.md)"}, 2: {"active", ""}}
+		want := map[uint16][2]string{1: {"refused", "usdt = app:tick: this target cannot read prog's static probes"}, 2: {"active", ""}}
 		checkStates(t, "insert", probes, want)
 		r.runToEnd(t)
 		if lv, _, _ := r.eng.Vars("prog", false); lv[0] != 2 {

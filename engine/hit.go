@@ -8,6 +8,7 @@ import (
 
 	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/usdt"
 	"github.com/gprobes/gprobes/x86"
 )
 
@@ -57,6 +58,9 @@ type hitEnv struct {
 	// stacks the running program logged (log ustack, log kstack), named
 	// in its record
 	stacks []hitStack
+	// args are where the arguments of the usdt site hit are (push arg,
+	// usdt.go), nil for another probe
+	args []usdt.Arg
 }
 
 // hitStack is one stack a program logged.
@@ -247,7 +251,7 @@ func (e *Engine) trap(th *thread) {
 	e.gvLock.Lock()
 	e.callsEnter(th, sp, addr, &calls) // return probes: a call begins here
 	for _, p := range bp.probes {
-		if p.State != StateActive || p.def().Kind != rpn.ProbeOffset {
+		if p.State != StateActive || (p.def().Kind != rpn.ProbeOffset && p.def().Kind != rpn.ProbeUSDT) {
 			continue
 		}
 		inst := sp.inst[p.src]
@@ -255,7 +259,9 @@ func (e *Engine) trap(th *thread) {
 			continue
 		}
 		calls.ivOf(&th.env, p)
+		th.env.args = sp.usdtArgs(p, addr)
 		r := e.runProbe(th, inst, p)
+		th.env.args = nil
 		if r == nil {
 			continue // switched off: no hit
 		}

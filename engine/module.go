@@ -8,6 +8,7 @@ import (
 	pb "github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
+	"github.com/gprobes/gprobes/usdt"
 	"github.com/gprobes/gprobes/x86"
 )
 
@@ -190,6 +191,9 @@ func (e *Engine) refusedWhy(p *eprobe) string {
 	if why := kindRefused(d); why != "" {
 		return why
 	}
+	if d.Kind == rpn.ProbeUSDT && e.os.Kernel() {
+		return reasonUSDT
+	}
 	if why := e.autoStackRefused(d); why != "" {
 		return why
 	}
@@ -298,19 +302,17 @@ func (m mech) Warn(msg string) { m.e.warn(msg) }
 // and returns (retprobe.go).
 const (
 	reasonTracepoint = "tracepoint probes run on --target kernel only"
-	reasonUSDT       = "usdt probes run on --target host only (not yet on a process target: docs/global.md)"
+	reasonUSDT       = "usdt probes run on user-space targets only (--target host, pid:, exec:), not in a guest kernel"
 )
 
 // kindRefused says why the engine cannot place a probe of d's kind, or
 // "" for an offset, watch or return probe.
 func kindRefused(d *rpn.Probe) string {
 	switch d.Kind {
-	case rpn.ProbeOffset, rpn.ProbeWatch, rpn.ProbeRetprobe:
+	case rpn.ProbeOffset, rpn.ProbeWatch, rpn.ProbeRetprobe, rpn.ProbeUSDT:
 		return ""
 	case rpn.ProbeTracepoint:
 		return reasonTracepoint
-	case rpn.ProbeUSDT:
-		return reasonUSDT
 	}
 	return fmt.Sprintf("probe kind %d is not known to this gprobes", d.Kind)
 }
@@ -400,6 +402,8 @@ func (e *Engine) placeModule(sp *space, s *pb.Source, probes []*eprobe) {
 			e.placeWatch(sp, inst, p)
 		case p.def().Kind == rpn.ProbeRetprobe:
 			e.placeRetprobe(sp, inst, p)
+		case p.def().Kind == rpn.ProbeUSDT:
+			e.placeUSDT(sp, inst, p)
 		default:
 			e.placeProbe(sp, inst, p)
 		}
@@ -423,6 +427,10 @@ type Loaded struct {
 	// pads, jump tables: package entries); computed once per file. nil
 	// when the target cannot tell: no jump pads there.
 	Entries func() (*entries.Set, error)
+	// USDT reads the file's static probes PROVIDER:NAME (usdt.Sites) at
+	// link-time addresses, and every PROVIDER:NAME it has; nil when the
+	// target cannot read them (no usdt probes there).
+	USDT func(provider, name string) ([]usdt.Site, []string, error)
 }
 
 // resolver resolves a loaded file's locations and relocations: its
@@ -469,19 +477,42 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *eprobe) {
 		return
 	}
 	d := inst.def(p)
-	refuse := func(state ProbeState, format string, args ...any) {
-		if len(p.in) == 0 {
-			p.State, p.Reason = state, fmt.Sprintf(format, args...)
+	link, err := e.linkAddr(d, inst)
+	if err == nil {
+		p.Addr = link + inst.bias
+		var st ProbeState
+		var why string
+		if st, why = e.placeAt(sp, inst, p, d, link); why != "" {
+			err = &placeRefusal{st, why}
 		}
 	}
-	set := inst.ld.Symbols
-	link, err := e.linkAddr(d, inst)
-	if err != nil {
-		refuse(StateRefused, "%v", err)
-		return
+	if err != nil && len(p.in) == 0 {
+		p.State, p.Reason = StateRefused, err.Error()
+		if r, ok := err.(*placeRefusal); ok {
+			p.State = r.state
+		}
 	}
+}
+
+// placeRefusal is why a probe could not go in at an address, and the
+// state it takes (refused, or a mismatch of the expected opcode).
+type placeRefusal struct {
+	state ProbeState
+	why   string
+}
+
+func (r *placeRefusal) Error() string { return r.why }
+
+// placeAt checks and inserts probe p at link (a link-time address of the
+// file inst is loaded from) in one space: on success p is active there
+// (p.in, p.Addr, p.How) and the reason is ""; else the state and reason
+// it would take, and nothing is changed.
+func (e *Engine) placeAt(sp *space, inst *instance, p *eprobe, d *rpn.Probe, link uint64) (state ProbeState, reason string) {
+	refuse := func(st ProbeState, format string, args ...any) {
+		state, reason = st, fmt.Sprintf(format, args...)
+	}
+	set := inst.ld.Symbols
 	addr := link + inst.bias
-	p.Addr = addr
 	// in the module's code
 	if inst.ld.Exec != nil && !inst.ld.Exec(addr) {
 		refuse(StateRefused, "%#x (%s) is not in an executable mapping of %s", addr, d.Loc.Text, inst.key)
@@ -498,6 +529,7 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *eprobe) {
 	if sp.jump != nil && sp.jump.sites[addr] != nil {
 		why := e.joinJump(sp, p, addr)
 		if why == "" {
+			p.Addr = addr
 			return
 		}
 		// it cannot run in a pad: the probes there move to an int3,
@@ -538,6 +570,7 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *eprobe) {
 			p.in[sp.id] = addr
 			p.State, p.Reason = StateActive, ""
 			p.How = "jump"
+			p.Addr = addr
 			return
 		}
 		bp = &breakpoint{addr: addr, insn: insn}
@@ -557,9 +590,11 @@ func (e *Engine) placeProbe(sp *space, inst *instance, p *eprobe) {
 	p.in[sp.id] = addr
 	p.State, p.Reason = StateActive, ""
 	p.How = howName(bp.insn.Class)
+	p.Addr = addr
 	if jumpWhy != "" && e.opts.Route != RouteInt3 && !e.os.Kernel() {
 		p.How = "int3 " + p.How + ": " + jumpWhy
 	}
+	return
 }
 
 func howName(c x86.Class) string {
@@ -722,6 +757,14 @@ func (e *Engine) unplace(sp *space, addr uint64, p *eprobe) error {
 	if p.def().Kind == rpn.ProbeRetprobe {
 		return e.unplaceRet(sp, p)
 	}
+	if p.def().Kind == rpn.ProbeUSDT {
+		return e.unplaceUSDT(sp, p)
+	}
+	return e.unplaceAt(sp, addr, p)
+}
+
+// unplaceAt takes a probe off its breakpoint or jump at addr.
+func (e *Engine) unplaceAt(sp *space, addr uint64, p *eprobe) error {
 	if sp.jump != nil && sp.jump.sites[addr] != nil {
 		return e.unplaceJump(sp, addr, p)
 	}

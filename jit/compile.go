@@ -260,9 +260,9 @@ func (c *compiler) check() error {
 			// kernel target (package bpf), never in a process's pad
 			return &Unsupported{Reason: "push field: tracepoint probes run on --target kernel only"}
 		case rpn.OpPushArg:
-			// only usdt probes have one, and they run on the host
-			// target (package kernel), not in a process's pad yet
-			return &Unsupported{Reason: "push arg: usdt probes run on --target host only"}
+			// only usdt probes have one: a pad does not read a
+			// site's arguments yet, the int3 route does (engine/usdt.go)
+			return &Unsupported{Reason: "push arg: a usdt probe's arguments are read on the int3 route, not in a jump pad yet"}
 		case rpn.OpPopR:
 			switch r := rpn.Reg(in.B); r.Canonical() {
 			case rpn.RegRIP, rpn.RegRSP, rpn.RegFSBase, rpn.RegGSBase:

@@ -231,8 +231,8 @@ func TestUSDTNotesOfThisMachine(t *testing.T) {
 				t.Fatalf("%s %s: %d sites, %v", path, pn, len(sites), err)
 			}
 			for _, s := range sites {
-				if s.argErr != "" {
-					t.Errorf("%s %s at %#x: %s", path, pn, s.pc, s.argErr)
+				if s.ArgErr != "" {
+					t.Errorf("%s %s at %#x: %s", path, pn, s.PC, s.ArgErr)
 				}
 				n++
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/engine/entries"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/usdt"
 	"github.com/gprobes/gprobes/symbols"
 )
 
@@ -123,6 +124,14 @@ func (o processOS) Resolve(space int, name string, modtype rpn.ModType) (*engine
 		ld.BuildID = set.BuildID()
 	}
 	ld.Entries = func() (*entries.Set, error) { return fileEntries(mf) }
+	ld.USDT = func(provider, name string) ([]usdt.Site, []string, error) {
+		// the notes of the file as mapped (mf.open), named by its path
+		sites, all, err := usdt.Sites(mf.open, provider, name)
+		if err != nil && mf.open != path {
+			err = fmt.Errorf("%s: %w", displayPath(path), err)
+		}
+		return sites, all, err
+	}
 	var exec [][2]uint64
 	for _, m := range maps {
 		if m.Path == path && m.Exec() {
