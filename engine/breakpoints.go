@@ -46,10 +46,10 @@ type space struct {
 	xol        []*xolArea
 	rendezvous []uint64 // the engine's breakpoints where loaded modules change; nil until the OS names some
 	detached   bool
-	noXOL      bool        // the target cannot map out-of-line slots
-	unmapped   bool        // what gprobes mapped is unmapped (areas.go): detached
-	jump       *jumpState  // jump pads (jump.go), nil until a probe tries one
-	calls      *spaceCalls // return probes (retprobe.go), nil until one goes in
+	noXOL      bool                // the target cannot map out-of-line slots
+	unmapped   bool                // what gprobes mapped is unmapped (areas.go): detached
+	jump       *jumpState          // jump pads (jump.go), nil until a probe tries one
+	calls      *spaceCalls         // return probes (retprobe.go), nil until one goes in
 	usdt       map[*eprobe]*usdtIn // usdt probes in this space: their sites and semaphores (usdt.go)
 }
 

@@ -13,8 +13,8 @@ import (
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/engine/entries"
 	"github.com/gprobes/gprobes/rpn"
-	"github.com/gprobes/gprobes/usdt"
 	"github.com/gprobes/gprobes/symbols"
+	"github.com/gprobes/gprobes/usdt"
 )
 
 // What a process target says about modules: DPDF names are matched
