@@ -334,6 +334,9 @@ exit 1
 		checkTwice(t, r, n)
 		byPid := map[int][]uint64{}
 		for _, rec := range r.records(1) {
+			if rec.Kind != "log" || len(rec.Data) != 8 {
+				t.Fatalf("record %+v, want a log of one word", rec)
+			}
 			byPid[rec.Pid] = append(byPid[rec.Pid], binary.LittleEndian.Uint64(rec.Data))
 		}
 		if len(byPid) != 2 {
