@@ -44,14 +44,17 @@ type Arg struct {
 
 // Read is the argument's value at a hit: reg reads a register of the
 // thread that hit (the 64-bit register: the note's size says how many of
-// its low bytes), read the process's memory. The value is sign- or
-// zero-extended from its size to 64 bits. False when a register or the
+// its low bytes), read the process's memory. A register's or memory's
+// value is sign- or zero-extended from its size to 64 bits; a constant is
+// the value written. False when a register or the
 // memory cannot be read.
 func (a Arg) Read(reg func(rpn.Reg) (uint64, bool), read func(addr uint64, p []byte) bool) (uint64, bool) {
 	var v uint64
 	switch a.Kind {
 	case ArgConst:
-		v = uint64(a.Value)
+		// as written, whatever its size (the host target's eBPF does
+		// the same)
+		return uint64(a.Value), true
 	case ArgReg:
 		r, ok := reg(a.Reg)
 		if !ok {
