@@ -3,9 +3,12 @@
 package kernel
 
 import (
+	"bufio"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -20,7 +23,9 @@ import (
 // bare uprobe (a two-instruction eBPF program, what any uprobe tracer
 // pays at the least, bpftrace's `uprobe:…{}` included); under a host
 // probe counting into lv; under one that also commits a record of one
-// word. Measured in one run, side by side.
+// word; under bpftrace 0.17 counting the calls (uprobe:LIB:glob_fn {
+// @n = count(); }), the peer a user compares with. Measured in one run,
+// side by side.
 func BenchmarkHostUprobe(b *testing.B) {
 	dir := b.TempDir()
 	lib := buildLib(b, dir, false)
@@ -51,6 +56,42 @@ func BenchmarkHostUprobe(b *testing.B) {
 		}
 		defer l.Close()
 		run(b)
+	})
+	// bpftrace's count of the same function's calls, the peer's way:
+	// BEGIN runs once its uprobe is attached
+	b.Run("bpftrace-count", func(b *testing.B) {
+		bt, err := exec.LookPath("bpftrace")
+		if err != nil {
+			b.Skip("no bpftrace: ", err)
+		}
+		cmd := exec.Command(bt, "-e", fmt.Sprintf(`BEGIN { printf("ready\n"); } uprobe:%s:glob_fn { @n = count(); }`, lib))
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		ready := false
+		for !ready && sc.Scan() {
+			ready = strings.Contains(sc.Text(), "ready")
+		}
+		if !ready {
+			cmd.Process.Kill()
+			cmd.Wait()
+			b.Fatal("bpftrace did not start")
+		}
+		run(b)
+		cmd.Process.Signal(os.Interrupt)
+		var rest strings.Builder
+		for sc.Scan() {
+			rest.WriteString(sc.Text() + "\n")
+		}
+		cmd.Wait()
+		if !strings.Contains(rest.String(), "@n: ") {
+			b.Fatalf("bpftrace counted nothing: %q", rest.String())
+		}
 	})
 	for _, c := range []struct{ name, prog string }{
 		{"gprobes-count", "inc lv,0\nexit 0\n"},
