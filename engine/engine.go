@@ -524,7 +524,8 @@ func (e *Engine) closeNow() (Final, error) {
 // stop (gdbsx ignores ^C) then needs one stop for a whole remove, where
 // Modules, a Remove per module, Modules again and Close took one each.
 // It returns the probes removed, whether a module matched, and whether
-// the engine closed; err joins the removes' errors and the close's.
+// the engine closed (an engine stopped already is: nothing matches);
+// err joins the removes' errors and the close's.
 func (e *Engine) RemoveClose(match func(name string) bool, minors []uint16) (n int, found, closed bool, err error) {
 	derr := e.do(func() {
 		var errs []error
@@ -545,7 +546,9 @@ func (e *Engine) RemoveClose(match func(name string) bool, minors []uint16) (n i
 		err = errors.Join(errs...)
 	})
 	if derr != nil {
-		return 0, false, false, derr
+		// stopped already (the target gone): nothing is in it, and
+		// it is closed, as Close finds it
+		return 0, false, true, nil
 	}
 	if closed {
 		<-e.done
