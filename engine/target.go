@@ -156,6 +156,15 @@ type PendingReasoner interface {
 // breakpoints there without writing the original bytes back (the memory
 // is about to be freed or reused). A target without one (a process:
 // dlclose'd code takes its int3s with it) is only told nothing.
+// SemaphoreJournaler is a Target that keeps, for gprobes' sudden death,
+// what it added to usdt semaphores in a space (engine/usdt.go): a
+// recovery counts them down again. JournalSemaphore records delta (+1
+// after the engine counted the semaphore at addr up, -1 before it counts
+// it down).
+type SemaphoreJournaler interface {
+	JournalSemaphore(space int, addr uint64, delta int) error
+}
+
 type BreakpointForgetter interface {
 	ForgetBreakpoint(space int, addr uint64) error
 }

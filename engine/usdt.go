@@ -167,8 +167,30 @@ func (e *Engine) placeUSDT(sp *space, inst *instance, p *eprobe) {
 	}
 }
 
-// addSemaphore adds delta to the 2-byte semaphore at addr in sp.
+// addSemaphore adds delta to the 2-byte semaphore at addr in sp. The
+// target's journal (SemaphoreJournaler) learns of a +1 after it is
+// written and of a -1 before: a gprobes killed in between leaves the
+// semaphore counted up (harmless: the program computes arguments for a
+// nop), never counted down twice (another tool's count taken away).
 func (e *Engine) addSemaphore(sp *space, addr uint64, delta int) error {
+	sj, _ := e.tgt.(SemaphoreJournaler)
+	if sj != nil && delta < 0 {
+		if err := sj.JournalSemaphore(sp.id, addr, delta); err != nil {
+			e.warn(fmt.Sprintf("usdt semaphore at %#x: %v", addr, err))
+		}
+	}
+	if err := e.writeSemaphore(sp, addr, delta); err != nil {
+		return err
+	}
+	if sj != nil && delta > 0 {
+		if err := sj.JournalSemaphore(sp.id, addr, delta); err != nil {
+			e.warn(fmt.Sprintf("usdt semaphore at %#x: %v", addr, err))
+		}
+	}
+	return nil
+}
+
+func (e *Engine) writeSemaphore(sp *space, addr uint64, delta int) error {
 	var b [2]byte
 	if err := e.tgt.ReadMem(sp.id, addr, b[:]); err != nil {
 		return fmt.Errorf("read: %w", err)

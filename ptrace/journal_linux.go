@@ -1,6 +1,7 @@
 package ptrace
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -18,7 +19,8 @@ import (
 // breakpoints in has a journal, rewritten whenever a breakpoint goes in or
 // out (never at a hit) and removed when the last one goes, naming the
 // owner, the process and, for every int3, its original byte and the file
-// mapped there. A daemon starting, `gprobes recover`, or the guard that a
+// mapped there, and the usdt semaphores it counted up (engine/usdt.go),
+// counted down again. A daemon starting, `gprobes recover`, or the guard that a
 // daemon and `gprobes run --target pid:N` leave behind them puts the bytes
 // back through /proc/PID/mem.
 //
@@ -64,6 +66,17 @@ type journal struct {
 	// pads, live_linux.go): the recovery marks its word dead before
 	// anything else, and gives back the signal masks recorded there
 	Live uint64 `json:"live,omitempty"`
+	// Semas are the usdt semaphores gprobes counted up (engine/usdt.go):
+	// the recovery counts each down by Count where the same file is
+	// still mapped
+	Semas []savedSema `json:"semas,omitempty"`
+}
+
+type savedSema struct {
+	Addr  uint64 `json:"addr"`
+	Count int    `json:"count"`
+	Dev   string `json:"dev"`
+	Inode uint64 `json:"inode"`
 }
 
 type savedWatch struct {
@@ -89,6 +102,7 @@ type savedByte struct {
 type procJournal struct {
 	j     journal
 	bytes map[uint64]savedByte
+	semas map[uint64]savedSema
 	path  string
 	err   error // the last write's failure, reported once
 }
@@ -107,6 +121,7 @@ func (tg *Target) journalOf(pid int) *procJournal {
 	pj := &procJournal{
 		j:     journal{Pid: pid, Start: start, Owner: os.Getpid(), OwnerStart: ownerStart},
 		bytes: map[uint64]savedByte{},
+		semas: map[uint64]savedSema{},
 		path:  journalPath(tg.journalDir, pid),
 	}
 	if tg.live != nil {
@@ -151,7 +166,7 @@ func (tg *Target) journalRemove(pid int, addr uint64) error {
 		return nil
 	}
 	delete(pj.bytes, addr)
-	if len(pj.bytes) == 0 && len(pj.j.Watch) == 0 {
+	if pj.empty() {
 		tg.journalDrop(pid)
 		return nil
 	}
@@ -180,7 +195,45 @@ func (tg *Target) journalWatches(pid int) error {
 		pj = tg.journalOf(pid)
 	}
 	pj.j.Watch = ws
-	if len(ws) == 0 && len(pj.bytes) == 0 {
+	if pj.empty() {
+		tg.journalDrop(pid)
+		return nil
+	}
+	return pj.write()
+}
+
+// empty reports whether the journal holds nothing to put back.
+func (pj *procJournal) empty() bool {
+	return len(pj.bytes) == 0 && len(pj.j.Watch) == 0 && len(pj.semas) == 0
+}
+
+// JournalSemaphore is engine.SemaphoreJournaler: gprobes counted the usdt
+// semaphore at addr in process pid up (delta 1) or is about to count it
+// down (-1).
+func (tg *Target) JournalSemaphore(pid int, addr uint64, delta int) error {
+	if tg.journalDir == "" {
+		return nil
+	}
+	pj := tg.journalOf(pid)
+	ss, ok := pj.semas[addr]
+	if !ok {
+		ss.Addr = addr
+		if maps, err := Maps(pid); err == nil {
+			for _, m := range maps {
+				if addr >= m.Start && addr < m.End {
+					ss.Dev, ss.Inode = m.Dev, m.Inode
+					break
+				}
+			}
+		}
+	}
+	ss.Count += delta
+	if ss.Count <= 0 {
+		delete(pj.semas, addr)
+	} else {
+		pj.semas[addr] = ss
+	}
+	if pj.empty() {
 		tg.journalDrop(pid)
 		return nil
 	}
@@ -217,6 +270,9 @@ func (tg *Target) journalFork(child, parent int) {
 	for a, b := range pj.bytes {
 		c.bytes[a] = b
 	}
+	for a, ss := range pj.semas {
+		c.semas[a] = ss
+	}
 	if err := c.write(); err != nil {
 		tg.warnf("%v", err)
 	}
@@ -230,6 +286,11 @@ func (pj *procJournal) write() error {
 		pj.j.Bytes = append(pj.j.Bytes, b)
 	}
 	sort.Slice(pj.j.Bytes, func(i, k int) bool { return pj.j.Bytes[i].Addr < pj.j.Bytes[k].Addr })
+	pj.j.Semas = pj.j.Semas[:0]
+	for _, ss := range pj.semas {
+		pj.j.Semas = append(pj.j.Semas, ss)
+	}
+	sort.Slice(pj.j.Semas, func(i, k int) bool { return pj.j.Semas[i].Addr < pj.j.Semas[k].Addr })
 	if err := recovery.Write(pj.path, &pj.j); err != nil {
 		return fmt.Errorf("journal of process %d (what `gprobes recover` would need if gprobes died): %w", pj.j.Pid, err)
 	}
@@ -399,6 +460,24 @@ func recoverProcess(j *journal) (string, error) {
 			errs = append(errs, err)
 		}
 	}
+	semas := 0
+	for _, ss := range j.Semas {
+		if !sameFile(maps, savedByte{Addr: ss.Addr, Dev: ss.Dev, Inode: ss.Inode}) {
+			continue // unmapped, or another file there now
+		}
+		var b [2]byte
+		if _, err := mem.ReadAt(b[:], int64(ss.Addr)); err != nil {
+			errs = append(errs, fmt.Errorf("usdt semaphore %#x: %w", ss.Addr, err))
+			continue
+		}
+		v := int(binary.LittleEndian.Uint16(b[:])) - ss.Count
+		binary.LittleEndian.PutUint16(b[:], uint16(max(v, 0)))
+		if _, err := mem.WriteAt(b[:], int64(ss.Addr)); err != nil {
+			errs = append(errs, fmt.Errorf("usdt semaphore %#x: %w", ss.Addr, err))
+			continue
+		}
+		semas++
+	}
 	cleared := 0
 	if len(j.Watch) > 0 {
 		n, err := recoverWatches(j.Pid)
@@ -413,6 +492,9 @@ func recoverProcess(j *journal) (string, error) {
 	}
 	if len(j.Watch) > 0 {
 		msg += fmt.Sprintf(", %d watch debug registers turned off in %d threads", len(j.Watch), cleared)
+	}
+	if len(j.Semas) > 0 {
+		msg += fmt.Sprintf(", %d of %d usdt semaphores counted down", semas, len(j.Semas))
 	}
 	if masks > 0 {
 		msg += fmt.Sprintf(", the signal masks of %d threads holding signals inside pads given back", masks)
