@@ -949,6 +949,7 @@ func (e *Engine) unmapped(sp *space) {
 		delete(sp.inst, src)
 		e.watchUnmapped(sp, src)
 		e.callsUnmapped(sp, src, inst)
+		e.usdtUnmapped(sp, src)
 		defer e.pendingReason(sp, src.Name, e.probesOf(src), true)
 		if sp.jump != nil {
 			for addr, site := range sp.jump.sites {

@@ -263,3 +263,24 @@ func (e *Engine) usdtForked(child, parent *space) {
 		child.usdt[p] = &c
 	}
 }
+
+// usdtUnmapped forgets the usdt probes of src in sp once its file is
+// unmapped (dlclose): the sites and the semaphores went with it, nothing
+// is written back (the breakpoints are forgotten by the caller); the
+// journal forgets the semaphores too.
+func (e *Engine) usdtUnmapped(sp *space, src *rpn.Module) {
+	sj, _ := e.tgt.(SemaphoreJournaler)
+	for p, in := range sp.usdt {
+		if p.src != src {
+			continue
+		}
+		if sj != nil {
+			for _, a := range in.semas {
+				if err := sj.JournalSemaphore(sp.id, a, -1); err != nil {
+					e.warn(fmt.Sprintf("usdt semaphore at %#x: %v", a, err))
+				}
+			}
+		}
+		delete(sp.usdt, p)
+	}
+}

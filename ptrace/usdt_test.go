@@ -389,3 +389,54 @@ func checkTwice(t *testing.T, r *run, n int) {
 		}
 	}
 }
+
+// TestUSDTDlclose: a usdt probe on a library's site behind a semaphore
+// goes in each time the library is dlopen'ed (the semaphore counted up
+// in the fresh mapping, every call enabled and hit) and is forgotten with
+// it at dlclose: a detach while the library is not mapped writes nothing
+// and reports no error.
+func TestUSDTDlclose(t *testing.T) {
+	usdtProg(t) // sys/sdt.h is here
+	lib := testkit.CC(t, "libusdtlib.so", "-O1", "-shared", "-fPIC", "../testdata/proc/usdtlib.c")
+	exe := testkit.CC(t, "usdtdl", "-O1", "../testdata/proc/usdtdl.c", "-ldl")
+	u := &usdtRun{t: t}
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	eng, err := engine.Start(ptrace.Exec(exe, []string{exe, lib}, os.Environ(), "", inR, outW, os.Stderr), u.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR.Close()
+	outW.Close()
+	u.eng, u.pid, u.in, u.out = eng, eng.Pid(), inW, bufio.NewReader(outR)
+	t.Cleanup(func() { eng.Close(); inW.Close(); syscall.Kill(u.pid, syscall.SIGKILL) })
+	infos, err := eng.Insert(compileFor(t, lib, `name = PROGRAM
+modtype = user
+usdt = lib:call
+minor = 1
+push arg,1
+log 1
+exit 1
+`), engine.InsertNew)
+	if err != nil || infos[0].State != engine.StatePending {
+		t.Fatalf("insert before the dlopen: %+v %v", infos, err)
+	}
+	eng.Release()
+	u.ready()
+	for round, n := range []int{3, 5} {
+		if e := u.rounds(n); e != n {
+			t.Fatalf("dlopen %d: lib:call enabled in %d of %d calls", round+1, e, n)
+		}
+	}
+	if got := len(u.words(1)); got != 8 {
+		t.Errorf("%d records, want 8", got)
+	}
+	// the library is not mapped now: the probe is pending, and a detach
+	// writes nothing where the semaphore was
+	if q := eng.Query(); len(q) != 1 || q[0].State != engine.StatePending {
+		t.Errorf("after dlclose: %+v", q)
+	}
+	if _, err := eng.Close(); err != nil {
+		t.Errorf("detach with the library unmapped: %v", err)
+	}
+}
