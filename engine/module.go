@@ -551,7 +551,16 @@ func (e *Engine) placeAt(sp *space, inst *instance, p *eprobe, d *rpn.Probe, lin
 			refuse(StateMismatch, "the byte at %#x is %#02x, the probe expects opcode %#02x", addr, code[0], d.Opcode)
 			return
 		}
-		if err := e.checkBoundary(sp, set, inst.bias, link, addr); err != nil {
+		if d.Kind == rpn.ProbeUSDT {
+			// the file's note gives the site: the assembler put its
+			// address on sys/sdt.h's nop, an instruction boundary with or
+			// without symbols (a stripped python3 has none); a byte other
+			// than the nop's means the note does not match the code
+			if code[0] != usdtNop {
+				refuse(StateMismatch, "the byte at %#x is %#02x, not the nop (0x90) of the static probe's site", addr, code[0])
+				return
+			}
+		} else if err := e.checkBoundary(sp, set, inst.bias, link, addr); err != nil {
 			refuse(StateRefused, "%v", err)
 			return
 		}

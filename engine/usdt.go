@@ -21,6 +21,9 @@ import (
 // in a space, and down when it leaves (remove, detach): the program's
 // "if (PROBE_ENABLED())" holds exactly while a probe is in.
 
+// usdtNop is the instruction sys/sdt.h puts at a site on x86-64 (nop).
+const usdtNop = 0x90
+
 // usdtIn is a usdt probe in one space: its sites (addresses in the
 // space) with where their arguments are, and the semaphores it counted
 // up there.

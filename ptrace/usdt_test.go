@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/ptrace"
+	"github.com/gprobes/gprobes/usdt"
 )
 
 // usdtProg builds the host target's USDT test program
@@ -438,5 +440,57 @@ exit 1
 	}
 	if _, err := eng.Close(); err != nil {
 		t.Errorf("detach with the library unmapped: %v", err)
+	}
+}
+
+// TestUSDTPython: python3's own python:audit (semaphore-guarded, its
+// event name a string pointer in a register) on a running python3
+// (pid:): each os.listdir the script makes after the insert is one
+// "os.listdir" event read with push arg,1 and log str.
+func TestUSDTPython(t *testing.T) {
+	py, err := filepath.EvalSymlinks("/usr/bin/python3")
+	if err != nil {
+		testkit.SkipOrFail(t, "no /usr/bin/python3")
+	}
+	if _, all, err := usdt.Sites(py, "", ""); err != nil || !strings.Contains(strings.Join(all, " "), "python:audit") {
+		testkit.SkipOrFail(t, "%s has no python:audit static probe (%v)", py, err)
+	}
+	cmd := exec.Command(py, "-u", "-c", `import os, sys
+print("ready")
+for line in sys.stdin:
+    for _ in range(int(line)):
+        os.listdir("/")
+    print("done", int(line))
+`)
+	in, _ := cmd.StdinPipe()
+	outp, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	u := &usdtRun{t: t, pid: cmd.Process.Pid, in: in, out: bufio.NewReader(outp)}
+	u.ready()
+	u.attach()
+	infos, err := u.eng.Insert(compileFor(t, py, "name = PROGRAM\nmodtype = user\nusdt = python:audit\nminor = 1\npush d,64\npush arg,1\nlog str\nexit 1\n"), engine.InsertNew)
+	if err != nil || infos[0].State != engine.StateActive {
+		t.Fatalf("insert: %+v %v", infos, err)
+	}
+	u.eng.Release()
+	fmt.Fprintln(u.in, 7)
+	if l, err := u.out.ReadString('\n'); err != nil || l != "done 7\n" {
+		t.Fatalf("python3: %q %v", l, err)
+	}
+	u.mu.Lock()
+	n := 0
+	var names []string
+	for _, r := range u.recs {
+		names = append(names, string(r.Data))
+		if string(r.Data) == "os.listdir" {
+			n++
+		}
+	}
+	u.mu.Unlock()
+	if n != 7 {
+		t.Errorf("%d os.listdir events, want 7: %q", n, names)
 	}
 }
