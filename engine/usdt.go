@@ -150,7 +150,11 @@ func (e *Engine) placeUSDT(sp *space, inst *instance, p *eprobe) {
 		seen[s.Sema] = true
 		a := s.Sema + inst.bias
 		if err := e.addSemaphore(sp, a, 1); err != nil {
-			e.dropSemaphores(sp, in)
+			if derr := e.dropSemaphores(sp, in); derr != nil {
+				// the ones counted up before this one stay up: the
+				// process runs their guarded code (no probe is there)
+				e.warn(fmt.Sprintf("usdt = %s, refused: %v", d.Loc.Text, derr))
+			}
 			undo()
 			refuse(StateRefused, "usdt = %s: its semaphore at %#x: %v", d.Loc.Text, a, err)
 			return
