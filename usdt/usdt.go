@@ -94,6 +94,9 @@ type Site struct {
 	PC   uint64 // link-time address of the nop (.stapsdt.base adjustment made)
 	Sema uint64 // link-time address of the semaphore, 0 if none
 	Args []Arg
+	// ArgText is the note's argument descriptions as written
+	// ("-4@%eax 8@-80(%rbx)")
+	ArgText string
 	// argErr, when set, says why the arguments cannot be read (an
 	// operand form gprobes does not read): push arg is refused, the
 	// probe without it goes in
@@ -149,7 +152,7 @@ func Sites(path, provider, name string) ([]Site, []string, error) {
 		if hasBase && noteBase != 0 {
 			pc += base - noteBase
 		}
-		site := Site{PC: pc, Sema: sema}
+		site := Site{PC: pc, Sema: sema, ArgText: strs[2]}
 		site.Args, err = ParseArgs(strs[2])
 		if err != nil {
 			site.ArgErr = err.Error()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,12 +18,13 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gprobes/gprobes/symbols"
+	"github.com/gprobes/gprobes/usdt"
 )
 
 func listCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "list",
-		Usage:     "list where probes can go: functions of a file, its source lines, kernel functions, tracepoints and their fields",
+		Usage:     "list where probes can go: functions of a file, its source lines, kernel functions, tracepoints and their fields, static probes (USDT)",
 		ArgsUsage: "PATTERN",
 		Description: `PATTERN is one of:
   FILE:GLOB             functions of an ELF file (an offset or retprobe line names them);
@@ -33,11 +35,15 @@ func listCommand() *cli.Command {
   kernel:GLOB           functions of the running kernel and its loaded modules (kallsyms),
                         with whether a kprobe and fentry can take each
   tracepoint:SUBSYS:EVENT   tracepoints (tracefs); both parts are globs
+  usdt:FILE:GLOB        static probes (sys/sdt.h: .note.stapsdt) of an ELF file, GLOB over
+                        PROVIDER:NAME; FILE as for FILE:GLOB (a path, a base name in PATH,
+                        a library's short name); not with --target
 GLOB is a shell pattern: *, ?, [...]. Output is sorted, one probe point a line, spelled as
 the DPDF's name and offset/tracepoint lines take it.
 -v adds: for a function its address, size and, with DWARF, its parameters; for a source line
 its address and function; for a tracepoint its fields with their C types (as push field,NAME
-reads them).`,
+reads them); for a static probe its sites, its semaphore's address (or -), and each site's
+arguments as its note describes them (as push arg,N reads them).`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "more about each probe point: addresses, parameters, fields"},
 			&cli.StringFlag{Name: "target", Usage: "pid:N: FILE is what process N maps (a short name, a base name, a path, or a glob of base names: '*:malloc' looks in every file it maps); gdb:HOST:PORT or xen:DOMID: kernel:GLOB lists the guest kernel's functions from --symbols"},
@@ -45,14 +51,14 @@ reads them).`,
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return errors.New("list: give one PATTERN: FILE:GLOB, FILE:SOURCE:GLOB, kernel:GLOB or tracepoint:SUBSYS:EVENT (gprobes list --help)")
+				return errors.New("list: give one PATTERN: FILE:GLOB, FILE:SOURCE:GLOB, kernel:GLOB, tracepoint:SUBSYS:EVENT or usdt:FILE:GLOB (gprobes list --help)")
 			}
 			pat := c.Args().First()
 			v := c.Bool("verbose")
 			w := c.App.Writer
 			kind, rest, ok := strings.Cut(pat, ":")
 			if !ok {
-				return fmt.Errorf("list %s: want FILE:GLOB, FILE:SOURCE:GLOB, kernel:GLOB or tracepoint:SUBSYS:EVENT", pat)
+				return fmt.Errorf("list %s: want FILE:GLOB, FILE:SOURCE:GLOB, kernel:GLOB, tracepoint:SUBSYS:EVENT or usdt:FILE:GLOB", pat)
 			}
 			t := c.String("target")
 			guest := strings.HasPrefix(t, "gdb:") || strings.HasPrefix(t, "xen:")
@@ -67,6 +73,22 @@ reads them).`,
 				return listKernel(w, rest, v)
 			case "tracepoint":
 				return listTracepoints(w, rest, v)
+			case "usdt":
+				if t != "" {
+					return fmt.Errorf("list usdt:... --target %s: static probes are listed from the file (give its path or short name), not a process or a guest", t)
+				}
+				fname, glob, ok := strings.Cut(rest, ":")
+				if !ok {
+					glob = "*"
+				}
+				file, how, err := symbols.FindModuleFile(fname, symbols.LDCachePath)
+				if err != nil {
+					return fmt.Errorf("list %s: %v", pat, err)
+				}
+				if how != "path" && filepath.Base(file) != fname {
+					fmt.Fprintf(c.App.ErrWriter, "%s is %s (%s)\n", fname, file, how)
+				}
+				return listUSDT(w, fname, file, glob, v)
 			}
 			if t != "" && !guest {
 				pid, err := strconv.Atoi(strings.TrimPrefix(t, "pid:"))
@@ -88,6 +110,56 @@ reads them).`,
 			return listFunctions(w, kind, file, rest, v)
 		},
 	}
+}
+
+// listUSDT lists the static probes of an ELF file (its .note.stapsdt)
+// whose PROVIDER:NAME matches glob, each once, as usdt:NAME:PROVIDER:NAME
+// (name as given); verbose adds, per probe, its sites, its semaphore and
+// each site's arguments.
+func listUSDT(w io.Writer, name, file, glob string, verbose bool) error {
+	if err := checkGlob(glob); err != nil {
+		return err
+	}
+	_, all, err := usdt.Sites(file, "", "")
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	var names []string
+	for _, pn := range all {
+		if !seen[pn] && globMatch(glob, pn) {
+			seen[pn] = true
+			names = append(names, pn)
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("no static probe of %s matches %s (it has %d)", file, glob, len(seen))
+	}
+	slices.Sort(names)
+	for _, pn := range names {
+		fmt.Fprintf(w, "usdt:%s:%s\n", name, pn)
+		if !verbose {
+			continue
+		}
+		prov, pname, _ := strings.Cut(pn, ":")
+		sites, _, err := usdt.Sites(file, prov, pname)
+		if err != nil {
+			return err
+		}
+		sema := "-"
+		if len(sites) > 0 && sites[0].Sema != 0 {
+			sema = fmt.Sprintf("%#x", sites[0].Sema)
+		}
+		plural := "s"
+		if len(sites) == 1 {
+			plural = ""
+		}
+		fmt.Fprintf(w, "    %d site%s, semaphore %s\n", len(sites), plural, sema)
+		for _, s := range sites {
+			fmt.Fprintf(w, "    %#x  %s\n", s.PC, s.ArgText)
+		}
+	}
+	return nil
 }
 
 // checkGlob reports a malformed pattern.

@@ -288,3 +288,92 @@ func TestListGuestSymbols(t *testing.T) {
 		t.Errorf("a guest without --symbols: status %d %s", code, errs)
 	}
 }
+
+// readelfUSDT reads readelf -n's static probe notes of a file: for each
+// PROVIDER:NAME, its sites' argument strings and its semaphore.
+func readelfUSDT(t *testing.T, file string) (args map[string][]string, sema map[string]string) {
+	t.Helper()
+	testkit.Need(t, "readelf")
+	out, err := exec.Command("readelf", "-n", file).Output()
+	if err != nil {
+		t.Fatalf("readelf -n %s: %v", file, err)
+	}
+	args, sema = map[string][]string{}, map[string]string{}
+	var prov, name string
+	for _, l := range strings.Split(string(out), "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "Provider: "):
+			prov = strings.TrimPrefix(l, "Provider: ")
+		case strings.HasPrefix(l, "Name: "):
+			name = strings.TrimPrefix(l, "Name: ")
+		case strings.HasPrefix(l, "Location: "):
+			_, s, _ := strings.Cut(l, "Semaphore: ")
+			v, _ := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
+			sema[prov+":"+name] = "-"
+			if v != 0 {
+				sema[prov+":"+name] = "0x" + strconv.FormatUint(v, 16)
+			}
+		case strings.HasPrefix(l, "Arguments:"):
+			args[prov+":"+name] = append(args[prov+":"+name], strings.TrimSpace(strings.TrimPrefix(l, "Arguments:")))
+		}
+	}
+	return args, sema
+}
+
+// list's static probes of a file are readelf -n's stapsdt notes, each
+// PROVIDER:NAME once, by path and by a library's short name; -v gives
+// each one's sites with the arguments and the semaphore readelf gives.
+func TestListUSDT(t *testing.T) {
+	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
+		testkit.SkipOrFail(t, "sys/sdt.h is not installed (Debian: systemtap-sdt-dev)")
+	}
+	exe := testkit.CC(t, "usdtprog", "-O1", "../../kernel/testdata/usdtprog.c", "../../kernel/testdata/usdtguard.c")
+	libstd, _, err := symbols.FindModuleFile("libstdc++", symbols.LDCachePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, file string }{{exe, exe}, {"libstdc++", libstd}} {
+		args, sema := readelfUSDT(t, c.file)
+		var want []string
+		for pn := range args {
+			want = append(want, "usdt:"+c.name+":"+pn)
+		}
+		slices.Sort(want)
+		got := strings.Fields(mustRun(t, "list", "usdt:"+c.name+":*"))
+		if !slices.Equal(got, want) || len(want) < 2 {
+			t.Errorf("list usdt:%s:*:\n%v\nreadelf -n says:\n%v", c.name, got, want)
+		}
+		v := mustRun(t, "list", "-v", "usdt:"+c.name+":*")
+		for pn, a := range args {
+			plural := "s"
+			if len(a) == 1 {
+				plural = ""
+			}
+			head := fmt.Sprintf("usdt:%s:%s\n    %d site%s, semaphore %s\n", c.name, pn, len(a), plural, sema[pn])
+			i := strings.Index(v, head)
+			if i < 0 {
+				t.Errorf("list -v usdt:%s:*: no %q in\n%s", c.name, head, v)
+				continue
+			}
+			block := v[i+len(head):]
+			if j := strings.Index(block, "usdt:"); j >= 0 {
+				block = block[:j]
+			}
+			var gotArgs []string
+			for _, l := range strings.Split(strings.TrimSpace(block), "\n") {
+				_, as, _ := strings.Cut(strings.TrimSpace(l), "  ")
+				gotArgs = append(gotArgs, as)
+			}
+			if slices.Sort(gotArgs); !slices.Equal(gotArgs, slices.Sorted(slices.Values(a))) {
+				t.Errorf("list -v usdt:%s:%s: arguments %q, readelf -n %q", c.name, pn, gotArgs, a)
+			}
+		}
+	}
+	if _, errs, code := gprobes(t, "list", "usdt:"+exe+":nosuch*"); code == 0 || !strings.Contains(errs, "no static probe of "+exe+" matches nosuch*") {
+		t.Errorf("list of nothing: status %d, %s", code, errs)
+	}
+	if _, errs, code := gprobes(t, "list", "usdt:/bin/true:*"); code == 0 || !strings.Contains(errs, "no static probes") {
+		t.Errorf("list of a file without notes: status %d, %s", code, errs)
+	}
+}
