@@ -26,11 +26,7 @@ import (
 // plain, app:guarded behind its semaphore).
 func usdtProg(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
-		if _, err := os.Stat("/usr/include/sys/sdt.h"); err != nil {
-			testkit.SkipOrFail(t, "sys/sdt.h is not installed (Debian: systemtap-sdt-dev)")
-		}
-	}
+	testkit.NeedSDT(t)
 	return testkit.CC(t, "usdtprog", "-O1", "../kernel/testdata/usdtprog.c", "../kernel/testdata/usdtguard.c")
 }
 

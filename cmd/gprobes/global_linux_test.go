@@ -186,11 +186,7 @@ func TestDaemonHostKilled(t *testing.T) {
 // insert, and cleared by remove; query counts the hits.
 func TestDaemonHostUSDT(t *testing.T) {
 	needKernelBPF(t)
-	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
-		if _, err := os.Stat("/usr/include/sys/sdt.h"); err != nil {
-			testkit.SkipOrFail(t, "sys/sdt.h is not installed (Debian: systemtap-sdt-dev)")
-		}
-	}
+	testkit.NeedSDT(t)
 	exe := testkit.CC(t, "usdtprog", "-O1", "../../kernel/testdata/usdtprog.c", "../../kernel/testdata/usdtguard.c")
 	sock, _ := startDaemon(t)
 	mustRun(t, "insert", "--socket", sock, "-e", fmt.Sprintf("name = %s; modtype = user; vars = 1; usdt = app:guarded; inc lv,0; push arg,1; log 1; exit 1", exe))

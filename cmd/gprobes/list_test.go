@@ -325,9 +325,7 @@ func readelfUSDT(t *testing.T, file string) (args map[string][]string, sema map[
 // PROVIDER:NAME once, by path and by a library's short name; -v gives
 // each one's sites with the arguments and the semaphore readelf gives.
 func TestListUSDT(t *testing.T) {
-	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
-		testkit.SkipOrFail(t, "sys/sdt.h is not installed (Debian: systemtap-sdt-dev)")
-	}
+	testkit.NeedSDT(t)
 	exe := testkit.CC(t, "usdtprog", "-O1", "../../kernel/testdata/usdtprog.c", "../../kernel/testdata/usdtguard.c")
 	libstd, _, err := symbols.FindModuleFile("libstdc++", symbols.LDCachePath)
 	if err != nil {

@@ -21,11 +21,7 @@ import (
 // back meanwhile) counts it down again from the process's journal, and
 // the program skips the guarded code as before the insert.
 func TestDaemonUSDTProcessKilled(t *testing.T) {
-	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
-		if _, err := os.Stat("/usr/include/sys/sdt.h"); err != nil {
-			testkit.SkipOrFail(t, "sys/sdt.h is not installed (Debian: systemtap-sdt-dev)")
-		}
-	}
+	testkit.NeedSDT(t)
 	exe := testkit.CC(t, "usdtprog", "-O1", "../../kernel/testdata/usdtprog.c", "../../kernel/testdata/usdtguard.c")
 	for _, how := range []string{"guard", "recover"} {
 		t.Run(how, func(t *testing.T) {

@@ -132,3 +132,15 @@ func SkipShort(t testing.TB, why string) {
 		t.Skip("-short: " + why)
 	}
 }
+
+// NeedSDT skips the test (fails it under CI=true) unless sys/sdt.h, the
+// header USDT test programs compile against, is installed.
+func NeedSDT(t testing.TB) {
+	t.Helper()
+	for _, p := range []string{"/usr/include/x86_64-linux-gnu/sys/sdt.h", "/usr/include/sys/sdt.h"} {
+		if _, err := os.Stat(p); err == nil {
+			return
+		}
+	}
+	SkipOrFail(t, "sys/sdt.h is not installed (Debian: systemtap-sdt-dev)")
+}
