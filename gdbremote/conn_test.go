@@ -681,23 +681,9 @@ func TestStopReplySentAgainAfterIgnoredInterrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Continue(nil, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Interrupt(); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Wait(t, time.Minute, "the stub to read the 0x03", func() (bool, string) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.intr == 1, fmt.Sprintf("%d interrupts read", s.intr)
-	})
-	s.stopNow <- "T05thread:p01.01;" // a breakpoint, later
-	wctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	st, err := c.Wait(wctx)
-	if err != nil || st.Signal != 5 {
-		t.Fatalf("stop: %+v %v", st, err)
+	st := stopAfterIgnoredInterrupt(t, s, c, "T05thread:p01.01;") // a breakpoint, later
+	if st.Signal != 5 {
+		t.Fatalf("stop: %+v", st)
 	}
 	regs, err := c.ReadRegs(st.Thread)
 	if err != nil || len(regs) != 608 || binary.LittleEndian.Uint64(regs[128:]) != 0xffffffff81000010 {
@@ -721,6 +707,31 @@ func TestStopReplySentAgainThenResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st := stopAfterIgnoredInterrupt(t, s, c, "T02thread:p01.01;") // the domain paused (xl pause)
+	if st.Signal != 2 {
+		t.Fatalf("stop: %+v", st)
+	}
+	if err := c.Continue(nil, 0); err != nil {
+		t.Fatalf("resume after the stop: %v", err)
+	}
+	testkit.Wait(t, time.Minute, "the stub to run again", func() (bool, string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.running, fmt.Sprintf("packets %q", s.got)
+	})
+	s.stopNow <- "T05thread:p01.02;" // a breakpoint on the other vCPU
+	wctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	st, err = c.Wait(wctx)
+	if err != nil || st.Signal != 5 || st.Thread.ID != "p01.02" {
+		t.Fatalf("the stop of the second resume: %+v %v (packets %q)", st, err, s.packets())
+	}
+}
+
+// stopAfterIgnoredInterrupt runs the target, sends a ^C the stub (ignoreIntr)
+// leaves unread, then has the stub stop with reply, and returns that stop.
+func stopAfterIgnoredInterrupt(t *testing.T, s *fakeStub, c *Conn, reply string) Stop {
+	t.Helper()
 	if err := c.Continue(nil, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -732,26 +743,14 @@ func TestStopReplySentAgainThenResume(t *testing.T) {
 		defer s.mu.Unlock()
 		return s.intr == 1, fmt.Sprintf("%d interrupts read", s.intr)
 	})
-	s.stopNow <- "T02thread:p01.01;" // the domain paused (xl pause)
+	s.stopNow <- reply
 	wctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	st, err := c.Wait(wctx)
-	if err != nil || st.Signal != 2 {
+	if err != nil {
 		t.Fatalf("stop: %+v %v", st, err)
 	}
-	if err := c.Continue(nil, 0); err != nil {
-		t.Fatalf("resume after the stop: %v", err)
-	}
-	testkit.Wait(t, time.Minute, "the stub to run again", func() (bool, string) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.running, fmt.Sprintf("packets %q", s.got)
-	})
-	s.stopNow <- "T05thread:p01.02;" // a breakpoint on the other vCPU
-	st, err = c.Wait(wctx)
-	if err != nil || st.Signal != 5 || st.Thread.ID != "p01.02" {
-		t.Fatalf("the stop of the second resume: %+v %v (packets %q)", st, err, s.packets())
-	}
+	return st
 }
 
 // gdbsx answers D by closing the connection: that is a detach.
