@@ -474,17 +474,8 @@ func (t *Target) checkCode(p *bprobe, fn symbols.Symbol, off uint64) error {
 	if err != nil {
 		return err
 	}
-	var prev uint64
-	for at := uint64(0); at < off; {
-		in, err := x86asm.Decode(code[at:], 64)
-		if err != nil {
-			return fmt.Errorf("%s+%#x: the code before it does not decode (at +%#x: %v)", fn.Name, off, at, err)
-		}
-		prev = at
-		at += uint64(in.Len)
-		if at > off {
-			return fmt.Errorf("%s+%#x is not an instruction boundary: the instruction at +%#x (%s) runs to +%#x", fn.Name, off, prev, in, at)
-		}
+	if err := onBoundary(fn.Name, off, code); err != nil {
+		return err
 	}
 	if d.HasOpcode && code[off] != d.Opcode {
 		return &mismatch{fmt.Sprintf("the byte at %s+%#x is %#02x, not the opcode %#02x", fn.Name, off, code[off], d.Opcode)}
@@ -864,4 +855,23 @@ func pendingAll(s *source) bool {
 		}
 	}
 	return true
+}
+
+// onBoundary checks that offset off of function name, whose code from its
+// start is code, starts an instruction: the instructions from the start
+// decode, and one ends exactly at off.
+func onBoundary(name string, off uint64, code []byte) error {
+	var prev uint64
+	for at := uint64(0); at < off; {
+		in, err := x86asm.Decode(code[at:], 64)
+		if err != nil {
+			return fmt.Errorf("%s+%#x: the code before it does not decode (at +%#x: %v)", name, off, at, err)
+		}
+		prev = at
+		at += uint64(in.Len)
+		if at > off {
+			return fmt.Errorf("%s+%#x is not an instruction boundary: the instruction at +%#x (%s) runs to +%#x", name, off, prev, in, at)
+		}
+	}
+	return nil
 }

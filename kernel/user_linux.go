@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/arch/x86/x86asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/gprobes/gprobes/bpf"
@@ -251,17 +250,8 @@ func (f *ufile) checkUserCode(d *rpn.Probe, addr uint64) error {
 			return err
 		}
 	}
-	var prev uint64
-	for at := uint64(0); at < off; {
-		in, err := x86asm.Decode(code[at:], 64)
-		if err != nil {
-			return fmt.Errorf("%s+%#x: the code before it does not decode (at +%#x: %v)", fn.Name, off, at, err)
-		}
-		prev = at
-		at += uint64(in.Len)
-		if at > off {
-			return fmt.Errorf("%s+%#x is not an instruction boundary: the instruction at +%#x (%s) runs to +%#x", fn.Name, off, prev, in, at)
-		}
+	if err := onBoundary(fn.Name, off, code); err != nil {
+		return err
 	}
 	if d.HasOpcode && code[off] != d.Opcode {
 		return &mismatch{fmt.Sprintf("the byte at %s+%#x in %s is %#02x, not the opcode %#02x", fn.Name, off, f.path, code[off], d.Opcode)}
