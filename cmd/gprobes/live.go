@@ -854,7 +854,7 @@ type runState struct {
 func (r *runState) outputs(target string, mod *rpn.Module) (probe.Sink, func(), error) {
 	c := r.c
 	closeOut := func() {}
-	r.recOut = &recordOutput{w: c.App.Writer, name: "standard output"}
+	r.recOut = newRecordOutput(c.App.Writer, "standard output")
 	if path := c.String("output"); path != "" && c.String("format") == "" {
 		// a file appended to (links followed), or a device or FIFO
 		// written through; a directory, block device or socket refused
@@ -863,7 +863,7 @@ func (r *runState) outputs(target string, mod *rpn.Module) (probe.Sink, func(), 
 			return nil, closeOut, cli.Exit("run: "+err.Error(), 1)
 		}
 		closeOut = func() { f.Close() }
-		r.recOut = &recordOutput{w: f, name: path}
+		r.recOut = newRecordOutput(f, path)
 	}
 	asJSON := c.Bool("json") || c.String("output") != ""
 	quiet := c.Bool("quiet") && c.String("output") == ""

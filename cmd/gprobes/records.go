@@ -25,9 +25,29 @@ const exitLost = 74
 type recordOutput struct {
 	w       io.Writer
 	name    string // for messages: the file, or "standard output"
+	piece   int    // > 0: a batch goes in writes of whole lines of at most this many bytes
 	torn    bool   // a partial record is in a stream that cannot be cut: start the next on a new line
 	written uint64
 	lost    daemon.Losses
+}
+
+// pipeBuf is PIPE_BUF on Linux: a write to a pipe of at most this many
+// bytes is never interleaved with another writer's.
+const pipeBuf = 4096
+
+// newRecordOutput writes records to w. A pipe or terminal may have other
+// writers (the command gprobes run started shares its standard output):
+// a batch goes there in writes of whole lines of at most pipeBuf bytes,
+// so that another writer's lines fall between records, never inside one.
+// A regular file takes a batch in one write.
+func newRecordOutput(w io.Writer, name string) *recordOutput {
+	o := &recordOutput{w: w, name: name}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+			o.piece = pipeBuf
+		}
+	}
+	return o
 }
 
 // write writes one record (one line, b) of probe (module, minor).
@@ -251,9 +271,9 @@ func (s *runSink) flush() uint64 {
 	return s.late
 }
 
-// writeBatch writes records, line i ending at ends[i] in b, with one
-// write: those that did not go in whole are counted lost, and the part of
-// one that did is taken back out.
+// writeBatch writes records, line i ending at ends[i] in b: with one
+// write, or in pieces of whole lines (piece). Those that did not go in
+// whole are counted lost, and the part of one that did is taken back out.
 func (o *recordOutput) writeBatch(b []byte, ends []int, recs []*probe.Record) {
 	if o.torn {
 		if _, err := o.w.Write([]byte{'\n'}); err != nil {
@@ -264,21 +284,34 @@ func (o *recordOutput) writeBatch(b []byte, ends []int, recs []*probe.Record) {
 		}
 		o.torn = false
 	}
-	n, err := o.w.Write(b)
-	if err == nil && n != len(b) {
-		err = io.ErrShortWrite
-	}
-	start := 0
-	for i, end := range ends {
-		switch {
-		case end <= n:
-			o.written++
-		default:
-			if start < n {
-				o.cut(n - start) // part of this one got in
+	start := 0 // where line i starts
+	for i := 0; i < len(ends); {
+		j := len(ends) // lines i..j-1 go in this write
+		if o.piece > 0 {
+			for j = i + 1; j < len(ends) && ends[j]-start <= o.piece; j++ {
 			}
-			o.lost.Add("", recs[i].Module, recs[i].Minor, err)
 		}
-		start = end
+		n, err := o.w.Write(b[start:ends[j-1]])
+		if err == nil && n != ends[j-1]-start {
+			err = io.ErrShortWrite
+		}
+		if err == nil {
+			o.written += uint64(j - i)
+			start, i = ends[j-1], j
+			continue
+		}
+		for line := start; i < len(ends); i++ {
+			switch {
+			case ends[i] <= start+n:
+				o.written++
+			default:
+				if line < start+n {
+					o.cut(start + n - line) // part of this one got in
+				}
+				o.lost.Add("", recs[i].Module, recs[i].Minor, err)
+			}
+			line = ends[i]
+		}
+		return
 	}
 }
