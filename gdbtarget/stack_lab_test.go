@@ -3,9 +3,11 @@ package gdbtarget_test
 import (
 	"debug/elf"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -234,6 +236,9 @@ func checkCalls(t *testing.T, what string, code elfText, slide uint64, fr []prob
 		if fr[i].Module != "vmlinux" || strings.HasPrefix(fr[i-1].Function, "asm_") {
 			continue // the code an interrupt entry (asm_*) interrupted: no call before it
 		}
+		if i == len(fr)-1 && strings.HasPrefix(fr[i].Function, "secondary_startup_64") {
+			continue // the head code's far return into C pushes a return address for unwinders (.Lafter_lret) that no call put there
+		}
 		var callee uint64
 		if fr[i-1].Module == "vmlinux" {
 			callee = uint64(fr[i-1].Address) - fr[i-1].Offset - slide
@@ -366,8 +371,16 @@ exit 1
 	}
 }
 
-// elfText is the vmlinux's code, at link-time addresses.
+// elfText is the vmlinux's code, at link-time addresses: each
+// executable section (.text, and .init.text, freed after boot but still
+// under the stack of the idle task that start_kernel became), and where
+// pv_ops lies (the paravirt calls' table).
 type elfText struct {
+	secs  []elfSec
+	pvOps [2]uint64
+}
+
+type elfSec struct {
 	addr uint64
 	b    []byte
 }
@@ -379,30 +392,75 @@ func vmlinuxText(t *testing.T, path string) elfText {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	s := f.Section(".text")
-	if s == nil {
-		t.Fatalf("%s has no .text", path)
+	var code elfText
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_PROGBITS || s.Flags&elf.SHF_EXECINSTR == 0 {
+			continue
+		}
+		b, err := s.Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		code.secs = append(code.secs, elfSec{s.Addr, b})
 	}
-	b, err := s.Data()
+	if len(code.secs) == 0 {
+		t.Fatalf("%s has no code", path)
+	}
+	// The lab's vmlinux has no symbol table: pv_ops ends where the next
+	// symbol of System.map begins.
+	sysmap, err := os.ReadFile(filepath.Join(filepath.Dir(path), "System.map"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return elfText{s.Addr, b}
+	var addrs []uint64
+	for _, l := range strings.Split(string(sysmap), "\n") {
+		var a uint64
+		var typ, name string
+		if n, _ := fmt.Sscanf(l, "%x %s %s", &a, &typ, &name); n != 3 {
+			continue
+		}
+		addrs = append(addrs, a)
+		if name == "pv_ops" {
+			code.pvOps[0] = a
+		}
+	}
+	slices.Sort(addrs)
+	if i := sort.Search(len(addrs), func(i int) bool { return addrs[i] > code.pvOps[0] }); code.pvOps[0] == 0 || i == len(addrs) {
+		t.Fatalf("no pv_ops in %s/System.map", filepath.Dir(path))
+	} else {
+		code.pvOps[1] = addrs[i]
+	}
+	return code
+}
+
+// around returns the code from addr-before to addr+after, or nil when
+// that is not all in one section.
+func (c elfText) around(addr uint64, before, after int) []byte {
+	for _, s := range c.secs {
+		if addr >= s.addr+uint64(before) && addr+uint64(after) <= s.addr+uint64(len(s.b)) {
+			off := int(addr - s.addr)
+			return s.b[off-before : off+after]
+		}
+	}
+	return nil
 }
 
 // checkCall checks that return address ret (link-time) follows a call in
 // the vmlinux's code: a call rel32 going to callee (the frame below's
 // function; or a retpoline thunk, the compiled form of an indirect call),
-// or an indirect call (ff /2).
+// an indirect call (ff /2), or a paravirt call: in the file 'call
+// *pv_ops+N(%rip)' (6 bytes), which the kernel patches at boot into a
+// direct call (5 bytes) and a nop, so that the return address is one
+// byte short of the file's instruction's end.
 func checkCall(t *testing.T, what string, code elfText, ret, callee uint64, fr []probe.Frame) {
 	t.Helper()
-	off := int(ret - code.addr)
-	if ret < code.addr || off > len(code.b) || off < 8 {
-		t.Errorf("%s: return address %#x not in the vmlinux's .text (frames %v)", what, ret, fr)
+	b := code.around(ret, 8, 1)
+	if b == nil {
+		t.Errorf("%s: return address %#x not in the vmlinux's code (frames %v)", what, ret, fr)
 		return
 	}
 	for n := 2; n <= 7; n++ {
-		in, err := x86asm.Decode(code.b[off-n:off], 64)
+		in, err := x86asm.Decode(b[8-n:8], 64)
 		if err != nil || in.Len != n || in.Op != x86asm.CALL {
 			continue
 		}
@@ -414,22 +472,33 @@ func checkCall(t *testing.T, what string, code elfText, ret, callee uint64, fr [
 		}
 		return
 	}
-	t.Errorf("%s: no call instruction ends at %#x: % x (frames %v)", what, ret, code.b[off-8:off], fr)
+	if in, err := x86asm.Decode(b[3:9], 64); err == nil && in.Len == 6 && in.Op == x86asm.CALL {
+		if m, ok := in.Args[0].(x86asm.Mem); ok && m.Base == x86asm.RIP {
+			slot := ret + 1 + uint64(int64(m.Disp))
+			if slot >= code.pvOps[0] && slot < code.pvOps[1] {
+				return
+			}
+		}
+	}
+	t.Errorf("%s: no call instruction ends at %#x: % x (frames %v)", what, ret, b[:8], fr)
 }
 
 // jumpsTo says whether the code at fn jumps or calls to callee directly
 // within its first 64 KiB: fn tail-called the frame below (a system
 // call's dispatch, x64_sys_call, is a switch of such jumps).
 func jumpsTo(fn, callee uint64, code elfText) bool {
-	off := int(fn - code.addr)
-	for end := min(off+0x10000, len(code.b)); off >= 0 && off < end; {
-		in, err := x86asm.Decode(code.b[off:min(off+16, len(code.b))], 64)
+	for off := 0; off < 0x10000; {
+		b := code.around(fn+uint64(off), 0, 16)
+		if b == nil {
+			return false
+		}
+		in, err := x86asm.Decode(b, 64)
 		if err != nil {
 			off++
 			continue
 		}
 		if rel, ok := in.Args[0].(x86asm.Rel); ok && (in.Op == x86asm.JMP || in.Op == x86asm.CALL) {
-			if code.addr+uint64(off+in.Len)+uint64(int64(rel)) == callee {
+			if fn+uint64(off+in.Len)+uint64(int64(rel)) == callee {
 				return true
 			}
 		}
@@ -441,11 +510,11 @@ func jumpsTo(fn, callee uint64, code elfText) bool {
 // isThunk says whether to is a retpoline thunk (__x86_indirect_thunk_*):
 // 'lfence; jmp *%reg', 'call; pause...' or, patched, 'jmp *%reg'.
 func isThunk(to uint64, code elfText) bool {
-	off := int(to - code.addr)
-	if to < code.addr || off+16 > len(code.b) {
+	b := code.around(to, 0, 16)
+	if b == nil {
 		return false
 	}
-	in, err := x86asm.Decode(code.b[off:off+16], 64)
+	in, err := x86asm.Decode(b, 64)
 	return err == nil && (in.Op == x86asm.CALL || in.Op == x86asm.JMP || in.Op == x86asm.LFENCE)
 }
 
