@@ -3,6 +3,7 @@ package bpf
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -226,6 +227,7 @@ const (
 
 type compiler struct {
 	p      *rpn.Program
+	lw     *rpn.Lowering // the probe's analysis, made once by rpn.Load
 	mod    *rpn.Module
 	pr     *rpn.Probe
 	pi     int
@@ -363,16 +365,23 @@ func CompileProbe(p *rpn.Program, pi int, o Options) (*Compiled, error) {
 // (nil: one).
 func newCompiler(p *rpn.Program, pi int, o Options, loop bool, regions []int) (*compiler, error) {
 	mod := p.Module()
+	lw := p.Lowering(pi)
 	c := &compiler{
 		forceLoop:   loop,
 		regionFirst: regions,
 		p:           p,
+		lw:          lw,
 		mod:         mod,
 		pr:          &mod.Probes[pi],
 		pi:          pi,
 		o:           o,
-		first:       p.Entry(pi),
-		n:           p.End(pi) - p.Entry(pi),
+		first:       lw.First,
+		n:           lw.N,
+		hasCalls:    lw.Needs.Has(rpn.NeedCall),
+		logMoves:    lw.Needs.Has(rpn.NeedLog),
+		usesTS:      lw.Needs.Has(rpn.NeedTime),
+		usesIDs:     lw.Needs.Has(rpn.NeedIDs),
+		usesIV:      lw.Needs.Has(rpn.NeedIV),
 		is32:        p.WordSize() == 4,
 		w:           p.WordSize(),
 		logmax:      int32(mod.LogMax),
@@ -588,20 +597,10 @@ func (c *compiler) check() error {
 			if _, ok := ptRegs[r.Canonical()]; !ok {
 				return c.unsupported(i, "push u,%s: the task's saved user pt_regs do not hold %s", r, r.Canonical())
 			}
-		case rpn.OpCall, rpn.OpRet:
-			c.hasCalls = true
-		case rpn.OpLogN, rpn.OpLogStr, rpn.OpLogMrf, rpn.OpLogLV, rpn.OpLogGV, rpn.OpPopLP:
-			c.logMoves = true
-		case rpn.OpPushTS:
-			c.usesTS = true
-		case rpn.OpPushPID, rpn.OpPushTID:
-			c.usesIDs = true
 		case rpn.OpPushField:
 			if err := c.checkField(i, in.B); err != nil {
 				return err
 			}
-		case rpn.OpPushIV, rpn.OpPopIV:
-			c.usesIV = true
 		case rpn.OpPushArg:
 			if c.o.Kind != KindUprobe {
 				return c.unsupported(i, "push arg,%d: a usdt probe's arguments are read by a uprobe, not a %s", in.A, c.o.Kind)
@@ -619,7 +618,6 @@ func (c *compiler) check() error {
 				}
 			}
 		case rpn.OpLogUStack, rpn.OpLogKStack:
-			c.logMoves = true
 			k := 0
 			if in.Op == rpn.OpLogUStack {
 				k = 1
@@ -738,81 +736,21 @@ func (c *compiler) checkField(i int, idx uint16) error {
 	return nil
 }
 
-// successors of instruction i (relative indices); calls are not followed.
-func (c *compiler) succ(i int) []int {
-	in := c.insn(i)
-	var s []int
-	if !in.Op.Ends() {
-		s = append(s, i+1)
-	}
-	if in.Op.IsJump() && in.Op != rpn.OpCall {
-		s = append(s, int(in.C)-c.first)
-	}
-	return s
-}
-
-// analyze chooses the mode (doc.go) and the stack addressing.
+// analyze chooses the mode (doc.go) and the stack addressing from rpn's
+// lowering of the probe (the cycles, the live instructions, the most
+// jumps of a path, the stack), which the machine and package jit read
+// too.
 func (c *compiler) analyze() {
-	// a cycle in the jumps?
-	color := make([]uint8, c.n)
-	var visit func(i int)
-	visit = func(i int) {
-		color[i] = 1
-		for _, j := range c.succ(i) {
-			switch color[j] {
-			case 0:
-				visit(j)
-			case 1:
-				c.cyclic = true
-			}
-		}
-		color[i] = 2
-	}
-	visit(0)
+	c.cyclic = c.lw.Cyclic
 	c.loopMode = c.cyclic || c.hasCalls || c.o.Loop || c.forceLoop
-	c.live = make([]bool, c.n)
-	work := []int{0}
-	c.live[0] = true
-	for len(work) > 0 {
-		i := work[len(work)-1]
-		work = work[:len(work)-1]
-		next := c.succ(i)
-		if in := c.insn(i); in.Op == rpn.OpCall {
-			next = append(next, int(in.C)-c.first)
-		}
-		for _, j := range next {
-			if !c.live[j] {
-				c.live[j] = true
-				work = append(work, j)
-			}
-		}
-	}
+	c.live = c.lw.Live
 	if c.loopMode {
 		c.needScratch = true
-	} else {
-		// the most jumps any path takes: without a cycle it is known
-		best := make([]int, c.n)
-		done := make([]bool, c.n)
-		var most func(i int) int
-		most = func(i int) int {
-			if done[i] {
-				return best[i]
-			}
-			in := c.insn(i)
-			b := 0
-			if !in.Op.Ends() {
-				b = most(i + 1)
-			}
-			if in.Op.IsJump() {
-				b = max(b, 1+most(int(in.C)-c.first))
-			}
-			best[i], done[i] = b, true
-			return b
-		}
-		if most(0) > int(c.mod.JmpMax) {
-			c.countJumps = true
-			c.needScratch = true
-		}
+	} else if c.lw.MostJumps > int(c.mod.JmpMax) {
+		// straight mode has no cycle and no call: the most jumps any
+		// path takes is known
+		c.countJumps = true
+		c.needScratch = true
 	}
 	c.stackAnalysis()
 	c.findJoins()
@@ -842,17 +780,7 @@ func (c *compiler) findJoins() {
 	if !c.logMoves && c.static && !c.countJumps {
 		return // every path has the same log length (0), TOS index and no jump count
 	}
-	preds := make([]int, c.n)
-	preds[0] = 1 // the prologue
-	for i := 0; i < c.n; i++ {
-		if !c.live[i] {
-			continue
-		}
-		for _, j := range c.succ(i) {
-			preds[j]++
-		}
-	}
-	for i, n := range preds {
+	for i, n := range c.lw.Ways { // the entry's way in is the prologue
 		c.fill[i] = c.live[i] && n > 1
 	}
 }
@@ -898,10 +826,10 @@ func (c *compiler) fillRegs() {
 	}
 }
 
-// stackAnalysis is rpn's (shared with package jit): static-stack mode
-// when every path agrees on the TOS index, and the slots to zero.
+// stackAnalysis is the lowering's: static-stack mode when every path
+// agrees on the TOS index, and the slots to zero.
 func (c *compiler) stackAnalysis() {
-	l := c.p.StaticStack(c.pi)
+	l := c.lw.Stack
 	c.needZero = l.NeedZero
 	if !l.Static {
 		return
@@ -1544,36 +1472,18 @@ func (c *compiler) startLoop() {
 	a.ja(c.lCommit)
 }
 
-// findBlocks numbers the blocks of loop mode: the entry, the jump
-// targets and the instructions after a call.
+// findBlocks numbers the blocks of loop mode: the lowering's (the entry,
+// the jump targets and the instructions after a call) and the regions'
+// first instructions.
 func (c *compiler) findBlocks() {
-	c.blockID = map[int]int{0: 0}
-	c.blocks = []int{0}
-	for i := 0; i < c.n; i++ {
-		if !c.live[i] {
-			continue
-		}
-		in := c.insn(i)
-		var t []int
-		if in.Op.IsJump() {
-			t = append(t, int(in.C)-c.first)
-		}
-		if in.Op == rpn.OpCall {
-			t = append(t, i+1)
-		}
-		for _, j := range t {
-			if _, ok := c.blockID[j]; !ok {
-				c.blockID[j] = -1
-			}
-		}
-	}
+	start := slices.Clone(c.lw.BlockStart)
 	for _, i := range c.regionFirst {
-		if i > 0 {
-			c.blockID[i] = -1
-		}
+		start[i] = true
 	}
-	for i := 1; i < c.n; i++ { // ids in instruction order
-		if _, ok := c.blockID[i]; ok {
+	c.blockID = map[int]int{}
+	c.blocks = nil
+	for i, b := range start { // ids in instruction order
+		if b {
 			c.blockID[i] = len(c.blocks)
 			c.blocks = append(c.blocks, i)
 		}

@@ -173,14 +173,15 @@ func Compile(p *rpn.Program, pi int, l Layout) (*Code, error) {
 		return nil, fmt.Errorf("jit: no probe %d (the program has %d)", pi, p.NumProbes())
 	}
 	mod := p.Module()
+	lw := p.Lowering(pi)
 	c := &compiler{
 		p:       p,
 		mod:     mod,
 		pr:      &mod.Probes[pi],
 		l:       l,
 		pi:      pi,
-		first:   p.Entry(pi),
-		n:       p.End(pi) - p.Entry(pi),
+		first:   lw.First,
+		n:       lw.N,
 		is32:    p.WordSize() == 4,
 		w:       p.WordSize(),
 		logmax:  int32(mod.LogMax),
@@ -231,7 +232,7 @@ func Compile(p *rpn.Program, pi int, l Layout) (*Code, error) {
 	return code, nil
 }
 
-// check refuses what the pad cannot run, and notes what the program uses.
+// check refuses what the pad cannot run.
 func (c *compiler) check() error {
 	for i := 0; i < c.n; i++ {
 		in := c.p.Insn(c.first + i)
@@ -268,28 +269,21 @@ func (c *compiler) check() error {
 			case rpn.RegRIP, rpn.RegRSP, rpn.RegFSBase, rpn.RegGSBase:
 				return &Unsupported{Reason: fmt.Sprintf("pop r %s: the pad does not restore it", r)}
 			}
-		case rpn.OpCall, rpn.OpRet:
-			c.hasCalls = true // ret without call: r12 = 0 makes it raise call-depth
-		}
-		if in.Op.IsJump() {
-			c.hasJumps = true
-		}
-		switch in.Op {
-		case rpn.OpPushLVI, rpn.OpPopLVI, rpn.OpMoveLVI, rpn.OpIncLVI, rpn.OpDecLVI,
-			rpn.OpPushLV, rpn.OpPopLV, rpn.OpMoveLV, rpn.OpIncLV, rpn.OpDecLV, rpn.OpLogLV:
-			c.usesLV = true
-		case rpn.OpPushGVI, rpn.OpPopGVI, rpn.OpMoveGVI, rpn.OpIncGVI, rpn.OpDecGVI,
-			rpn.OpPushGV, rpn.OpPopGV, rpn.OpMoveGV, rpn.OpIncGV, rpn.OpDecGV, rpn.OpLogGV:
-			c.usesGV = true
 		}
 	}
 	return nil
 }
 
-// analyze decides between static- and dynamic-stack mode (see the top of
-// this file) with rpn's stack analysis, shared with package bpf.
+// analyze reads what the program uses and decides between static- and
+// dynamic-stack mode (see the top of this file) from rpn's lowering,
+// which the machine and package bpf read too.
 func (c *compiler) analyze() {
-	l := c.p.StaticStack(c.pi)
+	lw := c.p.Lowering(c.pi)
+	c.hasCalls = lw.Needs.Has(rpn.NeedCall) // ret without call: r12 = 0 makes it raise call-depth
+	c.hasJumps = lw.Needs.Has(rpn.NeedJump)
+	c.usesLV = lw.Needs.Has(rpn.NeedLV)
+	c.usesGV = lw.Needs.Has(rpn.NeedGV)
+	l := lw.Stack
 	c.needZero = l.NeedZero
 	if !l.Static {
 		return

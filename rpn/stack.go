@@ -1,7 +1,8 @@
 package rpn
 
-// The stack analysis the compilers of verified programs share (package jit
-// for jump pads, package bpf for the kernel): whether every path reaches
+// The stack analysis of the lowering (lower.go), which the machine and the
+// compilers of verified programs (package jit for jump pads, package bpf
+// for the kernel) share: whether every path reaches
 // each instruction of a probe with the same TOS index, so that the
 // 32-entry stack's slots are at fixed places ("static stack"), and which
 // slots a hit may read before writing them (those the machine's zeroed
@@ -70,11 +71,11 @@ type StackLayout struct {
 	Depth []int
 }
 
-// StaticStack is a forward data flow over probe pi's instructions of the
+// staticStack is a forward data flow over probe pi's instructions of the
 // TOS index (which must agree on every path into an instruction) and the
 // slots surely written or read before (intersected where paths meet). A
 // read of a slot not surely written is one the hit must zero first.
-func (p *Program) StaticStack(pi int) StackLayout {
+func (p *Program) staticStack(pi int) StackLayout {
 	first, n := p.Entry(pi), p.End(pi)-p.Entry(pi)
 	out := StackLayout{NeedZero: ^uint32(0)}
 	for i := 0; i < n; i++ {

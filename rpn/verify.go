@@ -25,12 +25,13 @@ type insn struct {
 type Program struct {
 	m     *Module
 	code  []insn
-	pcs   []uint32 // byte offset in Module.Code of each instruction
-	entry []uint32 // instruction index of each probe's first instruction
-	end   []uint32 // instruction index just past each probe
-	mask  uint64   // word mask: all ones on x86_64, 0xffffffff on i386
-	sh    uint     // 64 - word bits, for sign extension
-	w     int      // word size in bytes
+	pcs   []uint32   // byte offset in Module.Code of each instruction
+	entry []uint32   // instruction index of each probe's first instruction
+	end   []uint32   // instruction index just past each probe
+	mask  uint64     // word mask: all ones on x86_64, 0xffffffff on i386
+	sh    uint       // 64 - word bits, for sign extension
+	w     int        // word size in bytes
+	lower []Lowering // by probe: the code generators' analysis (lower.go)
 }
 
 // Module returns the module p was loaded from. The caller must not modify it.
@@ -112,6 +113,7 @@ func Load(m *Module) (*Program, error) {
 	if err := v.lines(); err != nil {
 		return nil, err
 	}
+	p.lowerAll()
 	return p, nil
 }
 
