@@ -15,6 +15,7 @@ import (
 
 	"github.com/gprobes/gprobes/bpf"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/rpn/rpntest"
 )
 
 // tailRunner runs programs at syscalls:sys_enter_getppid through one
@@ -113,8 +114,8 @@ func TestBranchy(t *testing.T) {
 	worst := 0.0
 	for seed := uint64(0); seed < uint64(n); seed++ {
 		// every other program jumps forward only: no cycle, no call
-		g := &gen{rng: rand.New(rand.NewPCG(seed, 0xb7a)), base: r.base, branchy: true, forward: seed%2 == 1}
-		m := g.module()
+		g := &rpntest.Gen{Rng: rand.New(rand.NewPCG(seed, 0xb7a)), Base: r.base, Pages: memPages, Target: rpntest.Kernel, Branchy: true, Forward: seed%2 == 1}
+		m := g.Module()
 		p, err := rpn.Load(m)
 		if err != nil {
 			t.Fatalf("seed %d: the generator wrote a program the RPN verifier refuses: %v", seed, err)
@@ -123,7 +124,7 @@ func TestBranchy(t *testing.T) {
 		ok := t.Run("", func(t *testing.T) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			k := prepareRun(t, p, r, g.rng, seed%4 == 1) // an acyclic program forced into loop mode now and then
+			k := prepareRun(t, p, r, g.Rng, seed%4 == 1) // an acyclic program forced into loop mode now and then
 			tr.run(t, k)
 			if k.compiled.Loop {
 				loops++
@@ -141,7 +142,7 @@ func TestBranchy(t *testing.T) {
 			for i := 0; i < 3; i++ {
 				var args [6]uint64
 				for j := range args {
-					args[j] = randWord(g.rng, 8)
+					args[j] = randWord(g.Rng, 8)
 				}
 				if d := k.hit(args); d != "" {
 					t.Fatalf("seed %d, hit %d (args %#x): %s\n%s", seed, i+1, args, d, p.Listing(0))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gprobes/gprobes/bpf"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/rpn/rpntest"
 )
 
 // The differential harness: a program compiled to eBPF runs in the kernel
@@ -174,10 +175,7 @@ type kernelRun struct {
 	l        link.Link
 	rd       *bpf.Reader
 	env      env
-	mach     rpn.Machine
-	st       rpn.ProbeState
-	lv       []uint64
-	gv       []uint64
+	ref      rpntest.Reference // the machine's side
 }
 
 // startRun loads and attaches p; the caller has locked its OS thread.
@@ -199,18 +197,17 @@ func prepareRun(t testing.TB, p *rpn.Program, r *region, rng *rand.Rand, loop bo
 	k := &kernelRun{t: t, p: p, m: m, compiled: c, prog: prog}
 	k.env = env{r: r, pid: uint64(os.Getpid()), tid: uint64(unix.Gettid())}
 	// variables start with the same random values on both sides
-	k.lv = make([]uint64, p.Module().Vars)
-	k.gv = make([]uint64, rpn.MaxGVars)
-	for i := range k.lv {
-		k.lv[i] = randWord(rng, p.WordSize())
+	k.ref = rpntest.Reference{P: p, LV: make([]uint64, p.Module().Vars), GV: make([]uint64, rpn.MaxGVars)}
+	for i := range k.ref.LV {
+		k.ref.LV[i] = randWord(rng, p.WordSize())
 	}
-	for i := range k.gv {
-		k.gv[i] = randWord(rng, p.WordSize())
+	for i := range k.ref.GV {
+		k.ref.GV[i] = randWord(rng, p.WordSize())
 	}
-	if err := m.SetVars(false, k.lv); err != nil {
+	if err := m.SetVars(false, k.ref.LV); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.SetVars(true, k.gv); err != nil {
+	if err := m.SetVars(true, k.ref.GV); err != nil {
 		t.Fatal(err)
 	}
 	var err error
@@ -251,38 +248,25 @@ func (k *kernelRun) hit(args [6]uint64) string {
 		k.env.cpu, k.env.ts = uint64(r.CPU), r.TS
 	}
 	k.env.args = args
-	res := k.mach.Run(k.p, 0, &k.st, k.lv, k.gv, &k.env)
+	res := k.ref.Run(&k.env)
+	got := rpntest.Observed{Kind: rpntest.None}
 	var d []string
-	switch {
-	case res.Outcome == rpn.OutcomeException:
-		switch {
-		case rec == nil:
-			d = append(d, fmt.Sprintf("machine: %v at pc %#x addr %#x; kernel: no record", res.Exception, res.PC, res.Addr))
-		case rec.Exception != res.Exception || rec.PC != res.PC || rec.Addr != res.Addr || len(rec.Log) != 0 || rec.Exit != 0:
-			d = append(d, fmt.Sprintf("machine: %v at pc %#x addr %#x; kernel: %v at pc %#x addr %#x, exit %d, log %x", res.Exception, res.PC, res.Addr, rec.Exception, rec.PC, rec.Addr, rec.Exit, rec.Log))
-		}
-	case res.Commits():
-		switch {
-		case rec == nil:
-			d = append(d, fmt.Sprintf("machine: %v exit %d log %x; kernel: no record", res.Outcome, res.Exit, res.Log))
-		case rec.Exception != 0:
-			d = append(d, fmt.Sprintf("machine: %v exit %d log %x; kernel: %v at pc %#x addr %#x", res.Outcome, res.Exit, res.Log, rec.Exception, rec.PC, rec.Addr))
-		case rec.Exit != res.Exit || !bytes.Equal(rec.Log, res.Log) || rec.Truncated != res.Truncated || rec.Rem != (res.Outcome == rpn.OutcomeRem):
-			d = append(d, fmt.Sprintf("machine: %v exit %d truncated %v log %x; kernel: exit %d rem %v truncated %v log %x", res.Outcome, res.Exit, res.Truncated, res.Log, rec.Exit, rec.Rem, rec.Truncated, rec.Log))
-		}
-	default:
-		if rec != nil {
-			d = append(d, fmt.Sprintf("machine: %v, nothing to commit; kernel: a record %+v", res.Outcome, *rec))
-		}
-	}
 	if rec != nil {
-		if rec.Major != res.Major || rec.Minor != res.Minor {
-			d = append(d, fmt.Sprintf("major/minor: machine %d/%d, kernel %d/%d", res.Major, res.Minor, rec.Major, rec.Minor))
+		got = rpntest.Observed{Kind: rpntest.Commit, Exit: rec.Exit, Log: rec.Log, Truncated: rec.Truncated,
+			Exception: rec.Exception, PC: rec.PC, Addr: rec.Addr, Major: rec.Major, Minor: rec.Minor}
+		if rec.Exception != 0 {
+			got.Kind = rpntest.Raised
+			if len(rec.Log) != 0 || rec.Exit != 0 {
+				d = append(d, fmt.Sprintf("an exception record with exit %d, log %x", rec.Exit, rec.Log))
+			}
+		} else if res.Commits() && rec.Rem != (res.Outcome == rpn.OutcomeRem) {
+			d = append(d, fmt.Sprintf("rem %v, the machine's outcome is %v", rec.Rem, res.Outcome))
 		}
 		if uint64(rec.PID) != k.env.pid || uint64(rec.TID) != k.env.tid {
 			d = append(d, fmt.Sprintf("record pid/tid %d/%d, want %d/%d", rec.PID, rec.TID, k.env.pid, k.env.tid))
 		}
 	}
+	d = append(d, rpntest.Compare(&res, &got)...)
 	if k.rd.Available() > 0 {
 		d = append(d, "the kernel committed a second record")
 	}
@@ -290,26 +274,18 @@ func (k *kernelRun) hit(args [6]uint64) string {
 	if err != nil {
 		return err.Error()
 	}
-	want := bpf.Counters{Hits: k.st.Hits, Skipped: k.st.Skipped, Runs: k.st.Runs, Faults: k.st.Faults, Disabled: k.st.Disabled}
-	if cn != want {
-		d = append(d, fmt.Sprintf("counters: kernel %+v, machine %+v", cn, want))
+	if cn.Lost != 0 || cn.Missed != 0 {
+		d = append(d, fmt.Sprintf("counters: kernel %+v: nothing lost or missed", cn))
 	}
-	for _, gv := range []bool{false, true} {
-		got, err := k.m.Vars(gv)
-		if err != nil {
-			return err.Error()
-		}
-		want := k.lv
-		if gv {
-			want = k.gv
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				d = append(d, fmt.Sprintf("gv=%v [%d]: kernel %#x, machine %#x", gv, i, got[i], want[i]))
-				break
-			}
-		}
+	lv, err := k.m.Vars(false)
+	if err != nil {
+		return err.Error()
 	}
+	gv, err := k.m.Vars(true)
+	if err != nil {
+		return err.Error()
+	}
+	d = append(d, k.ref.CompareState(rpn.ProbeState{Hits: cn.Hits, Skipped: cn.Skipped, Runs: cn.Runs, Faults: cn.Faults, Disabled: cn.Disabled}, lv, gv)...)
 	return strings.Join(d, "; ")
 }
 

@@ -29,7 +29,7 @@
 // itself on a CPU (it counts such misses), so the value is the hit's own. A stack entry k below the TOS is at ((tos-k)&31)*8: the mask
 // is the circular wrap, and it is also what proves the access in bounds to
 // the verifier. When the program has no call and reaches every instruction
-// with one TOS index (static-stack mode, jit's analysis) the offsets are
+// with one TOS index (static-stack mode, rpn's lowering) the offsets are
 // constants, no register holds the TOS, and only the slots read before
 // written are zeroed at the hit. The log is at a variable offset (its
 // length, bounded to logmax by a compare the verifier sees); the value

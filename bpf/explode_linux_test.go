@@ -77,7 +77,7 @@ func TestManyBranches(t *testing.T) {
 				t.Errorf("the verifier processed %d instructions, past the compiler's bound %d", w.processed, k.compiled.Estimate())
 			}
 			want := make([]uint64, 65)
-			copy(want, k.lv)
+			copy(want, k.ref.LV)
 			const hits = 20
 			for h := 0; h < hits; h++ {
 				args := [6]uint64{rng.Uint64()}

@@ -43,11 +43,11 @@ import (
 //
 // The RPN stack is 32 8-byte slots in the scratch area at StackOffset.
 // Static-stack mode: when the program has no call and every instruction
-// is reached with one TOS index whatever the path (stack depth analysis,
-// analyze), the compiler knows which slot each access is and addresses it
+// is reached with one TOS index whatever the path (rpn's lowering,
+// Lowering.Stack), the compiler knows which slot each access is and addresses it
 // as [rbx+disp32]; no register holds the TOS. It also knows which slots
 // can be read before the program wrote them and zeroes only those at each
-// hit (the machine starts every hit with a zeroed stack). Otherwise
+// hit (as the machine does: a hit starts with a zeroed stack). Otherwise
 // dynamic-stack mode: r13 is the TOS index, entry k below the TOS is
 // [rbx + ((r13-k)&31)*8 + StackOffset], and all 32 slots are zeroed at
 // each hit.

@@ -124,8 +124,8 @@ func TestI386WideWords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.lv[0], *h.u64(dLV) = v[0], v[0]
-		r.lv[1], *h.u64(dLV + 8) = v[1], v[1]
+		r.ref.LV[0], *h.u64(dLV) = v[0], v[0]
+		r.ref.LV[1], *h.u64(dLV + 8) = v[1], v[1]
 		if d := r.hit(h.randomSetup()); d != "" {
 			t.Fatalf("lv %#x: %s\n%s", v, d, p.Listing(0))
 		}

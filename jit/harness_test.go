@@ -16,6 +16,7 @@ import (
 	"github.com/gprobes/gprobes/internal/jitexec"
 	"github.com/gprobes/gprobes/jit"
 	"github.com/gprobes/gprobes/rpn"
+	"github.com/gprobes/gprobes/rpn/rpntest"
 	"golang.org/x/sys/unix"
 )
 
@@ -375,10 +376,7 @@ type probeRun struct {
 	idx  int // the probe of p under test
 	code *jit.Code
 	x    *jitexec.Code
-	mach rpn.Machine
-	st   rpn.ProbeState
-	lv   []uint64
-	gv   []uint64
+	ref  rpntest.Reference // the machine's side
 	done bool
 }
 
@@ -409,14 +407,15 @@ func (h *harness) startProbe(p *rpn.Program, idx int) (*probeRun, error) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	r := &probeRun{h: h, p: p, idx: idx, code: code, x: x, lv: make([]uint64, rpn.MaxVars), gv: make([]uint64, rpn.MaxGVars)}
+	r := &probeRun{h: h, p: p, idx: idx, code: code, x: x,
+		ref: rpntest.Reference{P: p, Probe: idx, LV: make([]uint64, rpn.MaxVars), GV: make([]uint64, rpn.MaxGVars)}}
 	h.t.Cleanup(r.close)
 	*h.counters() = jit.Counters{}
-	for i := range r.lv {
-		r.lv[i] = h.word()
-		r.gv[i] = h.word()
-		*h.u64(dLV + i*8) = r.lv[i]
-		*h.u64(dGV + i*8) = r.gv[i]
+	for i := range r.ref.LV {
+		r.ref.LV[i] = h.word()
+		r.ref.GV[i] = h.word()
+		*h.u64(dLV + i*8) = r.ref.LV[i]
+		*h.u64(dGV + i*8) = r.ref.GV[i]
 	}
 	clear(h.data[dThreads:dScratch])
 	clear(h.sw)
@@ -459,13 +458,14 @@ func (h *harness) randomSetup() hitSetup {
 func (r *probeRun) hit(s hitSetup) string {
 	h := r.h
 	e := &env{h: h, frame: s.frame, tsc: s.tsc}
-	var res *rpn.Result
+	var want rpn.Result
 	if h.swShadow[r.p.Module().Probes[r.idx].Minor] != 0 {
 		// switched off: what the engine does, no hit (no run, no count)
-		res = &rpn.Result{Outcome: rpn.OutcomeSkipped}
+		want = rpn.Result{Outcome: rpn.OutcomeSkipped}
 	} else {
-		res = r.mach.Run(r.p, r.idx, &r.st, r.lv, r.gv, e)
+		want = r.ref.Run(e)
 	}
+	res := &want
 	if e.err != nil {
 		h.t.Fatalf("%v\n%s", e.err, r.p.Listing(r.idx))
 	}
@@ -477,10 +477,6 @@ func (r *probeRun) hit(s hitSetup) string {
 			k += " with a record"
 		}
 		h.stats[k]++
-	}
-	want := *res
-	if res.Log != nil {
-		want.Log = append([]byte{}, res.Log...)
 	}
 
 	// the pad: the frame, the scratch area with garbage but for what it sets
@@ -499,77 +495,47 @@ func (r *probeRun) hit(s hitSetup) string {
 	var diffs []string
 	diff := func(format string, args ...any) { diffs = append(diffs, fmt.Sprintf(format, args...)) }
 	hdr := h.data[dScratch:]
-	switch want.Outcome {
-	case rpn.OutcomeSkipped, rpn.OutcomeAbort:
-		if ret != jit.ResultNone {
-			diff("returned %d, the machine's outcome is %v", ret, want.Outcome)
-		}
-	case rpn.OutcomeExit, rpn.OutcomeRem:
-		if want.Log == nil {
-			if ret != jit.ResultNone {
-				diff("returned %d, the machine's outcome is exit 0", ret)
-			}
-			break
-		}
-		if ret != jit.ResultCommit {
-			diff("returned %d, the machine's outcome is %v %d", ret, want.Outcome, want.Exit)
-			break
-		}
-		n := binary.LittleEndian.Uint32(hdr[jit.OffLogLen:])
-		var log []byte
-		if int(n) <= len(hdr)-jit.OffLog {
-			log = hdr[jit.OffLog : jit.OffLog+int(n)]
-		}
-		if hdr[jit.OffExit] != want.Exit {
-			diff("exit %d, want %d", hdr[jit.OffExit], want.Exit)
-		}
-		if !bytes.Equal(log, want.Log) {
-			diff("log (%d bytes) %x\nwant (%d bytes) %x", n, log, len(want.Log), want.Log)
-		}
-		if (hdr[jit.OffTruncated] != 0) != want.Truncated {
-			diff("truncated %d, want %v", hdr[jit.OffTruncated], want.Truncated)
-		}
-		// the pad copies the exception byte into the record: garbage
-		// there (an earlier hit's exception) would make it an exception
-		if hdr[jit.OffException] != 0 {
-			diff("exception byte %d in a committed record's header", hdr[jit.OffException])
-		}
-		r.checkMajMin(hdr, &want, diff)
-	case rpn.OutcomeException:
-		if ret != jit.ResultException {
-			diff("returned %d, the machine's outcome is exception %v at %#x addr %#x", ret, want.Exception, want.PC, want.Addr)
-			break
-		}
-		if ex := rpn.Exception(hdr[jit.OffException]); ex != want.Exception {
-			diff("exception %v, want %v", ex, want.Exception)
-		}
-		if pc := binary.LittleEndian.Uint32(hdr[jit.OffPC:]); pc != want.PC {
-			diff("pc %#x, want %#x", pc, want.PC)
-		}
-		if a := binary.LittleEndian.Uint64(hdr[jit.OffAddr:]); a != want.Addr {
-			diff("addr %#x, want %#x", a, want.Addr)
-		}
-		if hdr[jit.OffTruncated] != 0 {
+	got := rpntest.Observed{
+		Exit:      hdr[jit.OffExit],
+		Truncated: hdr[jit.OffTruncated] != 0,
+		Exception: rpn.Exception(hdr[jit.OffException]),
+		PC:        binary.LittleEndian.Uint32(hdr[jit.OffPC:]),
+		Addr:      binary.LittleEndian.Uint64(hdr[jit.OffAddr:]),
+		Major:     binary.LittleEndian.Uint16(hdr[jit.OffMajor:]),
+		Minor:     binary.LittleEndian.Uint16(hdr[jit.OffMinor:]),
+	}
+	if n := binary.LittleEndian.Uint32(hdr[jit.OffLogLen:]); int(n) <= len(hdr)-jit.OffLog {
+		got.Log = hdr[jit.OffLog : jit.OffLog+int(n)]
+	}
+	switch ret {
+	case jit.ResultNone:
+		got.Kind = rpntest.None
+	case jit.ResultCommit:
+		got.Kind = rpntest.Commit
+	case jit.ResultException:
+		got.Kind = rpntest.Raised
+		if got.Truncated {
 			diff("truncated set in an exception")
 		}
-		r.checkMajMin(hdr, &want, diff)
+	default:
+		diff("returned %d", ret)
+	}
+	if ret <= jit.ResultException {
+		diffs = append(diffs, rpntest.Compare(&want, &got)...)
 	}
 	c := *h.counters()
-	wc := jit.Counters{Hits: r.st.Hits, Skipped: r.st.Skipped, Runs: r.st.Runs, Faults: r.st.Faults}
-	if r.st.Disabled {
-		wc.Disabled = 1
+	if c.Disabled > 1 || c.Lost != 0 || c.Missed != 0 {
+		diff("counters %+v: disabled is 0 or 1, nothing lost or missed", c)
 	}
-	if c != wc {
-		diff("counters %+v, want %+v", c, wc)
+	st := rpn.ProbeState{Hits: c.Hits, Skipped: c.Skipped, Runs: c.Runs, Faults: c.Faults, Disabled: c.Disabled != 0}
+	lv, gv := make([]uint64, len(r.ref.LV)), make([]uint64, len(r.ref.GV))
+	for i := range lv {
+		lv[i] = *h.u64(dLV + i*8)
 	}
-	for i := range r.lv {
-		if v := *h.u64(dLV + i*8); v != r.lv[i] {
-			diff("lv[%d] = %#x, want %#x", i, v, r.lv[i])
-		}
-		if v := *h.u64(dGV + i*8); v != r.gv[i] {
-			diff("gv[%d] = %#x, want %#x", i, v, r.gv[i])
-		}
+	for i := range gv {
+		gv[i] = *h.u64(dGV + i*8)
 	}
+	diffs = append(diffs, r.ref.CompareState(st, lv, gv)...)
 	for i := range e.frame {
 		if v := *h.u64(dFrame + i*8); v != e.frame[i] {
 			diff("frame %v = %#x, want %#x", rpn.Reg(i), v, e.frame[i])
@@ -592,13 +558,4 @@ func (r *probeRun) hit(s hitSetup) string {
 	}
 	return fmt.Sprintf("machine: %v exit %d exception %v pc %#x addr %#x log %x\n%s",
 		want.Outcome, want.Exit, want.Exception, want.PC, want.Addr, want.Log, strings.Join(diffs, "\n"))
-}
-
-func (r *probeRun) checkMajMin(hdr []byte, want *rpn.Result, diff func(string, ...any)) {
-	if m := binary.LittleEndian.Uint16(hdr[jit.OffMajor:]); m != want.Major {
-		diff("major %d, want %d", m, want.Major)
-	}
-	if m := binary.LittleEndian.Uint16(hdr[jit.OffMinor:]); m != want.Minor {
-		diff("minor %d, want %d", m, want.Minor)
-	}
 }

@@ -194,7 +194,7 @@ func TestProcID(t *testing.T) {
 			t.Fatalf("with the table: %s", d)
 		}
 	}
-	n := uint64(len(r.mach.Run(p, 0, &rpn.ProbeState{}, r.lv, r.gv, &env{h: h}).Log))
+	n := uint64(len(r.ref.Mach.Run(p, 0, &rpn.ProbeState{}, r.ref.LV, r.ref.GV, &env{h: h}).Log))
 	if n != 16 {
 		t.Fatalf("log of %d bytes", n)
 	}
@@ -215,7 +215,7 @@ func TestPidNamespace(t *testing.T) {
 	if d := r.hit(h.randomSetup()); d != "" {
 		t.Fatalf("no table entry: %s", d)
 	}
-	if res := r.mach.Run(p, 0, &rpn.ProbeState{}, r.lv, r.gv, &env{h: h}); res.Outcome != rpn.OutcomeException || res.Exception != rpn.ExInvalidOperand {
+	if res := r.ref.Mach.Run(p, 0, &rpn.ProbeState{}, r.ref.LV, r.ref.GV, &env{h: h}); res.Outcome != rpn.OutcomeException || res.Exception != rpn.ExInvalidOperand {
 		t.Fatalf("no table entry: the machine says %+v", res)
 	}
 	h.setThreadIDs(uint32(h.tid), 7, 4000001, 4000002)
@@ -224,7 +224,7 @@ func TestPidNamespace(t *testing.T) {
 			t.Fatalf("with the table: %s", d)
 		}
 	}
-	res := r.mach.Run(p, 0, &rpn.ProbeState{}, r.lv, r.gv, &env{h: h})
+	res := r.ref.Mach.Run(p, 0, &rpn.ProbeState{}, r.ref.LV, r.ref.GV, &env{h: h})
 	if len(res.Log) != 24 || binary.LittleEndian.Uint64(res.Log) != 4000002 || binary.LittleEndian.Uint64(res.Log[8:]) != 4000001 || binary.LittleEndian.Uint64(res.Log[16:]) != 7 {
 		t.Fatalf("log % x, want pid 4000002, tid 4000001, procid 7", res.Log)
 	}
@@ -450,10 +450,10 @@ func TestVMCases(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, v := range lv {
-				r.lv[i], *h.u64(dLV + i*8) = v, v
+				r.ref.LV[i], *h.u64(dLV + i*8) = v, v
 			}
 			for i, v := range gv {
-				r.gv[i], *h.u64(dGV + i*8) = v, v
+				r.ref.GV[i], *h.u64(dGV + i*8) = v, v
 			}
 			for i := 0; i < hits; i++ {
 				s := h.randomSetup()
