@@ -138,6 +138,18 @@ type jumpSite struct {
 	orig   []byte // the covered bytes as they were
 	pad    *builtPad
 	probes []*eprobe
+	// retFn: a return probe's pad at a ret of the function that starts
+	// there (retjump.go), the ret at ret; 0 for an offset probe's
+	retFn, ret uint64
+}
+
+// recAddr is the address the records of the site's probes carry: the
+// probe address, or a return probe's function (as on the int3 route).
+func (s *jumpSite) recAddr() uint64 {
+	if s.retFn != 0 {
+		return s.retFn
+	}
+	return s.addr
 }
 
 // builtPad is a pad written into a space. A pad no jump leads to any more
@@ -322,16 +334,26 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *eprobe, addr uint64) stri
 			return fmt.Sprintf("the jump of the probe at %#x overlaps", a)
 		}
 	}
-	rg, why := e.ensureRegion(sp, host)
-	if why != "" {
-		return why
-	}
 	site := &jumpSite{addr: addr, plan: plan}
 	site.orig = make([]byte, plan.Len)
 	for _, in := range plan.Covered {
 		copy(site.orig[in.Addr-addr:], in.Bytes)
 	}
-	if why := e.buildPad(sp, host, rg, site, append(site.probes, p)); why != "" {
+	return e.placeJump(sp, host, site, []*eprobe{p})
+}
+
+// placeJump builds the pad of a new jump site with its probes and writes
+// the jump (every thread stopped, none inside the covered bytes or able to
+// return into them): "" when it is in, else why not. site.orig holds the
+// covered bytes as they are.
+func (e *Engine) placeJump(sp *space, host JumpHost, site *jumpSite, probes []*eprobe) string {
+	js := sp.jump
+	addr, plan := site.addr, site.plan
+	rg, why := e.ensureRegion(sp, host)
+	if why != "" {
+		return why
+	}
+	if why := e.buildPad(sp, host, rg, site, probes); why != "" {
 		return why
 	}
 	placed := false
@@ -418,9 +440,9 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		if int(p.src.LogMax) > pad.MaxLog {
 			return fmt.Sprintf("logmax %d is more than a ring slot holds (%d)", p.src.LogMax, pad.MaxLog)
 		}
-		n := e.siteFor(rg, p, site.addr)
+		n := e.siteFor(rg, p, site.recAddr())
 		if n < 0 && e.reclaim(sp) > 0 {
-			n = e.siteFor(rg, p, site.addr)
+			n = e.siteFor(rg, p, site.recAddr())
 		}
 		if n < 0 {
 			return fmt.Sprintf("the region serves %d probes at most", pad.MaxProbes)
@@ -457,7 +479,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 		return why
 	}
 	// build once to learn the size, then at its address
-	trial, err := pad.Build(pad.Spec{At: site.addr, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: site.addr, Pool: pool, Live: rg.live})
+	trial, err := pad.Build(pad.Spec{At: site.addr, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: site.addr, Pool: pool, Live: rg.live, Return: site.retFn != 0})
 	if err != nil {
 		return err.Error()
 	}
@@ -465,7 +487,7 @@ func (e *Engine) buildPad(sp *space, host JumpHost, rg *region, site *jumpSite, 
 	if err != nil {
 		return fmt.Sprintf("map the pad's area: %v", err)
 	}
-	built, err := pad.Build(pad.Spec{At: at, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: held, Pool: pool, Live: rg.live})
+	built, err := pad.Build(pad.Spec{At: at, Addr: site.addr, Covered: site.plan.Covered, Probes: pps, Region: rg.addr, RingSize: rg.ringSize, Held: held, Pool: pool, Live: rg.live, Return: site.retFn != 0})
 	if err != nil {
 		return err.Error()
 	}
@@ -1729,6 +1751,15 @@ const sigSEGV = 11
 func (e *Engine) leavePad(th *thread, bp *builtPad, pc uint64) {
 	site := bp.site
 	last := &site.plan.Covered[len(site.plan.Covered)-1]
+	if site.retFn != 0 {
+		// a return probe's pad ends with the ret: done here
+		th.regs[rpn.RegRIP] = last.Addr
+		if !x86.EmulateInsn(last, &th.regs, mem{e, th.space}) {
+			th.regs[rpn.RegRIP] = pc // it faults: in the pad, as it would have
+		}
+		e.fail(e.tgt.SetRegs(th.tid, &th.regs), "move thread %d out of its pad", th.tid)
+		return
+	}
 	if orig, ok := bp.p.Displaced[bp.p.Final]; ok && orig == last.Addr && last.Class == x86.Branch {
 		if bp.p.Pushed != 0 && pc == bp.p.Pushed {
 			th.regs[rpn.RegRSP] += 8
@@ -1759,6 +1790,9 @@ func (e *Engine) closeJump() {
 // moveToInt3 takes the jump at addr out and puts the probes that were
 // there on an int3, in their order, with why as the reason (query's HOW).
 func (e *Engine) moveToInt3(sp *space, addr uint64, why string) error {
+	if site := sp.jump.sites[addr]; site != nil && site.retFn != 0 {
+		return e.retPadToInt3(sp, site, why)
+	}
 	moved, err := e.demoteJump(sp, addr, why)
 	if err != nil {
 		return err

@@ -518,6 +518,14 @@ func (e *Engine) placeAt(sp *space, inst *instance, p *eprobe, d *rpn.Probe, lin
 		refuse(StateRefused, "%#x (%s) is not in an executable mapping of %s", addr, d.Loc.Text, inst.key)
 		return
 	}
+	if site := e.retPadCovering(sp, addr); site != nil {
+		// in the bytes a return probe's jump covers: its ret goes back
+		// to an int3 (retjump.go), and this probe takes its own
+		if err := e.moveToInt3(sp, site.addr, fmt.Sprintf("an offset probe (at %#x) is inside the bytes its jump would cover", addr)); err != nil {
+			refuse(StateRefused, "the jump pad at %#x could not make way for an int3: %v", site.addr, err)
+			return
+		}
+	}
 	if site := e.jumpCovering(sp, addr); site != nil {
 		// inside another probe's jump: that one moves to an int3, so
 		// that this one's int3 does not land in the jump's bytes

@@ -91,6 +91,11 @@ type retFunc struct {
 	nthunk     int // return thunks
 	nout       int // jumps out and indirect jumps
 	trackers   []*callTracker
+	// pads: the rets on jump pads (retjump.go), to their jump site's
+	// address; padWhy: why a ret is not; padsOff: why none may be
+	pads    map[uint64]uint64
+	padWhy  map[uint64]string
+	padsOff string
 }
 
 // callTracker is the calls of one function tracked for one module (whose
@@ -203,7 +208,7 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *eprobe) {
 	calls := sp.callsState()
 	fn := calls.funcs[addr]
 	if fn == nil {
-		fn, err = e.newRetFunc(sp, inst, link, addr)
+		fn, err = e.newRetFunc(sp, inst, link, addr, p)
 		if err != nil {
 			refuse("retprobe = %s: %v", d.Loc.Text, err)
 			return
@@ -229,6 +234,17 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *eprobe) {
 		fn.trackers = append(fn.trackers, t)
 	}
 	if !t.entry && (needsEntry(p) || fn.nout > 0) && !fn.entryIn {
+		if len(fn.pads) > 0 {
+			// its calls are tracked from now on: every return seen
+			// where the entry's instance is found, on the int3 route
+			if err := e.retPadsOff(sp, fn, fmt.Sprintf("a return probe of module %s on it reads instance variables or sets maxactive: its calls are tracked from the entry, on the int3 route", p.mod.Name)); err != nil {
+				refuse("retprobe = %s: the jump pads of its returns could not make way for int3s: %v", d.Loc.Text, err)
+				if len(t.probes) == 0 {
+					fn.trackers = fn.trackers[:len(fn.trackers)-1]
+				}
+				return
+			}
+		}
 		if err := e.plantEntry(sp, fn); err != nil {
 			refuse("retprobe = %s: %v", d.Loc.Text, err)
 			if len(t.probes) == 0 {
@@ -250,11 +266,28 @@ func (e *Engine) placeRetprobe(sp *space, inst *instance, p *eprobe) {
 	}
 	p.in[sp.id] = addr
 	p.State, p.Reason = StateActive, ""
-	for _, t := range fn.trackers {
-		for _, q := range t.probes {
-			q.How = fn.howText(e)
+	if len(fn.pads) > 0 && !samePadProbes(sp, fn) {
+		e.retPadsRebuild(sp, fn) // with this probe too
+	}
+	e.retHow(fn)
+}
+
+// samePadProbes reports whether fn's pads run every return probe on fn
+// already (a new function's pads were built with its first probe).
+func samePadProbes(sp *space, fn *retFunc) bool {
+	want := retProbesOf(fn)
+	for ret := range fn.pads {
+		site := sp.retPadSite(fn, ret)
+		if site == nil || len(site.probes) != len(want) {
+			return false
+		}
+		for i := range want {
+			if site.probes[i] != want[i] {
+				return false
+			}
 		}
 	}
+	return true
 }
 
 // needsEntry reports whether a return probe needs its calls tracked from
@@ -306,10 +339,8 @@ func (fn *retFunc) howText(e *Engine) string {
 	if fn.nout > 0 {
 		s += fmt.Sprintf(", %d %s out", fn.nout, plural(fn.nout, "jump"))
 	}
-	if e.opts.Route != RouteInt3 && !e.os.Kernel() {
-		if _, ok := e.tgt.(JumpHost); ok {
-			s = "int3 " + s + ": return probes stay on the int3 route"
-		}
+	if _, ok := e.tgt.(JumpHost); ok && !e.os.Kernel() && e.opts.Route != RouteInt3 {
+		return fn.padHow(s)
 	}
 	return s
 }
@@ -323,7 +354,7 @@ func plural(n int, s string) string {
 
 // newRetFunc decodes the function that starts at addr (link-time link)
 // and plants its breakpoints.
-func (e *Engine) newRetFunc(sp *space, inst *instance, link, addr uint64) (*retFunc, error) {
+func (e *Engine) newRetFunc(sp *space, inst *instance, link, addr uint64, p *eprobe) (*retFunc, error) {
 	set := inst.ld.Symbols
 	if set == nil {
 		return nil, fmt.Errorf("no symbols: the function's end cannot be known")
@@ -362,7 +393,7 @@ func (e *Engine) newRetFunc(sp *space, inst *instance, link, addr uint64) (*retF
 	if err != nil {
 		return nil, fmt.Errorf("decode %s to find its returns: %v", sym.Name, err)
 	}
-	fn := &retFunc{entry: addr, end: addr + size, name: sym.Name, callers: map[uint64]bool{}}
+	fn := &retFunc{entry: addr, end: addr + size, name: sym.Name, callers: map[uint64]bool{}, pads: map[uint64]uint64{}, padWhy: map[uint64]string{}}
 	fn.goCode = !e.os.Kernel() && isGo(set)
 	type want struct {
 		addr uint64
@@ -401,9 +432,23 @@ func (e *Engine) newRetFunc(sp *space, inst *instance, link, addr uint64) (*retF
 	if fn.nret == 0 && fn.nout == 0 {
 		return nil, fmt.Errorf("%s has no return: no ret and no jump out of its %d bytes (a function that never returns)", sym.Name, size)
 	}
+	// the rets on jump pads where they can be (retjump.go)
+	sp.calls.funcs[addr] = fn // seen by the pads' books while they go in
+	why, none := e.retPadsWhy(fn, []*eprobe{p})
+	fn.padsOff = why
 	for _, w := range wants {
+		if w.site.kind == siteRet && !none && why == "" {
+			if pwhy := e.retPadTry(sp, inst, fn, code, w.addr, []*eprobe{p}); pwhy == "" {
+				fn.addrs = append(fn.addrs, w.addr)
+				sp.calls.sites[w.addr] = append(sp.calls.sites[w.addr], w.site)
+				continue
+			} else {
+				fn.padWhy[w.addr] = pwhy
+			}
+		}
 		if err := e.ensureSite(sp, w.addr); err != nil {
 			e.dropSites(sp, fn)
+			delete(sp.calls.funcs, addr)
 			return nil, err
 		}
 		fn.addrs = append(fn.addrs, w.addr)
@@ -466,6 +511,7 @@ func isNoXOL(err error) bool { return err == ErrNoXOL }
 // dropSites takes a function's breakpoints out where nothing else uses
 // them, and forgets the function.
 func (e *Engine) dropSites(sp *space, fn *retFunc) {
+	e.retPadsDrop(sp, fn)
 	calls := sp.calls
 	for _, a := range fn.addrs {
 		keep := calls.sites[a][:0]
@@ -537,6 +583,10 @@ func (e *Engine) unplaceRet(sp *space, p *eprobe) error {
 	}
 	if len(fn.trackers) == 0 {
 		e.dropSites(sp, fn)
+	} else if len(fn.pads) > 0 {
+		e.retPadsRebuild(sp, fn) // without it
+	} else {
+		e.retHow(fn)
 	}
 	return nil
 }
@@ -960,7 +1010,14 @@ func (e *Engine) callsForked(child, parent *space) {
 	fns := map[*retFunc]*retFunc{}
 	for a, f := range parent.calls.funcs {
 		n := &retFunc{entry: f.entry, end: f.end, name: f.name, goCode: f.goCode, addrs: append([]uint64{}, f.addrs...), entryIn: f.entryIn,
-			callers: map[uint64]bool{}, nret: f.nret, nthunk: f.nthunk, nout: f.nout}
+			callers: map[uint64]bool{}, nret: f.nret, nthunk: f.nthunk, nout: f.nout,
+			pads: map[uint64]uint64{}, padWhy: map[uint64]string{}, padsOff: f.padsOff}
+		for r, a := range f.pads {
+			n.pads[r] = a // the child's copy of the jump site (forked)
+		}
+		for r, w := range f.padWhy {
+			n.padWhy[r] = w
+		}
 		for c := range f.callers {
 			n.callers[c] = true
 		}

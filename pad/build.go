@@ -115,6 +115,12 @@ type Spec struct {
 	// (LiveDead) set, the tracer is gone: the pad runs no probe and never
 	// stops for it
 	Live uint64
+	// Return: a return probe's pad (x86.PlanRetJump). Covered ends with a
+	// ret; the instructions before it run first, at the pad's very start,
+	// with the thread's registers; then the probes, which see the
+	// registers after the ret (rip the return address read at rsp, rsp 8
+	// higher, and a ret imm16's bytes); then the ret itself.
+	Return bool
 }
 
 // LiveDead is the liveness word's bit that says the tracer is gone (the
@@ -186,6 +192,9 @@ type Pad struct {
 	Pushed uint64
 	// StackUse is the bytes of a pad stack the pad uses
 	StackUse int
+	// Entry is where the pad's own entry is: its first byte, or in a
+	// return probe's pad the end of the instructions before the ret
+	Entry uint64
 }
 
 // Twin is a covered instruction's place in the pad's first copy, and the
@@ -324,6 +333,21 @@ func Build(s Spec) (*Pad, error) {
 	for _, in := range s.Covered {
 		covered += in.Len
 	}
+	// a return probe's pad: the instructions before the ret run first
+	var prefix []x86.Insn
+	var retPop int64
+	if s.Return {
+		n := len(s.Covered)
+		last := &s.Covered[n-1]
+		if !x86.IsRet(last.Bytes) {
+			return nil, fmt.Errorf("pad: a return probe's covered instructions end with `%s`, not a ret", last.String())
+		}
+		prefix, s.Covered = s.Covered[:n-1], s.Covered[n-1:]
+		retPop = 8
+		if b := last.Bytes; len(b) >= 3 && b[len(b)-3] == 0xc2 {
+			retPop += int64(binary.LittleEndian.Uint16(b[len(b)-2:]))
+		}
+	}
 	p := &Pad{Fixups: map[uint64]uint64{}, Displaced: map[uint64]uint64{}, Pending: map[uint64]Twin{}, Holding: map[uint64]uint64{}, TSC: map[uint64]uint64{}, Ret: s.Addr + uint64(covered)}
 	total := 0
 	offs := make([]int, len(s.Probes))
@@ -370,6 +394,23 @@ func Build(s Spec) (*Pad, error) {
 	}
 	delta := deltas[moved]
 	e := &emitter{at: s.At, labels: map[string]int{}}
+
+	// a return probe's pad: the instructions before the ret, with the
+	// thread's own registers (a signal here is held like one in copy A:
+	// the thread passes a held check later on every path)
+	for i := range prefix {
+		in := &prefix[i]
+		r, err := x86.RelocateForPad(in, e.pc())
+		if err != nil {
+			return nil, err
+		}
+		if r.Exits {
+			return nil, fmt.Errorf("`%s` at %#x transfers control before the ret", in.String(), in.Addr)
+		}
+		p.Displaced[e.pc()] = in.Addr
+		e.emit(r.Code...)
+	}
+	p.Entry = e.pc()
 
 	// entry: 4 words below the red zone, then a pad stack
 	e.emit(0x48, 0x8d, 0x64, 0x24, 0x80) // lea -128(%rsp),%rsp
@@ -427,8 +468,16 @@ func Build(s Spec) (*Pad, error) {
 	e.emit(0x53)                   // push rbx
 	e.emit(0xff, 0x72, 0x10)       // push 16(%rdx): rax
 	e.emit(0x48, 0x89, 0xe5)       // mov %rsp,%rbp
-	e.emit(0x48, 0xb8)             // movabs $addr,%rax
-	e.u64(s.Addr)
+	if s.Return {
+		// the registers after the ret: rip the return address (at R:
+		// rcx), rsp above it
+		e.emit(0x48, 0x8b, 0x01)               // mov (%rcx),%rax
+		e.mem32(0x48, []byte{0x81}, 0, 5, 7*8) // addq $retPop,rsp(%rbp)
+		e.i32(retPop)
+	} else {
+		e.emit(0x48, 0xb8) // movabs $addr,%rax
+		e.u64(s.Addr)
+	}
 	e.emit(0x48, 0x89, 0x85) // mov %rax,0x80(%rbp)
 	e.u32(0x80)
 	e.mem32(0x48, []byte{0x8d}, 3, 5, sc0)            // lea sc0(%rbp),%rbx
@@ -485,6 +534,11 @@ func Build(s Spec) (*Pad, error) {
 		e.mem32(0, []byte{0xc6}, 0, 5, sc0+jit.OffPadScratch) // movb $1,pending(scratch_0)
 		e.emit(1)
 		e.label(nc)
+	}
+	if s.Return {
+		// rsp back to R in the frame: the way back reads it there
+		e.mem32(0x48, []byte{0x81}, 5, 5, 7*8) // subq $retPop,rsp(%rbp)
+		e.i32(retPop)
 	}
 	e.mem32(0, []byte{0x80}, 7, 5, sc0+jit.OffPadScratch) // cmpb $0,pending(scratch_0)
 	e.emit(0)

@@ -589,7 +589,7 @@ func TestRetprobeNoEntry(t *testing.T) {
 	r := startWith(t, startConfig{path: bin}, "rec", fmt.Sprint(n), fmt.Sprint(d))
 	infos := r.insert(compileFor(t, bin, "name = PROGRAM\nmodtype = user\nretprobe = rec\nminor = 2\npush r,rax\npush r,rsp\nlog 2\nexit 1\n"))
 	expectActive(t, infos)
-	if !strings.Contains(infos[0].How, "ret: 2 returns, no entry stop") {
+	if !strings.Contains(infos[0].How, "2 returns") || !strings.Contains(infos[0].How, "no entry stop") {
 		t.Errorf("HOW %q", infos[0].How)
 	}
 	r.eng.Release()

@@ -57,4 +57,33 @@ hotf.cold:
 	ret
 	.size	hotf.cold, .-hotf.cold
 
+	.p2align 4, 0xcc
+	.globl	tiny
+	.type	tiny, @function
+tiny:				# one instruction, then int3 fill to 16 bytes
+	ret
+	.size	tiny, .-tiny
+	.p2align 4, 0xcc
+
+	.globl	twoway
+	.type	twoway, @function
+twoway:				# x == 0: 1; x == 5: 3; else 2. Two rets: the
+	test	%rdi, %rdi	# first with 5 bytes of plain code before it, the
+	jne	1f		# second with a branch landing on it and no fill
+	mov	$1, %eax	# after it (aftertiny follows at once)
+	ret
+1:	mov	$2, %eax
+	cmp	$5, %rdi
+	jne	2f
+	mov	$3, %eax
+2:	ret
+	.size	twoway, .-twoway
+
+	.globl	aftertiny
+	.type	aftertiny, @function
+aftertiny:
+	mov	$9, %eax
+	ret
+	.size	aftertiny, .-aftertiny
+
 	.section	.note.GNU-stack,"",@progbits

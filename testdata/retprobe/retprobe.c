@@ -22,6 +22,10 @@
 //                               line on stdin, N more
 //   retprobe fork N D           fork, then parent and child each make N
 //                               calls of rec(D)
+//   retprobe recwait N D        N calls of rec(D), "half", waits for a
+//                               line on stdin, N more
+//   retprobe twoway N           N calls of twoway(i % 7)
+//   retprobe tiny N             N calls of tiny() and aftertiny()
 //
 // Every mode ends with "done" and exits 0; a wrong result prints
 // "error ..." and exits 1.
@@ -38,6 +42,9 @@
 long rec(long d);
 long tailf(long x);
 long hotf(long x);
+long twoway(long x);
+void tiny(void);
+long aftertiny(void);
 
 static jmp_buf env;
 
@@ -187,6 +194,28 @@ int main(int argc, char **argv) {
 		waitpid(pid, &st, 0);
 		if (st != 0)
 			fail("child", st, 0);
+	} else if (!strcmp(mode, "recwait")) {
+		n = atol(argv[2]), d = atol(argv[3]);
+		recs(NULL);
+		printf("half\n");
+		char line[16];
+		if (!fgets(line, sizeof line, stdin))
+			return 1;
+		recs(NULL);
+	} else if (!strcmp(mode, "twoway")) {
+		n = atol(argv[2]);
+		for (long i = 0; i < n; i++) {
+			long x = i % 7, r = twoway(x), want = x == 0 ? 1 : x == 5 ? 3 : 2;
+			if (r != want)
+				fail("twoway", r, want);
+		}
+	} else if (!strcmp(mode, "tiny")) {
+		n = atol(argv[2]);
+		for (long i = 0; i < n; i++) {
+			tiny();
+			if (aftertiny() != 9)
+				fail("aftertiny", aftertiny(), 9);
+		}
 	} else {
 		fprintf(stderr, "retprobe: unknown mode %s\n", mode);
 		return 2;
