@@ -284,3 +284,68 @@ func TestRetPadTinyFunction(t *testing.T) {
 		}
 	}
 }
+
+// stormRetProbes counts the returns of f_call (which logs its return
+// value) and f_leaf in variables of their own.
+const stormRetProbes = `name = PROGRAM
+modtype = user
+vars = 2
+retprobe = f_call
+minor = 1
+inc lv,0
+push r,rax
+log 1
+exit 1
+retprobe = f_leaf
+minor = 2
+inc lv,1
+exit 0
+`
+
+// Signals that stop a thread anywhere in a return probe's pad (the
+// instructions before the ret, the probe, the ret) let it go on exactly:
+// 4 threads each under a 20 kHz timer and queued real-time signals,
+// f_call's ret covered with the add before it, f_leaf's with its
+// alignment fill; every call counted once, every signal delivered once.
+func TestRetPadSignals(t *testing.T) {
+	prog := stormFixture(t)
+	rounds := 10
+	if testing.Short() {
+		rounds = 2
+	}
+	var alarms int64
+	for round := 0; round < rounds; round++ {
+		r := startWith(t, startConfig{path: prog}, "-t", "4", "-n", "10000", "-r", "20000", "-q", "5000")
+		infos := r.insert(compileFor(t, prog, stormRetProbes))
+		for _, p := range infos {
+			if p.State != engine.StateActive || !strings.HasPrefix(p.How, "jump ret: 1 return on jump pads") {
+				t.Fatalf("probe %s: %s, HOW %q: %s", p.Location, p.State, p.How, p.Reason)
+			}
+		}
+		r.eng.Release()
+		lines := r.finish()
+		s, ok := parseStorm(lines)
+		if !ok || s.bad != 0 || s.calls != 4*10000 || s.rtGot != s.rtSent || s.foreign != 0 {
+			t.Fatalf("round %d: the program's own check: %q", round, lines)
+		}
+		lv, _, err := r.eng.Vars(prog, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lv[0] != uint64(s.calls) || lv[1] != uint64(s.calls) {
+			t.Fatalf("round %d: returns counted %d and %d, want %d (%s)", round, lv[0], lv[1], s.calls, s.line)
+		}
+		if recs := r.records(1); len(recs) != int(s.calls) {
+			per := map[int]int{}
+			for _, rec := range recs {
+				per[rec.Tid]++
+			}
+			t.Fatalf("round %d: %d records of f_call's returns, want %d (per thread %v; query %+v; %s)", round, len(recs), s.calls, per, probeInfo(t, r, 1), s.line)
+		}
+		alarms += s.alarms
+	}
+	t.Logf("%d rounds, %d alarms taken", rounds, alarms)
+	if alarms == 0 {
+		t.Fatal("no alarm fired: the test proves nothing")
+	}
+}
