@@ -144,7 +144,14 @@ func (c *Client) Log(ctx context.Context, follow bool, f func(*LogLine) error, l
 		return fmt.Errorf("%w on %s: %v", ErrNoDaemon, c.socket, err)
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
+	return DecodeLog(ctx, resp.Body, f, lost)
+}
+
+// DecodeLog calls f for each record of a log stream (JSON lines, as the
+// daemon's API and ReadLogFile write it) and lost for each count of lost
+// records, until the stream ends or ctx does.
+func DecodeLog(ctx context.Context, r io.Reader, f func(*LogLine) error, lost func(*LostLine) error) error {
+	dec := json.NewDecoder(r)
 	for {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {

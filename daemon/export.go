@@ -22,7 +22,7 @@ import (
 type Exporter interface {
 	// Name is its key in /v1/status's "exporters" ("otlp").
 	Name() string
-	// Export takes the record and its line as log.jsonl has it (without
+	// Export takes the record and its line as the log stream has it (without
 	// the newline); line is valid during the call only, l is never
 	// changed after it.
 	Export(l *LogLine, line []byte)

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -200,10 +199,10 @@ func printable(b []byte) string {
 // LogOptions configure the log file.
 type LogOptions struct {
 	// MaxSize rotates the file when a record would take it past this many
-	// bytes: log.jsonl becomes log.jsonl.1, .1 becomes .2, and so on. Zero
+	// bytes: log.bin becomes log.bin.1, .1 becomes .2, and so on. Zero
 	// never rotates.
 	MaxSize int64
-	// Keep is how many rotated files are kept (log.jsonl.1 ... .Keep); the
+	// Keep is how many rotated files are kept (log.bin.1 ... .Keep); the
 	// oldest goes.
 	Keep int
 	// Warn, if set, is told when records start being lost and when
@@ -264,7 +263,8 @@ type LogWriter struct {
 	dirty    bool
 	stop     chan struct{}
 	buf      []byte
-	ends     []int // WriteBatch's
+	jbuf     []byte // the JSON line for Tee
+	enc      frameEncoder
 	// failing is set while records are being lost, lostAt the count when
 	// it began (for the Warn messages)
 	failing   bool
@@ -286,8 +286,9 @@ type LogWriter struct {
 	Tee func(l *LogLine, line []byte)
 }
 
-// OpenLog opens (creating) the log file in dir. A partial line at its end,
-// left by a gprobes that died in the middle of a write, is cut off.
+// OpenLog opens (creating) the log file in dir. A torn frame at its end,
+// left by a gprobes or a machine that died in the middle of a write, is
+// cut off, and Warn told how many bytes were.
 func OpenLog(dir string, opts ...LogOptions) (*LogWriter, error) {
 	o := LogOptions{MaxSize: DefaultLogMaxSize, Keep: DefaultLogKeep}
 	if len(opts) > 0 {
@@ -299,14 +300,19 @@ func OpenLog(dir string, opts ...LogOptions) (*LogWriter, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, "log.jsonl")
-	f, size, err := openLogFile(path)
+	path := filepath.Join(dir, LogFileName)
+	f, size, records, torn, err := openLogFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("open the log: %w", err)
 	}
 	w := &LogWriter{f: f, path: path, opts: o, size: size, notify: make(chan struct{}), stop: make(chan struct{}), checked: time.Now()}
 	w.id = fileIDOf(mustStat(f))
-	w.newGeneration(countLines(f, size))
+	w.newGeneration(records)
+	w.warn(torn)
+	if _, err := os.Stat(filepath.Join(dir, OldLogFileName)); err == nil {
+		w.warn(fmt.Sprintf("%s is the JSON-lines log of an earlier gprobes: this daemon writes %s and does not serve the older file; read it with gprobes log --file %s",
+			filepath.Join(dir, OldLogFileName), LogFileName, filepath.Join(dir, OldLogFileName)))
+	}
 	if stop, err := watchName(path, &w.moved); err == nil {
 		w.unwatch = stop
 	}
@@ -319,36 +325,42 @@ func OpenLog(dir string, opts ...LogOptions) (*LogWriter, error) {
 	return w, nil
 }
 
-// wholeLines cuts off a partial line at the end of f and returns the size
-// left.
-func wholeLines(f logFile) (int64, error) {
+// wholeFrames cuts off a torn frame at the end of f (one not whole, or
+// whose CRC does not match) and returns the size left, the records in it,
+// and, when it cut, a sentence saying what. A file without a header (new,
+// or emptied under the daemon) gets one.
+func wholeFrames(f logFile) (size int64, records uint64, torn string, err error) {
 	st, err := f.Stat()
 	if err != nil {
-		return 0, err
+		return 0, 0, "", err
 	}
 	end := st.Size()
-	buf := make([]byte, 64<<10)
-	for pos := end; pos > 0; {
-		n := int64(len(buf))
-		if n > pos {
-			n = pos
-		}
-		pos -= n
-		if _, err := f.ReadAt(buf[:n], pos); err != nil {
-			return 0, err
-		}
-		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
-			keep := pos + int64(i) + 1
-			if keep != end {
-				return keep, f.Truncate(keep)
-			}
-			return end, nil
-		}
+	whole, records, why, err := scanFrames(f, end)
+	if err != nil {
+		return 0, 0, "", err
 	}
-	if end > 0 {
-		return 0, f.Truncate(0)
+	if whole < fileHeaderSize {
+		// empty, or a header cut short
+		if err := f.Truncate(0); err != nil {
+			return 0, 0, "", err
+		}
+		if _, err := f.Write(fileHeader()); err != nil {
+			f.Truncate(0)
+			return 0, 0, "", fmt.Errorf("write the log's header: %w", err)
+		}
+		if end > 0 {
+			torn = fmt.Sprintf("the log file ended in a torn header (%d bytes, a daemon that died writing it): started again", end)
+		}
+		return fileHeaderSize, 0, torn, nil
 	}
-	return 0, nil
+	if whole != end {
+		if err := f.Truncate(whole); err != nil {
+			return 0, 0, "", err
+		}
+		torn = fmt.Sprintf("the log file had a torn tail (%s; a daemon or a machine that died in the middle of a write): cut off %d bytes after its last whole record at offset %d; its %s are kept",
+			why, end-whole, whole, plural(records, "record"))
+	}
+	return whole, records, torn, nil
 }
 
 // Path is the log file.
@@ -390,10 +402,13 @@ func (w *LogWriter) Write(l *LogLine) error {
 	if w.moved.Swap(false) || time.Since(w.checked) >= checkInterval {
 		checked = w.checkFile()
 	}
-	w.buf = append(l.AppendJSON(w.buf[:0]), '\n')
+	w.enc.reset()
+	w.enc.add(l)
+	w.buf = w.enc.appendFrame(w.buf[:0])
 	err := w.append(w.buf)
 	if w.Tee != nil {
-		w.Tee(l, w.buf[:len(w.buf)-1])
+		w.jbuf = l.AppendJSON(w.jbuf[:0])
+		w.Tee(l, w.jbuf)
 	}
 	var warn string
 	if err != nil {
@@ -443,54 +458,50 @@ func (w *LogWriter) WriteBatch(ls []LogLine) {
 	}
 	var warns []string
 	buf := w.buf[:0]
-	ends := w.ends[:0]
-	flush := func(from int) {
-		if len(ends) == 0 {
+	w.enc.reset()
+	// flush writes the frame of ls[from:to] (one write(2))
+	flush := func(from, to int) {
+		if to == from {
 			return
 		}
-		err := w.appendN(buf, len(ends))
-		start := 0
-		for i, end := range ends {
-			l := &ls[from+i]
-			if w.Tee != nil {
-				w.Tee(l, buf[start:end-1])
-			}
-			start = end
-			if err != nil {
-				w.lost.Add(l.Target, l.Module, l.Minor, err)
+		buf = w.enc.appendFrame(buf[:0])
+		err := w.appendN(buf, to-from)
+		w.enc.reset()
+		if w.Tee != nil {
+			for i := from; i < to; i++ {
+				w.jbuf = ls[i].AppendJSON(w.jbuf[:0])
+				w.Tee(&ls[i], w.jbuf)
 			}
 		}
 		if err != nil {
+			for i := from; i < to; i++ {
+				w.lost.Add(ls[i].Target, ls[i].Module, ls[i].Minor, err)
+			}
 			if !w.failing {
-				w.failing, w.lostAt = true, w.lost.Total()-uint64(len(ends))
+				w.failing, w.lostAt = true, w.lost.Total()-uint64(to-from)
 				warns = append(warns, fmt.Sprintf("records are being lost: %v", err))
 			}
 		} else {
-			w.written.Add(uint64(len(ends)))
+			w.written.Add(uint64(to - from))
 			if w.failing {
 				w.failing = false
 				warns = append(warns, fmt.Sprintf("writing the log again, %s lost since the last error began", plural(w.lost.Total()-w.lostAt, "record")))
 			}
 		}
-		buf, ends = buf[:0], ends[:0]
 	}
 	from := 0
 	for i := range ls {
-		n := len(buf)
-		buf = append(ls[i].AppendJSON(buf), '\n')
-		// a piece never passes the file's rotation size by more than a
+		// a frame never passes the file's rotation size by more than a
 		// record, as one record a write would not
-		if len(ends) > 0 && (len(buf) > batchBytes || w.opts.MaxSize > 0 && w.size+int64(len(buf)) > w.opts.MaxSize) {
-			line := append([]byte(nil), buf[n:]...)
-			buf = buf[:n]
-			flush(from)
+		next := w.enc.size() + recordBound(&ls[i])
+		if w.enc.count > 0 && (next > batchBytes || w.opts.MaxSize > 0 && w.size+int64(next) > w.opts.MaxSize) {
+			flush(from, i)
 			from = i
-			buf = append(buf, line...)
 		}
-		ends = append(ends, len(buf))
+		w.enc.add(&ls[i])
 	}
-	flush(from)
-	w.buf, w.ends = buf[:0], ends[:0]
+	flush(from, len(ls))
+	w.buf = buf[:0]
 	close(w.notify)
 	w.notify = make(chan struct{})
 	w.mu.Unlock()
@@ -529,13 +540,14 @@ func (w *LogWriter) append(b []byte) error { return w.appendN(b, 1) }
 // Called with w.mu held.
 func (w *LogWriter) appendN(b []byte, records int) error {
 	if w.f == nil {
-		f, size, err := openLogFile(w.path)
+		f, size, records, torn, err := openLogFile(w.path)
 		if err != nil {
 			return fmt.Errorf("open the log: %w", err)
 		}
+		w.warn(torn)
 		w.f, w.size, w.torn = f, size, false
 		w.id = fileIDOf(mustStat(f))
-		w.gens[len(w.gens)-1] = generation{n: w.gen, id: w.id, records: countLines(f, size)}
+		w.gens[len(w.gens)-1] = generation{n: w.gen, id: w.id, records: records}
 	}
 	if w.torn {
 		if err := w.f.Truncate(w.size); err != nil {
@@ -543,7 +555,7 @@ func (w *LogWriter) appendN(b []byte, records int) error {
 		}
 		w.torn = false
 	}
-	if w.opts.MaxSize > 0 && w.size > 0 && w.size+int64(len(b)) > w.opts.MaxSize {
+	if w.opts.MaxSize > 0 && w.size > fileHeaderSize && w.size+int64(len(b)) > w.opts.MaxSize {
 		w.warn(w.checkFile()) // rotate the daemon's own file, not one put at its path
 		w.rotate()
 		if w.f == nil {
@@ -567,7 +579,7 @@ func (w *LogWriter) appendN(b []byte, records int) error {
 	return nil
 }
 
-// rotate renames log.jsonl to log.jsonl.1 (and .1 to .2 ...) and starts a
+// rotate renames log.bin to log.bin.1 (and .1 to .2 ...) and starts a
 // new file. The new file is created first: if it cannot be, the current
 // file stays in use (past its size) and rotation is tried again a second
 // later. Called with w.mu held, so readers see the renames at once.
@@ -580,6 +592,12 @@ func (w *LogWriter) rotate() {
 	os.Remove(tmp) // a leftover of a daemon that died rotating; never followed if a link
 	nf, err := os.OpenFile(tmp, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
+		w.rotateErr = err.Error()
+		return
+	}
+	if _, err := nf.Write(fileHeader()); err != nil {
+		nf.Close()
+		os.Remove(tmp)
 		w.rotateErr = err.Error()
 		return
 	}
@@ -599,7 +617,7 @@ func (w *LogWriter) rotate() {
 	}
 	if err := os.Rename(tmp, w.path); err != nil {
 		// the current file may have gone to .1: the next write opens a
-		// new log.jsonl
+		// new log.bin
 		nf.Close()
 		os.Remove(tmp)
 		w.rotateErr = err.Error()
@@ -612,7 +630,7 @@ func (w *LogWriter) rotate() {
 		return
 	}
 	old := w.f
-	w.f, w.size, w.dirty = nf, 0, false
+	w.f, w.size, w.dirty = nf, fileHeaderSize, false
 	w.gen++
 	w.id = fileIDOf(mustStat(nf))
 	w.newGeneration(0)
@@ -800,7 +818,7 @@ func (w *LogWriter) Follow(ctx context.Context, out io.Writer, follow bool, flus
 		w.warn(msg)
 		if cur != nil {
 			var err error
-			pos, err = copyLinesN(out, cur, pos, limit, &lines)
+			pos, _, err = copyRecords(out, cur, pos, limit, &lines)
 			if err != nil {
 				return err
 			}

@@ -44,8 +44,8 @@ func links(fi os.FileInfo) uint64 {
 type awayKind uint8
 
 const (
-	inChain     awayKind = iota // a file the daemon rotates itself: log.jsonl, then .1, .2 ...
-	renamedAway                 // renamed under the daemon: readable under its new name, which gprobes finds only if it is log.jsonl.N
+	inChain     awayKind = iota // a file the daemon rotates itself: log.bin, then .1, .2 ...
+	renamedAway                 // renamed under the daemon: readable under its new name, which gprobes finds only if it is log.bin.N
 	removedAway                 // removed under the daemon
 	cutAway                     // its records cut out of the file under the daemon (copytruncate copies them first)
 )
@@ -114,13 +114,13 @@ func (w *LogWriter) checkFile() string {
 		// cut under us: what was in it is gone from it (copytruncate
 		// copied it first); what is left starts a new generation
 		cut := w.current()
-		size, err := wholeLines(w.f)
+		// the frames left are records written since the cut (the file is
+		// appended to): they start the new generation, in a file given its
+		// header again
+		size, left, _, err := reheader(w.f)
 		if err != nil {
 			size = fi.Size()
 		}
-		// the lines left are records written since the cut (the file is
-		// appended to): they start the new generation
-		left := countLines(w.f, size)
 		cut.records -= min(left, cut.records)
 		records := cut.records
 		cut.away, cut.id = cutAway, fileID{}
@@ -137,7 +137,7 @@ func (w *LogWriter) checkFile() string {
 	if st, err := w.f.Stat(); err == nil && links(st) == 0 {
 		how = removedAway
 	}
-	nf, size, err := openLogFile(w.path)
+	nf, size, inNew, torn, err := openLogFile(w.path)
 	if err != nil {
 		msg := fmt.Sprintf("the log file %s was %s under the daemon and no new one can be opened (%v): records go on into the %s file", w.path, awayNames[how], err, awayNames[how])
 		if msg == w.checkErr {
@@ -155,34 +155,65 @@ func (w *LogWriter) checkFile() string {
 	w.id = fileIDOf(mustStat(nf))
 	w.gen++
 	w.replaced++
-	w.newGeneration(countLines(nf, size))
+	w.newGeneration(inNew)
 	go func() { prev.Sync(); prev.Close() }()
+	if torn != "" {
+		defer w.warn(torn)
+	}
 	if how == removedAway {
 		return fmt.Sprintf("the log file %s was removed under the daemon: writing a new one; the %s in the removed file can no longer be read", w.path, plural(records, "record"))
 	}
 	return fmt.Sprintf("the log file %s was renamed under the daemon (logrotate?): writing a new one; the %s written before are in the renamed file", w.path, plural(records, "record"))
 }
 
-// openLogFile opens (creating) a log file: a regular file, its partial
-// last line cut off; size is what is left.
-func openLogFile(path string) (*os.File, int64, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+// openLogFile opens (creating) a log file: a regular file, given its
+// header if it is empty, its torn tail cut off (torn says so); size is
+// what is left, records the records in it.
+func openLogFile(path string) (f *os.File, size int64, records uint64, torn string, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, "", err
 	}
 	st, err := f.Stat()
 	if err == nil && !st.Mode().IsRegular() {
 		err = fmt.Errorf("%s is not a regular file (%s): the log is a file the daemon writes, reads back, truncates and rotates", path, st.Mode().Type())
 	}
-	var size int64
 	if err == nil {
-		size, err = wholeLines(f)
+		size, records, torn, err = wholeFrames(f)
+		if errors.Is(err, errNotBinaryLog) {
+			err = fmt.Errorf("%s is not a gprobes binary log (it does not start with \\x89gprobes): move it away; the daemon does not write over a file it did not make", path)
+		}
 	}
 	if err != nil {
 		f.Close()
-		return nil, 0, err
+		return nil, 0, 0, "", err
 	}
-	return f, size, nil
+	return f, size, records, torn, nil
+}
+
+// reheader makes f, cut under the daemon and appended to since, a log
+// file again: its header first (the frames written after the cut moved
+// behind it), its torn tail cut off.
+func reheader(f logFile) (size int64, records uint64, torn string, err error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, 0, "", err
+	}
+	if st.Size() > 0 && st.Size() <= maxFrame {
+		b := make([]byte, st.Size())
+		if _, err := f.ReadAt(b, 0); err != nil {
+			return 0, 0, "", err
+		}
+		if !bytes.HasPrefix(b, logMagic[:]) {
+			if err := f.Truncate(0); err != nil {
+				return 0, 0, "", err
+			}
+			if _, err := f.Write(append(fileHeader(), b...)); err != nil {
+				return 0, 0, "", err
+			}
+		}
+	}
+	return wholeFrames(f)
 }
 
 func mustStat(f *os.File) os.FileInfo {
@@ -193,23 +224,8 @@ func mustStat(f *os.File) os.FileInfo {
 	return st
 }
 
-// countLines counts the lines in the first size bytes of f.
-func countLines(f io.ReaderAt, size int64) uint64 {
-	var n uint64
-	buf := make([]byte, 64<<10)
-	for pos := int64(0); pos < size; {
-		k, err := f.ReadAt(buf[:min(int64(len(buf)), size-pos)], pos)
-		n += uint64(bytes.Count(buf[:k], []byte{'\n'}))
-		pos += int64(k)
-		if err != nil {
-			break
-		}
-	}
-	return n
-}
-
 // openGeneration opens generation g's file for reading: the writer's own
-// file for the current one, else the file among log.jsonl, .1 ... .Keep
+// file for the current one, else the file among log.bin, .1 ... .Keep
 // that is g's (by identity: a name may hold another generation's file, or
 // another file; an identity a later generation also has is the later
 // one's, the inode number having been reused). Nil when none is. Called

@@ -65,7 +65,7 @@ func TestLogReplacedUnderTheWriter(t *testing.T) {
 		read         string
 		lost         func(LostLine) uint64
 		warning      string
-		renamedAsOne bool // the renamed file is log.jsonl.1: read as the daemon's
+		renamedAsOne bool // the renamed file is log.bin.1: read as the daemon's
 	}{
 		{name: "logrotate create (renamed with a date, a new empty file)", do: func(p string) error {
 			if err := os.Rename(p, p+"-20261206"); err != nil {
@@ -73,7 +73,7 @@ func TestLogReplacedUnderTheWriter(t *testing.T) {
 			}
 			return os.WriteFile(p, nil, 0o600)
 		}, read: seq(10, 15), lost: func(l LostLine) uint64 { return l.RenamedAway }, warning: "renamed under the daemon"},
-		{name: "logrotate create, renamed to log.jsonl.1", do: func(p string) error {
+		{name: "logrotate create, renamed to log.bin.1", do: func(p string) error {
 			if err := os.Rename(p, p+".1"); err != nil {
 				return err
 			}
@@ -174,12 +174,12 @@ func waitLines(t *testing.T, b *syncBuffer, n int) {
 // log is a file the daemon reads back, truncates and rotates.
 func TestOpenLogRefusesNonRegularFiles(t *testing.T) {
 	dir := t.TempDir()
-	os.Mkdir(filepath.Join(dir, "log.jsonl"), 0o700)
+	os.Mkdir(filepath.Join(dir, LogFileName), 0o700)
 	if _, err := OpenLog(dir, LogOptions{}); err == nil {
 		t.Error("a directory at the log's path was accepted")
 	}
 	dir = t.TempDir()
-	if err := mkfifo(filepath.Join(dir, "log.jsonl")); err != nil {
+	if err := mkfifo(filepath.Join(dir, LogFileName)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := OpenLog(dir, LogOptions{}); err == nil || !strings.Contains(err.Error(), "not a regular file") {

@@ -53,19 +53,20 @@ func record(i int, module string, minor uint16) *LogLine {
 		Location: "f", Address: "0x1", Pid: i, Data: strings.Repeat("ab", 20)}
 }
 
-// wholeRecords reads a log file: every line must be a whole record; it
-// returns their pids.
+// wholeRecords reads a log file: it must end with a whole frame; it
+// returns the pids of its records.
 func wholeRecords(t *testing.T, path string) []int {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	var out bytes.Buffer
+	n, torn, err := ReadLogFile(path, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) > 0 && b[len(b)-1] != '\n' {
-		t.Errorf("%s ends with a partial line: %q", path, b[bytes.LastIndexByte(b, '\n')+1:])
+	if torn != "" {
+		t.Errorf("%s: %s", path, torn)
 	}
 	var pids []int
-	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
 		if line == "" {
 			continue
 		}
@@ -74,6 +75,9 @@ func wholeRecords(t *testing.T, path string) []int {
 			t.Fatalf("%s: a line that is not a record: %q: %v", path, line, err)
 		}
 		pids = append(pids, l.Pid)
+	}
+	if uint64(len(pids)) != n {
+		t.Errorf("%s: %d records counted, %d lines", path, n, len(pids))
 	}
 	return pids
 }
@@ -161,22 +165,85 @@ func TestLogWriterFullDisk(t *testing.T) {
 	}
 }
 
-// A partial line left by a gprobes that died mid-write is cut off when the
-// log is opened again.
-func TestOpenLogCutsPartialLine(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "log.jsonl")
-	a := append(record(1, "m", 1).AppendJSON(nil), '\n')
-	b := append(record(2, "m", 1).AppendJSON(nil), '\n')
-	os.WriteFile(path, append(append(a, b...), b[:len(b)/2]...), 0o600)
-	w, err := OpenLog(dir, LogOptions{})
-	if err != nil {
-		t.Fatal(err)
+// A torn frame left by a gprobes (or a machine) that died mid-write is
+// cut off when the log is opened again, and the writer says so; the
+// records before it are all kept. A reader of the file as it was stops at
+// the last whole frame and says what it left.
+func TestOpenLogCutsTornTail(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		tear func(frame []byte) []byte
+	}{
+		{"half a frame", func(f []byte) []byte { return f[:len(f)/2] }},
+		{"a header cut short", func(f []byte) []byte { return f[:7] }},
+		{"a whole frame, a byte flipped", func(f []byte) []byte {
+			f = append([]byte(nil), f...)
+			f[len(f)-3] ^= 0x40
+			return f
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, LogFileName)
+			var e frameEncoder
+			file := fileHeader()
+			for i := 1; i <= 2; i++ {
+				e.reset()
+				e.add(record(i, "m", 1))
+				file = e.appendFrame(file)
+			}
+			e.reset()
+			e.add(record(9, "m", 1))
+			e.add(record(10, "m", 1))
+			whole := len(file)
+			file = append(file, c.tear(e.appendFrame(nil))...)
+			os.WriteFile(path, file, 0o600)
+			var out bytes.Buffer
+			n, torn, err := ReadLogFile(path, &out)
+			if err != nil || n != 2 || !strings.Contains(torn, fmt.Sprintf("%d bytes from offset %d", len(file)-whole, whole)) {
+				t.Errorf("read as left: %d records, %q, %v; want 2 and the torn tail after offset %d", n, torn, err, whole)
+			}
+			var warnings []string
+			w, err := OpenLog(dir, LogOptions{Warn: func(s string) { warnings = append(warnings, s) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			w.Write(record(3, "m", 1))
+			if got := wholeRecords(t, path); fmt.Sprint(got) != "[1 2 3]" {
+				t.Errorf("records %v, want [1 2 3]", got)
+			}
+			if len(warnings) != 1 || !strings.Contains(warnings[0], fmt.Sprintf("cut off %d bytes after its last whole record at offset %d; its 2 records are kept", len(file)-whole, whole)) {
+				t.Errorf("warnings %q", warnings)
+			}
+		})
 	}
-	defer w.Close()
-	w.Write(record(3, "m", 1))
-	if got := wholeRecords(t, path); fmt.Sprint(got) != "[1 2 3]" {
-		t.Errorf("records %v, want [1 2 3]", got)
+}
+
+// A file at the log's path that is not a binary log (an older gprobes'
+// JSON lines under the new name, anything else) is refused, never written
+// over; ReadLogFile reads an older gprobes' JSON-lines log.
+func TestOpenLogRefusesOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	a := append(record(1, "m", 1).AppendJSON(nil), '\n')
+	os.WriteFile(filepath.Join(dir, LogFileName), a, 0o600)
+	if _, err := OpenLog(dir, LogOptions{}); err == nil || !strings.Contains(err.Error(), "is not a gprobes binary log") {
+		t.Errorf("JSON lines at the log's path: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, LogFileName)); !bytes.Equal(b, a) {
+		t.Errorf("the file was changed: %q", b)
+	}
+	old := filepath.Join(dir, OldLogFileName)
+	b := append(record(2, "m", 1).AppendJSON(nil), '\n')
+	os.WriteFile(old, append(append(a, b...), b[:10]...), 0o600)
+	var out bytes.Buffer
+	n, torn, err := ReadLogFile(old, &out)
+	if err != nil || n != 2 || out.String() != string(a)+string(b) || !strings.Contains(torn, "10 bytes that are not a whole line") {
+		t.Errorf("the JSON-lines log: %d records, %q, %v:\n%s", n, torn, err, out.String())
+	}
+	os.WriteFile(old, []byte("hello\n"), 0o600)
+	if _, _, err := ReadLogFile(old, &out); err == nil || !strings.Contains(err.Error(), "is not a gprobes log") {
+		t.Errorf("a text file: %v", err)
 	}
 }
 
@@ -249,7 +316,7 @@ func TestLogRotation(t *testing.T) {
 	}
 	// on disk: .2, .1 and the current file, each whole and within the size
 	var kept []int
-	for _, name := range []string{"log.jsonl.2", "log.jsonl.1", "log.jsonl"} {
+	for _, name := range []string{LogFileName + ".2", LogFileName + ".1", LogFileName} {
 		path := filepath.Join(dir, name)
 		st, err := os.Stat(path)
 		if err != nil {
@@ -260,8 +327,8 @@ func TestLogRotation(t *testing.T) {
 		}
 		kept = append(kept, wholeRecords(t, path)...)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "log.jsonl.3")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("log.jsonl.3: %v, want none (keep 2)", err)
+	if _, err := os.Stat(filepath.Join(dir, LogFileName+".3")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s.3: %v, want none (keep 2)", LogFileName, err)
 	}
 	for i := range kept {
 		if kept[i] != n-len(kept)+i {

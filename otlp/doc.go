@@ -3,7 +3,7 @@
 // gprobes daemon --otlp URL (docs/api.md, "OpenTelemetry").
 //
 // Two processes share the work. In the daemon, the Exporter's Export (on
-// the probed thread's path) only puts the record, as its log.jsonl line,
+// the probed thread's path) only puts the record, as its JSON line (as the log stream has it),
 // in a ring in shared memory, or counts it dropped when the ring is full:
 // no system call, no allocation, nothing that waits. The forwarder, a
 // second gprobes the Exporter starts (gprobes otlp-forward, SCHED_IDLE),

@@ -328,7 +328,7 @@ func (t temporary) Unwrap() error { return t.error }
 
 // Record is the OpenTelemetry log record of a committed record: its time,
 // severity INFO (WARN for an exception), a short body, and the fields of
-// log.jsonl as attributes under the same names (docs/api.md).
+// the log stream as attributes under the same names (docs/api.md).
 func Record(l *daemon.LogLine) otellog.Record {
 	var r otellog.Record
 	r.SetTimestamp(l.Time)

@@ -41,7 +41,7 @@ type Options struct {
 	// or https://... (OTLP/HTTP protobuf; PATH defaults to /v1/logs).
 	URL string
 	// Queue is the room, in bytes, for records waiting for the forwarder
-	// (a record of log.jsonl takes its line's length and 4; the SDK's own
+	// (a record of the log stream takes its line's length and 4; the SDK's own
 	// queue of 8192 records comes after). A record that does not fit is
 	// dropped and counted. 0 is DefaultQueue; it is rounded up to a power
 	// of two.

@@ -22,7 +22,7 @@ import (
 //	offset 40   size     bytes of the data area, a power of two
 //	offset 48   magic    ringMagic
 //	offset 4096 data     records: a 4-byte little-endian length, then the
-//	                     record as log.jsonl has it (daemon.LogLine's
+//	                     record as the log stream has it (daemon.LogLine's
 //	                     JSON); a record may wrap around the end
 //
 // One writer (the daemon, under its lock) and one reader (the forwarder).

@@ -201,15 +201,10 @@ func TestRecordBurstDaemon(t *testing.T) {
 		t.Errorf("the daemon wrote %d records and its target lost %d; want %d and 0", st.Written, st.LostInTargets, all)
 	}
 	// the log, its rotated files oldest first
-	files, _ := filepath.Glob(filepath.Join(state, "log.jsonl*"))
+	files, _ := filepath.Glob(filepath.Join(state, daemon.LogFileName+"*"))
 	var rs []io.Reader
 	for i := len(files) - 1; i >= 0; i-- {
-		f, err := os.Open(files[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		rs = append(rs, f)
+		rs = append(rs, bytes.NewReader(logFileJSON(t, files[i])))
 	}
 	if n := burstCheck(t, "the daemon's log", io.MultiReader(rs...), true); n != all {
 		t.Errorf("the daemon's log (%d files): %d records, want %d", len(files), n, all)

@@ -16,7 +16,7 @@ import (
 func exporterFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "otlp", Usage: "also export every committed record as an OpenTelemetry log to the OTLP receiver at `URL`: grpc://HOST:4317 (grpcs:// over TLS) or http://HOST:4318 (https://; the path defaults to /v1/logs); the OTEL_EXPORTER_OTLP_HEADERS and OTEL_RESOURCE_ATTRIBUTES variables apply"},
-		&cli.StringFlag{Name: "otlp-queue", Value: "8MiB", Usage: "room for the records waiting for the OTLP forwarder, `SIZE` bytes (k, M, G for KiB, MiB, GiB; a record takes its log.jsonl line, some 300 bytes); a record that does not fit is dropped and counted, never waited for"},
+		&cli.StringFlag{Name: "otlp-queue", Value: "8MiB", Usage: "room for the records waiting for the OTLP forwarder, `SIZE` bytes (k, M, G for KiB, MiB, GiB; a record takes its JSON line as gprobes log --json prints it, some 300 bytes); a record that does not fit is dropped and counted, never waited for"},
 		&cli.DurationFlag{Name: "otlp-retry", Value: otlp.DefaultRetry, Usage: "send a batch the OTLP receiver did not take (unreachable, busy) again for `DURATION`, with backoff, before its records are counted as dropped; 0 sends each batch once"},
 		&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://`ADDR`/metrics (HOST:PORT; 127.0.0.1:9464 keeps them on this machine); they are always at GET /metrics on the socket"},
 	}

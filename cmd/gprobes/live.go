@@ -58,12 +58,12 @@ func daemonCommand() *cli.Command {
 		Name:  "daemon",
 		Usage: "run the probe manager: it holds inserted probes, variables and the log, and serves the other commands on a Unix socket",
 		Description: `The daemon serves the API of docs/api.md (HTTP with JSON) on its socket, mode 0600. Committed
-records go to log.jsonl in the state folder and to syslog. On SIGTERM or SIGINT it takes every
+records go to log.bin in the state folder (binary: gprobes log prints it) and to syslog. On SIGTERM or SIGINT it takes every
 probe out, lets every target go on with its original code, and exits.
 
-log.jsonl is rotated when a record would take it past --log-max-size: it becomes log.jsonl.1
+log.bin is rotated when a record would take it past --log-max-size: it becomes log.bin.1
 (.1 becomes .2, and so on; --log-keep files are kept). A record the file cannot take (a full
-disk) is counted as lost, per probe, and never leaves a partial line; query, log and
+disk) is counted as lost, per probe, and never leaves a partial record; query, log and
 /v1/status show the counts, and writing resumes when the disk has room again.
 
 --otlp also sends every record to an OpenTelemetry collector as an OTLP log, batched and retried
@@ -82,8 +82,8 @@ a socket or nothing: a stale socket is replaced, anything else is an error and i
 		Flags: append([]cli.Flag{
 			socketFlag(),
 			&cli.StringFlag{Name: "state", EnvVars: []string{"GPROBES_STATE"}, Usage: "state `DIR` for the log and dumps (default: /var/lib/gprobes as root, $XDG_STATE_HOME/gprobes otherwise)"},
-			&cli.StringFlag{Name: "log-max-size", Value: "64MiB", Usage: "rotate log.jsonl before it grows past `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB); 0 never rotates"},
-			&cli.IntFlag{Name: "log-keep", Value: daemon.DefaultLogKeep, Usage: "keep `N` rotated log files, log.jsonl.1 (the newest) to log.jsonl.N"},
+			&cli.StringFlag{Name: "log-max-size", Value: "64MiB", Usage: "rotate log.bin before it grows past `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB); 0 never rotates"},
+			&cli.IntFlag{Name: "log-keep", Value: daemon.DefaultLogKeep, Usage: "keep `N` rotated log files, log.bin.1 (the newest) to log.bin.N"},
 			routeFlag(), ringFlag(),
 			&cli.StringFlag{Name: "max-module", Value: "64MiB", Usage: "refuse to insert a module (PPDF) larger than `SIZE` (bytes, or with k, M, G for KiB, MiB, GiB; at most 4GiB)"},
 			&cli.DurationFlag{Name: "stub-timeout", Value: 30 * time.Second, Usage: "give up on a GDB stub that does not answer within `DURATION`: connecting, the handshake, each reply"},
@@ -557,8 +557,12 @@ func logCommand() *cli.Command {
 			formatFlag(),
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "with --format, write the trace to `OUT` (a new directory for ctf, a file for perfetto)"},
 			&cli.StringFlag{Name: "hist", Usage: "print a log2 histogram of logged word `N` (0 = the first; 8 bytes little-endian, signed) for each probe, as bpftrace prints hist()"},
+			&cli.StringFlag{Name: "file", Usage: "read the log file `PATH` (the daemon's log.bin or a rotated log.bin.N, or an earlier gprobes' log.jsonl) instead of asking the daemon, which need not run: to its last whole record, saying on standard error if it ends in a torn one"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.String("file") != "" && (c.Bool("follow") || c.String("format") != "" || c.String("hist") != "") {
+				return cli.Exit("log: --file prints a log file as text or --json; --follow, --format and --hist ask the daemon", 2)
+			}
 			if err := logModes(c); err != nil || c.String("format") != "" || c.String("hist") != "" {
 				return err
 			}
@@ -567,7 +571,11 @@ func logCommand() *cli.Command {
 			enc := json.NewEncoder(c.App.Writer)
 			keep := logFilter(c)
 			lay := daemon.NewProbeLogs(socketOf(c))
-			err := client(c).Log(ctx, c.Bool("follow"), func(l *daemon.LogLine) error {
+			read := client(c).Log
+			if path := c.String("file"); path != "" {
+				read = logFileReader(c, path)
+			}
+			err := read(ctx, c.Bool("follow"), func(l *daemon.LogLine) error {
 				if !keep(l) {
 					return nil
 				}
@@ -595,6 +603,30 @@ func logCommand() *cli.Command {
 			}
 			return nil
 		},
+	}
+}
+
+// logFileReader reads a log file as Client.Log reads the daemon's log
+// stream; a torn tail is told on standard error once the records before
+// it are printed.
+func logFileReader(c *cli.Context, path string) func(context.Context, bool, func(*daemon.LogLine) error, func(*daemon.LostLine) error) error {
+	return func(ctx context.Context, _ bool, f func(*daemon.LogLine) error, lost func(*daemon.LostLine) error) error {
+		pr, pw := io.Pipe()
+		done := make(chan string, 1)
+		go func() {
+			_, torn, err := daemon.ReadLogFile(path, pw)
+			pw.CloseWithError(err)
+			done <- torn
+		}()
+		err := daemon.DecodeLog(ctx, pr, f, lost)
+		pr.Close()
+		if err != nil {
+			return err
+		}
+		if torn := <-done; torn != "" {
+			fmt.Fprintf(c.App.ErrWriter, "gprobes: log: %s\n", torn)
+		}
+		return nil
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/internal/testkit"
 )
 
@@ -169,7 +170,7 @@ exit 0
 		}
 		return n >= 1200, fmt.Sprintf("%d records", n)
 	})
-	logFile, _ := os.ReadFile(filepath.Join(state, "log.jsonl"))
+	logFile := logFileJSON(t, filepath.Join(state, daemon.LogFileName))
 	if strings.Count(string(logFile), "\n") < n {
 		t.Errorf("the log file has fewer records than gprobes log printed")
 	}

@@ -50,7 +50,7 @@ func TestDaemonLogReplaced(t *testing.T) {
 			if out := mustRun(t, "log", "--socket", sock, "--json"); strings.Count(out, `"kind":"log"`) != 100 {
 				t.Fatalf("before: log printed %d records, want 100", strings.Count(out, `"kind":"log"`))
 			}
-			if err := c.do(filepath.Join(state, "log.jsonl")); err != nil {
+			if err := c.do(filepath.Join(state, daemon.LogFileName)); err != nil {
 				t.Fatal(err)
 			}
 			// the daemon notices by itself, idle (its once-a-second
@@ -66,8 +66,8 @@ func TestDaemonLogReplaced(t *testing.T) {
 			if !strings.Contains(errs, c.want) {
 				t.Errorf("log's standard error %q does not say %q", errs, c.want)
 			}
-			if recs := logRecords(t, filepath.Join(state, "log.jsonl")); len(recs) != 1 {
-				t.Errorf("the new log.jsonl holds the records of %d processes, want the second wave's", len(recs))
+			if recs := logRecords(t, filepath.Join(state, daemon.LogFileName)); len(recs) != 1 {
+				t.Errorf("the new log file holds the records of %d processes, want the second wave's", len(recs))
 			}
 			if st := status(t, sock); st.Replaced != 1 || st.Written != 200 {
 				t.Errorf("status: replaced %d, written %d; want 1 and 200", st.Replaced, st.Written)

@@ -134,15 +134,20 @@ func pushProbe(t *testing.T) string {
 
 // logRecords reads a log file: every line must be a whole record. It
 // returns how many records each pid has.
+// logFileJSON is the records of a daemon's log file (binary) as JSON
+// lines; the file must end with a whole record.
+func logFileJSON(t *testing.T, path string) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	if _, torn, err := daemon.ReadLogFile(path, &out); err != nil || torn != "" {
+		t.Fatalf("%s: %v %s", path, err, torn)
+	}
+	return out.Bytes()
+}
+
 func logRecords(t *testing.T, path string) map[int]int {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) > 0 && b[len(b)-1] != '\n' {
-		t.Errorf("%s ends with a partial line: %q", path, b[bytes.LastIndexByte(b, '\n')+1:])
-	}
+	b := logFileJSON(t, path)
 	per := map[int]int{}
 	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
 		if line == "" {
@@ -231,7 +236,7 @@ func TestDaemonFullDisk(t *testing.T) {
 	if got := lv0(t, sock, pidA); got != n {
 		t.Fatalf("lv 0 = %d, want %d: the fixture made %d calls of f_push", got, n, n)
 	}
-	logPath := filepath.Join(state, "log.jsonl")
+	logPath := filepath.Join(state, daemon.LogFileName)
 	inFile := logRecords(t, logPath)[pidA]
 	wantLost := n - inFile
 	if inFile == 0 || wantLost == 0 {
@@ -415,8 +420,9 @@ func TestRunQuietOutput(t *testing.T) {
 func TestDaemonLogRotation(t *testing.T) {
 	hits := buildHits(t)
 	state := filepath.Join(t.TempDir(), "state")
-	const maxSize, keep = 16 << 10, 4
-	sock, _ := startDaemonIn(t, state, "--log-max-size", "16k", "--log-keep", strconv.Itoa(keep))
+	// a record takes some 50 bytes of the binary log
+	const maxSize, keep = 4 << 10, 4
+	sock, _ := startDaemonIn(t, state, "--log-max-size", "4k", "--log-keep", strconv.Itoa(keep))
 	exe, _ := os.Executable()
 	follow := exec.Command(exe, "log", "--follow", "--json", "--socket", sock)
 	follow.Env = append(os.Environ(), "GPROBES_TEST_MAIN=1")
@@ -479,19 +485,19 @@ func TestDaemonLogRotation(t *testing.T) {
 	// the files
 	var order []int
 	for k := keep; k >= 0; k-- {
-		name := "log.jsonl"
+		name := daemon.LogFileName
 		if k > 0 {
 			name += "." + strconv.Itoa(k)
 		}
 		path := filepath.Join(state, name)
-		b, err := os.ReadFile(path)
+		fi, err := os.Stat(path)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if len(b) > maxSize {
-			t.Errorf("%s: %d bytes, more than %d", name, len(b), maxSize)
+		if fi.Size() > int64(maxSize) {
+			t.Errorf("%s: %d bytes, more than %d", name, fi.Size(), maxSize)
 		}
-		logRecords(t, path) // whole lines
+		b := logFileJSON(t, path) // whole records
 		for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
 			var l daemon.LogLine
 			json.Unmarshal([]byte(line), &l)

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/pad"
 )
 
@@ -56,7 +58,7 @@ func TestJumpRingLossShown(t *testing.T) {
 			q = queryHits(t, sock, "hits")
 			out, _, _ = gprobes(t, "query", "--socket", sock, "hits")
 			lost, _ = strconv.ParseUint(lostColumn(t, out), 10, 64)
-			inLog = logRecords(t, state+"/log.jsonl")[f.pid]
+			inLog = logRecords(t, filepath.Join(state, daemon.LogFileName))[f.pid]
 			if uint64(inLog) == kept && lost == 2*n-kept && q[1] == 2*n {
 				break
 			}
