@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/gprobes/gprobes/probe"
 )
@@ -129,6 +130,7 @@ func (e *frameEncoder) str(s string, slot int) uint64 {
 const (
 	flagTruncated = 1 << iota
 	flagStacks
+	flagNoTime // the zero time.Time
 )
 
 // add encodes one record; its data and address, hex in the LogLine, are
@@ -141,6 +143,9 @@ func (e *frameEncoder) add(l *LogLine) {
 	}
 	if len(l.Stacks) > 0 {
 		flags |= flagStacks
+	}
+	if l.Time.IsZero() {
+		flags |= flagNoTime
 	}
 	b = append(b, flags)
 	b = binary.LittleEndian.AppendUint64(b, uint64(l.Time.UnixNano()))
@@ -261,6 +266,9 @@ type frameDecoder struct {
 	b    []byte
 	err  error
 	hex  []byte // scratch for Address and Data
+	// borrow: Address and Data point into hex, valid until the next
+	// record (copyRecords formats each record before the next one)
+	borrow bool
 }
 
 func (d *frameDecoder) uv() uint64 {
@@ -342,7 +350,10 @@ func (d *frameDecoder) next(l *LogLine) bool {
 	}
 	ns := int64(binary.LittleEndian.Uint64(d.b))
 	d.b = d.b[8:]
-	*l = LogLine{Time: time.Unix(0, ns), Truncated: flags&flagTruncated != 0}
+	*l = LogLine{Truncated: flags&flagTruncated != 0}
+	if flags&flagNoTime == 0 {
+		l.Time = time.Unix(0, ns)
+	}
 	l.Kind = d.str()
 	l.Target = d.str()
 	l.Module = d.str()
@@ -381,7 +392,12 @@ func (d *frameDecoder) next(l *LogLine) bool {
 	if d.err != nil {
 		return false
 	}
-	s := string(h)
+	var s string
+	if d.borrow {
+		s = unsafe.String(unsafe.SliceData(h), len(h))
+	} else {
+		s = string(h)
+	}
 	d.hex = h
 	if addrNum {
 		l.Address = s[:na]
@@ -547,6 +563,7 @@ func copyRecords(out io.Writer, f io.ReaderAt, pos, limit int64, records *uint64
 		return pos, "", nil
 	}
 	fr := newFrameReader(f, pos, limit)
+	fr.dec.borrow = true
 	var buf []byte
 	var l LogLine
 	for {

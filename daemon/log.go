@@ -1003,6 +1003,18 @@ func (l *LogLine) AppendJSON(b []byte) []byte {
 // and, as encoding/json does, <, > and &.
 func appendString(b []byte, s string) []byte {
 	const hexd = "0123456789abcdef"
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	b = append(b, '"')
 	for _, r := range s {
 		switch {

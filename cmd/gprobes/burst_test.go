@@ -353,3 +353,170 @@ func TestRunRecordsInTimeOrder(t *testing.T) {
 		t.Errorf("records came late:\n%s", errb.String())
 	}
 }
+
+// A daemon killed with SIGKILL in the middle of the burst: its log is
+// read without it (gprobes log --file) to the last whole record, every
+// record once, at least as many as the daemon said it had written. Then
+// the end of the file is torn as a machine that died in the middle of a
+// write leaves it: log --file reads the whole frames before the tear and
+// says what it left, and a daemon started again on the same folder cuts
+// the torn frame off, says so, and serves the same records.
+func TestRecordBurstDaemonKilled(t *testing.T) {
+	bin := buildBurst(t)
+	probe := burstProbe(t, bin)
+	dir := t.TempDir()
+	sock, state := filepath.Join(dir, "d.sock"), filepath.Join(dir, "state")
+	d, _ := daemonProcess(t, sock, state)
+	fx := exec.Command(bin, strconv.Itoa(burstCalls), strconv.Itoa(burstThreads), "-w")
+	in, _ := fx.StdinPipe()
+	stdout, _ := fx.StdoutPipe()
+	if err := fx.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fx.Process.Kill(); fx.Wait() })
+	sc := bufio.NewScanner(stdout)
+	sc.Scan() // pid N
+	mustRun(t, "insert", "--socket", sock, "--target", fmt.Sprintf("pid:%d", fx.Process.Pid), probe)
+	in.Write([]byte("go\n"))
+	const all = burstCalls * burstThreads
+	var written uint64
+	testkit.Wait(t, 2*time.Minute, "the daemon has written part of the burst", func() (bool, string) {
+		written = status(t, sock).Written
+		return written >= 50000, fmt.Sprintf("%d written", written)
+	})
+	d.Process.Kill()
+	d.Wait()
+	t.Logf("killed the daemon after it said %d of %d records were written", written, all)
+	// the log and its rotated files, oldest first, read without a daemon
+	read := func(what string) (n int, tornSaid int) {
+		t.Helper()
+		files, _ := filepath.Glob(filepath.Join(state, daemon.LogFileName+"*"))
+		var all bytes.Buffer
+		for i := len(files) - 1; i >= 0; i-- {
+			out, errs, code := gprobes(t, "log", "--file", files[i], "--json")
+			if code != 0 {
+				t.Fatalf("%s: log --file %s: exit %d: %s", what, files[i], code, errs)
+			}
+			if strings.Contains(errs, "torn tail") {
+				tornSaid++
+			}
+			all.WriteString(out)
+		}
+		return burstCheck(t, what, &all, false), tornSaid
+	}
+	n, _ := read("the killed daemon's log")
+	if uint64(n) < written {
+		t.Errorf("the killed daemon's log: %d records, fewer than the %d it said it had written", n, written)
+	}
+	// a write torn by the machine's end: the last frame cut short
+	path := filepath.Join(state, daemon.LogFileName)
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() < 64 {
+		t.Fatalf("the log file: %v (%v): the burst's last records should be in it", fi, err)
+	}
+	if err := os.Truncate(path, fi.Size()-10); err != nil {
+		t.Fatal(err)
+	}
+	n2, torn := read("the torn log")
+	if torn != 1 || n2 >= n || n2 == 0 {
+		t.Errorf("the torn log: %d records (%d before the tear), torn tail said for %d files; want fewer records, the tear said once", n2, n, torn)
+	}
+	// a daemon on the same folder: cuts the torn frame, says so, serves
+	// the records before it
+	sock2 := filepath.Join(dir, "d2.sock")
+	_, dout := daemonProcess(t, sock2, state)
+	if !strings.Contains(dout.String(), "torn tail") || !strings.Contains(dout.String(), "cut off") {
+		t.Errorf("the daemon started again does not say it cut a torn tail:\n%s", dout)
+	}
+	out, errs, code := gprobes(t, "log", "--socket", sock2, "--json")
+	var recs bytes.Buffer
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if strings.Contains(l, `"kind":"log"`) {
+			recs.WriteString(l)
+		}
+	}
+	if got := burstCheck(t, "the daemon started again", &recs, false); code != 0 || got != n2 {
+		t.Errorf("log from the daemon started again: exit %d, %d records, want the %d before the tear\n%s", code, got, n2, errs)
+	}
+}
+
+// The burst into a daemon whose state folder is a 1 MiB tmpfs: the disk
+// fills up part way. Every record is accounted for: written, or counted
+// lost with its reason; the log (read without the daemon, log --file)
+// holds exactly the records written, each whole and once; status says
+// ENOSPC, query's LOST and the Prometheus counters say how many of the
+// probe's records were lost and where.
+func TestRecordBurstDaemonFullDisk(t *testing.T) {
+	bin := buildBurst(t)
+	probe := burstProbe(t, bin)
+	state := filepath.Join(mountTmpfs(t, "1m"), "state")
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	daemonProcess(t, sock, state, "--metrics", "127.0.0.1:0")
+	fx := exec.Command(bin, strconv.Itoa(burstCalls), strconv.Itoa(burstThreads), "-w")
+	in, _ := fx.StdinPipe()
+	stdout, _ := fx.StdoutPipe()
+	if err := fx.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fx.Process.Kill(); fx.Wait() })
+	sc := bufio.NewScanner(stdout)
+	sc.Scan() // pid N
+	target := fmt.Sprintf("pid:%d", fx.Process.Pid)
+	mustRun(t, "insert", "--socket", sock, "--target", target, probe)
+	in.Write([]byte("go\n"))
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "done ") {
+		t.Fatalf("the fixture did not finish its calls: %q", sc.Text())
+	}
+	if err := fx.Wait(); err != nil {
+		t.Fatalf("the fixture: %v", err)
+	}
+	const all = burstCalls * burstThreads
+	var st daemon.StatusResponse
+	testkit.Wait(t, 2*time.Minute, "every record written or counted lost", func() (bool, string) {
+		st = status(t, sock)
+		return st.Written+st.Lost.Records+st.LostInTargets >= all, fmt.Sprintf("%d written, %d lost by the file, %d in the target", st.Written, st.Lost.Records, st.LostInTargets)
+	})
+	if st.Written+st.Lost.Records+st.LostInTargets != all || st.Written == 0 || st.Lost.Records == 0 {
+		t.Errorf("%d written, %d lost by the file, %d in the target: want %d in all, some written, some lost", st.Written, st.Lost.Records, st.LostInTargets, all)
+	}
+	if !strings.Contains(st.Lost.FirstError, "no space left on device") {
+		t.Errorf("status: the loss's first error %q, want ENOSPC", st.Lost.FirstError)
+	}
+	t.Logf("%d written, %d lost by the file (%s), %d lost in the target", st.Written, st.Lost.Records, st.Lost.FirstError, st.LostInTargets)
+	// the file: every record written, each whole, once
+	files, _ := filepath.Glob(filepath.Join(state, daemon.LogFileName+"*"))
+	var recs bytes.Buffer
+	for i := len(files) - 1; i >= 0; i-- {
+		recs.Write(logFileJSON(t, files[i]))
+	}
+	if n := burstCheck(t, "the full disk's log", &recs, false); uint64(n) != st.Written {
+		t.Errorf("the log files hold %d records, status says %d written", n, st.Written)
+	}
+	// query: the probe's LOST is all it lost, in the target and by the file
+	var q struct{ Probes []struct{ Lost uint64 } }
+	if out := mustRun(t, "query", "--socket", sock, "--json"); json.Unmarshal([]byte(out), &q) != nil || len(q.Probes) != 1 || q.Probes[0].Lost != st.Lost.Records+st.LostInTargets {
+		t.Errorf("query --json: %s; want LOST %d", out, st.Lost.Records+st.LostInTargets)
+	}
+	// Prometheus: where each was lost
+	fams := scrape(t, sock, "")
+	p := map[string]string{"target": target, "minor": "0", "location": "hot"}
+	with := func(k, v string) map[string]string {
+		out := map[string]string{k: v}
+		for a, b := range p {
+			out[a] = b
+		}
+		return out
+	}
+	if got := value(t, fams, "gprobes_probe_lost_records_total", with("where", "log")); got != float64(st.Lost.Records) {
+		t.Errorf("gprobes_probe_lost_records_total{where=log} = %v, want %d", got, st.Lost.Records)
+	}
+	if got := value(t, fams, "gprobes_probe_lost_records_total", with("where", "target")); got != float64(st.LostInTargets) {
+		t.Errorf("gprobes_probe_lost_records_total{where=target} = %v, want %d", got, st.LostInTargets)
+	}
+	if got := value(t, fams, "gprobes_log_records_lost_total", map[string]string{"sink": "file"}); got != float64(st.Lost.Records) {
+		t.Errorf("gprobes_log_records_lost_total{sink=file} = %v, want %d", got, st.Lost.Records)
+	}
+	if got := value(t, fams, "gprobes_log_records_written_total", map[string]string{"sink": "file"}); got != float64(st.Written) {
+		t.Errorf("gprobes_log_records_written_total{sink=file} = %v, want %d", got, st.Written)
+	}
+}
