@@ -279,6 +279,15 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *eprobe, addr uint64) stri
 		return fmt.Sprintf("read %s: %v", fn.Name, err)
 	}
 	plan := x86.PlanJump(code, start, addr, 64)
+	if !plan.OK() || x86.IsRet(plan.Covered[len(plan.Covered)-1].Bytes) {
+		// a short function (`ret`, `xor %eax,%eax; ret`): its ret and
+		// the alignment fill after it (retjump.go)
+		if fp := x86.PlanJumpFill(code, start, addr, e.fillAfter(sp, inst, fn.Addr, start+fn.Size), 64); fp.OK() {
+			plan = fp
+		} else if plan.OK() {
+			plan.Reason = fp.Reason
+		}
+	}
 	if !plan.OK() {
 		return plan.Reason
 	}
@@ -312,7 +321,7 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *eprobe, addr uint64) stri
 			// callee's ret would not find it on the shadow stack
 			return "a call among the covered instructions, in a process with shadow stacks"
 		}
-		if i == len(plan.Covered)-1 && in.Class == x86.Branch {
+		if i == len(plan.Covered)-1 && (in.Class == x86.Branch || x86.IsRet(in.Bytes)) {
 			break // relocated, and emulated for a thread leaving with a signal held
 		}
 		r, err := x86.RelocateForPad(in, addr)
@@ -338,6 +347,12 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *eprobe, addr uint64) stri
 	site.orig = make([]byte, plan.Len)
 	for _, in := range plan.Covered {
 		copy(site.orig[in.Addr-addr:], in.Bytes)
+	}
+	if last := plan.Covered[len(plan.Covered)-1]; last.Addr+uint64(last.Len) < addr+uint64(plan.Len) {
+		// the fill after a ret is covered too
+		if err := e.readOriginal(sp, addr, site.orig); err != nil {
+			return fmt.Sprintf("read the covered bytes: %v", err)
+		}
 	}
 	return e.placeJump(sp, host, site, []*eprobe{p})
 }
@@ -1751,8 +1766,9 @@ const sigSEGV = 11
 func (e *Engine) leavePad(th *thread, bp *builtPad, pc uint64) {
 	site := bp.site
 	last := &site.plan.Covered[len(site.plan.Covered)-1]
-	if site.retFn != 0 {
-		// a return probe's pad ends with the ret: done here
+	if x86.IsRet(last.Bytes) {
+		// a pad that ends with a ret (a return probe's, a short
+		// function's): done here
 		th.regs[rpn.RegRIP] = last.Addr
 		if !x86.EmulateInsn(last, &th.regs, mem{e, th.space}) {
 			th.regs[rpn.RegRIP] = pc // it faults: in the pad, as it would have

@@ -68,19 +68,7 @@ func (e *Engine) retPadTry(sp *space, inst *instance, fn *retFunc, code []byte, 
 	if sp.bps[ret] != nil {
 		return "an int3 probe is at the ret already"
 	}
-	// the fill after the function, up to the next symbol (16 bytes at
-	// most: what a jump over a ret can use)
-	var after []byte
-	if set := inst.ld.Symbols; set != nil {
-		if next, ok := set.Next(fn.entry - inst.bias); ok && next.Addr+inst.bias > fn.end {
-			n := min(next.Addr+inst.bias-fn.end, 16)
-			b := make([]byte, n)
-			if e.readOriginal(sp, fn.end, b) == nil {
-				after = b
-			}
-		}
-	}
-	plan := x86.PlanRetJump(code, fn.entry, ret, after, 64)
+	plan := x86.PlanRetJump(code, fn.entry, ret, e.fillAfter(sp, inst, fn.entry-inst.bias, fn.end), 64)
 	if !plan.OK() {
 		return plan.Reason
 	}
@@ -124,6 +112,25 @@ func (e *Engine) retPadTry(sp *space, inst *instance, fn *retFunc, code []byte, 
 	}
 	fn.pads[ret] = first
 	return ""
+}
+
+// fillAfter is the bytes from a function's end (end, in the space) to the
+// next symbol, 16 at most (what a jump over a ret can use): its alignment
+// fill, or nil. link is the function's link-time address.
+func (e *Engine) fillAfter(sp *space, inst *instance, link, end uint64) []byte {
+	set := inst.ld.Symbols
+	if set == nil {
+		return nil
+	}
+	next, ok := set.Next(link)
+	if !ok || next.Addr+inst.bias <= end {
+		return nil
+	}
+	b := make([]byte, min(next.Addr+inst.bias-end, 16))
+	if e.readOriginal(sp, end, b) != nil {
+		return nil
+	}
+	return b
 }
 
 // retPadSite is the jump site of fn's ret at ret, or nil.

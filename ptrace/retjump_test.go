@@ -349,3 +349,47 @@ func TestRetPadSignals(t *testing.T) {
 		t.Fatal("no alarm fired: the test proves nothing")
 	}
 }
+
+// An offset probe on a one-instruction function (ret, then int3 fill to
+// the next symbol): a jump pad over the ret and the fill (before: int3,
+// "the function ends 1 byte after the probe"), rip the function's
+// address at every hit, exact count; removal puts back the ret and the
+// fill.
+func TestPadTinyFunction(t *testing.T) {
+	bin := retFixture(t)
+	const n = 2000
+	r := startWith(t, startConfig{path: bin}, "tiny", fmt.Sprint(n), "wait")
+	m := compileFor(t, bin, "name = PROGRAM\nmodtype = user\noffset = tiny\nminor = 1\npush r,rip\nlog 1\nexit 1\n")
+	infos := r.insert(m)
+	expectActive(t, infos)
+	if infos[0].How != "jump" {
+		t.Fatalf("HOW %q: want jump", infos[0].How)
+	}
+	live, file := liveAndFile(t, bin, r.eng.Pid(), "tiny")
+	if string(live) == string(file) || live[0] != 0xe9 {
+		t.Fatalf("tiny is % x with its probe on a jump", live)
+	}
+	r.eng.Release()
+	if l := r.line(); l != "half" {
+		t.Fatalf("fixture: %q", l)
+	}
+	if got, err := r.eng.Remove(m.Name, nil); err != nil || got != 1 {
+		t.Fatalf("remove: %d %v", got, err)
+	}
+	if live, file := liveAndFile(t, bin, r.eng.Pid(), "tiny"); string(live) != string(file) {
+		t.Errorf("after removal tiny is\n% x\nthe file has\n% x", live, file)
+	}
+	fmt.Fprintln(r.stdin)
+	if lines := r.finish(); lines[len(lines)-1] != "done" {
+		t.Fatalf("fixture: %q", lines)
+	}
+	recs := r.records(1)
+	for _, rec := range recs {
+		if rip := words(t, rec, 1)[0]; rip != infos[0].Address {
+			t.Fatalf("rip %#x at the probe, want tiny's %#x", rip, infos[0].Address)
+		}
+	}
+	if len(recs) != n {
+		t.Errorf("%d records, want %d (the first half's)", len(recs), n)
+	}
+}

@@ -135,3 +135,71 @@ func isNop(in *Insn) bool {
 	l := &in.lay
 	return l.esc == escNone && (l.omap == 1 && l.op == 0x1f && l.reg() == 0 || l.omap == 0 && l.op == 0x90)
 }
+
+// PlanJumpFill places a jump at addr that covers the instructions from
+// addr to the first ret after it and the alignment fill that follows the
+// ret (to the function's end, then after, the bytes up to the next
+// symbol): a short function (`ret`, `xor %eax,%eax; ret`) whose own bytes
+// from addr are fewer than JumpLen. Every covered instruction but the ret
+// must be relocatable and not transfer control; no branch of the function
+// may land strictly inside (addr, addr+Len). Len is JumpLen when the
+// instructions are shorter, else their length.
+func PlanJumpFill(fn []byte, fnAddr, addr uint64, after []byte, mode int) JumpPlan {
+	if mode != 64 {
+		return JumpPlan{Reason: "jump pads are for 64-bit code"}
+	}
+	fnEnd := fnAddr + uint64(len(fn))
+	if addr < fnAddr || addr >= fnEnd {
+		return JumpPlan{Reason: fmt.Sprintf("%#x is outside the function [%#x, %#x)", addr, fnAddr, fnEnd)}
+	}
+	sc, why := scan(fn, fnAddr, mode)
+	if why != "" {
+		return JumpPlan{Reason: why}
+	}
+	if !sc.starts[addr-fnAddr] {
+		return JumpPlan{Reason: fmt.Sprintf("%#x is not an instruction boundary", addr)}
+	}
+	if len(sc.indirect) > 0 {
+		in, _ := Decode(fn[sc.indirect[0]-fnAddr:], sc.indirect[0], mode)
+		return JumpPlan{Reason: fmt.Sprintf("an indirect jump in the function may land inside the covered bytes (`%s` at %#x)", in.String(), in.Addr)}
+	}
+	var p JumpPlan
+	pc := addr
+	for {
+		if pc >= fnEnd || p.Len >= JumpLen {
+			return JumpPlan{Reason: "no ret followed by fill within the jump's bytes"}
+		}
+		in, err := Decode(fn[pc-fnAddr:], pc, mode)
+		if err != nil {
+			return JumpPlan{Reason: err.Error()}
+		}
+		p.Covered = append(p.Covered, in)
+		p.Len += in.Len
+		pc += uint64(in.Len)
+		if IsRet(in.Bytes) {
+			break
+		}
+		if why := relocatable(&in, false); why != "" {
+			return JumpPlan{Reason: why}
+		}
+		if in.Class == Branch || in.lay.esc == escNone && in.lay.omap == 0 && in.lay.op == 0xff && (in.lay.reg() == 2 || in.lay.reg() == 4) {
+			return JumpPlan{Reason: fmt.Sprintf("`%s` at %#x transfers control before the function's ret", in.String(), in.Addr)}
+		}
+	}
+	if p.Len < JumpLen {
+		tail := append(append([]byte(nil), fn[pc-fnAddr:]...), after...)
+		if p.Len+fillLen(tail, pc, mode) < JumpLen {
+			return JumpPlan{Reason: fmt.Sprintf("the function ends %d bytes after the probe, and the fill after its ret is shorter than the jump", p.Len)}
+		}
+		p.Len = JumpLen
+	}
+	for _, b := range sc.branches {
+		if b.p66 {
+			return JumpPlan{Reason: fmt.Sprintf("the branch at %#x has an operand-size prefix: its target is 16-bit", b.from)}
+		}
+		if b.to > addr && b.to < addr+uint64(p.Len) {
+			return JumpPlan{Reason: fmt.Sprintf("a branch at %#x lands inside the covered bytes (at %#x)", b.from, b.to)}
+		}
+	}
+	return p
+}

@@ -25,7 +25,9 @@
 //   retprobe recwait N D        N calls of rec(D), "half", waits for a
 //                               line on stdin, N more
 //   retprobe twoway N           N calls of twoway(i % 7)
-//   retprobe tiny N             N calls of tiny() and aftertiny()
+//   retprobe tiny N [wait]      N calls of tiny() and aftertiny(); with
+//                               wait, then "half", waits for a line on
+//                               stdin, N more
 //
 // Every mode ends with "done" and exits 0; a wrong result prints
 // "error ..." and exits 1.
@@ -211,10 +213,19 @@ int main(int argc, char **argv) {
 		}
 	} else if (!strcmp(mode, "tiny")) {
 		n = atol(argv[2]);
-		for (long i = 0; i < n; i++) {
-			tiny();
-			if (aftertiny() != 9)
-				fail("aftertiny", aftertiny(), 9);
+		for (long half = 0; half < 2; half++) {
+			for (long i = 0; i < n; i++) {
+				tiny();
+				if (aftertiny() != 9)
+					fail("aftertiny", aftertiny(), 9);
+			}
+			if (half == 0 && argc > 3) {
+				printf("half\n");
+				char line[16];
+				if (!fgets(line, sizeof line, stdin))
+					return 1;
+			} else
+				break;
 		}
 	} else {
 		fprintf(stderr, "retprobe: unknown mode %s\n", mode);
