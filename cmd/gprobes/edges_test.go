@@ -318,16 +318,18 @@ func TestRunInterruptedSaysRemoved(t *testing.T) {
 }
 
 // query's table has HOW's short form, "int3 ret", and -v and --json say
-// why: "int3 ret: 1 return, no entry stop: return probes stay on the int3
-// route". Before, the table's HOW carried the whole sentence, and the
-// table was about 230 columns wide.
+// why: "int3 ret: entry and 1 return: a return probe on it reads instance
+// variables or sets maxactive: its calls are tracked from the entry, on
+// the int3 route" (maxactive given: a return probe that needs nothing
+// from the entry runs in jump pads, "jump ret"). Before, the table's HOW
+// carried the whole sentence, and the table was about 230 columns wide.
 func TestQueryHowShort(t *testing.T) {
 	hits := buildHits(t)
 	sock, _ := startDaemon(t)
 	target, lines := startLooping(t, hits)
 	pid := fmt.Sprintf("pid:%d", target.Process.Pid)
 	mustRun(t, "insert", "--socket", sock, "--target", pid, "-e",
-		fmt.Sprintf("name = %s; modtype = user; vars = 1; retprobe = probed; minor = 1; inc lv,0; exit 0", hits))
+		fmt.Sprintf("name = %s; modtype = user; vars = 1; retprobe = probed; minor = 1; maxactive = 8; inc lv,0; exit 0", hits))
 	roundLine(t, lines)
 	out := mustRun(t, "query", "--socket", sock)
 	row := tableRow(t, out, 1)
@@ -349,7 +351,7 @@ func TestQueryHowShort(t *testing.T) {
 		t.Fatalf("query --json: %v %+v", err, q)
 	}
 	why := q.Probes[0].How
-	if !strings.HasPrefix(why, "int3 ret: 1 return, no entry stop") || !strings.Contains(v, "  how      "+why+"\n") || !strings.Contains(v, pid+" "+hits+" minor 1 retprobe probed\n") {
+	if !strings.HasPrefix(why, "int3 ret: entry and 1 return: a return probe on it reads instance variables or sets maxactive") || !strings.Contains(v, "  how      "+why+"\n") || !strings.Contains(v, pid+" "+hits+" minor 1 retprobe probed\n") {
 		t.Errorf("query -v:\n%s\nwant how %q", v, why)
 	}
 }
