@@ -1116,7 +1116,7 @@ func (e *Engine) ringRecord(rg *region, ref siteRef, r *pad.Record) *Record {
 		}
 	}
 	rec := &Record{Time: at, Kind: "log", Module: p.mod.Name, Major: r.Major, Minor: r.Minor,
-		Location: d.Loc.Text, Address: ref.addr, Tid: tid, Exit: r.Exit, Truncated: r.Truncated}
+		Location: d.Loc.Text, Probe: ProbeKindName(d), Address: ref.addr, Tid: tid, Exit: r.Exit, Truncated: r.Truncated}
 	if t, ok := e.js.threads[tid]; ok {
 		rec.Pid, rec.CPU = t[0], t[1]
 	} else if x, ok := e.js.exited[tid]; ok {

@@ -53,8 +53,8 @@ func retViews(t *testing.T, bin, route string, n, d int) (map[retView]int, strin
 	}
 	views := map[retView]int{}
 	for _, rec := range r.records(2) {
-		if rec.Address != recAddr || rec.Location != "rec" {
-			t.Fatalf("record %+v: want rec's address %#x and location", rec, recAddr)
+		if rec.Address != recAddr || rec.Location != "rec" || rec.Probe != "retprobe" || rec.Kind != "log" || rec.Exit != 1 {
+			t.Fatalf("record %+v: want rec's address %#x and location, a retprobe's log record", rec, recAddr)
 		}
 		w := words(t, rec, 3)
 		e, ok := entryRSP[w[0]-7]

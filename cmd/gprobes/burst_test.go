@@ -290,7 +290,8 @@ func TestRecordBurstOverload(t *testing.T) {
 
 // run writes records in order of time across the routes: the timeline
 // fixture's outer on a jump pad, its return probe on the int3 route (a
-// trap), mark on a jump pad; two threads of 300 calls each. A jump pad's
+// trap: logonfault = yes keeps a probe off the pads), mark on a jump
+// pad; two threads of 300 calls each. A jump pad's
 // record reaches gprobes through the ring, after the int3 route's of the
 // same moment; run holds records a window (250 ms) to write them in
 // order. Every record is there, each thread's calls in order, and the
@@ -299,7 +300,7 @@ func TestRecordBurstOverload(t *testing.T) {
 func TestRunRecordsInTimeOrder(t *testing.T) {
 	prog := timelineFixture(t)
 	probe := filepath.Join(t.TempDir(), "order.dpdf")
-	os.WriteFile(probe, []byte(fmt.Sprintf("name = %s\nmodtype = user\noffset = outer\nminor = 1\npush r,rdi\nlog 1\nexit 1\nretprobe = outer\nminor = 2\npush r,rax\nlog 1\nexit 1\noffset = mark\nminor = 5\npush r,rdi\npush d,0x1122\nlog 2\nexit 1\n", prog)), 0o644)
+	os.WriteFile(probe, []byte(fmt.Sprintf("name = %s\nmodtype = user\noffset = outer\nminor = 1\npush r,rdi\nlog 1\nexit 1\nretprobe = outer\nminor = 2\nlogonfault = yes\npush r,rax\nlog 1\nexit 1\noffset = mark\nminor = 5\npush r,rdi\npush d,0x1122\nlog 2\nexit 1\n", prog)), 0o644)
 	file := filepath.Join(t.TempDir(), "records.jsonl")
 	c := gprobesCmd("run", "--json", "-o", file, probe, "--", prog, "calls", strconv.Itoa(timelineCalls))
 	var out, errb bytes.Buffer
