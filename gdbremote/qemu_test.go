@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 )
 
 func bootLab(t testing.TB, opts qemulab.Options) *qemulab.VM {

@@ -16,7 +16,7 @@ import (
 	"github.com/gprobes/gprobes/gdbtarget"
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/lab/corecheck"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 	"github.com/gprobes/gprobes/rpn"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/gdbremote"
 	"github.com/gprobes/gprobes/gdbtarget"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
@@ -24,7 +24,7 @@ import (
 )
 
 // These tests probe a real Debian 6.1 kernel booted in QEMU (the lab of
-// lab/qemu) through QEMU's GDB stub.
+// lab/qemulab) through QEMU's GDB stub.
 
 // syscalls counts the workload's system calls, each record saying which
 // process made it: push pid against the pid the guest prints.

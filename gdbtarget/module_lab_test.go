@@ -10,7 +10,7 @@ import (
 
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/gdbtarget"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/symbols"
 )

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/gdbtarget"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 )
 
 // smp is getppid and openat on every vCPU: the caller, push procid (the

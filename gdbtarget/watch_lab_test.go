@@ -11,7 +11,7 @@ import (
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/gdbtarget"
 	"github.com/gprobes/gprobes/internal/testkit"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 )
 
 // Watch probes on a guest kernel through QEMU's stub (Z2/Z4): a kernel

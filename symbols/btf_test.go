@@ -17,7 +17,7 @@ import (
 
 	"github.com/cilium/ebpf/btf"
 	"github.com/gprobes/gprobes/internal/testkit"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 )
 
 // BTF fixtures, built from the C fixtures by two independent producers:

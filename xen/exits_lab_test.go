@@ -16,8 +16,8 @@ import (
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/lab/corecheck"
 	"github.com/gprobes/gprobes/lab/labkit"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
-	xenlab "github.com/gprobes/gprobes/lab/xen"
+	"github.com/gprobes/gprobes/lab/qemulab"
+	"github.com/gprobes/gprobes/lab/xenlab"
 )
 
 // TestXenGuestExits: on a PV domU probed natively from dom0 (xen:DOMID),

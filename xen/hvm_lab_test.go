@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/lab/labkit"
-	xenlab "github.com/gprobes/gprobes/lab/xen"
+	"github.com/gprobes/gprobes/lab/xenlab"
 )
 
 // TestXenPVH boots the Xen lab (QEMU TCG, -cpu qemu64,+npt: AMD SVM with

@@ -111,7 +111,7 @@ type StepResult struct {
 // waits for the #DB to come back to dom0 by route (RouteDebug: debugging
 // mode pauses the domain; RouteVMEvent: a request on the monitor ring),
 // then clears it and lets the domain go. It is the lab's probe of which
-// events QEMU TCG delivers for an HVM guest (lab/xen/xenrecord).
+// events QEMU TCG delivers for an HVM guest (lab/xenlab/xenrecord).
 func StepEvent(dom int, route string, timeout time.Duration) (res StepResult, err error) {
 	res = StepResult{Route: route}
 	hv, err := OpenHypervisor()

@@ -28,7 +28,7 @@ func TestHVMBreakpoints(t *testing.T) {
 	}
 }
 
-// recorded replays guest frames recorded by lab/xen/xenrecord; a frame
+// recorded replays guest frames recorded by lab/xenlab/xenrecord; a frame
 // that was not recorded cannot be read.
 type recorded map[uint64][]byte
 
@@ -45,7 +45,7 @@ func (m recorded) ReadPhys(addr uint64, p []byte) error {
 }
 
 // TestHVMRecorded replays what Xen 4.17 answered about a PVH domU in the
-// Xen lab (testdata/pvh-record.json, recorded by lab/xen/xenrecord in
+// Xen lab (testdata/pvh-record.json, recorded by lab/xenlab/xenrecord in
 // TestXenPVH): vCPU 0's getvcpucontext, paused, and the frames privcmd
 // mapped for a page-table walk to linux_banner. An HVM vCPU's context
 // carries the guest's own CR3 (a guest-physical address, the PCID in its

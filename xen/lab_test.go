@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/lab/labkit"
-	xenlab "github.com/gprobes/gprobes/lab/xen"
+	"github.com/gprobes/gprobes/lab/xenlab"
 )
 
 // TestXenNative, on the shared PV lab and a second PV domU, from dom0 probes

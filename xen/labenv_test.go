@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/internal/testkit"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
-	xenlab "github.com/gprobes/gprobes/lab/xen"
+	"github.com/gprobes/gprobes/lab/qemulab"
+	"github.com/gprobes/gprobes/lab/xenlab"
 )
 
 // TestMain powers off the shared PV lab once every test has run.
@@ -263,7 +263,7 @@ func (s *sharedLab) extra() (map[string]string, error) {
 		"/guest/System.map": filepath.Join(art, "System.map"),
 		"/bin/xlab-shared":  script,
 	}
-	for dst, pkg := range map[string]string{"/bin/gprobes": "cmd/gprobes", "/bin/xenrecord": "lab/xen/xenrecord"} {
+	for dst, pkg := range map[string]string{"/bin/gprobes": "cmd/gprobes", "/bin/xenrecord": "lab/xenlab/xenrecord"} {
 		bin, err := buildBin(pkg)
 		if err != nil {
 			return nil, err

@@ -8,12 +8,12 @@ import (
 	"testing"
 
 	"github.com/gprobes/gprobes/daemon"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
-	xenlab "github.com/gprobes/gprobes/lab/xen"
+	"github.com/gprobes/gprobes/lab/qemulab"
+	"github.com/gprobes/gprobes/lab/xenlab"
 )
 
 // rmd160Module is a probe in Debian's rmd160.ko (the domUs have it with
-// af_alg and algif_hash: lab/xen/build.sh DOMU_MODULES): `gpwork hash
+// af_alg and algif_hash: lab/xenlab/build.sh DOMU_MODULES): `gpwork hash
 // rmd160 N` calls rmd160_final exactly N times. lv 1 and 2 are a layout
 // of the module's own struct rmd160_ctx, from the .ko's split BTF.
 const rmd160Module = `name = rmd160

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/lab/labkit"
-	xenlab "github.com/gprobes/gprobes/lab/xen"
+	"github.com/gprobes/gprobes/lab/xenlab"
 )
 
 // TestXenRetprobe runs testdata/examples/getppid_latency.dpdf (an entry

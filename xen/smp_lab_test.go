@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	xenlab "github.com/gprobes/gprobes/lab/xen"
+	"github.com/gprobes/gprobes/lab/xenlab"
 )
 
 // smpProbes: getppid and openat on every vCPU of the domU. getppid logs

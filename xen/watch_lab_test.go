@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gprobes/gprobes/lab/labkit"
-	xenlab "github.com/gprobes/gprobes/lab/xen"
+	"github.com/gprobes/gprobes/lab/xenlab"
 )
 
 // TestXenWatch: watch probes on a PV domU's kernel from dom0, in the

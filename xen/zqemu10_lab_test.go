@@ -20,7 +20,7 @@ import (
 
 	"github.com/gprobes/gprobes/internal/testkit"
 	"github.com/gprobes/gprobes/lab/labkit"
-	xenlab "github.com/gprobes/gprobes/lab/xen"
+	"github.com/gprobes/gprobes/lab/xenlab"
 )
 
 // TestXenPVHProbes runs the Xen lab under Debian's QEMU 10.0 from

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 )
 
-// Two guest kernels in QEMU (the lab of lab/qemu) through the commands a
+// Two guest kernels in QEMU (the lab of lab/qemulab) through the commands a
 // user types: the daemon's insert --target gdb:... of two modules into one
 // guest and one into the other, query, getvars, log, remove from one
 // guest, then gprobes run --target gdb:... ended by Ctrl-C. After each the

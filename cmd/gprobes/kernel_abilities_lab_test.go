@@ -16,7 +16,7 @@ import (
 
 	"github.com/gprobes/gprobes/bpf"
 	"github.com/gprobes/gprobes/daemon"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 )
 
 // TestKernelLabAbilities: gprobes doctor in the QEMU lab's guest (Debian

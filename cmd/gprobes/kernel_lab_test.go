@@ -25,7 +25,7 @@ import (
 
 	"github.com/gprobes/gprobes/daemon"
 	"github.com/gprobes/gprobes/lab/labkit"
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 )
 
 // The kernel target's function probes (offset, retprobe, kernel modules)

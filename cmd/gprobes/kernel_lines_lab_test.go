@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 	"github.com/gprobes/gprobes/symbols"
 )
 

@@ -1,6 +1,6 @@
 // Package corecheck checks an ELF core of a lab guest with gdb (the QEMU
-// lab's and the Xen lab's tests). Not in lab/qemu: symbols' own tests
-// import lab/qemu, and this imports symbols.
+// lab's and the Xen lab's tests). Not in lab/qemulab: symbols' own tests
+// import lab/qemulab, and this imports symbols.
 package corecheck
 
 import (
@@ -24,7 +24,7 @@ type CoreCheck struct {
 	comm uint64
 }
 
-// New reads the lab kernel's symbols from art (lab/qemu's Artifacts()).
+// New reads the lab kernel's symbols from art (lab/qemulab's Artifacts()).
 func New(art string) (*CoreCheck, error) {
 	set := symbols.NewSet()
 	for _, f := range []string{"System.map", "vmlinux"} {

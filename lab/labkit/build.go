@@ -1,8 +1,8 @@
 // Package labkit holds what the project's two labs share: building their
 // artifacts once through their build.sh, checking (and in CI installing)
 // the host tools, and a QEMU process whose serial port is its stdio, read
-// into lines that callers wait on. lab/qemu (a Linux guest behind QEMU's
-// GDB stub) and lab/xen (Xen, dom0 and PV domUs) build on it; each keeps
+// into lines that callers wait on. lab/qemulab (a Linux guest behind QEMU's
+// GDB stub) and lab/xenlab (Xen, dom0 and PV domUs) build on it; each keeps
 // its own boot, its own command protocol on the serial line and its own
 // error prefix.
 package labkit

@@ -1,4 +1,4 @@
-# Sourced by lab/qemu/build.sh and lab/xen/build.sh: what the two labs'
+# Sourced by lab/qemulab/build.sh and lab/xenlab/build.sh: what the two labs'
 # builds share, the host tools and the Debian packages they fetch.
 #
 # The caller sets, before sourcing it with its own arguments ("$@"):
