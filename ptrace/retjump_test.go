@@ -393,3 +393,36 @@ func TestPadTinyFunction(t *testing.T) {
 		t.Errorf("%d records, want %d (the first half's)", len(recs), n)
 	}
 }
+
+// fork: the child runs the return pads it inherited (the region is
+// shared, each record carries its pid); each process's returns are its
+// own and exact.
+func TestRetPadFork(t *testing.T) {
+	bin := retFixture(t)
+	const n, d = 30, 4
+	r := startWith(t, startConfig{path: bin}, "fork", fmt.Sprint(n), fmt.Sprint(d))
+	infos := r.insert(compileFor(t, bin, retViewRet))
+	expectActive(t, infos)
+	if !strings.HasPrefix(infos[0].How, "jump ret: 2 returns on jump pads") {
+		t.Errorf("HOW %q", infos[0].How)
+	}
+	r.eng.Release()
+	r.finish()
+	per := map[int]map[uint64]int{}
+	for _, rec := range r.records(2) {
+		if per[rec.Pid] == nil {
+			per[rec.Pid] = map[uint64]int{}
+		}
+		per[rec.Pid][words(t, rec, 3)[0]]++
+	}
+	if len(per) != 2 {
+		t.Fatalf("returns by pid: %v, want two processes", per)
+	}
+	for pid, m := range per {
+		for v := uint64(7); v <= d+7; v++ {
+			if m[v] != n {
+				t.Errorf("pid %d: return value %d seen %d times, want %d", pid, v, m[v], n)
+			}
+		}
+	}
+}
