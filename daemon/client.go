@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -122,6 +123,89 @@ func (c *Client) Status() (*StatusResponse, error) {
 	var resp StatusResponse
 	err := c.do("GET", "/v1/status", nil, &resp)
 	return &resp, err
+}
+
+// LogLines streams the log's lines as they come (Log without decoding
+// them), following it when asked, until ctx ends: SplitLog.
+func (c *Client) LogLines(ctx context.Context, follow bool, line func(b []byte, lost bool) error, lost func(*LostLine) error, flush func() error) error {
+	path := "/v1/log"
+	if follow {
+		path += "?follow=1"
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://gprobes"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("%w on %s: %v", ErrNoDaemon, c.socket, err)
+	}
+	defer resp.Body.Close()
+	return SplitLog(ctx, resp.Body, line, lost, flush)
+}
+
+// lostKind follows the time in a lost line, and in no record's line.
+var lostKind = []byte(`","kind":"lost"`)
+
+// isLost reports whether a line of the log stream is a lost line: a
+// record's kind follows its time, {"time":"...","kind":"log".
+func isLost(b []byte) bool {
+	if len(b) < 10 {
+		return false
+	}
+	i := bytes.IndexByte(b[10:min(len(b), 64)], '"')
+	return i >= 0 && bytes.HasPrefix(b[10+i:], lostKind)
+}
+
+// SplitLog reads a log stream (JSON lines, as /v1/log and ReadLogFile
+// write it) from r without decoding its records: each whole line goes to
+// line (which may not keep it), with whether it is a lost line; a lost
+// line is decoded for lost (if set) first. flush, if set, is called
+// whenever the lines read so far are all passed on and more must be
+// waited for.
+func SplitLog(ctx context.Context, r io.Reader, line func(b []byte, lost bool) error, lost func(*LostLine) error, flush func() error) error {
+	br := bufio.NewReaderSize(r, 256<<10)
+	var long []byte
+	for {
+		if flush != nil && br.Buffered() == 0 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		b, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			long = append(long[:0], b...)
+			for err == bufio.ErrBufferFull {
+				b, err = br.ReadSlice('\n')
+				long = append(long, b...)
+			}
+			b = long
+		}
+		if len(b) > 0 && b[len(b)-1] == '\n' {
+			isl := isLost(b)
+			if isl && lost != nil {
+				var ll LostLine
+				if err := json.Unmarshal(b, &ll); err != nil {
+					return err
+				}
+				if err := lost(&ll); err != nil {
+					return err
+				}
+			}
+			if err := line(b, isl); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF || err != nil && ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // Log streams the log: each record to f, following it when asked, until

@@ -521,3 +521,56 @@ func TestRecordBurstDaemonFullDisk(t *testing.T) {
 		t.Errorf("gprobes_log_records_written_total{sink=file} = %v, want %d", got, st.Written)
 	}
 }
+
+// gprobes log --file: a binary log read without a daemon, as JSON lines
+// exactly as the daemon serves them (each record's fields as written), the
+// modules named kept; text; a torn tail said on standard error, the
+// records before it printed, exit 0; refused with --follow.
+func TestLogFile(t *testing.T) {
+	dir := t.TempDir()
+	w, err := daemon.OpenLog(dir, daemon.LogOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, wantA []string
+	var batch []daemon.LogLine
+	for i := 0; i < 10; i++ {
+		mod := []string{"/bin/a", "/bin/b"}[i%2]
+		l := daemon.LogLine{Time: time.Unix(1700000000, int64(i)).Local(), Kind: "log", Target: "pid:7", Module: mod, Minor: uint16(i % 3),
+			Location: "f<&>", Address: "0x401000", Pid: 7, Tid: 8 + i, Exit: 1, Data: "0102030405060708"}
+		if i < 4 {
+			w.Write(&l)
+		} else {
+			batch = append(batch, l)
+		}
+		want = append(want, string(l.AppendJSON(nil)))
+		if mod == "/bin/a" {
+			wantA = append(wantA, string(l.AppendJSON(nil)))
+		}
+	}
+	w.WriteBatch(batch)
+	w.Close()
+	path := filepath.Join(dir, daemon.LogFileName)
+	out, errs, code := gprobes(t, "log", "--file", path, "--json")
+	if code != 0 || out != strings.Join(want, "\n")+"\n" || errs != "" {
+		t.Errorf("log --file --json: exit %d, stderr %q:\n%s\nwant\n%s", code, errs, out, strings.Join(want, "\n"))
+	}
+	out, _, code = gprobes(t, "log", "--file", path, "--json", "/bin/a")
+	if code != 0 || out != strings.Join(wantA, "\n")+"\n" {
+		t.Errorf("log --file --json /bin/a: exit %d:\n%s", code, out)
+	}
+	out, _, code = gprobes(t, "log", "--file", path)
+	if lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); code != 0 || len(lines) != 10 || !strings.Contains(lines[9], "/bin/b(0,0) f<&> 0x401000 pid 7 tid 17 exit 1 data 0102030405060708") {
+		t.Errorf("log --file: exit %d:\n%s", code, out)
+	}
+	// the batch's frame torn: the four single records before it are read
+	fi, _ := os.Stat(path)
+	os.Truncate(path, fi.Size()-5)
+	out, errs, code = gprobes(t, "log", "--file", path, "--json")
+	if code != 0 || out != strings.Join(want[:4], "\n")+"\n" || !strings.Contains(errs, "torn tail") || !strings.Contains(errs, "the 4 records before it were read") {
+		t.Errorf("torn: exit %d, stderr %q:\n%s", code, errs, out)
+	}
+	if _, errs, code := gprobes(t, "log", "--file", path, "--follow"); code != 2 || !strings.Contains(errs, "--file prints a log file") {
+		t.Errorf("--file --follow: exit %d, %q", code, errs)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -568,7 +569,12 @@ func logCommand() *cli.Command {
 			}
 			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
-			enc := json.NewEncoder(c.App.Writer)
+			if c.Bool("json") {
+				if err := logJSON(ctx, c, logLost(c)); err != nil {
+					return daemonErr("log", err)
+				}
+				return nil
+			}
 			keep := logFilter(c)
 			lay := daemon.NewProbeLogs(socketOf(c))
 			read := client(c).Log
@@ -579,31 +585,76 @@ func logCommand() *cli.Command {
 				if !keep(l) {
 					return nil
 				}
-				if c.Bool("json") {
-					return enc.Encode(l)
-				}
 				_, err := fmt.Fprintln(c.App.Writer, l.TextWith(lay.Of(l)))
 				return err
-			}, func(l *daemon.LostLine) error {
-				printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
-				if l.InTargets > 0 {
-					fmt.Fprintf(c.App.ErrWriter, "gprobes: log: %d records lost in the targets probed (jump pads' rings or the kernel's eBPF rings were full; query's LOST column says which probes)\n", l.InTargets)
-				}
-				if l.RotatedAway > 0 {
-					fmt.Fprintf(c.App.ErrWriter, "gprobes: log: fell behind: %d rotated log files were deleted before they could be read (the daemon's --log-keep)\n", l.RotatedAway)
-				}
-				printAway(c.App.ErrWriter, l)
-				if c.Bool("json") {
-					return enc.Encode(l)
-				}
-				return nil
-			})
+			}, logLost(c))
 			if err != nil {
 				return daemonErr("log", err)
 			}
 			return nil
 		},
 	}
+}
+
+// logLost tells the user, on standard error, what a lost line of the log
+// stream says.
+func logLost(c *cli.Context) func(l *daemon.LostLine) error {
+	return func(l *daemon.LostLine) error {
+		printLosses(c.App.ErrWriter, "log", l.Lost, l.SyslogLost)
+		if l.InTargets > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "gprobes: log: %d records lost in the targets probed (jump pads' rings or the kernel's eBPF rings were full; query's LOST column says which probes)\n", l.InTargets)
+		}
+		if l.RotatedAway > 0 {
+			fmt.Fprintf(c.App.ErrWriter, "gprobes: log: fell behind: %d rotated log files were deleted before they could be read (the daemon's --log-keep)\n", l.RotatedAway)
+		}
+		printAway(c.App.ErrWriter, l)
+		return nil
+	}
+}
+
+// logJSON is log --json: the log stream's lines passed on as they come
+// (each record's JSON line as the daemon formats it from the binary log,
+// the lost lines too), decoded only to keep the modules named.
+func logJSON(ctx context.Context, c *cli.Context, lost func(*daemon.LostLine) error) error {
+	bw := bufio.NewWriterSize(c.App.Writer, 256<<10)
+	keep := logFilter(c)
+	filter := c.NArg() > 0
+	line := func(b []byte, isLost bool) error {
+		if filter && !isLost {
+			var l daemon.LogLine
+			if err := json.Unmarshal(b, &l); err != nil {
+				return err
+			}
+			if !keep(&l) {
+				return nil
+			}
+		}
+		_, err := bw.Write(b)
+		return err
+	}
+	var err error
+	if path := c.String("file"); path != "" {
+		pr, pw := io.Pipe()
+		done := make(chan string, 1)
+		go func() {
+			_, torn, err := daemon.ReadLogFile(path, pw)
+			pw.CloseWithError(err)
+			done <- torn
+		}()
+		err = daemon.SplitLog(ctx, pr, line, lost, bw.Flush)
+		pr.Close()
+		if err == nil {
+			if torn := <-done; torn != "" {
+				defer fmt.Fprintf(c.App.ErrWriter, "gprobes: log: %s\n", torn)
+			}
+		}
+	} else {
+		err = client(c).LogLines(ctx, c.Bool("follow"), line, lost, bw.Flush)
+	}
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	return err
 }
 
 // logFileReader reads a log file as Client.Log reads the daemon's log
