@@ -255,6 +255,27 @@ func Scan(f *elf.File) (*Set, error) {
 			}
 		}
 	}
+	s.sort()
+	s.Stats.Took = time.Since(t0)
+	return s, nil
+}
+
+// New is a set of the given entries, from somewhere other than an ELF
+// file's scan (a target that knows its code's entries another way, the
+// engine's fake target).
+func New(list []Entry) *Set {
+	s := &Set{names: map[uint64]string{}}
+	for _, e := range list {
+		s.entries = append(s.entries, entry{to: e.To, from: e.From, kind: e.Kind})
+		if e.Kind == KindSymbol && e.Name != "" {
+			s.names[e.To] = e.Name
+		}
+	}
+	s.sort()
+	return s
+}
+
+func (s *Set) sort() {
 	slices.SortFunc(s.entries, func(a, b entry) int {
 		if c := cmp.Compare(a.to, b.to); c != 0 {
 			return c
@@ -265,8 +286,6 @@ func Scan(f *elf.File) (*Set, error) {
 		return cmp.Compare(a.from, b.from)
 	})
 	s.entries = slices.Compact(s.entries)
-	s.Stats.Took = time.Since(t0)
-	return s, nil
 }
 
 // jumpTable finds the table of an indirect jump from the instructions

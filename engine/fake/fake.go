@@ -6,9 +6,13 @@
 // pkg/proc/core, a target made of memory and registers only, is the
 // model.
 //
-// The instructions: nop (90), push %rbp (55), mov (%rax),%rax (48 8b 00:
-// faults with SIGSEGV when rax points nowhere), int3 (cc) and ret (c3:
-// the end of an iteration). A thread runs its function Iter times, then
+// The instructions: nop (90), push %rbp (55), pop %rbp (5d), mov
+// (%rax),%rax (48 8b 00: faults with SIGSEGV when rax points nowhere),
+// mov %rax,(%rbx) (48 89 03: faults when rbx points nowhere or at memory
+// not writable), int3 (cc), call rel32 (e8), jmp rel32 (e9), jmp rel8
+// (eb) and ret (c3: the end of an iteration; with Calls set, a return
+// that pops its address, the iteration ending at the return to Home).
+// A thread runs its function Iter times, then
 // exits. A thread detached runs on natively, the way a process does once
 // a tracer lets it go: an int3 left behind kills it with SIGTRAP, which
 // Outcome reports. Wait runs one runnable thread (the lowest id first) to
@@ -26,6 +30,7 @@ import (
 	"sync"
 
 	"github.com/gprobes/gprobes/engine"
+	"github.com/gprobes/gprobes/engine/entries"
 	"github.com/gprobes/gprobes/probe"
 	"github.com/gprobes/gprobes/rpn"
 	"github.com/gprobes/gprobes/symbols"
@@ -94,7 +99,23 @@ type Target struct {
 	ModExec      [2]uint64
 	RendezvousAt []uint64
 	Forgotten    []uint64
+	// Calls makes each iteration a call of the thread's function: it
+	// starts with Home pushed as the return address, ret pops its
+	// address, and the iteration ends when a ret returns to Home. Set it
+	// before AddThread.
+	Calls bool
+	// Entries, when set, is what the fake's module says of the places
+	// its code is entered (engine.Loaded.Entries): without it the engine
+	// knows nothing of them, and puts no jump pad there.
+	Entries func() (*entries.Set, error)
+	// watches are the debug registers of the process (WatchTarget)
+	watches [engine.NumWatch]*engine.Watch
+	// jump is the memory and journal of a JumpTarget
+	jump jumpBooks
 }
+
+// Home is the return address each iteration's call returns to (Calls).
+const Home = 0xfeed0000
 
 // Runs is how many times the instruction at addr ran.
 func (t *Target) Runs(addr uint64) int {
@@ -134,6 +155,13 @@ type Thread struct {
 	// the first time it reaches this address after another thread
 	// stopped: two threads at one int3 at once.
 	StopAt uint64
+	// fired: the debug registers that fired on its last instruction
+	// (WatchTarget), reported with the trap and cleared by WatchHit
+	fired uint8
+	// firedStep: the trap of a watch was also a single-step's
+	firedStep bool
+	// Signals blocked (BlockPadSignals): how many times
+	Blocked int
 }
 
 // New makes a process whose code is code at base, named module, with
@@ -167,7 +195,54 @@ func (t *Target) AddThread(tid int, entry uint64, iter int) *Thread {
 	th.Regs[rpn.RegRIP] = entry
 	th.Regs[rpn.RegRSP] = stack - 64
 	t.threads[tid] = th
+	if t.Calls {
+		t.push(th, Home)
+	}
 	return th
+}
+
+// SetSymbols replaces the fake's symbols with these, which may have
+// sizes (a System.map has none).
+func (t *Target) SetSymbols(syms []symbols.Symbol) {
+	t.syms = symbols.NewSet(symbols.NewTable(t.module, syms))
+}
+
+// push pushes v on a thread's stack; false when the stack is not
+// writable there.
+func (t *Target) push(th *Thread, v uint64) bool {
+	sp := th.Regs[rpn.RegRSP] - 8
+	r, off, ok := t.region(sp, 8)
+	if !ok || !r.Writable {
+		return false
+	}
+	putU64(r.Data[off:], v)
+	th.Regs[rpn.RegRSP] = sp
+	return true
+}
+
+// pop pops a word off a thread's stack.
+func (t *Target) pop(th *Thread) (uint64, bool) {
+	var b [8]byte
+	if !t.read(th.Regs[rpn.RegRSP], b[:]) {
+		return 0, false
+	}
+	th.Regs[rpn.RegRSP] += 8
+	return u64(b[:]), true
+}
+
+// endIteration: the thread's function returned; it calls it again, or
+// exits.
+func (t *Target) endIteration(th *Thread) (engine.Event, bool) {
+	th.Iter--
+	if th.Iter <= 0 {
+		th.exited, th.outcome = true, "exited"
+		return t.exitEvent(th, "exited 0", 0), true
+	}
+	th.Regs[rpn.RegRIP] = th.Entry
+	if t.Calls && !t.push(th, Home) {
+		return t.fault(th), true
+	}
+	return engine.Event{}, false
 }
 
 // Outcome says how a thread ended: "exited", "killed by SIGTRAP", ...;
@@ -199,7 +274,10 @@ func (t *Target) read(addr uint64, p []byte) bool {
 // it, if any.
 func (t *Target) step(th *Thread) (engine.Event, bool) {
 	rip := th.Regs[rpn.RegRIP]
-	var op [3]byte
+	if t.Calls && rip == Home {
+		return t.endIteration(th)
+	}
+	var op [5]byte
 	if !t.read(rip, op[:1]) {
 		return t.die(th, SIGSEGV), true
 	}
@@ -207,34 +285,72 @@ func (t *Target) step(th *Thread) (engine.Event, bool) {
 	case 0x90:
 		th.Regs[rpn.RegRIP]++
 	case 0x55:
-		sp := th.Regs[rpn.RegRSP] - 8
-		var b [8]byte
-		putU64(b[:], th.Regs[rpn.RegRBP])
-		r, off, ok := t.region(sp, 8)
-		if !ok || !r.Writable {
+		if !t.push(th, th.Regs[rpn.RegRBP]) {
 			return t.fault(th), true
 		}
-		copy(r.Data[off:], b[:])
-		th.Regs[rpn.RegRSP] = sp
+		t.access(th, th.Regs[rpn.RegRSP], 8, true)
+		th.Regs[rpn.RegRIP]++
+	case 0x5d:
+		at := th.Regs[rpn.RegRSP]
+		v, ok := t.pop(th)
+		if !ok {
+			return t.fault(th), true
+		}
+		t.access(th, at, 8, false)
+		th.Regs[rpn.RegRBP] = v
 		th.Regs[rpn.RegRIP]++
 	case 0x48:
-		if !t.read(rip, op[:]) || op[1] != 0x8b || op[2] != 0x00 {
+		if !t.read(rip, op[:3]) || (op[1] != 0x8b && op[1] != 0x89) || op[2] != map[byte]byte{0x8b: 0x00, 0x89: 0x03}[op[1]] {
 			return t.die(th, SIGSEGV), true
 		}
 		var b [8]byte
-		if !t.read(th.Regs[rpn.RegRAX], b[:]) {
+		if op[1] == 0x89 {
+			at := th.Regs[rpn.RegRBX]
+			r, off, ok := t.region(at, 8)
+			if !ok || !r.Writable {
+				return t.fault(th), true
+			}
+			putU64(r.Data[off:], th.Regs[rpn.RegRAX])
+			t.access(th, at, 8, true)
+		} else {
+			if !t.read(th.Regs[rpn.RegRAX], b[:]) {
+				return t.fault(th), true
+			}
+			t.access(th, th.Regs[rpn.RegRAX], 8, false)
+			th.Regs[rpn.RegRAX] = u64(b[:])
+		}
+		th.Regs[rpn.RegRIP] += 3
+	case 0xe8, 0xe9, 0xeb:
+		n := 5
+		if op[0] == 0xeb {
+			n = 2
+		}
+		if !t.read(rip, op[:n]) {
+			return t.die(th, SIGSEGV), true
+		}
+		rel := int64(int8(op[1]))
+		if n == 5 {
+			rel = int64(int32(uint32(op[1]) | uint32(op[2])<<8 | uint32(op[3])<<16 | uint32(op[4])<<24))
+		}
+		next := rip + uint64(n)
+		if op[0] == 0xe8 {
+			if !t.push(th, next) {
+				return t.fault(th), true
+			}
+			t.access(th, th.Regs[rpn.RegRSP], 8, true)
+		}
+		th.Regs[rpn.RegRIP] = next + uint64(rel)
+	case 0xc3:
+		if !t.Calls {
+			return t.endIteration(th)
+		}
+		at := th.Regs[rpn.RegRSP]
+		v, ok := t.pop(th)
+		if !ok {
 			return t.fault(th), true
 		}
-		th.Regs[rpn.RegRAX] = u64(b[:])
-		th.Regs[rpn.RegRIP] += 3
-	case 0xc3:
-		th.Iter--
-		if th.Iter <= 0 {
-			th.exited, th.outcome = true, "exited"
-			return t.exitEvent(th, "exited 0", 0), true
-		}
-		th.Regs[rpn.RegRIP] = th.Entry
-		return engine.Event{}, false
+		t.access(th, at, 8, false)
+		th.Regs[rpn.RegRIP] = v
 	case 0xcc:
 		th.Regs[rpn.RegRIP]++
 		if th.detached {
@@ -294,6 +410,14 @@ func (t *Target) run(th *Thread) engine.Event {
 		}
 		if stop {
 			return ev
+		}
+		if th.fired != 0 && !th.detached {
+			// a data breakpoint's trap, after the access (and a step's,
+			// if the thread was stepping)
+			th.firedStep = stepping
+			th.stepping = false
+			th.stopped = true
+			return engine.Event{Kind: engine.EvTrap, Tid: th.Tid, Space: Pid, Sig: SIGTRAP}
 		}
 		if stepping {
 			th.stepping = false
@@ -592,7 +716,7 @@ func (o processOS) Resolve(space int, name string, modtype rpn.ModType) (*engine
 	}
 	code := o.t.regions[0]
 	lo, hi := code.Base, code.Base+uint64(len(code.Data))
-	return &engine.Loaded{Key: name, Symbols: o.t.syms, Exec: func(a uint64) bool { return a >= lo && a < hi }}, true, nil
+	return &engine.Loaded{Key: name, Symbols: o.t.syms, Exec: func(a uint64) bool { return a >= lo && a < hi }, Entries: o.t.Entries}, true, nil
 }
 
 func (o processOS) Rendezvous(space int) []uint64 { return o.t.RendezvousAt }
