@@ -67,6 +67,12 @@ func callProcess(t *testing.T) *fake.Target {
 		{Name: "c_caller", Addr: cCaller, Size: 6, Kind: 'T'},
 		{Name: "c_store", Addr: cStore, Size: 5, Kind: 'T'},
 		{Name: "c_load", Addr: cLoad, Size: 4, Kind: 'T'},
+		// cells for watch probes
+		{Name: "cell0", Addr: data + 0x100, Size: 8, Kind: 'D'},
+		{Name: "cell1", Addr: data + 0x108, Size: 8, Kind: 'D'},
+		{Name: "cell2", Addr: data + 0x110, Size: 8, Kind: 'D'},
+		{Name: "cell3", Addr: data + 0x118, Size: 8, Kind: 'D'},
+		{Name: "cell4", Addr: data + 0x120, Size: 8, Kind: 'D'},
 	})
 	tg.Calls = true
 	tg.Map(data, 4096, true)

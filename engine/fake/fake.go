@@ -362,6 +362,10 @@ func (t *Target) step(th *Thread) (engine.Event, bool) {
 		return t.die(th, SIGSEGV), true
 	}
 	t.Executed[rip]++
+	if th.detached && th.fired != 0 {
+		// a debug register left set: nobody handles its trap
+		return t.die(th, SIGTRAP), true
+	}
 	return engine.Event{}, false
 }
 
@@ -378,6 +382,7 @@ func (t *Target) fault(th *Thread) engine.Event {
 // die ends the whole process, killed by sig.
 func (t *Target) die(th *Thread, sig int) engine.Event {
 	name := map[int]string{SIGTRAP: "SIGTRAP", SIGSEGV: "SIGSEGV"}[sig]
+	t.clearWatches()
 	for _, o := range t.threads {
 		if !o.exited {
 			o.exited, o.outcome = true, "killed by "+name
@@ -392,6 +397,7 @@ func (t *Target) exitEvent(th *Thread, how string, code int) engine.Event {
 			return engine.Event{Kind: engine.EvThreadExit, Tid: th.Tid, Space: Pid}
 		}
 	}
+	t.clearWatches()
 	return engine.Event{Kind: engine.EvSpaceExit, Tid: th.Tid, Space: Pid, Exit: how, Code: code}
 }
 

@@ -56,6 +56,9 @@ func (w WatchTarget) WatchHit(tid int) (uint8, bool, error) {
 	return fired, other, nil
 }
 
+// clearWatches: the process is gone, and its debug registers with it.
+func (t *Target) clearWatches() { t.watches = [engine.NumWatch]*engine.Watch{} }
+
 // Watched is what debug register slot watches, nil when it is off.
 func (t *Target) Watched(slot int) *engine.Watch {
 	t.mu.Lock()
@@ -68,11 +71,9 @@ func (t *Target) Watched(slot int) *engine.Watch {
 }
 
 // access notes an instruction's access of n bytes at addr: the debug
-// registers it meets fire.
+// registers it meets fire. A detached thread keeps them, as a process
+// does after PTRACE_DETACH: it dies of the trap (step).
 func (t *Target) access(th *Thread, addr uint64, n int, write bool) {
-	if th.detached {
-		return // a tracer's debug registers go with it
-	}
 	for slot, w := range t.watches {
 		if w == nil || (!write && w.Mode != rpn.WatchReadWrite) {
 			continue
