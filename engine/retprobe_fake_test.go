@@ -24,7 +24,8 @@ const (
 	cCaller = 0x1030 // call c_tail; ret
 	cStore  = 0x1040 // mov %rax,(%rbx); nop; ret
 	cLoad   = 0x1050 // mov (%rax),%rax; ret
-	cEnd    = 0x1060
+	cWide   = 0x1060 // push %rbp; 4 nops; pop %rbp; ret: room for a jump
+	cEnd    = 0x1070
 )
 
 // Where the calls return to: after c_main's call of c_leaf, after
@@ -53,9 +54,7 @@ func callProcess(t *testing.T) *fake.Target {
 	put(cCaller, append(append([]byte{0xe8}, rel32(cCaller, cCaller+5, cTail)...), 0xc3)...)
 	put(cStore, 0x48, 0x89, 0x03, 0x90, 0xc3)
 	put(cLoad, 0x48, 0x8b, 0x00, 0xc3)
-	for i := cLoad + 4; i < cEnd; i++ {
-		code[i-cMain] = 0x90
-	}
+	put(cWide, 0x55, 0x90, 0x90, 0x90, 0x90, 0x5d, 0xc3)
 	tg, err := fake.New("prog", cMain, code, fmt.Sprintf("%016x T c_main\n", cMain))
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +66,7 @@ func callProcess(t *testing.T) *fake.Target {
 		{Name: "c_caller", Addr: cCaller, Size: 6, Kind: 'T'},
 		{Name: "c_store", Addr: cStore, Size: 5, Kind: 'T'},
 		{Name: "c_load", Addr: cLoad, Size: 4, Kind: 'T'},
+		{Name: "c_wide", Addr: cWide, Size: 7, Kind: 'T'},
 		// cells for watch probes
 		{Name: "cell0", Addr: data + 0x100, Size: 8, Kind: 'D'},
 		{Name: "cell1", Addr: data + 0x108, Size: 8, Kind: 'D'},

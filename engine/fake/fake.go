@@ -245,6 +245,14 @@ func (t *Target) endIteration(th *Thread) (engine.Event, bool) {
 	return engine.Event{}, false
 }
 
+// Thread is thread tid, nil if there is none: a test sets its registers
+// before the engine starts.
+func (t *Target) Thread(tid int) *Thread {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.threads[tid]
+}
+
 // Outcome says how a thread ended: "exited", "killed by SIGTRAP", ...;
 // "" while it runs or is traced.
 func (t *Target) Outcome(tid int) string {
