@@ -198,7 +198,9 @@ func (j JumpTarget) SyscallStops(tid int, on bool) {
 }
 
 // EndSyscall: the fake's threads make no system calls.
-func (j JumpTarget) EndSyscall(tid int) error { return fmt.Errorf("fake: thread %d is in no system call", tid) }
+func (j JumpTarget) EndSyscall(tid int) error {
+	return fmt.Errorf("fake: thread %d is in no system call", tid)
+}
 
 func (j JumpTarget) MapRanges(space int) ([][2]uint64, error) {
 	j.mu.Lock()
