@@ -54,6 +54,9 @@ type fakeRun struct {
 	recs []engine.Record
 	// onCommit runs on the engine's loop at each commit
 	onCommit func(*engine.Record)
+	// warned, when set, takes the engine's warnings (else each fails
+	// the test)
+	warned *[]string
 }
 
 func startFake(t *testing.T, tg *fake.Target) *fakeRun {

@@ -63,6 +63,8 @@ type Target struct {
 	// OnKick runs (on the caller's goroutine) when Kick is called: a test
 	// learns that a command of the engine's is waiting.
 	OnKick func()
+	// OnResume runs (on the engine's loop) after each Resume.
+	OnResume func(tid, sig int)
 	// WaitErr, when set, is asked first at each Wait: an error it
 	// returns is Wait's (a backend whose wait failed: a hypercall
 	// refused), the threads staying as they are.
@@ -108,6 +110,8 @@ type Target struct {
 	// its code is entered (engine.Loaded.Entries): without it the engine
 	// knows nothing of them, and puts no jump pad there.
 	Entries func() (*entries.Set, error)
+	// ShadowStack: the process runs with CET shadow stacks (JumpTarget)
+	ShadowStack bool
 	// watches are the debug registers of the process (WatchTarget)
 	watches [engine.NumWatch]*engine.Watch
 	// jump is the memory and journal of a JumpTarget
@@ -162,6 +166,14 @@ type Thread struct {
 	firedStep bool
 	// Signals blocked (BlockPadSignals): how many times
 	Blocked int
+	// SignalAt makes the thread stop, the first time it reaches this
+	// address, for an asynchronous signal Signal (a kill from another
+	// process arriving there). Resumed with it, the process dies of it,
+	// unless the thread blocks its signals: then it stays pending
+	// (Pending) and the thread runs on.
+	SignalAt uint64
+	Signal   int
+	Pending  []int
 }
 
 // New makes a process whose code is code at base, named module, with
@@ -412,6 +424,11 @@ func (t *Target) exitEvent(th *Thread, how string, code int) engine.Event {
 // run runs a thread until it stops or ends.
 func (t *Target) run(th *Thread) engine.Event {
 	for {
+		if th.SignalAt != 0 && th.Regs[rpn.RegRIP] == th.SignalAt {
+			th.SignalAt = 0
+			th.stopped = true
+			return engine.Event{Kind: engine.EvSignal, Tid: th.Tid, Space: Pid, Sig: th.Signal, Async: true}
+		}
 		stepping := th.stepping
 		ev, stop := t.step(th)
 		if !stop && th.StopAt != 0 && th.Regs[rpn.RegRIP] == th.StopAt {
@@ -573,13 +590,26 @@ func (t *Target) Step(tid int) error {
 }
 
 // Resume lets a thread run; a signal kills the process (the fake program
-// has no handlers).
+// has no handlers) unless the thread blocks its signals. OnResume, if
+// set, runs after.
 func (t *Target) Resume(tid, sig int) error {
+	err := t.resume(tid, sig)
+	if t.OnResume != nil && err == nil {
+		t.OnResume(tid, sig)
+	}
+	return err
+}
+
+func (t *Target) resume(tid, sig int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	th, err := t.thread(tid)
 	if err != nil {
 		return err
+	}
+	if sig != 0 && th.Blocked > 0 {
+		th.Pending = append(th.Pending, sig)
+		sig = 0
 	}
 	if sig != 0 {
 		t.queue = append(t.queue, t.die(th, sig))

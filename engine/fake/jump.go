@@ -145,6 +145,13 @@ func (t *Target) Patches() []uint64 {
 	return out
 }
 
+// HeldBytes are the held bytes of the pad areas, as journaled.
+func (t *Target) HeldBytes() []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]uint64{}, t.jump.Held...)
+}
+
 // Mapped reports whether anything is mapped at addr.
 func (t *Target) Mapped(addr uint64) bool {
 	t.mu.Lock()
@@ -165,7 +172,7 @@ func (j JumpTarget) JournalHeld(space int, addr uint64) error {
 }
 
 func (j JumpTarget) FSGSBase(space int) bool    { return false }
-func (j JumpTarget) ShadowStack(space int) bool { return false }
+func (j JumpTarget) ShadowStack(space int) bool { return j.Target.ShadowStack }
 func (j JumpTarget) NSIDs(tid int) (int, int)   { return tid, Pid }
 
 func (j JumpTarget) BlockPadSignals(tid int) error {
