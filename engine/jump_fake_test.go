@@ -207,7 +207,9 @@ func TestFakeJumpRefusals(t *testing.T) {
 			set: func(tg *fake.Target, _ *engine.Options) { tg.ShadowStack = true }},
 		// joins the int3 there: no jump tried
 		{name: "int3 there", first: "offset = c_wide\nminor = 9\nlogonfault = yes\nexit 1\n"},
-		{name: "int3 inside", why: "another breakpoint (0x1062) is inside the covered bytes", first: "offset = c_wide+2\nminor = 9\nexit 1\n"},
+		// logonfault = yes: on an int3 (the bytes from c_wide+2 to the ret
+		// would take a jump)
+		{name: "int3 inside", why: "another breakpoint (0x1062) is inside the covered bytes", first: "offset = c_wide+2\nminor = 9\nlogonfault = yes\nexit 1\n"},
 		// the thread runs elsewhere: the fake cannot run the first
 		// probe's pad
 		{name: "jump overlaps", why: "the jump of the probe at 0x1061 overlaps", first: "offset = c_wide+1\nminor = 9\nexit 1\n", hits: 0, probe: "c_wide",
@@ -273,7 +275,7 @@ func TestFakeJumpMovedToInt3(t *testing.T) {
 		name, second, why string
 		int3s             []uint64
 	}{
-		{"inside", "offset = c_wide+2\nminor = 2\ninc lv,1\nexit 1\n", "another probe (at 0x1062) is inside the bytes its jump would cover", []uint64{cWide, cWide + 2}},
+		{"inside", "offset = c_wide+2\nminor = 2\nlogonfault = yes\ninc lv,1\nexit 1\n", "another probe (at 0x1062) is inside the bytes its jump would cover", []uint64{cWide, cWide + 2}},
 		{"logonfault", "offset = c_wide\nminor = 2\nlogonfault = yes\ninc lv,1\nexit 1\n", "shares its address with a probe that cannot run in a pad (logonfault = yes: the record of a faulting step is the int3 route's)", []uint64{cWide}},
 		// maxactive: its calls are tracked from the entry
 		{"retprobe", "retprobe = c_wide\nminor = 2\nmaxactive = 4\ninc lv,1\nexit 1\n", "a return probe's breakpoint is at this address", []uint64{cWide, cWide + 6}},
