@@ -114,7 +114,7 @@ func (e *Engine) sharedWithOther(sp *space, host JumpHost) bool {
 // be in back to their areas (every thread stopped for the proof). It
 // returns how many came back.
 func (e *Engine) reclaim(sp *space) int {
-	host, ok := e.tgt.(JumpHost)
+	host, ok := e.ab.jump, e.ab.jump != nil
 	if !ok || sp.detached {
 		return 0
 	}
@@ -235,7 +235,7 @@ func (e *Engine) freeRegionSlots(rg *region) {
 // detach and is not used to make the system calls. What cannot be
 // unmapped stays, and Warn says why.
 func (e *Engine) unmapAreas(sp *space, sigOf map[int][]Event) {
-	host, ok := e.tgt.(JumpHost)
+	host, ok := e.ab.jump, e.ab.jump != nil
 	if !ok || sp == nil || sp.detached || sp.unmapped {
 		return
 	}

@@ -135,7 +135,7 @@ func (e *Engine) takeOutAll(sp *space) error {
 func (e *Engine) forget(sp *space, addr uint64) {
 	delete(sp.bps, addr)
 	delete(sp.removed, addr)
-	if f, ok := e.tgt.(BreakpointForgetter); ok && !sp.detached {
+	if f := e.ab.forgetter; f != nil && !sp.detached {
 		if err := f.ForgetBreakpoint(sp.id, addr); err != nil {
 			e.warn(fmt.Sprintf("forget the breakpoint at %#x, in code unloaded: %v", addr, err))
 		}
@@ -283,7 +283,7 @@ func (e *Engine) allocSlot(sp *space, addr uint64) (uint64, error) {
 	if sp.noXOL {
 		return 0, nil
 	}
-	mapper, ok := e.tgt.(XOLMapper)
+	mapper, ok := e.ab.xol, e.ab.xol != nil
 	if !ok {
 		sp.noXOL = true
 		return 0, nil

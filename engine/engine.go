@@ -48,6 +48,7 @@ type Engine struct {
 	sw      *switchMem // the modules' switches (switch.go)
 	tgt     Target
 	os      OS // tgt.OS()
+	ab      abilities
 	cmds    chan func()
 	done    chan struct{}
 	err     error
@@ -134,11 +135,12 @@ func Start(open func() (Target, error), opts Options) (*Engine, error) {
 		}
 		e.tgt = tgt
 		e.os = tgt.OS()
-		if oa, ok := tgt.(OwnerAware); ok {
-			oa.SetOwner(owner{e})
+		e.ab = findAbilities(tgt, e.os)
+		if e.ab.ownerAware != nil {
+			e.ab.ownerAware.SetOwner(owner{e})
 		}
-		if w, ok := tgt.(Warner); ok {
-			w.SetWarn(e.warn)
+		if e.ab.warner != nil {
+			e.ab.warner.SetWarn(e.warn)
 		}
 		if sps := tgt.Spaces(); len(sps) > 0 {
 			e.pid = sps[0]
@@ -241,7 +243,7 @@ func (e *Engine) EndReason() string {
 func (e *Engine) loop() {
 	defer func() {
 		// what the target has of its own goes before Close returns
-		if c, ok := e.tgt.(TargetCloser); ok {
+		if c := e.ab.closer; c != nil {
 			c.CloseTarget()
 		}
 		close(e.done)

@@ -72,8 +72,8 @@ type hitStack struct {
 
 // Stack unwinds the thread's stack (rpn.StackEnv) through the OS.
 func (h *hitEnv) Stack(kernel bool, pcs []uint64) (int, bool) {
-	u, ok := h.e.os.(StackUnwinder)
-	if !ok {
+	u := h.e.ab.unwinder
+	if u == nil {
 		return 0, false
 	}
 	n, exact, ok := u.Unwind(h.th.space, h.th.tid, &h.th.regs, kernel, pcs)
@@ -89,7 +89,7 @@ func (e *Engine) namedStacks(th *thread) []pb.Stack {
 	if len(th.env.stacks) == 0 {
 		return nil
 	}
-	u := e.os.(StackUnwinder)
+	u := e.ab.unwinder
 	out := make([]pb.Stack, 0, len(th.env.stacks))
 	for _, st := range th.env.stacks {
 		kind := "user"
@@ -108,7 +108,7 @@ func (e *Engine) namedStacks(th *thread) []pb.Stack {
 // (a kernel) would log it. Such a probe is refused at insert by an OS
 // that takes no stacks (Place), so every exception record of it has one.
 func (e *Engine) autoStack(th *thread) []pb.Stack {
-	u, ok := e.os.(StackUnwinder)
+	u, ok := e.ab.unwinder, e.ab.unwinder != nil
 	if !ok {
 		return nil
 	}
@@ -139,7 +139,7 @@ func (h *hitEnv) SetReg(r rpn.Reg, user bool, v uint64) bool {
 	if user {
 		// the saved user-mode registers of a kernel's current task, where
 		// the OS can write them (a user module's pop u is pop r)
-		if w, ok := h.e.os.(UserRegWriter); ok {
+		if w := h.e.ab.userRegs; w != nil {
 			return w.SetUserReg(h.th.tid, &h.th.regs, r, v)
 		}
 		return false
@@ -188,7 +188,7 @@ func (h *hitEnv) Sys(v rpn.SysValue) (uint64, bool) {
 }
 
 func (h *hitEnv) IO(port uint64, size uint8, write bool, v uint64) (uint64, bool) {
-	if p, ok := h.e.tgt.(PortIO); ok {
+	if p := h.e.ab.portIO; p != nil {
 		x, err := p.PortIO(port, size, write, v)
 		return x, err == nil
 	}
@@ -330,7 +330,7 @@ func (e *Engine) runDisplaced(th *thread, bp *breakpoint, recs []Record, keep []
 		return
 	}
 	th.step = &pendingStep{bp: bp, recs: append([]Record{}, recs...), keepOnFault: append([]bool{}, keep...)}
-	if b, ok := e.tgt.(SignalBlocker); ok && !isSyscall(&bp.insn) {
+	if b := e.ab.blocker; b != nil && !isSyscall(&bp.insn) {
 		// signals wait in the kernel until the step is over (a system
 		// call stepped keeps them: it may be the one that waits for one)
 		if b.BlockSignals(th.tid) == nil {
@@ -344,7 +344,7 @@ func (e *Engine) runDisplaced(th *thread, bp *breakpoint, recs []Record, keep []
 func (e *Engine) unblockSignals(th *thread) {
 	if th.blocked {
 		th.blocked = false
-		e.fail(e.tgt.(SignalBlocker).UnblockSignals(th.tid), "give thread %d its signal mask back", th.tid)
+		e.fail(e.ab.blocker.UnblockSignals(th.tid), "give thread %d its signal mask back", th.tid)
 	}
 }
 
@@ -428,7 +428,7 @@ const maxHeldSigs = 8
 // signal's handler would return to the probed address and the probe
 // would fire twice for one execution.
 func (e *Engine) holdSignal(th *thread) bool {
-	h, ok := e.tgt.(SignalHolder)
+	h, ok := e.ab.holder, e.ab.holder != nil
 	if !ok {
 		return false
 	}
@@ -448,7 +448,7 @@ func (e *Engine) holdSignal(th *thread) bool {
 // code and changes nothing when delivered (SignalHolder.Inert): it is
 // delivered where the thread is, never held and sent again.
 func (e *Engine) inert(ev Event) bool {
-	h, ok := e.tgt.(SignalHolder)
+	h, ok := e.ab.holder, e.ab.holder != nil
 	return ok && h.Inert(ev.Tid, ev.Sig)
 }
 
@@ -458,7 +458,7 @@ func (e *Engine) releaseSignals(th *thread) {
 		return
 	}
 	th.heldSigs = 0
-	if err := e.tgt.(SignalHolder).Release(th.tid); err != nil {
+	if err := e.ab.holder.Release(th.tid); err != nil {
 		e.warn(fmt.Sprintf("signals held during an out-of-line step of thread %d: %v", th.tid, err))
 	}
 }
@@ -574,7 +574,7 @@ func (e *Engine) commitAll(th *thread, recs []Record) {
 		case rpn.ExitDump:
 			var path string
 			err := errors.New("this target cannot write dumps")
-			if d, ok := e.tgt.(Dumper); ok {
+			if d := e.ab.dumper; d != nil {
 				path, err = d.Dump(th.space, th.tid, e.opts.DumpDir)
 			}
 			if err != nil {
@@ -583,7 +583,7 @@ func (e *Engine) commitAll(th *thread, recs []Record) {
 				r.Dump = path
 			}
 		case rpn.ExitDebugger:
-			if h, ok := e.tgt.(Handover); ok {
+			if h := e.ab.handover; h != nil {
 				r.Debugger = h.DebuggerCommand(th.space, th.tid)
 			} else {
 				r.Debugger = fmt.Sprintf("gdb -p %d", th.space)

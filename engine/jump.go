@@ -30,64 +30,6 @@ import (
 // commit into their region's ring. Any probe it cannot put on a jump
 // stays on the int3 route, and query says why.
 
-// JumpHost is a target that can take jump pads: a process.
-type JumpHost interface {
-	XOLMapper
-	// MapShared maps gprobes' memfd into the space, read-write and
-	// shared, using stopped thread tid; it returns the address.
-	MapShared(space, tid int, fd int, size uint64) (uint64, error)
-	// Patch writes code over orig at addr (every thread stopped),
-	// journaled first so that a recovery can put orig back; Unpatch puts
-	// orig back.
-	Patch(space int, addr uint64, code, orig []byte) error
-	Unpatch(space int, addr uint64, orig []byte) error
-	// TIDOffset says where, from its fs_base, stopped thread tid keeps
-	// its own id (0: nowhere gprobes trusts; the pads ask the kernel).
-	TIDOffset(space, tid int) uint64
-	// JournalHeld records the held byte of a pad area at addr, so that a
-	// recovery clears it: left at 1 with no tracer, every thread
-	// leaving a pad would stop on its int3 and die of SIGTRAP.
-	JournalHeld(space int, addr uint64) error
-	// FSGSBase reports whether the space's code may run rdfsbase.
-	FSGSBase(space int) bool
-	// ShadowStack reports whether the space runs with CET shadow stacks.
-	ShadowStack(space int) bool
-	// NSIDs returns the ids thread tid sees for itself and its process
-	// (gettid, getpid), which differ from gprobes' in a pid namespace of
-	// the process's own.
-	NSIDs(tid int) (nsTid, nsPid int)
-	// MapStacks maps size bytes of private read-write memory, anywhere in
-	// the space, using stopped thread tid: the pads' stacks.
-	MapStacks(space, tid int, size uint64) (uint64, error)
-	// LiveWord maps the tracer's liveness word into the space (once per
-	// process image; a fork child shares it) using stopped thread tid,
-	// journaled, and returns its address: pad.LiveDead set in it means
-	// the tracer is gone (the kernel sets it as the tracer thread dies,
-	// before it detaches its tracees; a recovery sets it first).
-	LiveWord(space, tid int) (uint64, error)
-	// BlockPadSignals blocks the asynchronous signals of stopped thread
-	// tid, recording its mask where a recovery finds it;
-	// UnblockPadSignals gives it back. A signal resent to a thread with
-	// it blocked stays pending, with its siginfo (the kernel requeues it).
-	BlockPadSignals(tid int) error
-	UnblockPadSignals(tid int) error
-	// SyscallStops makes thread tid stop at the entry and the exit of its
-	// system calls (EvSyscall) from its next resume on, or no longer.
-	SyscallStops(tid int, on bool)
-	// EndSyscall makes stopped thread tid, at a system call's exit,
-	// return with the registers it was given: no restart of the call.
-	EndSyscall(tid int) error
-	// MapRanges returns the space's mappings, [start, end) each, in
-	// order.
-	MapRanges(space int) ([][2]uint64, error)
-	// Unmap unmaps what AllocXOL or MapShared mapped, using stopped
-	// thread tid.
-	Unmap(space, tid int, addr, size uint64) error
-	// SharesMemory reports whether two spaces are one address space (a
-	// vfork child and its parent).
-	SharesMemory(a, b int) (bool, error)
-}
-
 // Route values of Options.Route.
 const (
 	RouteAuto = ""     // jump pads where safe, int3 elsewhere
@@ -242,7 +184,7 @@ func (e *Engine) tryJump(sp *space, inst *instance, p *eprobe, addr uint64) stri
 	if e.opts.Route == RouteInt3 {
 		return "--route int3"
 	}
-	host, ok := e.tgt.(JumpHost)
+	host, ok := e.ab.jump, e.ab.jump != nil
 	if !ok || e.os.Kernel() {
 		return "the target takes no jump pads"
 	}
@@ -766,7 +708,7 @@ func (e *Engine) noteThread(tid, spID int) {
 		rg := sp.jump.rg
 		own := tid
 		if rg.ns {
-			own, _ = e.tgt.(JumpHost).NSIDs(tid)
+			own, _ = e.ab.jump.NSIDs(tid)
 			rg.nsRoot[own] = tid
 		}
 		pad.SetThread(rg.mem.Bytes, own, idx, tid, spID)
@@ -1233,7 +1175,7 @@ func (e *Engine) unplaceJump(sp *space, addr uint64, p *eprobe) error {
 		delete(js.sites, addr)
 		return nil
 	}
-	host := e.tgt.(JumpHost)
+	host := e.ab.jump
 	stopped, _ := e.stopAll(sp.id)
 	defer e.resumeStopped(stopped)
 	old, oldProbes := site.pad, site.probes
@@ -1273,7 +1215,7 @@ func (e *Engine) takeOutJumps(sp *space) error {
 	if sp.jump == nil {
 		return nil
 	}
-	host, _ := e.tgt.(JumpHost)
+	host := e.ab.jump
 	var errs []error
 	// signals held for threads inside pads go in as they leave: now
 	for tid := range sp.jump.holding {
@@ -1393,7 +1335,7 @@ func (e *Engine) padSignal(th *thread, ev Event) bool {
 		e.resume(th.tid, ev.Sig)
 		return true
 	}
-	host := e.tgt.(JumpHost)
+	host := e.ab.jump
 	if err := host.BlockPadSignals(th.tid); err != nil {
 		e.warn(fmt.Sprintf("a signal for thread %d inside a pad is delivered there: %v", th.tid, err))
 		e.resume(th.tid, ev.Sig)
@@ -1495,7 +1437,7 @@ func (e *Engine) setHeld(sp *space, v byte) {
 // goes on from, still stopping at system calls.
 func (e *Engine) padSyscall(th *thread) {
 	sp := e.spaces[th.space]
-	host, _ := e.tgt.(JumpHost)
+	host := e.ab.jump
 	if e.tgt.GetRegs(th.tid, &th.regs) != nil || sp == nil || sp.jump == nil || host == nil {
 		e.resume(th.tid, 0)
 		return
@@ -1547,7 +1489,7 @@ func (e *Engine) padHoldGone(tid, spID int) {
 // padRelease gives a thread gprobes held signals for inside a pad its
 // mask back (its signals come as it runs) and stops its system-call stops.
 func (e *Engine) padRelease(sp *space, th *thread) {
-	host := e.tgt.(JumpHost)
+	host := e.ab.jump
 	host.SyscallStops(th.tid, false)
 	e.fail(host.UnblockPadSignals(th.tid), "give thread %d its signal mask back", th.tid)
 	th.heldPad = false
@@ -1561,7 +1503,7 @@ func (e *Engine) padRelease(sp *space, th *thread) {
 // probe there, and the jump pointed at it (threads stopped).
 func (e *Engine) joinJump(sp *space, p *eprobe, addr uint64) string {
 	site := sp.jump.sites[addr]
-	host := e.tgt.(JumpHost)
+	host := e.ab.jump
 	old, oldProbes := site.pad, site.probes
 	if why := e.buildPad(sp, host, sp.jump.rg, site, append(append([]*eprobe{}, site.probes...), p)); why != "" {
 		return why
@@ -1672,7 +1614,7 @@ func (e *Engine) jumpThread(tid, spID int) {
 		// a thread that does not keep its id where the pads read it (a
 		// vfork child): they ask the kernel while it lives
 		rg := sp.jump.rg
-		if rg.tcbOff != 0 && e.tgt.(JumpHost).TIDOffset(spID, tid) != rg.tcbOff {
+		if rg.tcbOff != 0 && e.ab.jump.TIDOffset(spID, tid) != rg.tcbOff {
 			rg.odd[tid] = true
 			atomic.StoreUint64(rg.mem.Word(pad.OffTCBTid), 0)
 		}
@@ -1691,7 +1633,7 @@ func (e *Engine) demoteJump(sp *space, addr uint64, why string) ([]*eprobe, erro
 	site := js.sites[addr]
 	stopped, _ := e.stopAll(sp.id)
 	defer e.resumeStopped(stopped)
-	if err := e.tgt.(JumpHost).Unpatch(sp.id, addr, site.orig); err != nil {
+	if err := e.ab.jump.Unpatch(sp.id, addr, site.orig); err != nil {
 		return nil, err
 	}
 	delete(js.sites, addr)
@@ -1835,7 +1777,7 @@ func (e *Engine) retryTCB(sp *space, tid int) {
 	if rg.tcbOff != 0 || len(e.tgt.Threads(sp.id)) != 1 || rg.refs != 1 {
 		return
 	}
-	if off := e.tgt.(JumpHost).TIDOffset(sp.id, tid); off != 0 {
+	if off := e.ab.jump.TIDOffset(sp.id, tid); off != 0 {
 		rg.tcbOff = off
 		if len(rg.odd) == 0 {
 			atomic.StoreUint64(rg.mem.Word(pad.OffTCBTid), off)

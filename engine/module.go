@@ -204,7 +204,7 @@ func (e *Engine) refusedWhy(p *eprobe) string {
 // kstack) cannot be taken on this target, where the OS knows it at
 // insert (StackRefuser), or "".
 func (e *Engine) stackRefused(m *rpn.Module, d *rpn.Probe) string {
-	r, ok := e.os.(StackRefuser)
+	r, ok := e.ab.refuser, e.ab.refuser != nil
 	if !ok {
 		return ""
 	}
@@ -232,10 +232,10 @@ func (e *Engine) autoStackRefused(d *rpn.Probe) string {
 	if !d.AutoStack {
 		return ""
 	}
-	if _, ok := e.os.(StackUnwinder); !ok {
+	if e.ab.unwinder == nil {
 		return "autostacktrace = yes: this target takes no stacks yet, so its exception records would carry none"
 	}
-	if r, ok := e.os.(StackRefuser); ok {
+	if r := e.ab.refuser; r != nil {
 		if why := r.StackRefused(e.os.Kernel()); why != "" {
 			return "autostacktrace = yes: " + why + "; its exception records would carry no stack"
 		}
@@ -916,7 +916,7 @@ func (e *Engine) plantRendezvous(sp *space, addr uint64) bool {
 // pendingReason gives probes left pending in a space the target's reason
 // (a guest kernel's module not loaded, or unloaded).
 func (e *Engine) pendingReason(sp *space, name string, probes []*eprobe, unloaded bool) {
-	pr, ok := e.os.(PendingReasoner)
+	pr, ok := e.ab.pending, e.ab.pending != nil
 	if !ok {
 		return
 	}

@@ -10,9 +10,9 @@ var (
 
 // AddSymbols gives the target's OS more symbol files, if it takes them.
 func (e *Engine) AddSymbols(paths []string) error {
-	return e.WithTarget(func(tg Target) error {
-		if g, ok := tg.OS().(SymbolLoader); ok {
-			return g.AddSymbols(paths)
+	return e.WithTarget(func(Target) error {
+		if e.ab.loader != nil {
+			return e.ab.loader.AddSymbols(paths)
 		}
 		return nil
 	})

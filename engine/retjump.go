@@ -25,7 +25,7 @@ import (
 // they may), for probes that need no tracking; none reports that the
 // target takes no pads (a guest), where HOW stays the int3 route's own.
 func (e *Engine) retPadsWhy(fn *retFunc, probes []*eprobe) (why string, none bool) {
-	if _, ok := e.tgt.(JumpHost); !ok || e.os.Kernel() || e.opts.Route == RouteInt3 {
+	if e.ab.jump == nil || e.os.Kernel() || e.opts.Route == RouteInt3 {
 		return "", true
 	}
 	switch {
@@ -57,7 +57,7 @@ func retProbesOf(fn *retFunc) []*eprobe {
 // bytes) on a jump pad with probes: "" when it is in, else why not (the
 // ret then takes an int3).
 func (e *Engine) retPadTry(sp *space, inst *instance, fn *retFunc, code []byte, ret uint64, probes []*eprobe) string {
-	host := e.tgt.(JumpHost)
+	host := e.ab.jump
 	js := e.jumpSpace(sp)
 	if js.no != "" {
 		return js.no
@@ -154,7 +154,7 @@ func (sp *space) retPadSite(fn *retFunc, ret uint64) *jumpSite {
 func (e *Engine) retPadToInt3(sp *space, site *jumpSite, why string) error {
 	fn := sp.calls.funcs[site.retFn]
 	stopped, _ := e.stopAll(sp.id)
-	err := e.tgt.(JumpHost).Unpatch(sp.id, site.addr, site.orig)
+	err := e.ab.jump.Unpatch(sp.id, site.addr, site.orig)
 	e.resumeStopped(stopped)
 	if err != nil {
 		return err
@@ -198,7 +198,7 @@ func (e *Engine) retPadsRebuild(sp *space, fn *retFunc) {
 		e.retPadsDrop(sp, fn)
 		return
 	}
-	host := e.tgt.(JumpHost)
+	host := e.ab.jump
 	for _, ret := range sortedKeys(fn.pads) {
 		site := sp.retPadSite(fn, ret)
 		if site == nil {
@@ -239,7 +239,7 @@ func (e *Engine) retPadsDrop(sp *space, fn *retFunc) {
 			continue
 		}
 		stopped, _ := e.stopAll(sp.id)
-		err := e.tgt.(JumpHost).Unpatch(sp.id, site.addr, site.orig)
+		err := e.ab.jump.Unpatch(sp.id, site.addr, site.orig)
 		e.resumeStopped(stopped)
 		if err != nil {
 			e.warn(fmt.Sprintf("return probe on %s: put back the code at %#x: %v", fn.name, site.addr, err))

@@ -339,7 +339,7 @@ func (fn *retFunc) howText(e *Engine) string {
 	if fn.nout > 0 {
 		s += fmt.Sprintf(", %d %s out", fn.nout, plural(fn.nout, "jump"))
 	}
-	if _, ok := e.tgt.(JumpHost); ok && !e.os.Kernel() && e.opts.Route != RouteInt3 {
+	if e.ab.jump != nil && !e.os.Kernel() && e.opts.Route != RouteInt3 {
 		return fn.padHow(s)
 	}
 	return s

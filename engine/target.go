@@ -20,13 +20,18 @@ import (
 //     registers of a kernel's current task. Implemented once for Linux
 //     processes (ptrace) and once for Linux guest kernels seen from
 //     outside (linuxkernel.Guest, used by gdbtarget and xen alike).
-//   - optional abilities a backend may have, found with a type assertion
-//     on the Target: Dumper (exit 3), Handover (exit 4), PortIO, XOLMapper (out-of-line slots in the
-//     target's memory), SymbolLoader (more symbol files after open, on
-//     the OS), SignalHolder (keep a signal back during a step),
-//     OwnerAware (the engine's "is this trap ours?" for a backend that
-//     classifies stops itself), Watcher (debug registers for watch
-//     probes, watch.go); on the OS, UserRegWriter (pop u in a kernel).
+//   - optional abilities a backend may have, declared in this file and
+//     found once, when the engine opens the target (findAbilities): on
+//     the Target, Dumper (exit 3), Handover (exit 4), PortIO, XOLMapper
+//     (out-of-line slots in the target's memory), SignalHolder and
+//     SignalBlocker (keep signals back during a step), OwnerAware (the
+//     engine's "is this trap ours?" for a backend that classifies stops
+//     itself), Warner, BreakpointForgetter, SemaphoreJournaler,
+//     TargetCloser, Watcher (debug registers for watch probes) and
+//     JumpHost (jump pads); on the OS, SymbolLoader (more symbol files
+//     after open), UserRegWriter (pop u in a kernel), StackUnwinder,
+//     StackRefuser and PendingReasoner. A backend states each it has with
+//     a `var _ engine.X = ...` check beside its type.
 //
 // The engine owns everything else: the loop, the breakpoints and what is
 // ours (breakpoints.go), hits, steps, commits. A backend never runs probe
@@ -156,6 +161,10 @@ type PendingReasoner interface {
 // breakpoints there without writing the original bytes back (the memory
 // is about to be freed or reused). A target without one (a process:
 // dlclose'd code takes its int3s with it) is only told nothing.
+type BreakpointForgetter interface {
+	ForgetBreakpoint(space int, addr uint64) error
+}
+
 // SemaphoreJournaler is a Target that keeps, for gprobes' sudden death,
 // what it added to usdt semaphores in a space (engine/usdt.go): a
 // recovery counts them down again. JournalSemaphore records delta (+1
@@ -163,10 +172,6 @@ type PendingReasoner interface {
 // it down).
 type SemaphoreJournaler interface {
 	JournalSemaphore(space int, addr uint64, delta int) error
-}
-
-type BreakpointForgetter interface {
-	ForgetBreakpoint(space int, addr uint64) error
 }
 
 // Dumper is a target that can write a dump of an address space (exit 3):
@@ -311,4 +316,135 @@ type StackUnwinder interface {
 // invalid-operand at every hit.
 type StackRefuser interface {
 	StackRefused(kernel bool) string
+}
+
+// JumpHost is a target that can take jump pads (jump.go): a process.
+type JumpHost interface {
+	XOLMapper
+	// MapShared maps gprobes' memfd into the space, read-write and
+	// shared, using stopped thread tid; it returns the address.
+	MapShared(space, tid int, fd int, size uint64) (uint64, error)
+	// Patch writes code over orig at addr (every thread stopped),
+	// journaled first so that a recovery can put orig back; Unpatch puts
+	// orig back.
+	Patch(space int, addr uint64, code, orig []byte) error
+	Unpatch(space int, addr uint64, orig []byte) error
+	// TIDOffset says where, from its fs_base, stopped thread tid keeps
+	// its own id (0: nowhere gprobes trusts; the pads ask the kernel).
+	TIDOffset(space, tid int) uint64
+	// JournalHeld records the held byte of a pad area at addr, so that a
+	// recovery clears it: left at 1 with no tracer, every thread
+	// leaving a pad would stop on its int3 and die of SIGTRAP.
+	JournalHeld(space int, addr uint64) error
+	// FSGSBase reports whether the space's code may run rdfsbase.
+	FSGSBase(space int) bool
+	// ShadowStack reports whether the space runs with CET shadow stacks.
+	ShadowStack(space int) bool
+	// NSIDs returns the ids thread tid sees for itself and its process
+	// (gettid, getpid), which differ from gprobes' in a pid namespace of
+	// the process's own.
+	NSIDs(tid int) (nsTid, nsPid int)
+	// MapStacks maps size bytes of private read-write memory, anywhere in
+	// the space, using stopped thread tid: the pads' stacks.
+	MapStacks(space, tid int, size uint64) (uint64, error)
+	// LiveWord maps the tracer's liveness word into the space (once per
+	// process image; a fork child shares it) using stopped thread tid,
+	// journaled, and returns its address: pad.LiveDead set in it means
+	// the tracer is gone (the kernel sets it as the tracer thread dies,
+	// before it detaches its tracees; a recovery sets it first).
+	LiveWord(space, tid int) (uint64, error)
+	// BlockPadSignals blocks the asynchronous signals of stopped thread
+	// tid, recording its mask where a recovery finds it;
+	// UnblockPadSignals gives it back. A signal resent to a thread with
+	// it blocked stays pending, with its siginfo (the kernel requeues it).
+	BlockPadSignals(tid int) error
+	UnblockPadSignals(tid int) error
+	// SyscallStops makes thread tid stop at the entry and the exit of its
+	// system calls (EvSyscall) from its next resume on, or no longer.
+	SyscallStops(tid int, on bool)
+	// EndSyscall makes stopped thread tid, at a system call's exit,
+	// return with the registers it was given: no restart of the call.
+	EndSyscall(tid int) error
+	// MapRanges returns the space's mappings, [start, end) each, in
+	// order.
+	MapRanges(space int) ([][2]uint64, error)
+	// Unmap unmaps what AllocXOL or MapShared mapped, using stopped
+	// thread tid.
+	Unmap(space, tid int, addr, size uint64) error
+	// SharesMemory reports whether two spaces are one address space (a
+	// vfork child and its parent).
+	SharesMemory(a, b int) (bool, error)
+}
+
+// Watcher is a target with data breakpoints (x86 debug registers; watch
+// probes, watch.go). The engine chooses the register
+// (slot 0-3) of each watch; the backend programs it.
+type Watcher interface {
+	// DebugRegs says what the target uses each of the four debug
+	// registers for itself, "" for none: the xen backend's
+	// debug-register breakpoints share them with watches.
+	DebugRegs() [NumWatch]string
+	// SetWatch makes debug register slot watch w in every thread of a
+	// space, those created later included (WatchThread), stopping
+	// running threads for it if it must.
+	SetWatch(space, slot int, w Watch) error
+	// ClearWatch turns the register off in every thread of the space.
+	ClearWatch(space, slot int) error
+	// WatchThread gives a new thread of a space (stopped, at its first
+	// stop) the space's watches: a clone does not inherit them.
+	WatchThread(tid, space int) error
+	// WatchHit says, for a thread stopped by a trap, which registers
+	// fired (bit i: slot i) and clears that status (DR6), and whether
+	// the stop is also something else the engine handles as usual (a
+	// single-step that completed, a code breakpoint).
+	WatchHit(tid int) (fired uint8, other bool, err error)
+}
+
+// abilities are the optional abilities of the target and its OS, found
+// once when the engine opens the target: each is nil when the backend
+// does not have it. The engine asks these, never the target again.
+type abilities struct {
+	jump       JumpHost
+	watcher    Watcher
+	blocker    SignalBlocker
+	holder     SignalHolder
+	xol        XOLMapper
+	dumper     Dumper
+	handover   Handover
+	portIO     PortIO
+	forgetter  BreakpointForgetter
+	journaler  SemaphoreJournaler
+	closer     TargetCloser
+	ownerAware OwnerAware
+	warner     Warner
+	// the OS's
+	loader   SymbolLoader
+	unwinder StackUnwinder
+	refuser  StackRefuser
+	userRegs UserRegWriter
+	pending  PendingReasoner
+}
+
+// findAbilities is the one place the engine asks what a target can do.
+func findAbilities(t Target, os OS) abilities {
+	var a abilities
+	a.jump, _ = t.(JumpHost)
+	a.watcher, _ = t.(Watcher)
+	a.blocker, _ = t.(SignalBlocker)
+	a.holder, _ = t.(SignalHolder)
+	a.xol, _ = t.(XOLMapper)
+	a.dumper, _ = t.(Dumper)
+	a.handover, _ = t.(Handover)
+	a.portIO, _ = t.(PortIO)
+	a.forgetter, _ = t.(BreakpointForgetter)
+	a.journaler, _ = t.(SemaphoreJournaler)
+	a.closer, _ = t.(TargetCloser)
+	a.ownerAware, _ = t.(OwnerAware)
+	a.warner, _ = t.(Warner)
+	a.loader, _ = os.(SymbolLoader)
+	a.unwinder, _ = os.(StackUnwinder)
+	a.refuser, _ = os.(StackRefuser)
+	a.userRegs, _ = os.(UserRegWriter)
+	a.pending, _ = os.(PendingReasoner)
+	return a
 }

@@ -180,7 +180,7 @@ func (e *Engine) placeUSDT(sp *space, inst *instance, p *eprobe) {
 // semaphore counted up (harmless: the program computes arguments for a
 // nop), never counted down twice (another tool's count taken away).
 func (e *Engine) addSemaphore(sp *space, addr uint64, delta int) error {
-	sj, _ := e.tgt.(SemaphoreJournaler)
+	sj := e.ab.journaler
 	if sj != nil && delta < 0 {
 		if err := sj.JournalSemaphore(sp.id, addr, delta); err != nil {
 			e.warn(fmt.Sprintf("usdt semaphore at %#x: %v", addr, err))
@@ -276,7 +276,7 @@ func (e *Engine) usdtForked(child, parent *space) {
 // is written back (the breakpoints are forgotten by the caller); the
 // journal forgets the semaphores too.
 func (e *Engine) usdtUnmapped(sp *space, src *rpn.Module) {
-	sj, _ := e.tgt.(SemaphoreJournaler)
+	sj := e.ab.journaler
 	for p, in := range sp.usdt {
 		if p.src != src {
 			continue

@@ -65,30 +65,6 @@ func (w Watch) DR7(slot int) uint64 {
 	return (rw | ln<<2) << (16 + 4*slot)
 }
 
-// Watcher is a target with data breakpoints (x86 debug registers), found
-// with a type assertion on the Target. The engine chooses the register
-// (slot 0-3) of each watch; the backend programs it.
-type Watcher interface {
-	// DebugRegs says what the target uses each of the four debug
-	// registers for itself, "" for none: the xen backend's
-	// debug-register breakpoints share them with watches.
-	DebugRegs() [NumWatch]string
-	// SetWatch makes debug register slot watch w in every thread of a
-	// space, those created later included (WatchThread), stopping
-	// running threads for it if it must.
-	SetWatch(space, slot int, w Watch) error
-	// ClearWatch turns the register off in every thread of the space.
-	ClearWatch(space, slot int) error
-	// WatchThread gives a new thread of a space (stopped, at its first
-	// stop) the space's watches: a clone does not inherit them.
-	WatchThread(tid, space int) error
-	// WatchHit says, for a thread stopped by a trap, which registers
-	// fired (bit i: slot i) and clears that status (DR6), and whether
-	// the stop is also something else the engine handles as usual (a
-	// single-step that completed, a code breakpoint).
-	WatchHit(tid int) (fired uint8, other bool, err error)
-}
-
 // watchBooks are the engine's debug registers: the watch probe holding
 // each one.
 type watchBooks struct {
@@ -123,7 +99,7 @@ func (e *Engine) slotOf(p *eprobe) int {
 // a watch whose module is not loaded yet keeps its register meanwhile,
 // so the fifth is refused at once, never when a library appears.
 func (e *Engine) watchInsert(added []*eprobe) {
-	w, ok := e.tgt.(Watcher)
+	w, ok := e.ab.watcher, e.ab.watcher != nil
 	for _, p := range added {
 		if !isWatch(p) || p.State != StatePending {
 			continue
@@ -233,7 +209,7 @@ func (e *Engine) placeWatch(sp *space, inst *instance, p *eprobe) {
 		return
 	}
 	w := Watch{Addr: addr, Len: int(d.WatchLen), Mode: d.WatchMode}
-	if err := e.tgt.(Watcher).SetWatch(sp.id, slot, w); err != nil {
+	if err := e.ab.watcher.SetWatch(sp.id, slot, w); err != nil {
 		refuse("watch = %s: debug register DR%d: %v", d.Loc.Text, slot, err)
 		return
 	}
@@ -248,7 +224,7 @@ func (e *Engine) unplaceWatch(sp *space, p *eprobe) error {
 	if sp == nil || sp.detached || slot < 0 {
 		return nil
 	}
-	if err := e.tgt.(Watcher).ClearWatch(sp.id, slot); err != nil {
+	if err := e.ab.watcher.ClearWatch(sp.id, slot); err != nil {
 		return fmt.Errorf("turn debug register DR%d (watch = %s) off: %w", slot, p.def().Loc.Text, err)
 	}
 	return nil
@@ -289,7 +265,7 @@ func (e *Engine) watchThread(tid, spID int) {
 	if !e.watching() {
 		return
 	}
-	if w, ok := e.tgt.(Watcher); ok {
+	if w := e.ab.watcher; w != nil {
 		e.fail(w.WatchThread(tid, spID), "debug registers of new thread %d (its watches would not fire)", tid)
 	}
 }
@@ -308,7 +284,7 @@ func (e *Engine) watchForked(child, parent int) {
 		}
 		d := p.def()
 		w := Watch{Addr: addr, Len: int(d.WatchLen), Mode: d.WatchMode}
-		if err := e.tgt.(Watcher).SetWatch(child, slot, w); err != nil {
+		if err := e.ab.watcher.SetWatch(child, slot, w); err != nil {
 			e.warn(fmt.Sprintf("watch = %s in child %d: debug register DR%d: %v", d.Loc.Text, child, slot, err))
 			continue
 		}
@@ -364,7 +340,7 @@ func (e *Engine) watchTrap(th *thread) bool {
 	if !e.watching() {
 		return false
 	}
-	w, ok := e.tgt.(Watcher)
+	w, ok := e.ab.watcher, e.ab.watcher != nil
 	if !ok {
 		return false
 	}
@@ -609,7 +585,7 @@ func (e *Engine) watchStepped(th *thread, recs []Record) []Record {
 	if !e.watching() {
 		return recs
 	}
-	w, ok := e.tgt.(Watcher)
+	w, ok := e.ab.watcher, e.ab.watcher != nil
 	if !ok {
 		return recs
 	}

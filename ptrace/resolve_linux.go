@@ -23,7 +23,10 @@ import (
 // processOS is the engine's OS knowledge of Linux processes.
 type processOS struct{ tg *Target }
 
-var _ engine.OS = processOS{}
+var (
+	_ engine.OS              = processOS{}
+	_ engine.PendingReasoner = processOS{}
+)
 
 // OS: Linux processes.
 func (tg *Target) OS() engine.OS { return processOS{tg} }

@@ -55,11 +55,16 @@ func (tg *Target) warnf(format string, a ...any) {
 	}
 }
 
+// The optional abilities a process target has (engine/target.go).
 var (
-	_ engine.Target       = (*Target)(nil)
-	_ engine.SignalHolder = (*Target)(nil)
-	_ engine.Dumper       = (*Target)(nil)
-	_ engine.XOLMapper    = (*Target)(nil)
+	_ engine.Target             = (*Target)(nil)
+	_ engine.SignalHolder       = (*Target)(nil)
+	_ engine.SignalBlocker      = (*Target)(nil)
+	_ engine.Dumper             = (*Target)(nil)
+	_ engine.XOLMapper          = (*Target)(nil)
+	_ engine.JumpHost           = (*Target)(nil)
+	_ engine.SemaphoreJournaler = (*Target)(nil)
+	_ engine.TargetCloser       = (*Target)(nil)
 )
 
 func newTarget(t *Tracer) *Target {
