@@ -13,8 +13,9 @@ import (
 // model): everything that answers "is this trap ours?" — the breakpoints
 // of each address space, the addresses taken out while a thread may
 // still report a stop there, the out-of-line slots, the copies a fork
-// inherits — and the only code that plants or takes out a breakpoint in
-// a target. A breakpoint has a physical part (one address, its original
+// inherits — and the only code that writes what the engine plants into
+// a target: int3s, jumps to pads (plantJump, unplant) and debug registers
+// (setWatch, clearWatch). TestOneWriter holds it to that. A breakpoint has a physical part (one address, its original
 // instruction, its slot: breakpoint) and logical parts (the DPDF probes
 // at that address: probe). Every failure of the target is returned or,
 // where no caller can act on it, said through Options.Warn and on the
@@ -312,4 +313,51 @@ func (e *Engine) allocSlot(sp *space, addr uint64) (uint64, error) {
 func near(a, b uint64) bool {
 	d := int64(a - b)
 	return d > -(1<<31)+xolAreaSize && d < (1<<31)-xolAreaSize
+}
+
+// errPadFar: a jump reaches ±2 GiB, and the pad is farther.
+var errPadFar = errors.New("the pad is beyond ±2 GiB of the probe")
+
+// plantJump writes a site's jump to its pad over the bytes it covers (past
+// the jump, int3s: never run, nothing lands there), journaled with the
+// bytes as they were; every thread of the space is stopped. errPadFar
+// when the pad is out of reach.
+func (e *Engine) plantJump(sp *space, site *jumpSite) error {
+	jmp := x86.JmpTo(site.addr, site.pad.at)
+	if len(jmp) != x86.JumpLen {
+		return errPadFar
+	}
+	patch := append([]byte(nil), site.orig...)
+	copy(patch, jmp)
+	for i := x86.JumpLen; i < len(patch); i++ {
+		patch[i] = 0xcc
+	}
+	return e.ab.jump.Patch(sp.id, site.addr, patch, site.orig)
+}
+
+// plantJumpWhy is plantJump saying why not, for query's HOW.
+func (e *Engine) plantJumpWhy(sp *space, site *jumpSite) string {
+	switch err := e.plantJump(sp, site); {
+	case err == errPadFar:
+		return err.Error()
+	case err != nil:
+		return fmt.Sprintf("write the jump: %v", err)
+	}
+	return ""
+}
+
+// unplant puts back what a patch covered (a jump's bytes; a pad area's
+// held byte, 0) and takes it out of the journal.
+func (e *Engine) unplant(sp *space, addr uint64, orig []byte) error {
+	return e.ab.jump.Unpatch(sp.id, addr, orig)
+}
+
+// setWatch makes debug register slot watch w in a space; clearWatch turns
+// it off.
+func (e *Engine) setWatch(space, slot int, w Watch) error {
+	return e.ab.watcher.SetWatch(space, slot, w)
+}
+
+func (e *Engine) clearWatch(space, slot int) error {
+	return e.ab.watcher.ClearWatch(space, slot)
 }

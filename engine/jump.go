@@ -344,17 +344,8 @@ func (e *Engine) placeJump(sp *space, host JumpHost, site *jumpSite, probes []*e
 		time.Sleep(50 * time.Microsecond)
 	}
 	defer e.resumeStopped(stopped)
-	jmp := x86.JmpTo(addr, site.pad.at)
-	if len(jmp) != x86.JumpLen {
-		return "the pad is beyond ±2 GiB of the probe"
-	}
-	patch := make([]byte, plan.Len)
-	copy(patch, jmp)
-	for i := x86.JumpLen; i < len(patch); i++ {
-		patch[i] = 0xcc // never run: nothing lands there
-	}
-	if err := host.Patch(sp.id, addr, patch, site.orig); err != nil {
-		return fmt.Sprintf("write the jump: %v", err)
+	if why := e.plantJumpWhy(sp, site); why != "" {
+		return why
 	}
 	js.sites[addr] = site
 	placed = true
@@ -1181,20 +1172,15 @@ func (e *Engine) unplaceJump(sp *space, addr uint64, p *eprobe) error {
 	old, oldProbes := site.pad, site.probes
 	if len(keep) > 0 {
 		if why := e.buildPad(sp, host, js.rg, site, keep); why == "" {
-			jmp := x86.JmpTo(addr, site.pad.at)
-			if len(jmp) == x86.JumpLen {
-				patch := append([]byte(nil), site.orig...)
-				copy(patch, jmp)
-				for i := x86.JumpLen; i < len(patch); i++ {
-					patch[i] = 0xcc
-				}
-				if err := host.Patch(sp.id, addr, patch, site.orig); err != nil {
-					e.retirePad(sp, site.pad)
-					site.pad, site.probes = old, oldProbes
-					return err
-				}
+			err := e.plantJump(sp, site)
+			if err == nil {
 				e.retirePad(sp, old)
 				return nil
+			}
+			if err != errPadFar {
+				e.retirePad(sp, site.pad)
+				site.pad, site.probes = old, oldProbes
+				return err
 			}
 			e.retirePad(sp, site.pad)
 			site.pad, site.probes = old, oldProbes
@@ -1202,7 +1188,7 @@ func (e *Engine) unplaceJump(sp *space, addr uint64, p *eprobe) error {
 		// could not rebuild: the others go too (query says removed)
 	}
 	delete(js.sites, addr)
-	if err := host.Unpatch(sp.id, addr, site.orig); err != nil {
+	if err := e.unplant(sp, addr, site.orig); err != nil {
 		return err // the jump may still lead to the pad: not retired
 	}
 	e.retirePad(sp, site.pad)
@@ -1231,14 +1217,14 @@ func (e *Engine) takeOutJumps(sp *space) error {
 	if !sp.detached && host != nil {
 		// the held bytes at 0, and out of the journal
 		for _, a := range sp.jump.held {
-			if err := host.Unpatch(sp.id, a, []byte{0}); err != nil {
+			if err := e.unplant(sp, a, []byte{0}); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	for addr, site := range sp.jump.sites {
 		if !sp.detached && host != nil {
-			if err := host.Unpatch(sp.id, addr, site.orig); err != nil {
+			if err := e.unplant(sp, addr, site.orig); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -1508,7 +1494,7 @@ func (e *Engine) joinJump(sp *space, p *eprobe, addr uint64) string {
 	if why := e.buildPad(sp, host, sp.jump.rg, site, append(append([]*eprobe{}, site.probes...), p)); why != "" {
 		return why
 	}
-	if why := e.repoint(sp, host, site); why != "" {
+	if why := e.repoint(sp, site); why != "" {
 		e.retirePad(sp, site.pad)
 		site.pad, site.probes = old, oldProbes
 		return why
@@ -1522,22 +1508,13 @@ func (e *Engine) joinJump(sp *space, p *eprobe, addr uint64) string {
 
 // repoint writes the jump of a site to its (new) pad, every thread
 // stopped.
-func (e *Engine) repoint(sp *space, host JumpHost, site *jumpSite) string {
-	jmp := x86.JmpTo(site.addr, site.pad.at)
-	if len(jmp) != x86.JumpLen {
-		return "the pad is beyond ±2 GiB of the probe"
-	}
-	patch := append([]byte(nil), site.orig...)
-	copy(patch, jmp)
-	for i := x86.JumpLen; i < len(patch); i++ {
-		patch[i] = 0xcc
+func (e *Engine) repoint(sp *space, site *jumpSite) string {
+	if x86.JmpTo(site.addr, site.pad.at) == nil {
+		return errPadFar.Error()
 	}
 	stopped, _ := e.stopAll(sp.id)
 	defer e.resumeStopped(stopped)
-	if err := host.Patch(sp.id, site.addr, patch, site.orig); err != nil {
-		return fmt.Sprintf("write the jump: %v", err)
-	}
-	return ""
+	return e.plantJumpWhy(sp, site)
 }
 
 // dropJump forgets a space's jump books when its image is gone (exec:
@@ -1633,7 +1610,7 @@ func (e *Engine) demoteJump(sp *space, addr uint64, why string) ([]*eprobe, erro
 	site := js.sites[addr]
 	stopped, _ := e.stopAll(sp.id)
 	defer e.resumeStopped(stopped)
-	if err := e.ab.jump.Unpatch(sp.id, addr, site.orig); err != nil {
+	if err := e.unplant(sp, addr, site.orig); err != nil {
 		return nil, err
 	}
 	delete(js.sites, addr)

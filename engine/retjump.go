@@ -154,7 +154,7 @@ func (sp *space) retPadSite(fn *retFunc, ret uint64) *jumpSite {
 func (e *Engine) retPadToInt3(sp *space, site *jumpSite, why string) error {
 	fn := sp.calls.funcs[site.retFn]
 	stopped, _ := e.stopAll(sp.id)
-	err := e.ab.jump.Unpatch(sp.id, site.addr, site.orig)
+	err := e.unplant(sp, site.addr, site.orig)
 	e.resumeStopped(stopped)
 	if err != nil {
 		return err
@@ -207,7 +207,7 @@ func (e *Engine) retPadsRebuild(sp *space, fn *retFunc) {
 		old, oldProbes := site.pad, site.probes
 		why := e.buildPad(sp, host, sp.jump.rg, site, probes)
 		if why == "" {
-			if why = e.repoint(sp, host, site); why != "" {
+			if why = e.repoint(sp, site); why != "" {
 				e.retirePad(sp, site.pad)
 				site.pad, site.probes = old, oldProbes
 			}
@@ -239,7 +239,7 @@ func (e *Engine) retPadsDrop(sp *space, fn *retFunc) {
 			continue
 		}
 		stopped, _ := e.stopAll(sp.id)
-		err := e.ab.jump.Unpatch(sp.id, site.addr, site.orig)
+		err := e.unplant(sp, site.addr, site.orig)
 		e.resumeStopped(stopped)
 		if err != nil {
 			e.warn(fmt.Sprintf("return probe on %s: put back the code at %#x: %v", fn.name, site.addr, err))

@@ -209,7 +209,7 @@ func (e *Engine) placeWatch(sp *space, inst *instance, p *eprobe) {
 		return
 	}
 	w := Watch{Addr: addr, Len: int(d.WatchLen), Mode: d.WatchMode}
-	if err := e.ab.watcher.SetWatch(sp.id, slot, w); err != nil {
+	if err := e.setWatch(sp.id, slot, w); err != nil {
 		refuse("watch = %s: debug register DR%d: %v", d.Loc.Text, slot, err)
 		return
 	}
@@ -224,7 +224,7 @@ func (e *Engine) unplaceWatch(sp *space, p *eprobe) error {
 	if sp == nil || sp.detached || slot < 0 {
 		return nil
 	}
-	if err := e.ab.watcher.ClearWatch(sp.id, slot); err != nil {
+	if err := e.clearWatch(sp.id, slot); err != nil {
 		return fmt.Errorf("turn debug register DR%d (watch = %s) off: %w", slot, p.def().Loc.Text, err)
 	}
 	return nil
@@ -284,7 +284,7 @@ func (e *Engine) watchForked(child, parent int) {
 		}
 		d := p.def()
 		w := Watch{Addr: addr, Len: int(d.WatchLen), Mode: d.WatchMode}
-		if err := e.ab.watcher.SetWatch(child, slot, w); err != nil {
+		if err := e.setWatch(child, slot, w); err != nil {
 			e.warn(fmt.Sprintf("watch = %s in child %d: debug register DR%d: %v", d.Loc.Text, child, slot, err))
 			continue
 		}
