@@ -452,3 +452,50 @@ func TestFakeJumpSignalHeld(t *testing.T) {
 		t.Errorf("c_wide is % x after close, want % x", b, wideCode)
 	}
 }
+
+// A return probe that needs nothing from the entry goes on a jump over
+// its function's ret, to a pad (return pads); removing it puts the
+// function's bytes back, out of the journal, and so does Close for one
+// still in.
+func TestFakeRetPadPlaceAndRemove(t *testing.T) {
+	tg := jumpProcess(t)
+	tg.AddThread(1, cMain, 2)
+	r := startJump(t, tg, engine.Options{})
+	r.insert(t, "retprobe = c_wide\nminor = 1\npush r,rax\nlog 1\nexit 1\n")
+	q := queryOf(t, r, 1)
+	if !strings.HasPrefix(q.How, "jump") {
+		t.Fatalf("HOW %q, want the return on a jump", q.How)
+	}
+	p := tg.Patches()
+	if len(p) != 1 || p[0] <= cWide || p[0] > cWide+6 {
+		t.Fatalf("patches %#x, want one jump inside c_wide, over its ret", p)
+	}
+	if to := jumpTo(t, tg, p[0]); to == 0 || !tg.Mapped(to) {
+		t.Errorf("at %#x: % x, want a jump to a mapped pad", p[0], code(t, tg, p[0], 5))
+	}
+	if n, err := r.eng.Remove("prog", []uint16{1}); n != 1 || err != nil {
+		t.Fatalf("remove: %d %v", n, err)
+	}
+	if b := code(t, tg, cWide, 7); !bytes.Equal(b, wideCode) {
+		t.Errorf("c_wide is % x after the remove, want % x", b, wideCode)
+	}
+	if p := tg.Patches(); len(p) != 0 {
+		t.Errorf("patches %#x after the remove, want none", p)
+	}
+	r.insert(t, "retprobe = c_wide\nminor = 2\nexit 1\n")
+	if len(tg.Patches()) != 1 {
+		t.Fatalf("patches %#x, want the return's jump again", tg.Patches())
+	}
+	if _, err := r.eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b := code(t, tg, cWide, 7); !bytes.Equal(b, wideCode) {
+		t.Errorf("c_wide is % x after close, want % x", b, wideCode)
+	}
+	if p := tg.Patches(); len(p) != 0 {
+		t.Errorf("patches %#x after close, want none", p)
+	}
+	if o := tg.Outcome(1); o != "exited" {
+		t.Errorf("the thread ended %q", o)
+	}
+}
