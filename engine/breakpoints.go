@@ -130,6 +130,42 @@ func (e *Engine) takeOutAll(sp *space) error {
 	return errors.Join(errs...)
 }
 
+// takeOutPlanted takes out of a space everything the engine planted there
+// (detach), in this order: a usdt probe's semaphores back to what the
+// program had, the jumps (the pads stay, for threads inside them), the
+// int3s, the debug registers. Each failure is returned; the rest goes on.
+func (e *Engine) takeOutPlanted(sp *space) []error {
+	var errs []error
+	for _, err := range []error{e.releaseSemaphores(sp), e.takeOutJumps(sp), e.takeOutAll(sp), e.takeOutWatches(sp)} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// forgetPlanted forgets what the engine planted in space id (sp, nil if
+// it has none) whose image is gone: the kernel took it all with the
+// image, nothing is written. After exec its probes not in any other space
+// go back to pending, to be placed in the new image; after an exit the
+// space goes.
+func (e *Engine) forgetPlanted(id int, sp *space, exec bool) {
+	e.watchGone(id)
+	e.callsSpaceGone(sp)
+	if sp == nil {
+		return
+	}
+	e.dropJump(sp, exec)
+	for _, bp := range sp.bps {
+		for _, p := range bp.probes {
+			delete(p.in, id)
+			if exec && len(p.in) == 0 && p.State == StateActive {
+				p.State = StatePending
+			}
+		}
+	}
+}
+
 // forget drops a breakpoint whose code is gone (its module unloaded):
 // nothing is written back. A target that keeps breakpoints apart from
 // the code (a stub's list, debug registers) forgets it too.

@@ -616,19 +616,7 @@ func (e *Engine) detachSpace(spID int, sig int) error {
 	// restore the code first, so nothing hits an int3 or enters a pad
 	// from now on
 	if sp != nil {
-		// a usdt probe's semaphores back to what the program had
-		if err := e.releaseSemaphores(sp); err != nil {
-			errs = append(errs, err)
-		}
-		if err := e.takeOutJumps(sp); err != nil {
-			errs = append(errs, err)
-		}
-		if err := e.takeOutAll(sp); err != nil {
-			errs = append(errs, err)
-		}
-		if err := e.takeOutWatches(sp); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, e.takeOutPlanted(sp)...)
 	}
 	for _, tid := range e.tgt.Threads(spID) {
 		th := e.threads[tid]

@@ -804,20 +804,7 @@ func (e *Engine) unplaceAt(sp *space, addr uint64, p *eprobe) error {
 // execed starts a space afresh after exec: the old code and its
 // breakpoints are gone; the probes go in again where their files appear.
 func (e *Engine) execed(id int) {
-	old := e.spaces[id]
-	e.watchGone(id)
-	e.callsSpaceGone(old)
-	if old != nil {
-		e.dropJump(old, true)
-		for _, bp := range old.bps {
-			for _, p := range bp.probes {
-				delete(p.in, id)
-				if len(p.in) == 0 && p.State == StateActive {
-					p.State = StatePending
-				}
-			}
-		}
-	}
+	e.forgetPlanted(id, e.spaces[id], true)
 	sp := e.newSpace(id)
 	e.placeAll(sp)
 }
@@ -848,14 +835,7 @@ func (e *Engine) spaceExit(id int, how string) {
 	if sp == nil {
 		return
 	}
-	for _, bp := range sp.bps {
-		for _, p := range bp.probes {
-			delete(p.in, id)
-		}
-	}
-	e.watchGone(id)
-	e.callsSpaceGone(sp)
-	e.dropJump(sp, false)
+	e.forgetPlanted(id, sp, false)
 	delete(e.spaces, id)
 	if len(e.spaces) == 0 {
 		e.targetGone("process " + how)
