@@ -57,9 +57,16 @@ type Kernel struct {
 	orcWhy  string
 	orcDone bool
 	modORC  map[modText]*orcTable // modules' ORC, read from guest memory per load
+	// what was read from guest memory (fromguest.go): where the symbols
+	// and types came from, why none, the cache entry used or made
+	symsFrom, typesFrom string
+	guestErr            error
+	cached              string
 }
 
-// New loads the symbols of opts and finds the slide in mem.
+// New loads the symbols of opts and finds the slide in mem. When opts
+// give no symbol with an address, the symbols (and, failing a file with
+// types, the BTF) are read from the guest's memory (fromguest.go).
 func New(mem Memory, opts Options) (*Kernel, error) {
 	k := &Kernel{mem: mem, opts: opts}
 	k.opts.Symbols = nil // AddSymbols keeps the ones loaded
@@ -67,6 +74,9 @@ func New(mem Memory, opts Options) (*Kernel, error) {
 		if err := k.AddSymbols(opts.Symbols); err != nil {
 			return nil, err
 		}
+	}
+	if !k.hasAddresses() && opts.KASLROffset == nil {
+		k.fromGuest()
 	}
 	return k, nil
 }
@@ -90,10 +100,15 @@ func (k *Kernel) AddSymbols(paths []string) error {
 			return err
 		}
 	}
+	k.afterSymbols()
+	return nil
+}
+
+// afterSymbols makes what depends on the symbols again.
+func (k *Kernel) afterSymbols() {
 	k.kinfo = newKernelInfo(k.mem, k.syms)
 	k.mods, k.modsErr, k.modCache = nil, nil, nil
 	k.orc, k.orcWhy, k.orcDone, k.modORC = nil, "", false, nil
-	return nil
 }
 
 // findSlide finds the KASLR slide of the kernel text: --kaslr-offset, or
@@ -167,6 +182,9 @@ func (k *Kernel) Resolve(name string) (*engine.Loaded, bool, error) {
 			return nil, false, errors.New("the kernel's KASLR slide is unknown: give System.map or a kallsyms copy with --symbols, or --kaslr-offset")
 		}
 		return k.resolveModule(name)
+	}
+	if k.syms == nil && k.guestErr != nil {
+		return nil, false, k.errNoGuestSymbols()
 	}
 	ld := &engine.Loaded{Key: "vmlinux", Bias: k.slide, Symbols: k.syms}
 	if k.syms != nil {

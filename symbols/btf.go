@@ -149,6 +149,9 @@ func (t *Table) loadBTF() (*btfInfo, error) {
 }
 
 func readBTF(t *Table) (*btfInfo, error) {
+	if t.raw != nil {
+		return newBTFInfo(t.raw, t.ptrSize)
+	}
 	f, err := os.Open(t.path)
 	if err != nil {
 		return nil, err

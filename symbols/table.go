@@ -62,6 +62,7 @@ type Table struct {
 	hasBTF      bool  // a raw BTF file, or an ELF file with a .BTF section
 	btfOff      int64 // where the BTF is in the file
 	btfLen      int64
+	raw         []byte // the BTF of a table made from memory (NewBTF): no file to read again
 
 	syms  []entry
 	names nameIndex
