@@ -270,4 +270,3 @@ func (k *Kernel) Sources() (syms, types string) {
 	}
 	return syms, types
 }
-

@@ -44,3 +44,12 @@ func NewBTF(name string, raw []byte) (*Table, error) {
 	t.raw = raw
 	return t, nil
 }
+
+// Symbols returns the table's definitions in the order they were read.
+func (t *Table) Symbols() []Symbol {
+	out := make([]Symbol, len(t.syms))
+	for i, e := range t.syms {
+		out[i] = e.Symbol
+	}
+	return out
+}
