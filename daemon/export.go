@@ -187,6 +187,9 @@ func (s *Server) Status() StatusResponse {
 		} else {
 			st.Targets[n] = "running"
 		}
+		if d, ok := t.eng.(interface{ Describe() string }); ok && d.Describe() != "" {
+			st.Targets[n] += "; guest kernel " + d.Describe()
+		}
 		if k, ok := t.eng.(interface{ Abilities() []bpf.Ability }); ok {
 			st.KernelAbilities = k.Abilities()
 		}

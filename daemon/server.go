@@ -290,6 +290,9 @@ type TargetProbe struct {
 type InsertResponse struct {
 	Target string        `json:"target"`
 	Probes []TargetProbe `json:"probes"`
+	// Kernel says what a guest kernel target is and where its symbols
+	// and types came from (the guest's memory, a cache, --symbols)
+	Kernel string `json:"kernel,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -403,6 +406,9 @@ func (s *Server) InsertPack(spec string, builds []*rpn.Module, mode probe.Insert
 		return nil, http.StatusInternalServerError, err
 	}
 	resp := &InsertResponse{Target: t.name}
+	if d, ok := t.eng.(interface{ Describe() string }); ok {
+		resp.Kernel = d.Describe()
+	}
 	for _, p := range probes {
 		resp.Probes = append(resp.Probes, TargetProbe{Target: t.name, Info: p})
 	}

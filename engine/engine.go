@@ -180,6 +180,14 @@ func (e *Engine) WithTarget(f func(Target) error) error {
 	return err
 }
 
+// Describe is what the target's OS says it is (Describer), or "".
+func (e *Engine) Describe() string {
+	if d, ok := e.os.(Describer); ok {
+		return d.Describe()
+	}
+	return ""
+}
+
 // Release lets the target run: until then it is held stopped where Start
 // left it (after exec, or where it was attached), so probes can go in
 // first.

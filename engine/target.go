@@ -117,6 +117,14 @@ type Target interface {
 	OS() OS
 }
 
+// Describer is an OS that can say what it is, for status and the insert's
+// report: a guest kernel's version, build ID, slide, and where its symbols
+// and types came from. Describe must not touch the target (it is called
+// from outside the engine's loop while the target runs).
+type Describer interface {
+	Describe() string
+}
+
 // OS is the operating-system knowledge of a target: Linux processes, or
 // a Linux kernel seen from outside.
 type OS interface {

@@ -270,3 +270,41 @@ func (k *Kernel) Sources() (syms, types string) {
 	}
 	return syms, types
 }
+
+// Describe says what the guest kernel is: its version (linux_banner), build
+// ID and slide, and where its symbols and types came from. It is made when
+// the symbols change and read from any goroutine.
+func (k *Kernel) Describe() string {
+	k.descMu.Lock()
+	defer k.descMu.Unlock()
+	return k.desc
+}
+
+// describe makes what Describe says, reading the banner from guest memory.
+func (k *Kernel) describe() {
+	var parts []string
+	if k.syms != nil && k.slideOK {
+		if s, err := k.syms.Lookup("linux_banner"); err == nil {
+			b := make([]byte, 128)
+			if k.mem.ReadMem(s.Addr+k.slide, b) == nil {
+				v := string(b)
+				if i := strings.IndexAny(v, "\x00\n"); i >= 0 {
+					v = v[:i]
+				}
+				if i := strings.Index(v, " ("); i >= 0 {
+					v = v[:i]
+				}
+				parts = append(parts, strings.TrimSpace(v))
+			}
+		}
+		if id := k.GuestBuildID(); id != nil {
+			parts = append(parts, "build ID "+hex.EncodeToString(id))
+		}
+		parts = append(parts, fmt.Sprintf("KASLR slide %#x", k.slide))
+	}
+	syms, types := k.Sources()
+	parts = append(parts, "symbols: "+syms, "types: "+types)
+	k.descMu.Lock()
+	k.desc = strings.Join(parts, "; ")
+	k.descMu.Unlock()
+}

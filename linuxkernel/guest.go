@@ -24,7 +24,12 @@ var (
 	_ engine.SymbolLoader    = (*Guest)(nil)
 	_ engine.UserRegWriter   = (*Guest)(nil)
 	_ engine.PendingReasoner = (*Guest)(nil)
+	_ engine.Describer       = (*Guest)(nil)
 )
+
+// Describe says what the guest kernel is and where its symbols and types
+// came from (Kernel.Describe).
+func (g *Guest) Describe() string { return g.K.Describe() }
 
 func (g *Guest) Kernel() bool { return true }
 

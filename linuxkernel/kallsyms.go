@@ -188,10 +188,7 @@ func ReadKallsyms(mem Memory, text uint64) (*Kallsyms, error) {
 // decodeAt tries the token "0" at zero as the kallsyms token table's
 // entry 48.
 func decodeAt(r *memReader, zero, text uint64) (*Kallsyms, error) {
-	w, err := r.exact(zero, 8192)
-	if err != nil {
-		return nil, err
-	}
+	w, _ := r.read(zero, 8192) // the tables may end the mapped image: what is not read is zeros
 	// tokens 48 to 255, then the index, 8-aligned
 	pos := 0
 	for i := 48; i < 256; i++ {

@@ -8,6 +8,7 @@ package linuxkernel
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/gprobes/gprobes/engine"
 	"github.com/gprobes/gprobes/probe"
@@ -62,6 +63,8 @@ type Kernel struct {
 	symsFrom, typesFrom string
 	guestErr            error
 	cached              string
+	descMu              sync.Mutex
+	desc                string // Describe's answer
 }
 
 // New loads the symbols of opts and finds the slide in mem. When opts
@@ -78,6 +81,7 @@ func New(mem Memory, opts Options) (*Kernel, error) {
 	if !k.hasAddresses() && opts.KASLROffset == nil {
 		k.fromGuest()
 	}
+	k.describe()
 	return k, nil
 }
 
@@ -101,6 +105,7 @@ func (k *Kernel) AddSymbols(paths []string) error {
 		}
 	}
 	k.afterSymbols()
+	k.describe()
 	return nil
 }
 

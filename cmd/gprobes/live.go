@@ -267,6 +267,9 @@ func insertCommand() *cli.Command {
 			if c.Bool("json") {
 				return json.NewEncoder(c.App.Writer).Encode(resp)
 			}
+			if resp.Kernel != "" {
+				fmt.Fprintf(c.App.ErrWriter, "%s: guest kernel %s\n", resp.Target, resp.Kernel)
+			}
 			if c.Bool("verbose") {
 				printProbeDetails(c.App.Writer, resp.Probes)
 			} else {
