@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 	"github.com/gprobes/gprobes/linuxkernel"
 	"github.com/gprobes/gprobes/symbols"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	qemulab "github.com/gprobes/gprobes/lab/qemu"
+	"github.com/gprobes/gprobes/lab/qemulab"
 )
 
 // A guest kernel probed through the commands with no --symbols (KASLR
