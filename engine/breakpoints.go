@@ -166,6 +166,39 @@ func (e *Engine) forgetPlanted(id int, sp *space, exec bool) {
 	}
 }
 
+// unmapPlanted forgets what the engine planted in the code of a module no
+// longer loaded as it was in a space (dlclose, a guest module's unload):
+// the code is gone, nothing is written back (a target that keeps
+// breakpoints apart from the code forgets them: forget). The module's
+// probes there go back to pending if in no other space.
+func (e *Engine) unmapPlanted(sp *space, src *rpn.Module, inst *instance) {
+	in := inst.ld.Exec
+	e.watchUnmapped(sp, src)
+	e.callsUnmapped(sp, src, inst)
+	e.usdtUnmapped(sp, src)
+	e.jumpUnmapped(sp, in)
+	for addr, bp := range sp.bps {
+		if bp.internal != nil || (in != nil && !in(addr)) {
+			continue
+		}
+		keep := bp.probes[:0]
+		for _, p := range bp.probes {
+			if p.src == src {
+				delete(p.in, sp.id)
+				if len(p.in) == 0 && p.State == StateActive {
+					p.State = StatePending
+				}
+				continue
+			}
+			keep = append(keep, p)
+		}
+		bp.probes = keep
+		if len(bp.probes) == 0 {
+			e.forget(sp, addr)
+		}
+	}
+}
+
 // forget drops a breakpoint whose code is gone (its module unloaded):
 // nothing is written back. A target that keeps breakpoints apart from
 // the code (a stub's list, debug registers) forgets it too.

@@ -1195,6 +1195,28 @@ func (e *Engine) unplaceJump(sp *space, addr uint64, p *eprobe) error {
 	return nil
 }
 
+// jumpUnmapped forgets the jump sites in a module's code that is gone
+// (in is its executable code, nil for all): nothing to write back, the
+// pads stay; their probes there go back to pending if in no other space.
+func (e *Engine) jumpUnmapped(sp *space, in func(uint64) bool) {
+	if sp.jump == nil {
+		return
+	}
+	for addr, site := range sp.jump.sites {
+		if in != nil && !in(addr) {
+			continue
+		}
+		for _, p := range site.probes {
+			delete(p.in, sp.id)
+			if len(p.in) == 0 && p.State == StateActive {
+				p.State = StatePending
+			}
+		}
+		delete(sp.jump.sites, addr)
+		delete(sp.jump.int3Only, addr)
+	}
+}
+
 // takeOutJumps puts the original code back at every jump site of a space
 // (detach); the pads stay, for the threads inside them.
 func (e *Engine) takeOutJumps(sp *space) error {

@@ -944,47 +944,8 @@ func (e *Engine) unmapped(sp *space) {
 			continue // cannot tell: leave it
 		}
 		delete(sp.inst, src)
-		e.watchUnmapped(sp, src)
-		e.callsUnmapped(sp, src, inst)
-		e.usdtUnmapped(sp, src)
 		defer e.pendingReason(sp, src.Name, e.probesOf(src), true)
-		if sp.jump != nil {
-			for addr, site := range sp.jump.sites {
-				if inst.ld.Exec != nil && !inst.ld.Exec(addr) {
-					continue
-				}
-				// the code is gone with its jump: nothing to write back
-				// (the pads stay)
-				for _, p := range site.probes {
-					delete(p.in, sp.id)
-					if len(p.in) == 0 && p.State == StateActive {
-						p.State = StatePending
-					}
-				}
-				delete(sp.jump.sites, addr)
-				delete(sp.jump.int3Only, addr)
-			}
-		}
-		for addr, bp := range sp.bps {
-			if bp.internal != nil || (inst.ld.Exec != nil && !inst.ld.Exec(addr)) {
-				continue
-			}
-			keep := bp.probes[:0]
-			for _, p := range bp.probes {
-				if p.src == src {
-					delete(p.in, sp.id)
-					if len(p.in) == 0 && p.State == StateActive {
-						p.State = StatePending
-					}
-					continue
-				}
-				keep = append(keep, p)
-			}
-			bp.probes = keep
-			if len(bp.probes) == 0 {
-				e.forget(sp, addr) // the code is gone: nothing to write back
-			}
-		}
+		e.unmapPlanted(sp, src, inst)
 	}
 }
 
