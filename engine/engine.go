@@ -182,8 +182,8 @@ func (e *Engine) WithTarget(f func(Target) error) error {
 
 // Describe is what the target's OS says it is (Describer), or "".
 func (e *Engine) Describe() string {
-	if d, ok := e.os.(Describer); ok {
-		return d.Describe()
+	if e.ab.describer != nil {
+		return e.ab.describer.Describe()
 	}
 	return ""
 }

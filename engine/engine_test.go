@@ -187,3 +187,42 @@ func TestWarnerGetsOptionsWarn(t *testing.T) {
 		t.Fatal("the backend's warning did not reach Options.Warn")
 	}
 }
+
+// describedTarget is a stub target whose OS says what it is
+// (engine.Describer), as a guest kernel's does.
+type describedTarget struct{ *stubTarget }
+
+type describedOS struct{ *stubTarget }
+
+func (d describedTarget) OS() engine.OS { return describedOS{d.stubTarget} }
+func (describedOS) Describe() string    { return "Linux 6.1 (symbols from memory)" }
+
+// The engine finds its target's abilities once, when it opens it: the
+// OS's Describer answers Describe, from outside the loop; a target
+// without one answers "".
+func TestDescribeFromAbilities(t *testing.T) {
+	for _, c := range []struct {
+		tg   engine.Target
+		want string
+	}{
+		{describedTarget{newStubTarget()}, "Linux 6.1 (symbols from memory)"},
+		{newStubTarget(), ""},
+	} {
+		tg := c.tg
+		eng, err := engine.Start(func() (engine.Target, error) { return tg, nil }, engine.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := eng.Describe(); got != c.want {
+			t.Errorf("Describe %q, want %q", got, c.want)
+		}
+		go func() {
+			for range time.Tick(10 * time.Millisecond) {
+				if tg.Kick() {
+					return
+				}
+			}
+		}()
+		eng.Close()
+	}
+}

@@ -30,8 +30,8 @@ import (
 //     TargetCloser, Watcher (debug registers for watch probes) and
 //     JumpHost (jump pads); on the OS, SymbolLoader (more symbol files
 //     after open), UserRegWriter (pop u in a kernel), StackUnwinder,
-//     StackRefuser and PendingReasoner. A backend states each it has with
-//     a `var _ engine.X = ...` check beside its type.
+//     StackRefuser, PendingReasoner and Describer. A backend states each
+//     it has with a `var _ engine.X = ...` check beside its type.
 //
 // The engine owns everything else: the loop, the breakpoints and what is
 // ours (breakpoints.go), hits, steps, commits. A backend never runs probe
@@ -426,11 +426,12 @@ type abilities struct {
 	ownerAware OwnerAware
 	warner     Warner
 	// the OS's
-	loader   SymbolLoader
-	unwinder StackUnwinder
-	refuser  StackRefuser
-	userRegs UserRegWriter
-	pending  PendingReasoner
+	loader    SymbolLoader
+	unwinder  StackUnwinder
+	refuser   StackRefuser
+	userRegs  UserRegWriter
+	pending   PendingReasoner
+	describer Describer
 }
 
 // findAbilities is the one place the engine asks what a target can do.
@@ -454,5 +455,6 @@ func findAbilities(t Target, os OS) abilities {
 	a.refuser, _ = os.(StackRefuser)
 	a.userRegs, _ = os.(UserRegWriter)
 	a.pending, _ = os.(PendingReasoner)
+	a.describer, _ = os.(Describer)
 	return a
 }
