@@ -145,6 +145,7 @@ type pkgState struct {
 	output []string // the package's own lines (no test)
 	build  []string // its build's output
 	counts Counts
+	skips  []Skip // this run's skips
 }
 
 var shortSkip = regexp.MustCompile(`^(\S+\.go:\d+: )?-short: `)
@@ -182,10 +183,11 @@ func Run(r io.Reader, w io.Writer, o Options) (*Result, error) {
 			return res, err
 		}
 	}
-	// packages whose binary died without a final event
+	// packages whose binary died without a final event (a finished
+	// run's state is gone: what is left has not finished)
 	var left []string
 	for p, s := range pkgs {
-		if _, done := res.Packages[p]; !done && len(s.order) > 0 {
+		if len(s.order) > 0 {
 			left = append(left, p)
 		}
 	}
@@ -228,6 +230,10 @@ func handle(w io.Writer, o Options, res *Result, pkgs map[string]*pkgState, buil
 			s.output = append(s.output, ev.Output)
 		case "pass", "fail", "skip":
 			finishPackage(w, o, res, s, builds, ev)
+			// a package can run again in the same stream (a lab
+			// package's lab tests in one go test, its others in
+			// another): that run starts from nothing
+			delete(pkgs, ev.Package)
 		}
 		return
 	}
@@ -264,6 +270,7 @@ func handle(w io.Writer, o Options, res *Result, pkgs map[string]*pkgState, buil
 			}
 		}
 		res.Skips = append(res.Skips, sk)
+		s.skips = append(s.skips, sk)
 		if sk.Allowed == nil && !sk.Short {
 			res.Unlisted = append(res.Unlisted, sk)
 		}
@@ -299,7 +306,9 @@ func reason(output []string) string {
 func finishPackage(w io.Writer, o Options, res *Result, s *pkgState, builds map[string][]string, ev Event) {
 	p := ev.Package
 	c := s.counts
-	res.Packages[p] = c
+	all := res.Packages[p] // the package's runs so far and this one
+	all.Passed, all.Failed, all.Skipped = all.Passed+c.Passed, all.Failed+c.Failed, all.Skipped+c.Skipped
+	res.Packages[p] = all
 	res.Total.Passed += c.Passed
 	res.Total.Failed += c.Failed
 	res.Total.Skipped += c.Skipped
@@ -343,10 +352,7 @@ func finishPackage(w io.Writer, o Options, res *Result, s *pkgState, builds map[
 	} else {
 		fmt.Fprintf(w, "%s\t%s\t%.1fs\trun %d, skipped %d, failed %d\n", verdict, p, ev.Elapsed, c.Passed+c.Failed, c.Skipped, c.Failed)
 	}
-	for _, sk := range res.Skips {
-		if sk.Package != p {
-			continue
-		}
+	for _, sk := range s.skips {
 		tag := "skip"
 		switch {
 		case sk.Short:

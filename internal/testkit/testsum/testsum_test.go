@@ -324,3 +324,37 @@ func TestMergeWholeLines(t *testing.T) {
 		}
 	}
 }
+
+// A package run twice in one stream, part of its tests each time (a lab
+// package's lab tests in one go test, the others in another), counts each
+// test once, and each run's line lists its own skips only.
+func TestPackageRunTwice(t *testing.T) {
+	const part = "^(TestPass|TestSkipTool)$"
+	first, second := goTestJSON(t, "-run", part, "./a"), goTestJSON(t, "-skip", part, "./a")
+	dir := t.TempDir()
+	one, other := filepath.Join(dir, "one.json"), filepath.Join(dir, "other.json")
+	if err := os.WriteFile(one, append(append([]byte(nil), first...), second...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, first, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CI", "")
+	var out, errb bytes.Buffer
+	if code := Main([]string{one}, nil, &out, &errb); code != 0 {
+		t.Errorf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	r := out.String()
+	if !strings.HasSuffix(r, "\ntests: 4 passed, 0 failed, 2 skipped\n") || strings.Count(r, "skip TestSkipTool") != 1 ||
+		strings.Count(r, "ok  \texample.com/fx/a\t") != 2 || !strings.Contains(r, "\trun 1, skipped 1, failed 0\n") {
+		t.Errorf("the two runs one after the other:\n%s", r)
+	}
+	// the same two runs in two streams read at once
+	if err := os.WriteFile(one, second, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := Main([]string{one, other}, nil, &out, &errb); code != 0 || !strings.HasSuffix(out.String(), "\ntests: 4 passed, 0 failed, 2 skipped\n") {
+		t.Errorf("the two runs in two streams: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+}
