@@ -128,23 +128,12 @@ func (c *Client) Status() (*StatusResponse, error) {
 // LogLines streams the log's lines as they come (Log without decoding
 // them), following it when asked, until ctx ends: SplitLog.
 func (c *Client) LogLines(ctx context.Context, follow bool, line func(b []byte, lost bool) error, lost func(*LostLine) error, flush func() error) error {
-	path := "/v1/log"
-	if follow {
-		path += "?follow=1"
-	}
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://gprobes"+path, nil)
-	if err != nil {
+	body, err := c.openLog(ctx, follow)
+	if body == nil {
 		return err
 	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("%w on %s: %v", ErrNoDaemon, c.socket, err)
-	}
-	defer resp.Body.Close()
-	return SplitLog(ctx, resp.Body, line, lost, flush)
+	defer body.Close()
+	return SplitLog(ctx, body, line, lost, flush)
 }
 
 // lostKind follows the time in a lost line, and in no record's line.
@@ -212,23 +201,33 @@ func SplitLog(ctx context.Context, r io.Reader, line func(b []byte, lost bool) e
 // ctx ends. The lines that say records were lost (kind "lost") go to lost,
 // or are skipped if lost is nil.
 func (c *Client) Log(ctx context.Context, follow bool, f func(*LogLine) error, lost func(*LostLine) error) error {
+	body, err := c.openLog(ctx, follow)
+	if body == nil {
+		return err
+	}
+	defer body.Close()
+	return DecodeLog(ctx, body, f, lost)
+}
+
+// openLog asks for the log's stream (following it when asked): nil and
+// no error when ctx ended before the daemon answered.
+func (c *Client) openLog(ctx context.Context, follow bool) (io.ReadCloser, error) {
 	path := "/v1/log"
 	if follow {
 		path += "?follow=1"
 	}
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://gprobes"+path, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("%w on %s: %v", ErrNoDaemon, c.socket, err)
+		return nil, fmt.Errorf("%w on %s: %v", ErrNoDaemon, c.socket, err)
 	}
-	defer resp.Body.Close()
-	return DecodeLog(ctx, resp.Body, f, lost)
+	return resp.Body, nil
 }
 
 // DecodeLog calls f for each record of a log stream (JSON lines, as the
